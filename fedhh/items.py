@@ -1,0 +1,255 @@
+"""Items as fixed-width rows of symbols over a public alphabet.
+
+A prefix-growing protocol needs every item cut into the same kind of pieces
+on every device, so the alphabet, the unit size (characters per symbol) and
+the maximum length are public parameters.  An item becomes a row of symbol
+ids followed by the end-of-sequence symbol and padding:
+
+    "moon", unit 2  ->  [id("mo"), id("on"), EOS, PAD, ...]
+
+Symbol ids: a unit of ``u`` characters with alphabet indices ``a_1..a_u`` in
+``1..A`` (``0`` for the missing characters of a short final unit) is
+``sum_j a_j (A+1)^(u-j)``.  The all-missing unit, id ``0``, is the
+end-of-sequence symbol; ``PAD = -1`` fills the row after it.  Ids stay below
+``(A+1)^u <= 257^4 < 2^63``.
+
+Characters are the item's UTF-8 bytes for the ``bytes`` alphabet and its
+code points for the others; an item with a character outside the alphabet is
+an error or is dropped whole (never altered), and an item longer than the
+maximum length is an error, dropped or truncated, as the caller chooses.
+Every drop is counted in :class:`EncodingReport`.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+EOS = 0
+PAD = -1
+
+OverlongPolicy = Literal["error", "drop", "truncate"]
+UnknownCharPolicy = Literal["error", "drop"]
+OVERLONG_POLICIES: tuple[str, ...] = ("error", "drop", "truncate")
+UNKNOWN_CHAR_POLICIES: tuple[str, ...] = ("error", "drop")
+MAX_UNIT_SIZE = 4
+
+
+class ItemError(ValueError):
+    """An item that cannot be encoded under the configured policies."""
+
+
+@dataclass(frozen=True)
+class Alphabet:
+    """A public alphabet: a byte-to-index table shared by server and devices."""
+
+    name: str
+    characters: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.characters)
+
+    @property
+    def byte_level(self) -> bool:
+        """True when items are read as UTF-8 bytes rather than characters."""
+        return self.name == "bytes"
+
+    def index_table(self) -> np.ndarray:
+        """``table[b]`` is the 1-based index of byte ``b``, 0 if not in the alphabet."""
+        table = np.zeros(256, dtype=np.int64)
+        table[np.frombuffer(self.characters, dtype=np.uint8)] = np.arange(1, self.size + 1)
+        return table
+
+
+ALPHABETS: dict[str, Alphabet] = {
+    "lowercase": Alphabet("lowercase", string.ascii_lowercase.encode()),
+    "ascii": Alphabet("ascii", bytes(range(0x20, 0x7F))),
+    "bytes": Alphabet("bytes", bytes(range(256))),
+}
+
+
+def get_alphabet(name: str) -> Alphabet:
+    try:
+        return ALPHABETS[name]
+    except KeyError:
+        raise ValueError(
+            f"protocol.alphabet: unknown alphabet {name!r}; allowed: {sorted(ALPHABETS)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class EncodingReport:
+    """What happened to the vocabulary during encoding."""
+
+    kept: int
+    dropped_overlong: int
+    truncated: int
+    dropped_unknown_chars: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "kept": self.kept,
+            "dropped_overlong": self.dropped_overlong,
+            "truncated": self.truncated,
+            "dropped_unknown_chars": self.dropped_unknown_chars,
+        }
+
+
+@dataclass(frozen=True)
+class EncodedItems:
+    """Symbol rows of a list of items, with the mask of the items that were kept."""
+
+    rows: np.ndarray  # int64 [n_kept, max_symbols + 1]
+    kept: np.ndarray  # bool [n_items]
+    report: EncodingReport
+
+
+@dataclass(frozen=True)
+class ItemCodec:
+    """Encode strings to symbol rows and decode symbol rows back to strings."""
+
+    alphabet: Alphabet
+    unit_size: int
+    max_length: int  # in characters (bytes for the ``bytes`` alphabet)
+    overlong: OverlongPolicy = "drop"
+    unknown_chars: UnknownCharPolicy = "error"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.unit_size <= MAX_UNIT_SIZE:
+            raise ValueError(
+                f"protocol.unit_size: must be an integer in 1..{MAX_UNIT_SIZE}, got {self.unit_size}"
+            )
+        if self.max_length < 1:
+            raise ValueError(f"protocol.max_length: must be >= 1, got {self.max_length}")
+        if self.overlong not in OVERLONG_POLICIES:
+            raise ValueError(
+                f"protocol.overlong: got {self.overlong!r}; allowed: {list(OVERLONG_POLICIES)}"
+            )
+        if self.unknown_chars not in UNKNOWN_CHAR_POLICIES:
+            raise ValueError(
+                f"protocol.unknown_chars: got {self.unknown_chars!r}; "
+                f"allowed: {list(UNKNOWN_CHAR_POLICIES)}"
+            )
+
+    @property
+    def max_symbols(self) -> int:
+        """Symbols of the longest item, end-of-sequence not included."""
+        return -(-self.max_length // self.unit_size)
+
+    @property
+    def max_rounds(self) -> int:
+        """Trie depth ``L``: the symbols of the longest item plus end-of-sequence."""
+        return self.max_symbols + 1
+
+    @property
+    def radix(self) -> int:
+        return self.alphabet.size + 1
+
+    def _to_units(self, item: str, position: int) -> bytes:
+        try:
+            encoded = item.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ItemError(
+                f"item at position {position} is not valid Unicode ({error.reason}: "
+                f"{item[error.start:error.end]!r})"
+            ) from None
+        if self.alphabet.byte_level or encoded.isascii():
+            return encoded
+        # Non-ASCII characters are never in a character alphabet: map their bytes
+        # to 0xFF, which no character alphabet contains, so they are reported below.
+        return bytes(b if b < 0x80 else 0xFF for b in encoded)
+
+    def encode(self, items: list[str]) -> EncodedItems:
+        """Encode items (vectorised over their characters) under the policies."""
+        units = [self._to_units(_checked_item(item, position), position) for position, item in enumerate(items)]
+        lengths = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
+        flat = np.frombuffer(b"".join(units), dtype=np.uint8)
+        indices = self.alphabet.index_table()[flat]
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(units) else np.zeros(0, np.int64)
+
+        bad_char = np.zeros(len(units), dtype=bool)
+        if flat.size:
+            bad_positions = np.flatnonzero(indices == 0)
+            bad_char[np.searchsorted(starts, bad_positions, side="right") - 1] = True
+        if bad_char.any() and self.unknown_chars == "error":
+            first = int(np.flatnonzero(bad_char)[0])
+            raise ItemError(
+                f"item {items[first]!r} (position {first}) has characters outside the "
+                f"{self.alphabet.name!r} alphabet; set protocol.unknown_chars = \"drop\" to drop "
+                f"such items, or choose another protocol.alphabet ({sorted(ALPHABETS)})"
+            )
+        overlong = (lengths > self.max_length) & ~bad_char
+        if overlong.any() and self.overlong == "error":
+            first = int(np.flatnonzero(overlong)[0])
+            raise ItemError(
+                f"item {items[first]!r} (position {first}) has {lengths[first]} characters, more "
+                f"than protocol.max_length = {self.max_length}; set protocol.overlong to "
+                f"\"drop\" or \"truncate\" to accept it"
+            )
+        kept = ~bad_char
+        if self.overlong == "drop":
+            kept &= ~overlong
+        clipped = np.minimum(lengths, self.max_length)
+
+        rows = self._rows(indices, starts[kept], clipped[kept])
+        report = EncodingReport(
+            kept=int(kept.sum()),
+            dropped_overlong=int(overlong.sum()) if self.overlong == "drop" else 0,
+            truncated=int(overlong.sum()) if self.overlong == "truncate" else 0,
+            dropped_unknown_chars=int(bad_char.sum()),
+        )
+        return EncodedItems(rows=rows, kept=kept, report=report)
+
+    def _rows(self, indices: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Pack character indices into symbol rows, one row per item."""
+        n_items = starts.shape[0]
+        width = self.max_symbols * self.unit_size
+        chars = np.zeros((n_items, width), dtype=np.int64)
+        if n_items:
+            column = np.arange(width)
+            valid = column[None, :] < lengths[:, None]
+            source = (starts[:, None] + column[None, :])[valid]
+            chars[valid] = indices[source]
+        weights = self.radix ** np.arange(self.unit_size - 1, -1, -1, dtype=np.int64)
+        symbols = chars.reshape(n_items, self.max_symbols, self.unit_size) @ weights
+        n_symbols = -(-lengths // self.unit_size)
+        rows = np.full((n_items, self.max_rounds), PAD, dtype=np.int64)
+        rows[:, : self.max_symbols] = symbols
+        position = np.arange(self.max_rounds)[None, :]
+        rows[position == n_symbols[:, None]] = EOS
+        rows[position > n_symbols[:, None]] = PAD
+        return rows
+
+    def decode_symbols(self, symbols: np.ndarray) -> str:
+        """The text of a prefix row (stops at end-of-sequence or padding)."""
+        out = bytearray()
+        for symbol in np.asarray(symbols).tolist():
+            if symbol <= EOS:
+                break
+            for power in range(self.unit_size - 1, -1, -1):
+                index = (symbol // self.radix**power) % self.radix
+                if index:
+                    out.append(self.alphabet.characters[index - 1])
+        return out.decode("utf-8", errors="replace") if self.alphabet.byte_level else out.decode("ascii")
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "alphabet": self.alphabet.name,
+            "unit_size": self.unit_size,
+            "max_length": self.max_length,
+            "max_rounds": self.max_rounds,
+            "overlong": self.overlong,
+            "unknown_chars": self.unknown_chars,
+        }
+
+
+def _checked_item(item: object, position: int) -> str:
+    if not isinstance(item, str):
+        raise ItemError(f"item at position {position} is {type(item).__name__}, expected str")
+    if item == "":
+        raise ItemError(f"item at position {position} is empty; items must have at least one character")
+    return item

@@ -1,0 +1,168 @@
+"""Users, their items, and the deterministic split of users into shards.
+
+A population is stored at the level of its vocabulary: the distinct items are
+encoded once (:class:`Vocabulary`), and each user holds item ids with local
+counts in CSR form (:class:`Shard`).  A round's work is then a ``bincount``
+over item ids followed by an aggregation over the vocabulary, which is far
+smaller than the population.
+
+Users have global ids ``0..n-1``; shard ``s`` of ``S`` holds the contiguous
+range ``[floor(s n / S), floor((s + 1) n / S))``, so any shard count covers
+the same users with the same ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .items import EncodingReport, ItemCodec
+from .prefixes import PrefixIndex
+
+
+def shard_bounds(n_users: int, shard_index: int, num_shards: int) -> tuple[int, int]:
+    """Global user-id range ``[start, stop)`` of one shard."""
+    if num_shards < 1:
+        raise ValueError(f"run.shards: must be >= 1, got {num_shards}")
+    if not 0 <= shard_index < num_shards:
+        raise ValueError(f"shard index must be in 0..{num_shards - 1}, got {shard_index}")
+    return shard_index * n_users // num_shards, (shard_index + 1) * n_users // num_shards
+
+
+@dataclass
+class Vocabulary:
+    """The distinct items of a population, encoded as symbol rows.
+
+    ``items[i]`` is the text of item id ``i`` and ``rows[i]`` its symbol row.
+    Prefix lookups per depth are built lazily and cached: every round at
+    depth ``d`` of every protocol reuses them.
+    """
+
+    items: list[str]
+    rows: np.ndarray
+    codec: ItemCodec
+    encoding: EncodingReport
+    _prefix_index: PrefixIndex | None = field(default=None, repr=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.items)
+
+    @property
+    def prefixes(self) -> PrefixIndex:
+        if self._prefix_index is None:
+            self._prefix_index = PrefixIndex(self.rows)
+        return self._prefix_index
+
+    @classmethod
+    def encode(cls, candidates: list[str], codec: ItemCodec) -> tuple["Vocabulary", np.ndarray]:
+        """Encode candidate items into a vocabulary of distinct symbol rows.
+
+        Returns the vocabulary and, per candidate, its item id, or ``-1``
+        when the codec dropped it.  Candidates that encode to the same row
+        (possible only under truncation) share one item id.
+        """
+        encoded = codec.encode(candidates)
+        unique_rows, first, inverse = np.unique(
+            encoded.rows, axis=0, return_index=True, return_inverse=True
+        )
+        order = np.argsort(first, kind="stable")  # keep the candidates' order
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        item_id = np.full(len(candidates), -1, dtype=np.int64)
+        item_id[np.flatnonzero(encoded.kept)] = rank[inverse.ravel()]
+        rows = unique_rows[order]
+        kept_texts = [candidates[i] for i in np.flatnonzero(encoded.kept).tolist()]
+        if codec.overlong == "truncate":
+            items = [codec.decode_symbols(row) for row in rows]
+        else:
+            items = [kept_texts[i] for i in first[order].tolist()]
+        return cls(items, rows, codec, encoded.report), item_id
+
+
+@dataclass
+class Shard:
+    """A contiguous range of users with their items (CSR over item ids).
+
+    ``item_offsets[u] : item_offsets[u + 1]`` are the entries of local user
+    ``u`` (global id ``first_user + u``) in ``item_ids`` / ``item_counts``.
+    A user with no entry holds nothing encodable and never votes.
+    """
+
+    vocabulary: Vocabulary
+    first_user: int
+    item_offsets: np.ndarray
+    item_ids: np.ndarray
+    item_counts: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.item_offsets.ndim != 1 or self.item_offsets.size < 1:
+            raise ValueError("item_offsets must be a 1-D array with n_users + 1 entries")
+        if self.item_ids.shape != self.item_counts.shape:
+            raise ValueError("item_ids and item_counts must have the same shape")
+        if np.any(self.item_counts <= 0):
+            raise ValueError("item counts (local frequencies) must be positive")
+
+    @property
+    def n_users(self) -> int:
+        return int(self.item_offsets.size - 1)
+
+    @property
+    def stop_user(self) -> int:
+        return self.first_user + self.n_users
+
+    @classmethod
+    def single_item(cls, vocabulary: Vocabulary, first_user: int, item_ids: np.ndarray) -> "Shard":
+        """One item per user; ``item_ids < 0`` marks users holding nothing."""
+        holds = item_ids >= 0
+        offsets = np.concatenate(([0], np.cumsum(holds, dtype=np.int64)))
+        ids = item_ids[holds].astype(np.int64)
+        return cls(vocabulary, first_user, offsets, ids, np.ones(ids.size, dtype=np.int64))
+
+    @classmethod
+    def from_pairs(
+        cls,
+        vocabulary: Vocabulary,
+        first_user: int,
+        n_users: int,
+        local_users: np.ndarray,
+        item_ids: np.ndarray,
+    ) -> "Shard":
+        """Build from (local user, item id) occurrences; repeats become counts."""
+        keep = item_ids >= 0
+        key = local_users[keep].astype(np.int64) * max(vocabulary.size, 1) + item_ids[keep]
+        unique_key, counts = np.unique(key, return_counts=True)
+        users = unique_key // max(vocabulary.size, 1)
+        offsets = np.searchsorted(users, np.arange(n_users + 1), side="left").astype(np.int64)
+        ids = unique_key % max(vocabulary.size, 1)
+        return cls(vocabulary, first_user, offsets, ids, counts.astype(np.int64))
+
+    def slice(self, start: int, stop: int) -> "Shard":
+        """The users with global ids in ``[start, stop)`` (a sub-shard)."""
+        lo, hi = start - self.first_user, stop - self.first_user
+        if not 0 <= lo <= hi <= self.n_users:
+            raise ValueError(f"users [{start}, {stop}) are not all in this shard")
+        a, b = self.item_offsets[lo], self.item_offsets[hi]
+        return Shard(
+            self.vocabulary,
+            start,
+            self.item_offsets[lo : hi + 1] - a,
+            self.item_ids[a:b],
+            self.item_counts[a:b],
+        )
+
+    def user_weights(self) -> np.ndarray:
+        """Per vocabulary item, the sum over users of its local frequency.
+
+        This is the item's population frequency (times n) in the sense of
+        TrieHH Algorithm 3: the expected vote count if every user voted.
+        """
+        totals = np.diff(np.concatenate(([0], np.cumsum(self.item_counts))[self.item_offsets]))
+        owner = np.repeat(np.arange(self.n_users), np.diff(self.item_offsets))
+        share = self.item_counts / np.where(totals > 0, totals, 1)[owner]
+        return np.bincount(self.item_ids, weights=share, minlength=self.vocabulary.size)
+
+    def holders(self) -> np.ndarray:
+        """Per vocabulary item, the number of users holding it."""
+        return np.bincount(self.item_ids, minlength=self.vocabulary.size)

@@ -1,0 +1,160 @@
+"""TrieHH's privacy: central (ε, δ)-DP from sampling and thresholding alone.
+
+Source: Zhu et al., "Federated Heavy Hitters Discovery with Differential
+Privacy" (AISTATS 2020), Theorem 1 and Corollaries 1-2, with the parameter
+choice of the authors' simulation code (see ``shared/REFERENCE.md``):
+
+* ``delta = (θ - 2) / ((θ - 3) θ!)``                (needs θ > 3)
+* ``epsilon = L ln(1 / (1 - θ γ))`` with ``γ = m / n`` (needs θ γ < 1)
+
+and, from a target, θ is the smallest integer with
+``((θ - 3) / (θ - 2)) θ! >= 1 / delta`` and ``θ >= e^(ε/L) - 1``, then
+``m = floor(n (e^(ε/L) - 1) / (θ e^(ε/L)))``.  Algorithm 3 (several items
+per user, one sampled by local frequency) keeps the same guarantee
+(Theorem 2).  The guarantee is user-level: neighbouring populations differ
+in one user's whole data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import hypergeom
+
+from .report import PrivacyReport
+from .validation import check_delta, check_epsilon, check_positive_int
+
+MODEL = "central, user-level, sampling+threshold"
+MIN_THETA = 4
+
+
+class PrivacyTargetError(ValueError):
+    """A privacy target or parameter set outside what the theorem covers."""
+
+
+def triehh_delta(theta: int) -> float:
+    """δ of Theorem 1 for threshold θ (> 3)."""
+    if theta < MIN_THETA:
+        raise PrivacyTargetError(f"theta: the theorem needs θ >= {MIN_THETA}, got {theta}")
+    return math.exp(math.log(theta - 2) - math.log(theta - 3) - math.lgamma(theta + 1))
+
+
+def triehh_epsilon(n_users: int, batch_size: int, theta: int, max_rounds: int) -> float:
+    """ε of Theorem 1 over ``max_rounds`` rounds (requires θ m / n < 1)."""
+    rate = theta * batch_size / n_users
+    if rate >= 1:
+        raise PrivacyTargetError(
+            f"θ·γ = {theta} × {batch_size}/{n_users} = {rate:.4g} >= 1: no finite ε; "
+            "lower the batch size or the threshold"
+        )
+    return -max_rounds * math.log1p(-rate)
+
+
+@dataclass(frozen=True)
+class TrieHHParameters:
+    """A TrieHH configuration with the guarantee it carries."""
+
+    n_users: int
+    max_rounds: int
+    theta: int
+    batch_size: int
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.n_users, "population.users")
+        check_positive_int(self.max_rounds, "max_rounds")
+        check_positive_int(self.theta, "theta")
+        if not 1 <= self.batch_size <= self.n_users:
+            raise PrivacyTargetError(
+                f"batch_size: must be in 1..n_users = {self.n_users}, got {self.batch_size}"
+            )
+
+    @property
+    def sampling_rate(self) -> float:
+        return self.batch_size / self.n_users
+
+    def theorem_violations(self) -> list[str]:
+        """The conditions of Theorem 1 these parameters break (empty when it holds)."""
+        problems = []
+        if self.theta < MIN_THETA:
+            problems.append(f"θ = {self.theta} < {MIN_THETA}")
+        if self.theta * self.sampling_rate >= 1:
+            problems.append(f"θ·γ = {self.theta * self.sampling_rate:.4g} >= 1")
+        if self.batch_size < self.theta:
+            problems.append(f"m = {self.batch_size} < θ = {self.theta}")
+        return problems
+
+    @property
+    def epsilon(self) -> float:
+        """ε of Theorem 1, ``inf`` when the theorem does not apply."""
+        if self.theorem_violations():
+            return math.inf
+        return triehh_epsilon(self.n_users, self.batch_size, self.theta, self.max_rounds)
+
+    @property
+    def delta(self) -> float:
+        """δ of Theorem 1, ``1`` when the theorem does not apply."""
+        return 1.0 if self.theorem_violations() else triehh_delta(self.theta)
+
+    def report(self) -> PrivacyReport:
+        violations = self.theorem_violations()
+        return PrivacyReport(
+            model=MODEL if not violations else f"no guarantee: outside Theorem 1 ({'; '.join(violations)})",
+            epsilon=self.epsilon,
+            delta=self.delta,
+            mechanism="TrieHH: uniform sampling of m users without replacement per round, "
+            "prefixes kept only with >= θ votes, no added noise",
+            method="Zhu et al. 2020, Theorem 1 (Theorem 2 for several items per user): "
+            "ε = L ln(1/(1 - θ m/n)), δ = (θ-2)/((θ-3) θ!)",
+            adjacency="user-level: populations differ in one user's whole data",
+            parameters={
+                "n_users": self.n_users,
+                "batch_size": self.batch_size,
+                "theta": self.theta,
+                "max_rounds": self.max_rounds,
+                "sampling_rate": self.sampling_rate,
+            },
+        )
+
+
+def _smallest_theta(epsilon: float, delta: float, max_rounds: int) -> int:
+    """Smallest integer θ >= 4 with ((θ-3)/(θ-2)) θ! >= 1/δ and θ >= e^(ε/L) - 1."""
+    theta = max(MIN_THETA, math.ceil(math.expm1(epsilon / max_rounds)))
+    log_target = -math.log(delta)
+    while math.log(theta - 3) - math.log(theta - 2) + math.lgamma(theta + 1) < log_target:
+        theta += 1
+    return theta
+
+
+def solve_triehh(n_users: int, epsilon: float, delta: float, max_rounds: int) -> TrieHHParameters:
+    """θ and m meeting an (ε, δ) target, or :class:`PrivacyTargetError` with the numbers."""
+    check_positive_int(n_users, "population.users")
+    check_epsilon(epsilon)
+    check_delta(delta)
+    check_positive_int(max_rounds, "max_rounds")
+    theta = _smallest_theta(epsilon, delta, max_rounds)
+    growth = math.exp(epsilon / max_rounds)
+    batch_size = math.floor(n_users * (growth - 1) / (theta * growth))
+    if batch_size < max(theta, 1):
+        raise PrivacyTargetError(
+            f"cannot meet ε = {epsilon:g}, δ = {delta:g} with n = {n_users} users and "
+            f"L = {max_rounds} rounds: the threshold is θ = {theta} but the batch size "
+            f"would be m = floor(n (e^(ε/L) - 1) / (θ e^(ε/L))) = {batch_size} < θ. "
+            f"Need at least {math.ceil(theta * theta * growth / (growth - 1))} users, "
+            "or a larger ε / δ, or fewer rounds (shorter max_length or larger unit_size)"
+        )
+    return TrieHHParameters(n_users, max_rounds, theta, batch_size)
+
+
+def worst_case_discovery_rate(
+    holders: np.ndarray | int, n_users: int, batch_size: int, theta: int, length: int
+) -> np.ndarray:
+    """Probability that an item held by ``holders`` users, sharing no prefix with
+    any other item, is discovered in ``length`` rounds (Proposition 1).
+
+    Each round is a hypergeometric draw of m of n with ``holders`` successes;
+    the item needs >= θ of them in every one of its ``length`` rounds.
+    """
+    p_round = hypergeom.sf(theta - 1, n_users, np.asarray(holders), batch_size)
+    return np.asarray(p_round) ** length

@@ -1,0 +1,131 @@
+"""The protocol contract: a server state machine and an additive client response.
+
+Every protocol is two transport-free pieces:
+
+* a :class:`ServerProtocol` whose ``next_request()`` says what the next
+  round asks of users (or ``None`` when the run is over), whose
+  ``absorb(response)`` folds in the round's aggregated response, and whose
+  ``result()`` gives the discovery;
+* a client function ``respond(request, shard, randomness) -> Response``,
+  vectorised over the users of a shard (a device is a shard of one user).
+
+Responses are additive: ``Response.combine`` of the shards' responses equals
+the response of their union.  That is what lets Flower nodes, Ray actors and
+an in-process loop carry the same protocol and get the same result.
+
+Requests and responses are frozen dataclasses whose fields are numpy arrays
+or plain scalars (int, float, str, bool), so any transport can serialise
+them generically (see ``strategies/codec.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, TypeVar
+
+import numpy as np
+
+from ..population import Shard
+from ..privacy.report import PrivacyReport
+from ..randomness import RandomnessSource
+
+ResponseT = TypeVar("ResponseT", bound="Response")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one round asks of the users; every shard receives the same request."""
+
+    round: int
+
+
+@dataclass(frozen=True)
+class Response:
+    """The additive answer of a batch of users to one request."""
+
+    round: int
+    sampled_users: int  # users of the batch that the request selected
+    responding_users: int  # of those, users that contributed to the answer
+
+    @classmethod
+    @abstractmethod
+    def combine(cls: type[ResponseT], responses: Sequence[ResponseT]) -> ResponseT:
+        """The response of the union of the batches (order-independent)."""
+
+
+@dataclass
+class RoundRecord:
+    """One line of a run's trace."""
+
+    round: int
+    values: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"round": self.round, **self.values}
+
+
+@dataclass
+class Discovery:
+    """A discovered item, with the protocol's count estimate when it has one."""
+
+    item: str
+    symbols: tuple[int, ...]
+    estimated_count: float | None = None
+    support: int | None = None  # votes or reports that admitted it
+
+
+@dataclass
+class ProtocolResult:
+    """What a finished protocol run found, and what it cost."""
+
+    protocol: str
+    discoveries: list[Discovery]
+    frequent_prefixes: list[str]
+    trace: list[RoundRecord]
+    privacy: PrivacyReport
+    params: dict[str, Any]
+    stopped_because: str
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class ServerProtocol(ABC):
+    """The server side of a protocol, as a state machine over rounds."""
+
+    name: ClassVar[str]
+    request_type: ClassVar[type[Request]]
+    response_type: ClassVar[type[Response]]
+
+    @abstractmethod
+    def next_request(self) -> Request | None:
+        """The next round's request, or ``None`` when the run is over."""
+
+    @abstractmethod
+    def absorb(self, response: Response) -> None:
+        """Fold in the aggregated response to the last request."""
+
+    @abstractmethod
+    def result(self) -> ProtocolResult:
+        """The discovery so far (complete once ``next_request`` is ``None``)."""
+
+    @property
+    @abstractmethod
+    def trace(self) -> list[RoundRecord]:
+        """Rounds absorbed so far."""
+
+
+class ClientFunction(Protocol):
+    """The client side: answer a request for every user of a shard."""
+
+    def __call__(self, request: Request, shard: Shard, randomness: RandomnessSource) -> Response: ...
+
+
+def message_fields(message: Request | Response) -> dict[str, Any]:
+    """The fields of a request or response, for generic serialisation."""
+    return {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
+
+
+def as_int64(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.int64)

@@ -1,0 +1,238 @@
+"""TrieHH: interactive heavy-hitter discovery by a sampled, thresholded trie.
+
+Zhu et al., AISTATS 2020, Algorithms 1-3.  Round ``r`` samples ``m`` users
+uniformly without replacement; a sampled user whose item's length-(r-1)
+prefix is in the trie votes for its length-r prefix; prefixes with at least
+``θ`` votes grow the trie at depth r.  A user holding several items first
+picks one with probability equal to its local frequency (Algorithm 3).  The
+run stops when a round adds nothing or after ``L`` rounds; discovered items
+are the root-to-leaf paths ending in the end-of-sequence symbol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..items import EOS, ItemCodec
+from ..population import Shard
+from ..prefixes import rows_in, sum_histograms
+from ..privacy.triehh import TrieHHParameters
+from ..randomness import KeyedRandomness, RandomnessSource
+from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
+
+SAMPLE_PURPOSE = "triehh.sample"
+CHOICE_PURPOSE = "triehh.choice"
+
+
+@dataclass(frozen=True)
+class TrieHHRequest(Request):
+    """Round ``r``: who is sampled, and the trie's extendable depth-(r-1) prefixes."""
+
+    sampled: np.ndarray  # sorted global user ids, int64 [m]
+    parents: np.ndarray  # int64 [K, r - 1]
+
+
+@dataclass(frozen=True)
+class TrieHHResponse(Response):
+    """Votes per depth-r prefix (a sparse, additive histogram)."""
+
+    prefixes: np.ndarray  # int64 [K, r]
+    votes: np.ndarray  # int64 [K]
+
+    @classmethod
+    def combine(cls, responses: Sequence["TrieHHResponse"]) -> "TrieHHResponse":
+        if not responses:
+            raise ValueError("combine needs at least one response")
+        rounds = {r.round for r in responses}
+        if len(rounds) != 1:
+            raise ValueError(f"cannot combine responses of different rounds: {sorted(rounds)}")
+        (round_,) = rounds
+        prefixes, votes = sum_histograms([(r.prefixes, r.votes) for r in responses], round_)
+        return cls(
+            round=round_,
+            sampled_users=sum(r.sampled_users for r in responses),
+            responding_users=sum(r.responding_users for r in responses),
+            prefixes=prefixes,
+            votes=votes,
+        )
+
+
+def sampled_in_shard(sampled: np.ndarray, shard: Shard) -> np.ndarray:
+    """Local indices of the sampled users that this shard holds."""
+    lo, hi = np.searchsorted(sampled, [shard.first_user, shard.stop_user])
+    return sampled[lo:hi] - shard.first_user
+
+
+def choose_items(
+    shard: Shard, local_users: np.ndarray, randomness: RandomnessSource, purpose: str, round_: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each user picks one of its items with probability equal to its local frequency.
+
+    Returns (users that hold an item, chosen item id per such user).  The draw
+    is keyed by global user id, so it does not depend on sharding.
+    """
+    starts = shard.item_offsets[local_users]
+    ends = shard.item_offsets[local_users + 1]
+    holds = ends > starts
+    users, starts, ends = local_users[holds], starts[holds], ends[holds]
+    if np.all(ends - starts == 1) and np.all(shard.item_counts[starts] == 1):
+        return users, shard.item_ids[starts]
+    cumulative = np.concatenate(([0], np.cumsum(shard.item_counts)))
+    total = cumulative[ends] - cumulative[starts]
+    uniforms = randomness.for_users(purpose, round_, users + shard.first_user).random(users.size)
+    target = cumulative[starts] + np.floor(uniforms * total).astype(np.int64)
+    entry = np.searchsorted(cumulative, target, side="right") - 1
+    return users, shard.item_ids[entry]
+
+
+def respond(request: TrieHHRequest, shard: Shard, randomness: RandomnessSource) -> TrieHHResponse:
+    """The votes of a shard's sampled users for depth-``round`` prefixes."""
+    depth = request.round
+    local = sampled_in_shard(request.sampled, shard)
+    voters, chosen = choose_items(shard, local, randomness, CHOICE_PURPOSE, depth)
+    vocabulary = shard.vocabulary
+    item_votes = np.bincount(chosen, minlength=vocabulary.size)
+
+    prefix_rows, item_to_prefix = vocabulary.prefixes.at(depth)
+    eligible = item_to_prefix >= 0
+    if depth > 1:
+        parent_rows, item_to_parent = vocabulary.prefixes.at(depth - 1)
+        parent_in_trie = rows_in(parent_rows, request.parents)
+        eligible &= parent_in_trie[np.maximum(item_to_parent, 0)] & (item_to_parent >= 0)
+    eligible &= item_votes > 0
+    prefix_votes = np.bincount(
+        item_to_prefix[eligible], weights=item_votes[eligible], minlength=prefix_rows.shape[0]
+    )
+    voted = np.flatnonzero(prefix_votes)
+    votes = np.rint(prefix_votes[voted]).astype(np.int64)
+    return TrieHHResponse(
+        round=depth,
+        sampled_users=int(local.size),
+        responding_users=int(votes.sum()),
+        prefixes=prefix_rows[voted],
+        votes=votes,
+    )
+
+
+class TrieHHServer(ServerProtocol):
+    """TrieHH's server: samples users, thresholds votes, grows the trie."""
+
+    name = "triehh"
+    request_type = TrieHHRequest
+    response_type = TrieHHResponse
+
+    def __init__(self, params: TrieHHParameters, codec: ItemCodec, seed: int) -> None:
+        if params.max_rounds != codec.max_rounds:
+            raise ValueError(
+                f"privacy parameters are for L = {params.max_rounds} rounds but the codec "
+                f"allows items of {codec.max_rounds} symbols (end symbol included)"
+            )
+        self.params = params
+        self.codec = codec
+        self.seed = seed
+        self._randomness = KeyedRandomness(seed)
+        self._levels: list[tuple[np.ndarray, np.ndarray]] = []  # (prefix rows, votes) per depth
+        self._trace: list[RoundRecord] = []
+        self._pending: TrieHHRequest | None = None
+        self._stopped_because: str | None = None
+
+    @property
+    def trace(self) -> list[RoundRecord]:
+        return list(self._trace)
+
+    @property
+    def done(self) -> bool:
+        return self._stopped_because is not None
+
+    def _extendable(self) -> np.ndarray:
+        if not self._levels:
+            return np.zeros((0, 0), dtype=np.int64)
+        rows, _ = self._levels[-1]
+        return rows[rows[:, -1] != EOS]
+
+    def next_request(self) -> TrieHHRequest | None:
+        if self.done:
+            return None
+        if self._pending is None:
+            round_ = len(self._levels) + 1
+            generator = self._randomness.generator(SAMPLE_PURPOSE, round_)
+            sampled = np.sort(
+                generator.choice(self.params.n_users, self.params.batch_size, replace=False)
+            ).astype(np.int64)
+            self._pending = TrieHHRequest(round=round_, sampled=sampled, parents=self._extendable())
+        return self._pending
+
+    def absorb(self, response: Response) -> None:
+        if not isinstance(response, TrieHHResponse):
+            raise TypeError(f"TrieHH expects a TrieHHResponse, got {type(response).__name__}")
+        if self._pending is None or response.round != self._pending.round:
+            expected = None if self._pending is None else self._pending.round
+            raise ValueError(f"response for round {response.round}, but round {expected} is pending")
+        round_ = response.round
+        accepted = response.votes >= self.params.theta
+        rows, votes = response.prefixes[accepted], response.votes[accepted]
+        self._pending = None
+        if rows.shape[0]:
+            self._levels.append((rows, votes))
+        self._trace.append(
+            RoundRecord(
+                round_,
+                {
+                    "sampled_users": int(response.sampled_users),
+                    "responding_users": int(response.responding_users),
+                    "votes_received": int(response.votes.sum()),
+                    "prefixes_voted": int(response.prefixes.shape[0]),
+                    "prefixes_added": int(rows.shape[0]),
+                    "items_completed": int(np.count_nonzero(rows[:, -1] == EOS)) if rows.size else 0,
+                    "trie_size_per_depth": [int(level.shape[0]) for level, _ in self._levels],
+                },
+            )
+        )
+        if not rows.shape[0]:
+            self._stopped_because = f"round {round_} added no prefix"
+        elif round_ >= self.params.max_rounds:
+            self._stopped_because = f"reached L = {self.params.max_rounds} rounds"
+        elif self._extendable().shape[0] == 0:
+            self._stopped_because = f"every prefix ended after round {round_}"
+
+    def discovered(self) -> list[Discovery]:
+        found = []
+        for rows, votes in self._levels:
+            complete = rows[:, -1] == EOS
+            for row, support in zip(rows[complete], votes[complete]):
+                found.append(
+                    Discovery(self.codec.decode_symbols(row), tuple(int(s) for s in row), support=int(support))
+                )
+        return found
+
+    def frequent_prefixes(self) -> list[str]:
+        """Trie leaves that are not complete items: frequent, unfinished prefixes."""
+        leaves = []
+        for depth, (rows, _) in enumerate(self._levels, start=1):
+            open_rows = rows[rows[:, -1] != EOS]
+            if depth < len(self._levels):
+                children = self._levels[depth][0][:, :depth]
+                open_rows = open_rows[~rows_in(open_rows, children)]
+            leaves.extend(self.codec.decode_symbols(row) for row in open_rows)
+        return leaves
+
+    def result(self) -> ProtocolResult:
+        return ProtocolResult(
+            protocol=self.name,
+            discoveries=self.discovered(),
+            frequent_prefixes=self.frequent_prefixes(),
+            trace=self.trace,
+            privacy=self.params.report(),
+            params={
+                "theta": self.params.theta,
+                "batch_size": self.params.batch_size,
+                "max_length": self.codec.max_length,
+                "max_rounds": self.params.max_rounds,
+                "unit_size": self.codec.unit_size,
+                "alphabet": self.codec.alphabet.name,
+            },
+            stopped_because=self._stopped_because or "not finished",
+        )

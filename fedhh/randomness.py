@@ -1,0 +1,169 @@
+"""Counter-based randomness keyed by (seed, purpose, round, global user id).
+
+Why not a ``numpy.random.Generator`` per shard: a shard's draws would then
+depend on which users share the shard and in what order, so the same seed
+would give a different run for 1 and 7 shards.  Here every draw is a pure
+function of its key, hashed with SplitMix64 (vectorised over user ids), so a
+user's randomness is the same whatever shard or transport carries it.
+
+``UserRandom`` (and ``OsRandom``, for real devices) exposes the two methods the client-side code needs
+(``random`` and ``integers``) with ``Generator``-compatible signatures, so a
+randomiser written against ``numpy.random.Generator`` runs unchanged on it
+as long as each call draws one value (or one fixed-size row) per user.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
+_MUL2 = np.uint64(0x94D049BB133111EB)
+_UNIT = 1.0 / float(1 << 53)
+
+
+def splitmix64(x: np.ndarray | np.uint64) -> np.ndarray:
+    """SplitMix64 finaliser: a bijective, well-mixed map of uint64 values."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(x, dtype=np.uint64) + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MUL1
+        z = (z ^ (z >> np.uint64(27))) * _MUL2
+        return z ^ (z >> np.uint64(31))
+
+
+def purpose_key(purpose: str) -> np.uint64:
+    """A stable 64-bit key for a purpose name (independent of PYTHONHASHSEED)."""
+    digest = hashlib.blake2b(purpose.encode("utf-8"), digest_size=8).digest()
+    return np.uint64(int.from_bytes(digest, "little"))
+
+
+def derive_key(seed: int, purpose: str, *parts: int) -> np.uint64:
+    """Combine a seed, a purpose and integer parts (round, group...) into one key."""
+    key = splitmix64(np.uint64(seed % (1 << 64)) ^ purpose_key(purpose))
+    for part in parts:
+        key = splitmix64(key ^ np.uint64(part % (1 << 64)))
+    return np.uint64(key)
+
+
+def uniform_from_bits(bits: np.ndarray) -> np.ndarray:
+    """Map uint64 hashes to floats uniform on [0, 1) using their top 53 bits."""
+    return (bits >> np.uint64(11)).astype(np.float64) * _UNIT
+
+
+class _PerUserDraws:
+    """``Generator``-compatible draws, one value (or one row) per user per call."""
+
+    def __init__(self, n_users: int) -> None:
+        self._n_users = n_users
+
+    @property
+    def n_users(self) -> int:
+        return self._n_users
+
+    def _bits(self, columns: int) -> np.ndarray:
+        """``(n_users, columns)`` fresh uint64 words."""
+        raise NotImplementedError
+
+    def _check_size(self, size: int | tuple[int, ...] | None) -> tuple[int, ...]:
+        if size is None:
+            size = self.n_users
+        shape = (int(size),) if isinstance(size, (int, np.integer)) else tuple(size)
+        if not shape or shape[0] != self.n_users or len(shape) > 2:
+            raise ValueError(
+                f"per-user randomness draws one value or one row per user: size must be "
+                f"({self.n_users},) or ({self.n_users}, k), got {shape}"
+            )
+        return shape
+
+    def random(self, size: int | tuple[int, ...] | None = None) -> np.ndarray:
+        """Uniform floats on [0, 1), one per user (or one row per user)."""
+        shape = self._check_size(size)
+        columns = shape[1] if len(shape) == 2 else 1
+        return uniform_from_bits(self._bits(columns)).reshape(shape)
+
+    def integers(
+        self,
+        low: int | np.ndarray,
+        high: int | np.ndarray | None = None,
+        size: int | tuple[int, ...] | None = None,
+    ) -> np.ndarray:
+        """Integers uniform on [low, high) (``Generator.integers`` semantics)."""
+        if high is None:
+            low, high = 0, low
+        low_arr = np.asarray(low, dtype=np.int64)
+        span = np.asarray(high, dtype=np.int64) - low_arr
+        if np.any(span <= 0):
+            raise ValueError("integers: high must be greater than low")
+        if np.any(span > (1 << 52)):
+            raise ValueError("integers: ranges above 2**52 are not supported")
+        draws = np.floor(self.random(size) * span).astype(np.int64)
+        return low_arr + draws
+
+
+class UserRandom(_PerUserDraws):
+    """Per-user random streams for a batch of users, keyed by global user id.
+
+    Each call returns draws for every user of the batch and advances an
+    internal call counter, so the j-th draw of a user is the same whichever
+    batch the user is in, provided client code makes the same calls.
+    """
+
+    def __init__(self, key: np.uint64, user_ids: np.ndarray) -> None:
+        ids = np.asarray(user_ids, dtype=np.uint64)
+        super().__init__(int(ids.shape[0]))
+        self._key = np.uint64(key)
+        self._ids = ids
+        self._counter = 0
+
+    def _bits(self, columns: int) -> np.ndarray:
+        words = np.empty((self.n_users, columns), dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            user_keys = splitmix64(self._ids ^ self._key)
+            for column in range(columns):
+                words[:, column] = splitmix64(user_keys + np.uint64(self._counter))
+                self._counter += 1
+        return words
+
+
+class OsRandom(_PerUserDraws):
+    """Per-user draws straight from the operating system's CSPRNG."""
+
+    def _bits(self, columns: int) -> np.ndarray:
+        raw = secrets.token_bytes(8 * self.n_users * columns)
+        return np.frombuffer(raw, dtype=np.uint64).reshape(self.n_users, columns).copy()
+
+
+class RandomnessSource(Protocol):
+    """Where client code gets its per-user randomness for one purpose and round."""
+
+    def for_users(self, purpose: str, round: int, user_ids: np.ndarray) -> UserRandom | OsRandom:
+        ...
+
+
+@dataclass(frozen=True)
+class KeyedRandomness:
+    """Simulation randomness: reproducible from the seed, independent of sharding."""
+
+    seed: int
+
+    def for_users(self, purpose: str, round: int, user_ids: np.ndarray) -> UserRandom:
+        return UserRandom(derive_key(self.seed, purpose, round), user_ids)
+
+    def generator(self, purpose: str, *parts: int) -> np.random.Generator:
+        """A server-side generator (sampling, hash seeds) for one purpose and round."""
+        return np.random.default_rng(int(derive_key(self.seed, purpose, *parts)))
+
+
+class SecureRandomness:
+    """Deployment randomness: a device draws from the operating system's CSPRNG.
+
+    Nothing about a device's report is then predictable from public seeds.
+    """
+
+    def for_users(self, purpose: str, round: int, user_ids: np.ndarray) -> OsRandom:
+        return OsRandom(int(np.asarray(user_ids).shape[0]))
