@@ -158,7 +158,8 @@ class Shard:
         This is the item's population frequency (times n) in the sense of
         TrieHH Algorithm 3: the expected vote count if every user voted.
         """
-        totals = np.diff(np.concatenate(([0], np.cumsum(self.item_counts))[self.item_offsets]))
+        cumulative = np.concatenate(([0], np.cumsum(self.item_counts)))
+        totals = np.diff(cumulative[self.item_offsets])
         owner = np.repeat(np.arange(self.n_users), np.diff(self.item_offsets))
         share = self.item_counts / np.where(totals > 0, totals, 1)[owner]
         return np.bincount(self.item_ids, weights=share, minlength=self.vocabulary.size)

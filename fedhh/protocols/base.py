@@ -115,6 +115,15 @@ class ServerProtocol(ABC):
     def trace(self) -> list[RoundRecord]:
         """Rounds absorbed so far."""
 
+    @property
+    @abstractmethod
+    def max_rounds(self) -> int:
+        """The most rounds this run can take (it may stop earlier)."""
+
+    def progress_note(self) -> str:
+        """A short status for progress bars and round logs."""
+        return ""
+
 
 class ClientFunction(Protocol):
     """The client side: answer a request for every user of a shard."""

@@ -144,6 +144,14 @@ class TrieHHServer(ServerProtocol):
         return list(self._trace)
 
     @property
+    def max_rounds(self) -> int:
+        return self.params.max_rounds
+
+    def progress_note(self) -> str:
+        sizes = [int(rows.shape[0]) for rows, _ in self._levels]
+        return f"trie per depth {sizes}, {len(self.discovered())} items complete"
+
+    @property
     def done(self) -> bool:
         return self._stopped_because is not None
 

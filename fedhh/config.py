@@ -1,0 +1,183 @@
+"""Experiment configuration: TOML files, ``--set`` overrides, strict validation.
+
+A config has four sections (``population``, ``protocol``, ``privacy``,
+``run``).  Every key has a declared type and allowed range; unknown sections
+or keys, wrong types and out-of-range values are refused with an error that
+names the key and what it accepts, before any work starts.  The same dotted
+keys (``population.users``) are used by ``--set`` on the command line and by
+Flower's run config, so a run is described identically under every driver.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Scalar = bool | int | float | str
+
+
+class ConfigError(ValueError):
+    """A malformed or out-of-range configuration value."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """The declared type, default and constraint of one config key."""
+
+    type: type
+    default: Scalar
+    help: str
+    choices: tuple[str, ...] | None = None
+    check: Callable[[Any], bool] | None = None
+    constraint: str = ""
+
+    def validate(self, name: str, value: Any) -> Scalar:
+        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
+            raise ConfigError(
+                f"{name}: expected {self.type.__name__}, got {type(value).__name__} {value!r}"
+            )
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"{name}: got {value!r}; allowed values: {list(self.choices)}")
+        if self.check is not None and not self.check(value):
+            raise ConfigError(f"{name}: got {value!r}; must be {self.constraint}")
+        return value
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+SCHEMA: dict[str, dict[str, Key]] = {
+    "population": {
+        "source": Key(str, "wordfreq", "where users' items come from", ("wordfreq", "zipf", "file")),
+        "users": Key(int, 1_000_000, "number of users n (wordfreq, zipf)", check=lambda v: v >= 1, constraint=">= 1"),
+        "language": Key(str, "en", "wordfreq language code"),
+        "vocabulary": Key(int, 100_000, "distinct candidate items (wordfreq: top words; zipf: random strings)", check=lambda v: v >= 1, constraint=">= 1"),
+        "words_per_user": Key(int, 1, "items drawn per user (local frequencies; > 1 uses Algorithm 3)", check=lambda v: v >= 1, constraint=">= 1"),
+        "zipf_exponent": Key(float, 1.1, "Zipf exponent s of the synthetic source", check=_positive, constraint="> 0"),
+        "item_length": Key(int, 8, "characters per synthetic item", check=lambda v: v >= 1, constraint=">= 1"),
+        "path": Key(str, "", "file source: .txt (one item per line, one user per line), .csv or .parquet (columns user, item)"),
+    },
+    "protocol": {
+        "name": Key(str, "triehh", "heavy-hitter protocol", ("triehh",)),
+        "max_length": Key(int, 10, "maximum item length in characters (bytes for the bytes alphabet)", check=lambda v: v >= 1, constraint=">= 1"),
+        "unit_size": Key(int, 1, "characters per symbol", check=lambda v: 1 <= v <= 4, constraint="in 1..4"),
+        "alphabet": Key(str, "lowercase", "public alphabet", ("lowercase", "ascii", "bytes")),
+        "overlong": Key(str, "drop", "items longer than max_length", ("error", "drop", "truncate")),
+        "unknown_chars": Key(str, "error", "items with characters outside the alphabet", ("error", "drop")),
+    },
+    "privacy": {
+        "epsilon": Key(float, 4.0, "target ε", check=_positive, constraint="a finite number > 0"),
+        "delta": Key(float, 1e-12, "target δ", check=lambda v: 0 < v < 1, constraint="in the open interval (0, 1)"),
+    },
+    "run": {
+        "seed": Key(int, 0, "seed of every random choice in the simulation", check=lambda v: v >= 0, constraint=">= 0"),
+        "driver": Key(str, "flower", "transport", ("flower", "fast")),
+        "backend": Key(str, "auto", "fast driver backend (auto: Ray when shards > 1 and n >= 200,000)", ("auto", "inprocess", "ray")),
+        "shards": Key(int, 8, "shards of users (Flower SuperNodes or Ray actors)", check=lambda v: v >= 1, constraint=">= 1"),
+        "top_k": Key(int, 100, "K of the true top-K used by precision, F1 and NCR", check=lambda v: v >= 1, constraint=">= 1"),
+    },
+}
+
+
+@dataclass(frozen=True)
+class FedhhConfig:
+    """A validated configuration (every key present, every value checked)."""
+
+    sections: dict[str, dict[str, Scalar]]
+
+    def __getitem__(self, section: str) -> dict[str, Scalar]:
+        return self.sections[section]
+
+    def get(self, dotted: str) -> Scalar:
+        section, key = _split(dotted)
+        return self.sections[section][key]
+
+    def to_dict(self) -> dict[str, dict[str, Scalar]]:
+        return copy.deepcopy(self.sections)
+
+    def to_flat(self) -> dict[str, Scalar]:
+        return {f"{s}.{k}": v for s, keys in self.sections.items() for k, v in keys.items()}
+
+    def with_overrides(self, overrides: Mapping[str, Scalar]) -> "FedhhConfig":
+        merged = self.to_dict()
+        for dotted, value in overrides.items():
+            section, key = _split(dotted)
+            merged[section][key] = value
+        return build_config(merged)
+
+
+def _split(dotted: str) -> tuple[str, str]:
+    section, _, key = dotted.partition(".")
+    if section not in SCHEMA:
+        raise ConfigError(f"{dotted}: unknown section {section!r}; allowed sections: {list(SCHEMA)}")
+    if key not in SCHEMA[section]:
+        raise ConfigError(
+            f"{dotted}: unknown key {key!r} in [{section}]; allowed keys: {list(SCHEMA[section])}"
+        )
+    return section, key
+
+
+def build_config(raw: Mapping[str, Any]) -> FedhhConfig:
+    """Validate a nested mapping (missing keys take their defaults)."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"config must be a table of sections, got {type(raw).__name__}")
+    sections = {s: {k: key.default for k, key in keys.items()} for s, keys in SCHEMA.items()}
+    for section, values in raw.items():
+        if section not in SCHEMA:
+            raise ConfigError(f"unknown section [{section}]; allowed sections: {list(SCHEMA)}")
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"[{section}] must be a table of keys, got {values!r}")
+        for key, value in values.items():
+            _split(f"{section}.{key}")
+            sections[section][key] = SCHEMA[section][key].validate(f"{section}.{key}", value)
+    if sections["population"]["source"] == "file" and not sections["population"]["path"]:
+        raise ConfigError("population.path: required when population.source = \"file\"")
+    return FedhhConfig(sections)
+
+
+def parse_override(text: str) -> tuple[str, Scalar]:
+    """Parse ``section.key=value``; the value is read as TOML, else as a string."""
+    dotted, sep, value_text = text.partition("=")
+    if not sep:
+        raise ConfigError(f"--set {text!r}: expected section.key=value")
+    dotted = dotted.strip()
+    _split(dotted)
+    try:
+        value = tomllib.loads(f"value = {value_text.strip()}")["value"]
+    except tomllib.TOMLDecodeError:
+        value = value_text.strip()
+    return dotted, value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> FedhhConfig:
+    """Read a TOML config (or the defaults) and apply ``section.key=value`` overrides."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(path)!r} does not exist") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {error}") from None
+    config = build_config(raw)
+    parsed = dict(parse_override(text) for text in overrides or [])
+    return config.with_overrides(parsed) if parsed else config
+
+
+def config_from_flat(flat: Mapping[str, Any]) -> FedhhConfig:
+    """Build from dotted keys (Flower's run config); keys of other apps are ignored."""
+    nested: dict[str, dict[str, Any]] = {}
+    for dotted, value in flat.items():
+        section, _, key = dotted.partition(".")
+        if section in SCHEMA:
+            _split(dotted)
+            nested.setdefault(section, {})[key] = value
+    return build_config(nested)

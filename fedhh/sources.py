@@ -1,0 +1,289 @@
+"""Where a population's items come from: wordfreq, synthetic Zipf, or a file.
+
+Sampled sources (wordfreq, Zipf) never materialise the whole population to
+build one shard: user ``u``'s ``j``-th item is drawn by inverse CDF from a
+uniform keyed by (seed, u, j), so a shard builds only its own users, and any
+shard count yields the same users.  File sources are read once per process
+and sliced.
+"""
+
+from __future__ import annotations
+
+import functools
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .items import ALPHABETS, ItemCodec, ItemError
+from .population import Shard, Vocabulary, shard_bounds
+from .randomness import UserRandom, derive_key
+
+POPULATION_PURPOSE = "population.items"
+ZIPF_STRINGS_PURPOSE = "population.zipf_strings"
+
+
+class PopulationSource(ABC):
+    """A population of ``n_users`` users over a fixed, encoded vocabulary."""
+
+    n_users: int
+    vocabulary: Vocabulary
+
+    @abstractmethod
+    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
+        """The users of one shard, with their items."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """What this population is, for the result file."""
+
+    def build_all(self) -> Shard:
+        return self.build_shard(0, 1)
+
+
+class SampledSource(PopulationSource):
+    """Users draw ``words_per_user`` items i.i.d. from a distribution over candidates."""
+
+    def __init__(
+        self,
+        candidates: list[str],
+        probabilities: np.ndarray,
+        n_users: int,
+        words_per_user: int,
+        codec: ItemCodec,
+        seed: int,
+    ) -> None:
+        self.n_users = n_users
+        self.words_per_user = words_per_user
+        self.seed = seed
+        self.vocabulary, self._candidate_item = Vocabulary.encode(candidates, codec)
+        cdf = np.cumsum(probabilities, dtype=np.float64)
+        self._cdf = cdf / cdf[-1]
+
+    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
+        start, stop = shard_bounds(self.n_users, shard_index, num_shards)
+        draws = UserRandom(derive_key(self.seed, POPULATION_PURPOSE), np.arange(start, stop))
+        picks = []
+        for _ in range(self.words_per_user):
+            candidate = np.searchsorted(self._cdf, draws.random(), side="right")
+            picks.append(self._candidate_item[np.minimum(candidate, self._cdf.size - 1)])
+        if self.words_per_user == 1:
+            return Shard.single_item(self.vocabulary, start, picks[0])
+        local_users = np.tile(np.arange(stop - start), self.words_per_user)
+        return Shard.from_pairs(self.vocabulary, start, stop - start, local_users, np.concatenate(picks))
+
+    def _base_description(self) -> dict[str, Any]:
+        return {
+            "users": self.n_users,
+            "words_per_user": self.words_per_user,
+            "vocabulary": self.vocabulary.size,
+            "encoding": self.vocabulary.encoding.to_dict(),
+        }
+
+
+class WordfreqSource(SampledSource):
+    """Real word frequencies from the ``wordfreq`` package (bundled, no download).
+
+    The candidates are the ``vocabulary_size`` most frequent words made only
+    of the alphabet's characters (wordfreq lists also contain numbers,
+    punctuation and other scripts, which a lowercase alphabet cannot carry).
+    """
+
+    def __init__(
+        self,
+        n_users: int,
+        language: str,
+        vocabulary_size: int,
+        words_per_user: int,
+        codec: ItemCodec,
+        seed: int,
+    ) -> None:
+        words, frequencies = wordfreq_candidates(language, vocabulary_size, codec.alphabet.name)
+        self.language = language
+        super().__init__(words, frequencies, n_users, words_per_user, codec, seed)
+
+    def describe(self) -> dict[str, Any]:
+        return {"source": "wordfreq", "language": self.language, **self._base_description()}
+
+
+@functools.lru_cache(maxsize=4)
+def wordfreq_candidates(language: str, size: int, alphabet: str) -> tuple[list[str], np.ndarray]:
+    import wordfreq
+
+    if language not in wordfreq.available_languages():
+        raise ValueError(
+            f"population.language: {language!r} is not in wordfreq; "
+            f"allowed: {sorted(wordfreq.available_languages())}"
+        )
+    allowed = ALPHABETS[alphabet]
+    table = allowed.index_table()
+    frequencies = wordfreq.get_frequency_dict(language)
+    ranked = sorted(frequencies.items(), key=lambda pair: (-pair[1], pair[0]))
+    words: list[str] = []
+    weights: list[float] = []
+    for word, frequency in ranked:
+        raw = word.encode("utf-8")
+        if allowed.byte_level or (raw.isascii() and table[np.frombuffer(raw, np.uint8)].all()):
+            words.append(word)
+            weights.append(frequency)
+            if len(words) == size:
+                break
+    return words, np.asarray(weights)
+
+
+class ZipfSource(SampledSource):
+    """Random strings with Zipf(s) popularity: ``P(rank r) ∝ r^-s``."""
+
+    def __init__(
+        self,
+        n_users: int,
+        vocabulary_size: int,
+        exponent: float,
+        item_length: int,
+        words_per_user: int,
+        codec: ItemCodec,
+        seed: int,
+    ) -> None:
+        self.exponent = exponent
+        self.item_length = item_length
+        strings = random_strings(vocabulary_size, item_length, codec, seed)
+        weights = np.arange(1, vocabulary_size + 1, dtype=np.float64) ** -exponent
+        super().__init__(strings, weights, n_users, words_per_user, codec, seed)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "source": "zipf",
+            "exponent": self.exponent,
+            "item_length": self.item_length,
+            **self._base_description(),
+        }
+
+
+def random_strings(count: int, length: int, codec: ItemCodec, seed: int) -> list[str]:
+    """``count`` distinct random strings of ``length`` characters of the alphabet.
+
+    Only characters that stand alone in the alphabet are used (printable
+    ASCII for the byte alphabet), so every string decodes to itself.
+    """
+    alphabet = codec.alphabet.characters if not codec.alphabet.byte_level else ALPHABETS["ascii"].characters
+    if len(alphabet) ** length < 2 * count:
+        raise ValueError(
+            f"population.item_length: {length} characters of a {len(alphabet)}-letter alphabet "
+            f"give too few distinct strings for population.vocabulary = {count}"
+        )
+    symbols = np.frombuffer(alphabet, dtype=np.uint8)
+    generator = np.random.default_rng(int(derive_key(seed, ZIPF_STRINGS_PURPOSE)))
+    found: dict[bytes, None] = {}
+    while len(found) < count:
+        batch = symbols[generator.integers(0, symbols.size, size=(count, length))]
+        found.update(dict.fromkeys(row.tobytes() for row in batch))
+    return [item.decode("ascii") for item in list(found)[:count]]
+
+
+class FileSource(PopulationSource):
+    """Users and items read from a file.
+
+    * ``.txt``: one user per line, the line is the user's item;
+    * ``.csv`` / ``.parquet``: columns ``user`` and ``item``, one row per
+      occurrence (repeated rows become local counts).
+    """
+
+    def __init__(self, path: str, codec: ItemCodec) -> None:
+        self.path = path
+        users, items = read_user_items(path)
+        if not items:
+            raise ValueError(f"population.path: {path!r} has no items")
+        user_index, self.n_users = factorize([str(user) for user in users])
+        item_index, _ = factorize(items)
+        distinct = list(dict.fromkeys(items))
+        try:
+            self.vocabulary, candidate_item = Vocabulary.encode(distinct, codec)
+        except ItemError as error:
+            raise ItemError(f"population.path {path!r}: {error}") from None
+        self._all = Shard.from_pairs(
+            self.vocabulary, 0, self.n_users, user_index, candidate_item[item_index]
+        )
+
+    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
+        return self._all.slice(*shard_bounds(self.n_users, shard_index, num_shards))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "source": "file",
+            "path": self.path,
+            "users": self.n_users,
+            "vocabulary": self.vocabulary.size,
+            "encoding": self.vocabulary.encoding.to_dict(),
+        }
+
+
+def factorize(values: list[str]) -> tuple[np.ndarray, int]:
+    """Codes ``0..k-1`` in order of first appearance, and ``k``."""
+    distinct, first, inverse = np.unique(np.asarray(values, dtype=object), return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return rank[inverse.ravel()], int(distinct.size)
+
+
+def read_user_items(path: str) -> tuple[list[Any], list[str]]:
+    """(user, item) occurrences from a text, CSV or Parquet file."""
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"population.path: {path!r} is not a file")
+    suffix = file.suffix.lower()
+    if suffix in (".txt", ".text", ""):
+        try:
+            lines = file.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as error:
+            line = file.read_bytes()[: error.start].count(b"\n") + 1
+            raise ItemError(f"population.path {path!r}: line {line} is not valid UTF-8") from None
+        for number, line in enumerate(lines, start=1):
+            if line == "":
+                raise ItemError(f"population.path {path!r}: line {number} is empty (one item per line)")
+        return list(range(len(lines))), lines
+    if suffix in (".csv", ".parquet", ".pq"):
+        import pyarrow.csv
+        import pyarrow.parquet
+
+        try:
+            table = pyarrow.csv.read_csv(file) if suffix == ".csv" else pyarrow.parquet.read_table(file)
+        except Exception as error:  # pyarrow raises many types for malformed files
+            raise ValueError(f"population.path {path!r}: cannot read ({error})") from None
+        missing = {"user", "item"} - set(table.column_names)
+        if missing:
+            raise ValueError(
+                f"population.path {path!r}: missing column(s) {sorted(missing)}; "
+                f"needs columns 'user' and 'item', has {table.column_names}"
+            )
+        items = table.column("item").to_pylist()
+        for row, item in enumerate(items):
+            if not isinstance(item, str) or item == "":
+                raise ItemError(f"population.path {path!r}: row {row + 1} has an empty or non-text item")
+        return table.column("user").to_pylist(), items
+    raise ValueError(
+        f"population.path: unsupported file type {suffix!r}; allowed: .txt, .csv, .parquet"
+    )
+
+
+def make_source(population: dict[str, Any], codec: ItemCodec, seed: int) -> PopulationSource:
+    """The population a config's ``[population]`` section describes."""
+    source = population["source"]
+    if source == "wordfreq":
+        return WordfreqSource(
+            population["users"], population["language"], population["vocabulary"],
+            population["words_per_user"], codec, seed,
+        )
+    if source == "zipf":
+        return ZipfSource(
+            population["users"], population["vocabulary"], population["zipf_exponent"],
+            population["item_length"], population["words_per_user"], codec, seed,
+        )
+    if source == "file":
+        return _cached_file_source(population["path"], codec)
+    raise ValueError(f"population.source: got {source!r}; allowed: ['wordfreq', 'zipf', 'file']")
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_file_source(path: str, codec: ItemCodec) -> FileSource:
+    return FileSource(path, codec)
