@@ -280,10 +280,13 @@ def make_source(population: dict[str, Any], codec: ItemCodec, seed: int) -> Popu
             population["item_length"], population["words_per_user"], codec, seed,
         )
     if source == "file":
-        return _cached_file_source(population["path"], codec)
+        path = Path(population["path"])
+        stamp = path.stat().st_mtime_ns if path.is_file() else -1
+        return _cached_file_source(str(path), stamp, codec)
     raise ValueError(f"population.source: got {source!r}; allowed: ['wordfreq', 'zipf', 'file']")
 
 
 @functools.lru_cache(maxsize=2)
-def _cached_file_source(path: str, codec: ItemCodec) -> FileSource:
+def _cached_file_source(path: str, modified_ns: int, codec: ItemCodec) -> FileSource:
+    """One read per process and file version (shards of one run share it)."""
     return FileSource(path, codec)

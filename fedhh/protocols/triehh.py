@@ -176,9 +176,12 @@ class TrieHHServer(ServerProtocol):
     def absorb(self, response: Response) -> None:
         if not isinstance(response, TrieHHResponse):
             raise TypeError(f"TrieHH expects a TrieHHResponse, got {type(response).__name__}")
-        if self._pending is None or response.round != self._pending.round:
-            expected = None if self._pending is None else self._pending.round
-            raise ValueError(f"response for round {response.round}, but round {expected} is pending")
+        if self._pending is None:
+            raise ValueError(f"response for round {response.round}, but no request is pending")
+        if response.round != self._pending.round:
+            raise ValueError(
+                f"response for round {response.round}, but round {self._pending.round} is pending"
+            )
         round_ = response.round
         accepted = response.votes >= self.params.theta
         rows, votes = response.prefixes[accepted], response.votes[accepted]

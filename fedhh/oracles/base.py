@@ -1,0 +1,227 @@
+"""The frequency-oracle contract shared by every LDP mechanism and sketch.
+
+A frequency oracle is split the way a deployment splits it:
+
+* client: ``randomize(values, rng) -> reports`` privatises a whole shard of
+  users at once (one report row per user, compact numpy arrays);
+* shard or server: ``aggregate(reports) -> statistics``; statistics are
+  additive (``+``), so a population's statistics are the sum of its shards';
+* federated decoding: ``support(statistics, candidates) -> Support``, the
+  per-candidate support counts, also additive, so a shard can send these
+  instead of its reports; ``estimate_support(support)`` turns the summed
+  support into unbiased counts.  ``estimate`` chains the two.
+
+Values are integer keys in ``[0, domain)`` (see :mod:`fedhh.oracles.keys` for
+items of any length); ``domain`` may be as large as ``2**64``, in which case
+only candidate-set queries make sense.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+import numpy as np
+
+from .histogram import Histogram
+from .sampling import RandomSource
+
+MAX_DOMAIN = 1 << 64
+MAX_EPSILON = 50.0
+
+ReportsT = TypeVar("ReportsT")
+StatisticsT = TypeVar("StatisticsT")
+
+
+def check_epsilon(epsilon: Any) -> float:
+    """A privacy budget in ``(0, MAX_EPSILON]`` (beyond that ``e^ε`` overflows the mechanisms)."""
+    allowed = f"a number in (0, {MAX_EPSILON}]"
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.integer, np.floating)):
+        raise ValueError(f"epsilon must be {allowed}, got {epsilon!r}")
+    value = float(epsilon)
+    if not (math.isfinite(value) and 0 < value <= MAX_EPSILON):
+        raise ValueError(f"epsilon must be {allowed}, got {epsilon!r}")
+    return value
+
+
+def check_domain(domain: Any, maximum: int = MAX_DOMAIN, field: str = "domain") -> int:
+    """An integer domain size in ``[2, maximum]``."""
+    if isinstance(domain, bool) or not isinstance(domain, (int, np.integer)):
+        raise ValueError(f"{field} must be an integer in [2, {maximum}], got {domain!r}")
+    value = int(domain)
+    if not 2 <= value <= maximum:
+        raise ValueError(f"{field} must be an integer in [2, {maximum}], got {value}")
+    return value
+
+
+def check_positive_int(value: Any, field: str, minimum: int = 1, maximum: int | None = None) -> int:
+    """An integer option such as a number of hash functions or sketch rows."""
+    upper = "" if maximum is None else f", {maximum}"
+    allowed = f"[{minimum}{upper}]" if maximum is not None else f">= {minimum}"
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{field} must be an integer {allowed}, got {value!r}")
+    number = int(value)
+    if number < minimum or (maximum is not None and number > maximum):
+        raise ValueError(f"{field} must be an integer {allowed}, got {number}")
+    return number
+
+
+def check_values(values: Any, domain: int, field: str = "values") -> np.ndarray:
+    """A 1-D array of integer values in ``[0, domain)`` as uint64."""
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise ValueError(f"{field} must be a 1-D array of integers in [0, {domain}), got shape {array.shape}")
+    if array.size == 0:
+        return np.zeros(0, dtype=np.uint64)
+    if not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"{field} must be integers in [0, {domain}), got dtype {array.dtype}")
+    if np.issubdtype(array.dtype, np.signedinteger) and int(array.min()) < 0:
+        raise ValueError(f"{field} must be in [0, {domain}), got {int(array.min())}")
+    array = array.astype(np.uint64)
+    if domain < MAX_DOMAIN and int(array.max()) >= domain:
+        raise ValueError(f"{field} must be in [0, {domain}), got {int(array.max())}")
+    return array
+
+
+def check_lengths(owner: str, **arrays: np.ndarray) -> int:
+    """Report arrays of one report set must describe the same number of users."""
+    lengths = {name: int(np.shape(array)[0]) for name, array in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        described = ", ".join(f"{name}={length}" for name, length in lengths.items())
+        raise ValueError(f"{owner}: report arrays must have one row per user, got lengths {described}")
+    return next(iter(lengths.values()))
+
+
+def check_kind(owner: str, obj: object, expected: type, field: str) -> None:
+    if not isinstance(obj, expected):
+        raise ValueError(f"{owner}: {field} must be {expected.__name__}, got {type(obj).__name__}")
+
+
+@dataclass(frozen=True)
+class Support:
+    """Per-candidate support counts and the number of users they came from.
+
+    ``counts`` has the candidates on its last axis (sketches add a row axis in
+    front, with one ``n_users`` per row).  Additive across shards for the same
+    candidate list.
+    """
+
+    counts: np.ndarray
+    n_users: np.ndarray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "counts", np.asarray(self.counts, dtype=np.int64))
+        object.__setattr__(self, "n_users", np.asarray(self.n_users, dtype=np.int64))
+
+    def __add__(self, other: Support) -> Support:
+        if not isinstance(other, Support):
+            return NotImplemented
+        if other.counts.shape != self.counts.shape or other.n_users.shape != self.n_users.shape:
+            raise ValueError(
+                f"Support: cannot add supports of shapes {self.counts.shape} and {other.counts.shape}; "
+                "shards must answer the same candidate list"
+            )
+        return Support(self.counts + other.counts, self.n_users + other.n_users)
+
+
+@dataclass(frozen=True)
+class LinearVariance:
+    """``Var(estimate of v) = zero_count + per_count * count(v)``, in squared counts.
+
+    Every oracle's variance has this form for a fixed population size; the
+    post-processing methods that weigh values by their noise (MLE-Apx,
+    Base-Cut, Power) take it as their noise model.
+    """
+
+    zero_count: float
+    per_count: float
+
+    def variance(self, counts: np.ndarray) -> np.ndarray:
+        return self.zero_count + self.per_count * np.asarray(counts, dtype=np.float64)
+
+
+class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
+    """An ε-LDP frequency oracle over the integer domain ``[0, domain)``."""
+
+    name: ClassVar[str]
+    max_domain: ClassVar[int] = MAX_DOMAIN
+
+    def __init__(self, epsilon: float, domain: int) -> None:
+        self.epsilon = check_epsilon(epsilon)
+        self.domain = check_domain(domain, self.max_domain)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(epsilon={self.epsilon}, domain={self.domain})"
+
+    # client side -----------------------------------------------------------
+    @abstractmethod
+    def randomize(self, values: np.ndarray, rng: RandomSource) -> ReportsT:
+        """Privatise one value per user; every call on ``rng`` draws one value or row per user."""
+
+    def randomize_aggregate(self, values: np.ndarray, rng: RandomSource) -> StatisticsT:
+        """A shard's statistics straight from its users' values (same distribution as
+        ``aggregate(randomize(values, rng))``; oracles override it when they can skip
+        the per-user reports)."""
+        return self.aggregate(self.randomize(values, rng))
+
+    # server side -----------------------------------------------------------
+    @abstractmethod
+    def aggregate(self, reports: ReportsT) -> StatisticsT:
+        """Additive sufficient statistics of a set of reports."""
+
+    @abstractmethod
+    def support(self, statistics: StatisticsT, candidates: np.ndarray) -> Support:
+        """Support counts of each candidate; additive across shards."""
+
+    @abstractmethod
+    def estimate_support(self, support: Support) -> np.ndarray:
+        """Unbiased count estimates from (summed) support counts."""
+
+    def estimate(self, statistics: StatisticsT, candidates: np.ndarray) -> np.ndarray:
+        """Unbiased count estimate of each candidate value."""
+        return self.estimate_support(self.support(statistics, candidates))
+
+    # accuracy --------------------------------------------------------------
+    @abstractmethod
+    def per_user_variance(self) -> tuple[float, float]:
+        """Variance contributed to one value's count estimate by one user whose
+        value differs from it, and by one user holding it."""
+
+    def variance(self, candidates: np.ndarray, truth: Histogram) -> np.ndarray:
+        """Variance of each candidate's estimate when the population is ``truth``."""
+        candidates = check_values(candidates, self.domain, "candidates")
+        other, same = self.per_user_variance()
+        counts = truth.lookup(candidates).astype(np.float64)
+        return (truth.total - counts) * other + counts * same
+
+    def linear_variance(self, n_users: int) -> LinearVariance:
+        """The noise model ``Var = zero_count + per_count * count`` for ``n_users`` users."""
+        other, same = self.per_user_variance()
+        return LinearVariance(n_users * other, same - other)
+
+    @abstractmethod
+    def report_probabilities(self, value: int, reports: ReportsT) -> np.ndarray:
+        """Exact probability of each report given the user's value (for privacy audits)."""
+
+    # helpers ---------------------------------------------------------------
+    def _values(self, values: Any, field: str = "values") -> np.ndarray:
+        return check_values(values, self.domain, field)
+
+
+class PureOracle(FrequencyOracle[ReportsT, StatisticsT]):
+    """A pure protocol: a report supports the true value with probability ``p`` and
+    any other value with probability ``q`` (averaged over public randomness), so
+    ``(C(v) - n q) / (p - q)`` is unbiased with variance
+    ``n q (1 - q) / (p - q)^2 + c_v (1 - p - q) / (p - q)``."""
+
+    p: float
+    q: float
+
+    def estimate_support(self, support: Support) -> np.ndarray:
+        return (support.counts - support.n_users * self.q) / (self.p - self.q)
+
+    def per_user_variance(self) -> tuple[float, float]:
+        gap = (self.p - self.q) ** 2
+        return self.q * (1 - self.q) / gap, self.p * (1 - self.p) / gap

@@ -1,0 +1,64 @@
+"""The Walsh-Hadamard matrix ``H[j, x] = (-1) ** popcount(j & x)`` and its fast transform.
+
+Both Hadamard oracles decode by summing ``H[j, x]`` over reports: one entry
+at a time when the domain is too large to materialise (``hadamard_signs``),
+or all at once with the fast transform when it fits (``fwht``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_PAIR_BLOCK = 1 << 20
+
+
+def hadamard_signs(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """``H[rows, columns]`` as int8 (broadcasting), without forming the matrix."""
+    parity = np.bitwise_count(np.bitwise_and(rows, columns, dtype=np.uint64)) & 1
+    return (1 - 2 * parity.astype(np.int8)).astype(np.int8)
+
+
+def fwht(values: np.ndarray) -> np.ndarray:
+    """Unnormalised fast Walsh-Hadamard transform along the last axis.
+
+    ``fwht(t)[..., x] = sum_j H[j, x] * t[..., j]``; the last axis must be a
+    power of two.  Integer input stays exact.
+    """
+    result = np.array(values, copy=True)
+    size = result.shape[-1]
+    if size & (size - 1):
+        raise ValueError(f"fwht: length must be a power of two, got {size}")
+    leading = result.shape[:-1]
+    half = 1
+    while half < size:
+        pairs = result.reshape(*leading, size // (2 * half), 2, half)
+        left = pairs[..., 0, :].copy()
+        pairs[..., 0, :] += pairs[..., 1, :]
+        pairs[..., 1, :] = left - pairs[..., 1, :]
+        half *= 2
+    return result
+
+
+def signed_sums(keys: np.ndarray, weights: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """``sum_i weights[i] * H[keys[i], c]`` for every column ``c``, in cache-sized blocks.
+
+    The sparse counterpart of ``fwht`` for index spaces too large to hold.
+    """
+    keys = np.asarray(keys, dtype=np.uint64)
+    weights = np.asarray(weights, dtype=np.int64)
+    columns = np.asarray(columns, dtype=np.uint64)
+    totals = np.zeros(columns.shape[0], dtype=np.int64)
+    if keys.size == 0 or columns.size == 0:
+        return totals
+    column_block = min(columns.shape[0], 4096)
+    key_block = max(1, _PAIR_BLOCK // column_block)
+    for first_column in range(0, columns.shape[0], column_block):
+        cols = columns[first_column : first_column + column_block]
+        block = np.zeros(cols.shape[0], dtype=np.int64)
+        for first_key in range(0, keys.shape[0], key_block):
+            part = slice(first_key, first_key + key_block)
+            signs = hadamard_signs(keys[part, None], cols[None, :]).astype(np.float64)
+            # float64 products of integers below 2**53 are exact, and BLAS is fast
+            block += np.rint(weights[part].astype(np.float64) @ signs).astype(np.int64)
+        totals[first_column : first_column + column_block] = block
+    return totals

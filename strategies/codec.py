@@ -1,0 +1,236 @@
+"""RecordDict <-> protocol message codec, generic over the core's frozen dataclasses.
+
+A request or response of the core is a frozen dataclass whose fields are
+numpy arrays or plain scalars.  On the wire it becomes one Flower
+``RecordDict`` with exactly two records:
+
+* ``"arrays"``: an ``ArrayRecord`` with one ``Array`` per array field;
+* ``"scalars"``: a ``ConfigRecord`` with one entry per scalar field, plus the
+  type tag under ``"@type"`` (not a Python identifier, so it cannot clash
+  with a field name).
+
+Decoding is strict because a reply comes from another process, possibly
+another machine: a record with the wrong names, the wrong message type,
+missing or extra fields, a scalar of the wrong type, an array of the wrong
+dtype or shape, or a negative count is refused with an error that names the
+field, before the server state machine sees it.  The field types come from
+the dataclass itself; what the dataclass cannot say (array dtype and shape,
+lower bounds) is declared once per message class as :class:`ArraySpec` and
+scalar minimums, next to the protocol's strategy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+ARRAYS_RECORD = "arrays"
+SCALARS_RECORD = "scalars"
+TYPE_KEY = "@type"
+SCALAR_TYPES: tuple[type, ...] = (bool, int, float, str)
+
+MessageT = TypeVar("MessageT")
+
+# A shape dimension: a literal length, a scalar field of the message with an
+# optional offset ("round", "round-1"), or a free symbol ("K") that must take
+# the same value in every array of the message that names it.
+_DIMENSION = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<sign>[+-])(?P<offset>\d+))?$")
+
+
+class MessageDecodeError(ValueError):
+    """A RecordDict that is not a well-formed encoding of the expected message."""
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """What an array field must look like on the wire.
+
+    ``shape`` entries are literal lengths, scalar-field expressions such as
+    ``"round-1"``, or free symbols such as ``"K"`` shared between fields.
+    ``minimum`` is the smallest allowed element (``None``: unbounded); ids,
+    symbols and counts are never negative.
+    """
+
+    dtype: str
+    shape: tuple[int | str, ...]
+    minimum: int | float | None = 0
+
+    def __post_init__(self) -> None:
+        np.dtype(self.dtype)  # refuse an unknown dtype name when the spec is declared
+        for dim in self.shape:
+            if isinstance(dim, str) and not _DIMENSION.match(dim):
+                raise ValueError(f"shape dimension {dim!r} is not NAME, NAME-k or NAME+k")
+
+
+class MessageCodec(Generic[MessageT]):
+    """Encode and strictly decode one message class."""
+
+    def __init__(
+        self,
+        message_type: type[MessageT],
+        arrays: Mapping[str, ArraySpec],
+        minimums: Mapping[str, int | float] | None = None,
+    ) -> None:
+        """``minimums`` bounds numeric scalars; an int scalar without one must be >= 0."""
+        if not (dataclasses.is_dataclass(message_type) and message_type.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+            raise TypeError(f"{message_type.__name__} is not a frozen dataclass")
+        self.message_type = message_type
+        self.tag = message_type.__name__
+        hints = typing.get_type_hints(message_type)
+        fields = [f.name for f in dataclasses.fields(message_type)]
+        array_fields = {name for name in fields if hints[name] is np.ndarray}
+        self.scalar_types: dict[str, type] = {}
+        for name in fields:
+            if name in array_fields:
+                continue
+            if hints[name] not in SCALAR_TYPES:
+                raise TypeError(
+                    f"{self.tag}.{name}: type {hints[name]!r} is neither np.ndarray nor one of "
+                    f"{[t.__name__ for t in SCALAR_TYPES]}"
+                )
+            self.scalar_types[name] = hints[name]
+        if set(arrays) != array_fields:
+            raise TypeError(
+                f"{self.tag}: array specs for {sorted(arrays)} but its array fields are "
+                f"{sorted(array_fields)}"
+            )
+        self.arrays = dict(arrays)
+        self.minimums: dict[str, int | float] = {
+            name: 0 for name, kind in self.scalar_types.items() if kind is int
+        }
+        for name, minimum in (minimums or {}).items():
+            if self.scalar_types.get(name) not in (int, float):
+                raise TypeError(f"{self.tag}: minimum given for {name!r}, which is not a numeric scalar")
+            self.minimums[name] = minimum
+        for name, spec in self.arrays.items():
+            for dim in spec.shape:
+                if isinstance(dim, str):
+                    ref = _DIMENSION.match(dim)
+                    assert ref is not None  # checked by ArraySpec
+                    if ref["offset"] is not None and self.scalar_types.get(ref["name"]) is not int:
+                        raise TypeError(
+                            f"{self.tag}.{name}: dimension {dim!r} offsets {ref['name']!r}, "
+                            "which is not an int field"
+                        )
+
+    # -- encoding -------------------------------------------------------------------
+
+    def encode(self, message: MessageT) -> RecordDict:
+        """The message as a RecordDict (validated, so a bad message never leaves)."""
+        if type(message) is not self.message_type:
+            raise TypeError(f"expected a {self.tag}, got {type(message).__name__}")
+        values = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}  # type: ignore[arg-type]
+        scalars = {name: _plain_scalar(values[name]) for name in self.scalar_types}
+        arrays = {name: np.asarray(values[name]) for name in self.arrays}
+        self._check(scalars, arrays, what="cannot encode")
+        config = ConfigRecord({TYPE_KEY: self.tag, **scalars})
+        array_record = ArrayRecord({name: Array(np.ascontiguousarray(a)) for name, a in arrays.items()})
+        return RecordDict({ARRAYS_RECORD: array_record, SCALARS_RECORD: config})
+
+    # -- decoding -------------------------------------------------------------------
+
+    def decode(self, content: RecordDict) -> MessageT:
+        """The message a RecordDict carries; :class:`MessageDecodeError` if malformed."""
+        names = set(content.keys())
+        if names != {ARRAYS_RECORD, SCALARS_RECORD}:
+            raise MessageDecodeError(
+                f"{self.tag}: expected records {sorted([ARRAYS_RECORD, SCALARS_RECORD])}, "
+                f"got {sorted(names)}"
+            )
+        config, array_record = content[SCALARS_RECORD], content[ARRAYS_RECORD]
+        if not isinstance(config, ConfigRecord) or not isinstance(array_record, ArrayRecord):
+            raise MessageDecodeError(
+                f"{self.tag}: record {SCALARS_RECORD!r} must be a ConfigRecord and "
+                f"{ARRAYS_RECORD!r} an ArrayRecord, got {type(config).__name__} and "
+                f"{type(array_record).__name__}"
+            )
+        tag = config.get(TYPE_KEY)
+        if tag != self.tag:
+            raise MessageDecodeError(f"expected a {self.tag} message, the record carries {tag!r}")
+        scalars = {key: value for key, value in config.items() if key != TYPE_KEY}
+        _check_names(self.tag, "scalar", set(scalars), set(self.scalar_types))
+        _check_names(self.tag, "array", set(array_record.keys()), set(self.arrays))
+        arrays = {name: _to_numpy(self.tag, name, array_record[name]) for name in self.arrays}
+        self._check(scalars, arrays, what="malformed")
+        return self.message_type(**scalars, **arrays)
+
+    # -- validation shared by both directions ---------------------------------------
+
+    def _check(self, scalars: dict[str, Any], arrays: dict[str, np.ndarray], what: str) -> None:
+        def fail(field: str, problem: str) -> MessageDecodeError:
+            return MessageDecodeError(f"{what} {self.tag}.{field}: {problem}")
+
+        for name, kind in self.scalar_types.items():
+            value = scalars[name]
+            if type(value) is not kind:
+                raise fail(name, f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+            if name in self.minimums and not value >= self.minimums[name]:
+                raise fail(name, f"must be >= {self.minimums[name]}, got {value!r}")
+        symbols: dict[str, tuple[int, str]] = {}
+        for name, spec in self.arrays.items():
+            array = arrays[name]
+            if array.dtype != np.dtype(spec.dtype):
+                raise fail(name, f"expected dtype {spec.dtype}, got {array.dtype}")
+            if array.ndim != len(spec.shape):
+                raise fail(name, f"expected {len(spec.shape)} dimension(s) {spec.shape}, got shape {array.shape}")
+            for axis, (dim, size) in enumerate(zip(spec.shape, array.shape)):
+                expected = self._dimension(dim, scalars, symbols, name, size)
+                if size != expected:
+                    raise fail(
+                        name,
+                        f"axis {axis} ({dim}) must have length {expected}, got shape {array.shape}"
+                        + _symbol_origin(dim, symbols),
+                    )
+            if spec.minimum is not None and array.size and array.min() < spec.minimum:
+                raise fail(name, f"values must be >= {spec.minimum}, found {array.min()}")
+
+    def _dimension(
+        self, dim: int | str, scalars: dict[str, Any], symbols: dict[str, tuple[int, str]], field: str, size: int
+    ) -> int:
+        if isinstance(dim, int):
+            return dim
+        ref = _DIMENSION.match(dim)
+        assert ref is not None
+        if ref["name"] in self.scalar_types:
+            offset = int(ref["offset"] or 0) * (-1 if ref["sign"] == "-" else 1)
+            return int(scalars[ref["name"]]) + offset
+        return symbols.setdefault(dim, (size, field))[0]
+
+
+def _symbol_origin(dim: int | str, symbols: dict[str, tuple[int, str]]) -> str:
+    if isinstance(dim, str) and dim in symbols:
+        size, field = symbols[dim]
+        return f" ({dim} = {size} from field {field!r})"
+    return ""
+
+
+def _check_names(tag: str, kind: str, got: set[str], expected: set[str]) -> None:
+    missing, extra = sorted(expected - got), sorted(got - expected)
+    if missing or extra:
+        raise MessageDecodeError(f"{tag}: {kind} fields missing {missing}, unexpected {extra}")
+
+
+def _to_numpy(tag: str, name: str, array: Array) -> np.ndarray:
+    """Deserialise one Array and check it matches its own declared dtype and shape."""
+    try:
+        value = array.numpy()  # np.load with allow_pickle=False: no object arrays
+    except (TypeError, ValueError, OSError, EOFError) as error:
+        raise MessageDecodeError(f"malformed {tag}.{name}: cannot read the array ({error})") from None
+    if str(value.dtype) != array.dtype or tuple(value.shape) != tuple(array.shape):
+        raise MessageDecodeError(
+            f"malformed {tag}.{name}: header says {array.dtype}{tuple(array.shape)}, "
+            f"data is {value.dtype}{value.shape}"
+        )
+    return value
+
+
+def _plain_scalar(value: Any) -> Any:
+    """numpy scalars (np.int64, np.float64, np.bool_) as the Python values they hold."""
+    return value.item() if isinstance(value, np.generic) else value

@@ -1,0 +1,108 @@
+"""Populations: sources, deterministic shards, local frequencies, file loaders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv
+import pyarrow.parquet
+import pytest
+
+from fedhh.items import ItemError
+from fedhh.population import shard_bounds
+from fedhh.sources import FileSource, WordfreqSource, ZipfSource
+
+from .helpers import lowercase_codec
+
+
+def test_shard_bounds_partition_the_users() -> None:
+    bounds = [shard_bounds(1003, s, 7) for s in range(7)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == 1003
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    with pytest.raises(ValueError, match="run.shards"):
+        shard_bounds(10, 0, 0)
+
+
+@pytest.mark.parametrize("words_per_user", [1, 4])
+def test_wordfreq_shards_equal_slices_of_the_whole(words_per_user: int) -> None:
+    source = WordfreqSource(5000, "en", 2000, words_per_user, lowercase_codec(10), seed=3)
+    whole = source.build_all()
+    for index in range(7):
+        shard = source.build_shard(index, 7)
+        expected = whole.slice(shard.first_user, shard.stop_user)
+        np.testing.assert_array_equal(shard.item_offsets, expected.item_offsets)
+        np.testing.assert_array_equal(shard.item_ids, expected.item_ids)
+        np.testing.assert_array_equal(shard.item_counts, expected.item_counts)
+    assert whole.item_counts.sum() <= 5000 * words_per_user
+
+
+def test_wordfreq_population_follows_the_real_frequency_list() -> None:
+    source = WordfreqSource(200_000, "en", 5000, 1, lowercase_codec(10), seed=1)
+    holders = source.build_all().holders()
+    top = [source.vocabulary.items[i] for i in np.argsort(-holders)[:3]]
+    assert top[0] == "the"
+    assert set(top) <= {"the", "to", "and", "of"}
+
+
+def test_zipf_source_has_zipf_counts() -> None:
+    source = ZipfSource(400_000, 1000, 1.1, 6, 1, lowercase_codec(10), seed=2)
+    holders = source.build_all().holders()
+    expected = 400_000 * np.arange(1, 1001) ** -1.1 / np.sum(np.arange(1, 1001) ** -1.1)
+    # rank 1 and rank 10 within 5 binomial standard deviations
+    for rank in (0, 9):
+        sd = np.sqrt(expected[rank])
+        assert abs(holders[rank] - expected[rank]) < 5 * sd
+    assert len(set(source.vocabulary.items)) == 1000
+
+
+def test_multiple_words_per_user_become_local_counts() -> None:
+    source = WordfreqSource(1000, "en", 10, 50, lowercase_codec(10), seed=4)
+    shard = source.build_all()
+    per_user = np.add.reduceat(shard.item_counts, shard.item_offsets[:-1])
+    assert np.all(per_user == 50)
+    assert shard.item_counts.max() > 1
+
+
+def test_text_file_one_user_per_line(tmp_path: Path) -> None:
+    path = tmp_path / "users.txt"
+    path.write_text("moon\nsun\nmoon\nstar\n", encoding="utf-8")
+    source = FileSource(str(path), lowercase_codec())
+    assert source.n_users == 4
+    shard = source.build_all()
+    assert [source.vocabulary.items[i] for i in shard.item_ids] == ["moon", "sun", "moon", "star"]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_table_files_with_user_and_item_columns(tmp_path: Path, suffix: str) -> None:
+    table = pa.table({"user": ["u1", "u2", "u1", "u1", "u3"], "item": ["moon", "sun", "moon", "star", "sun"]})
+    path = tmp_path / f"users{suffix}"
+    if suffix == ".csv":
+        pyarrow.csv.write_csv(table, path)
+    else:
+        pyarrow.parquet.write_table(table, path)
+    source = FileSource(str(path), lowercase_codec())
+    shard = source.build_all()
+    assert source.n_users == 3
+    first_user = {source.vocabulary.items[i]: int(c) for i, c in zip(shard.item_ids[:2], shard.item_counts[:2])}
+    assert first_user == {"moon": 2, "star": 1}
+
+
+def test_file_errors_name_the_problem(tmp_path: Path) -> None:
+    empty_line = tmp_path / "empty.txt"
+    empty_line.write_text("moon\n\nsun\n", encoding="utf-8")
+    with pytest.raises(ItemError, match="line 2 is empty"):
+        FileSource(str(empty_line), lowercase_codec())
+    bad_utf8 = tmp_path / "bad.txt"
+    bad_utf8.write_bytes(b"moon\nsu\xffn\n")
+    with pytest.raises(ItemError, match="line 2 is not valid UTF-8"):
+        FileSource(str(bad_utf8), lowercase_codec())
+    wrong_columns = tmp_path / "wrong.csv"
+    wrong_columns.write_text("who,what\na,b\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="needs columns 'user' and 'item'"):
+        FileSource(str(wrong_columns), lowercase_codec())
+    unsupported = tmp_path / "users.json"
+    unsupported.write_text("{}", encoding="utf-8")
+    with pytest.raises(ValueError, match="unsupported file type"):
+        FileSource(str(unsupported), lowercase_codec())
