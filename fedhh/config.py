@@ -80,7 +80,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "run": {
         "seed": Key(int, 0, "seed of every random choice in the simulation", check=lambda v: v >= 0, constraint=">= 0"),
         "driver": Key(str, "flower", "transport", ("flower", "fast")),
-        "backend": Key(str, "auto", "fast driver backend (auto: Ray when shards > 1 and n >= 200,000)", ("auto", "inprocess", "ray")),
+        "backend": Key(str, "auto", "fast driver backend (auto: Ray when RAY_ADDRESS names a cluster, else in-process)", ("auto", "inprocess", "ray")),
         "shards": Key(int, 8, "shards of users (Flower SuperNodes or Ray actors)", check=lambda v: v >= 1, constraint=">= 1"),
         "top_k": Key(int, 100, "K of the true top-K used by precision, F1 and NCR", check=lambda v: v >= 1, constraint=">= 1"),
     },

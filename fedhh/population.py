@@ -13,6 +13,7 @@ the same users with the same ids.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,6 +108,11 @@ class Shard:
     @property
     def n_users(self) -> int:
         return int(self.item_offsets.size - 1)
+
+    @functools.cached_property
+    def one_item_per_user(self) -> bool:
+        """Every user holds at most one item, once: no local-frequency draw is needed."""
+        return bool(np.all(np.diff(self.item_offsets) <= 1) and np.all(self.item_counts == 1))
 
     @property
     def stop_user(self) -> int:

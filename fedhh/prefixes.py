@@ -30,7 +30,10 @@ def rows_in(rows: np.ndarray, members: np.ndarray) -> np.ndarray:
         raise ValueError(f"prefix widths differ: {rows.shape[1]} vs {members.shape[1]}")
     if members.shape[0] == 0 or rows.shape[0] == 0:
         return np.zeros(rows.shape[0], dtype=bool)
-    return np.isin(row_keys(rows), row_keys(members))
+    sorted_members = np.sort(row_keys(members))
+    keys = row_keys(rows)
+    position = np.minimum(np.searchsorted(sorted_members, keys), sorted_members.size - 1)
+    return sorted_members[position] == keys
 
 
 def sum_histograms(parts: list[tuple[np.ndarray, np.ndarray]], width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -64,6 +67,11 @@ class PrefixIndex:
     @property
     def max_depth(self) -> int:
         return int(self._rows.shape[1])
+
+    def build_all(self) -> None:
+        """Build every depth now (placement time) rather than in the first rounds."""
+        for depth in range(1, self.max_depth + 1):
+            self.at(depth)
 
     def at(self, depth: int) -> tuple[np.ndarray, np.ndarray]:
         if not 1 <= depth <= self.max_depth:

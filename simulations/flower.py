@@ -9,8 +9,10 @@ point is ``flwr.simulation.run_simulation`` (deprecated in favour of
 gives the apps no run config, so the experiment's config is bound into
 them (``make_server_app`` / ``make_client_app``).
 
-Ray and Flower log a lot at INFO; they are kept at WARNING unless
-``verbose`` is set, while fedhh's own round lines stay visible.
+Ray and Flower log a lot (Flower also warns that ``run_simulation`` is
+deprecated); unless ``verbose`` is set only their errors are shown, while
+fedhh's own round lines stay visible.  Ray is shut down afterwards if this
+call started it, so a run leaves no Ray processes behind.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import contextlib
 import json
 import logging
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import ray
 from flwr.simulation import run_simulation
 
 from fedhh.config import FedhhConfig
@@ -71,7 +75,7 @@ def run_flower_simulation(
                 "configure_logging": verbose,
             },
         }
-        with _flower_logs(verbose):
+        with _quiet_unless(verbose), _own_ray():
             run_simulation(
                 server_app=make_server_app(run_config),
                 client_app=make_client_app(run_config),
@@ -87,15 +91,33 @@ def run_flower_simulation(
 
 
 @contextlib.contextmanager
-def _flower_logs(verbose: bool) -> Iterator[None]:
-    """Flower's logger at WARNING (unless verbose) while fedhh's round lines keep INFO."""
+def _quiet_unless(verbose: bool) -> Iterator[None]:
+    """Flower's logger at ERROR and Ray's start-up warnings off, unless verbose.
+
+    fedhh's logger (a child of Flower's) keeps INFO, so the round lines show.
+    """
+    if verbose:
+        yield
+        return
     flower = logging.getLogger("flwr")
     saved = flower.level, LOGGER.level
-    if not verbose:
-        flower.setLevel(logging.WARNING)
-        LOGGER.setLevel(logging.INFO)
+    flower.setLevel(logging.ERROR)
+    LOGGER.setLevel(logging.INFO)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"ray\.")
+            yield
     finally:
         flower.setLevel(saved[0])
         LOGGER.setLevel(saved[1])
+
+
+@contextlib.contextmanager
+def _own_ray() -> Iterator[None]:
+    """Shut Ray down afterwards if Flower's backend started it inside this call."""
+    started_here = not ray.is_initialized()
+    try:
+        yield
+    finally:
+        if started_here and ray.is_initialized():
+            ray.shutdown()

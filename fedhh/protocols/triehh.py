@@ -78,7 +78,7 @@ def choose_items(
     ends = shard.item_offsets[local_users + 1]
     holds = ends > starts
     users, starts, ends = local_users[holds], starts[holds], ends[holds]
-    if np.all(ends - starts == 1) and np.all(shard.item_counts[starts] == 1):
+    if shard.one_item_per_user:
         return users, shard.item_ids[starts]
     cumulative = np.concatenate(([0], np.cumsum(shard.item_counts)))
     total = cumulative[ends] - cumulative[starts]
@@ -89,31 +89,29 @@ def choose_items(
 
 
 def respond(request: TrieHHRequest, shard: Shard, randomness: RandomnessSource) -> TrieHHResponse:
-    """The votes of a shard's sampled users for depth-``round`` prefixes."""
+    """The votes of a shard's sampled users for depth-``round`` prefixes.
+
+    Work is proportional to the shard's sampled users, not to the vocabulary:
+    the chosen items are mapped to their prefixes through the vocabulary's
+    cached prefix index, and only the distinct voted prefixes are checked
+    against the trie.
+    """
     depth = request.round
     local = sampled_in_shard(request.sampled, shard)
-    voters, chosen = choose_items(shard, local, randomness, CHOICE_PURPOSE, depth)
-    vocabulary = shard.vocabulary
-    item_votes = np.bincount(chosen, minlength=vocabulary.size)
-
-    prefix_rows, item_to_prefix = vocabulary.prefixes.at(depth)
-    eligible = item_to_prefix >= 0
+    _, chosen = choose_items(shard, local, randomness, CHOICE_PURPOSE, depth)
+    prefix_rows, item_to_prefix = shard.vocabulary.prefixes.at(depth)
+    prefix_of_vote = item_to_prefix[chosen]
+    voted, votes = np.unique(prefix_of_vote[prefix_of_vote >= 0], return_counts=True)
+    rows = prefix_rows[voted]
     if depth > 1:
-        parent_rows, item_to_parent = vocabulary.prefixes.at(depth - 1)
-        parent_in_trie = rows_in(parent_rows, request.parents)
-        eligible &= parent_in_trie[np.maximum(item_to_parent, 0)] & (item_to_parent >= 0)
-    eligible &= item_votes > 0
-    prefix_votes = np.bincount(
-        item_to_prefix[eligible], weights=item_votes[eligible], minlength=prefix_rows.shape[0]
-    )
-    voted = np.flatnonzero(prefix_votes)
-    votes = np.rint(prefix_votes[voted]).astype(np.int64)
+        extends_trie = rows_in(rows[:, :-1], request.parents)
+        rows, votes = rows[extends_trie], votes[extends_trie]
     return TrieHHResponse(
         round=depth,
         sampled_users=int(local.size),
         responding_users=int(votes.sum()),
-        prefixes=prefix_rows[voted],
-        votes=votes,
+        prefixes=rows,
+        votes=votes.astype(np.int64),
     )
 
 

@@ -1,0 +1,191 @@
+"""Fast local hashing (FLH): OLH restricted to ``k'`` public hash functions.
+
+Client side is OLH except that the seed is one of ``k'`` public seeds (drawn
+uniformly, independently of the value, so privacy is unchanged).  The server
+then only needs, per function ``j`` and bucket ``y``, how many users reported
+``(j, y)``: a ``k' x g`` table that is additive across shards.  Supporting a
+candidate ``v`` is ``sum_j table[j, H_j(v)]``, so decoding costs ``O(k' |C|)``
+instead of OLH's ``O(n |C|)``, with the ``k' x |C|`` hash table of the
+candidates computed once and reused.
+
+Accuracy (derivation).  Given the ``k'`` functions, a user holding ``u != v``
+supports ``v`` with probability ``q_grr + (p - q_grr) kappa_uv`` where
+``kappa_uv`` is the fraction of functions under which ``u`` and ``v``
+collide; over a random choice of the functions ``kappa_uv ~ Binomial(k',
+1/g) / k'``.  The estimator ``(S - n/g) / (p - 1/g)`` is unbiased over that
+choice, and with ``(p - q_grr) / (p - 1/g) = g / (g - 1)`` its variance is
+
+    Var_OLH(v) + sum_{u != v} c_u (c_u - 1) / ((g - 1) k').
+
+The extra term is the price of few functions: it vanishes when no two users
+share a value and decays as ``1/k'``, which is why FLH approaches OLH as
+``k'`` grows and why heavy values hurt it on skewed data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedhh.randomness import derive_key, splitmix64
+
+from .base import PureOracle, Support, check_kind, check_lengths, check_positive_int
+from .hashing import MAX_RANGE, hash_keys, hash_mixed, mix_keys
+from .histogram import Histogram
+from .local_hashing import optimal_range
+from .sampling import RandomSource, check_rng_batch, uniform_other
+
+_TABLE_ENTRIES = 1 << 24  # hash-table entries evaluated per block
+_CACHED_ENTRIES = 1 << 27
+MAX_HASH_FUNCTIONS = 1 << 20
+
+
+@dataclass(frozen=True)
+class FastLocalHashReports:
+    """Per user: which public hash function, and the randomised bucket."""
+
+    functions: np.ndarray
+    buckets: np.ndarray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "functions", np.asarray(self.functions, dtype=np.uint32).ravel())
+        object.__setattr__(self, "buckets", np.asarray(self.buckets, dtype=np.uint32).ravel())
+        check_lengths("FastLocalHashReports", functions=self.functions, buckets=self.buckets)
+
+    def __len__(self) -> int:
+        return int(self.functions.shape[0])
+
+    def take(self, rows: np.ndarray) -> FastLocalHashReports:
+        return FastLocalHashReports(self.functions[rows], self.buckets[rows])
+
+
+@dataclass(frozen=True)
+class FastLocalHashStatistics:
+    """``table[j, y]``: reports that used function ``j`` and said bucket ``y``."""
+
+    table: np.ndarray
+    n_users: int
+
+    def __add__(self, other: FastLocalHashStatistics) -> FastLocalHashStatistics:
+        if not isinstance(other, FastLocalHashStatistics):
+            return NotImplemented
+        if other.table.shape != self.table.shape:
+            raise ValueError(
+                f"FastLocalHashStatistics: table shapes differ ({self.table.shape} vs {other.table.shape})"
+            )
+        return FastLocalHashStatistics(self.table + other.table, self.n_users + other.n_users)
+
+
+class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]):
+    """OLH over ``hash_functions`` public functions chosen by ``seed``."""
+
+    name = "flh"
+
+    def __init__(
+        self, epsilon: float, domain: int, hash_functions: int = 1000, seed: int = 0, g: int | None = None
+    ) -> None:
+        super().__init__(epsilon, domain)
+        self.hash_functions = check_positive_int(hash_functions, "hash_functions", 1, MAX_HASH_FUNCTIONS)
+        self.g = optimal_range(self.epsilon) if g is None else check_positive_int(g, "g", 2, MAX_RANGE)
+        self.seed = int(seed)
+        base = derive_key(self.seed, "fedhh.oracles.flh.functions")
+        with np.errstate(over="ignore"):
+            self.function_seeds = splitmix64(base + np.arange(self.hash_functions, dtype=np.uint64))
+        e = math.exp(self.epsilon)
+        self.keep_probability = e / (e + self.g - 1)
+        self.p = self.keep_probability
+        self.q = 1.0 / self.g
+        self._cached_table: tuple[bytes, np.ndarray] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(epsilon={self.epsilon}, domain={self.domain}, "
+            f"hash_functions={self.hash_functions}, g={self.g}, seed={self.seed})"
+        )
+
+    def randomize(self, values: np.ndarray, rng: RandomSource) -> FastLocalHashReports:
+        values = self._values(values)
+        n_users = values.shape[0]
+        check_rng_batch(rng, n_users)
+        functions = rng.integers(0, self.hash_functions, size=n_users)
+        hashed = hash_keys(self.function_seeds[functions], values, self.g)
+        keep = rng.random(n_users) < self.keep_probability
+        others = uniform_other(rng, hashed, self.g)
+        return FastLocalHashReports(functions, np.where(keep, hashed, others))
+
+    def aggregate(self, reports: FastLocalHashReports) -> FastLocalHashStatistics:
+        check_kind(self.name, reports, FastLocalHashReports, "reports")
+        if len(reports) and int(reports.functions.max()) >= self.hash_functions:
+            raise ValueError(
+                f"{self.name}: reports.functions must be in [0, {self.hash_functions}), "
+                f"got {int(reports.functions.max())}"
+            )
+        if len(reports) and int(reports.buckets.max()) >= self.g:
+            raise ValueError(f"{self.name}: reports.buckets must be in [0, {self.g}), got {int(reports.buckets.max())}")
+        cells = reports.functions.astype(np.int64) * self.g + reports.buckets
+        table = np.bincount(cells, minlength=self.hash_functions * self.g).reshape(self.hash_functions, self.g)
+        return FastLocalHashStatistics(table.astype(np.int64), len(reports))
+
+    def hash_table(self, candidates: np.ndarray) -> np.ndarray:
+        """``H_j(c)`` for every public function ``j`` and candidate ``c`` (``k' x |C|``).
+
+        The last table of at most ``2**27`` entries is kept, so estimating the
+        same candidates for many shards or rounds hashes them once.
+        """
+        candidates = self._values(candidates, "candidates")
+        fingerprint = hashlib.blake2b(candidates.tobytes(), digest_size=16).digest()
+        if self._cached_table is not None and self._cached_table[0] == fingerprint:
+            return self._cached_table[1]
+        table = np.empty((self.hash_functions, candidates.shape[0]), dtype=self._bucket_dtype())
+        mixed = mix_keys(candidates)
+        for part in self._candidate_blocks(candidates.shape[0]):
+            table[:, part] = hash_mixed(self.function_seeds[:, None], mixed[None, part], self.g)
+        if table.size <= _CACHED_ENTRIES:
+            self._cached_table = (fingerprint, table)
+        return table
+
+    def support(self, statistics: FastLocalHashStatistics, candidates: np.ndarray) -> Support:
+        check_kind(self.name, statistics, FastLocalHashStatistics, "statistics")
+        if statistics.table.shape != (self.hash_functions, self.g):
+            raise ValueError(
+                f"{self.name}: statistics.table must have shape {(self.hash_functions, self.g)}, "
+                f"got {statistics.table.shape}"
+            )
+        candidates = self._values(candidates, "candidates")
+        fits = self.hash_functions * candidates.shape[0] <= _CACHED_ENTRIES
+        table = self.hash_table(candidates) if fits else None
+        mixed = None if fits else mix_keys(candidates)
+        rows = np.arange(self.hash_functions, dtype=np.int64)[:, None] * self.g
+        flat = statistics.table.ravel()
+        counts = np.zeros(candidates.shape[0], dtype=np.int64)
+        for part in self._candidate_blocks(candidates.shape[0]):
+            if table is not None:
+                hashed = table[:, part]
+            else:
+                hashed = hash_mixed(self.function_seeds[:, None], mixed[None, part], self.g)
+            counts[part] = flat[rows + hashed].sum(axis=0)
+        return Support(counts, statistics.n_users)
+
+    def _candidate_blocks(self, n_candidates: int) -> list[slice]:
+        step = max(1, _TABLE_ENTRIES // self.hash_functions)
+        return [slice(first, first + step) for first in range(0, n_candidates, step)]
+
+    def _bucket_dtype(self) -> type:
+        return np.uint16 if self.g <= 1 << 16 else np.uint32
+
+    def variance(self, candidates: np.ndarray, truth: Histogram) -> np.ndarray:
+        """OLH's variance plus the hash-choice term (see the module docstring);
+        the expectation is over a random choice of the ``k'`` public functions."""
+        base = super().variance(candidates, truth)
+        counts = truth.lookup(self._values(candidates, "candidates")).astype(np.float64)
+        pair_mass = float(np.sum(truth.counts.astype(np.float64) * (truth.counts - 1)))
+        return base + (pair_mass - counts * (counts - 1)) / ((self.g - 1) * self.hash_functions)
+
+    def report_probabilities(self, value: int, reports: FastLocalHashReports) -> np.ndarray:
+        hashed = hash_keys(self.function_seeds[reports.functions.astype(np.intp)], np.uint64(value), self.g)
+        grr_other = (1 - self.keep_probability) / (self.g - 1)
+        chosen = np.where(hashed == reports.buckets, self.keep_probability, grr_other)
+        return chosen / self.hash_functions

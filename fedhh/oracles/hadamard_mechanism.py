@@ -1,0 +1,161 @@
+"""Hadamard mechanism with ``t`` sampled coefficients, HM(t) (Apple's HCMS core, TreeHist).
+
+``K`` is the smallest power of two ``>= d``.  A user holding ``v`` samples
+``t`` row indices ``j_1..j_t`` uniformly (with replacement, independently of
+``v``) and forms the ``t``-bit word of its coefficients ``H[j_k, v]``; the
+word goes through randomised response over its ``2^t`` values: kept with
+probability ``p = e^ε / (e^ε + 2^t - 1)``, else replaced by a uniform other
+word.  The indices are public randomness, so the ratio is exactly ``e^ε``.
+
+Decoding reads each sent coefficient on its own, which is what makes HM fast:
+the server sums the signs per index, ``T[j] = sum of reported signs at j``,
+and one Walsh-Hadamard transform gives every value's support at once,
+``D(x) = sum_j T[j] H[j, x]``.
+
+Estimator and variance (derivation).  Write ``s_k = +1`` when bit ``k``
+survived the word randomisation.  ``E[s_k] = mu = (e^ε - 1) / (e^ε + 2^t - 1)``
+and, for ``k != l``, ``E[s_k s_l] = rho = p - (1 - p) / (2^t - 1)`` (equal to
+``mu``).  A user holding ``x`` adds ``sum_k s_k`` to ``D(x)``; any other user
+adds ``sum_k s_k H[j_k, w]`` with ``w = u xor x != 0``.  The flips ``s`` do
+not depend on the indices, and ``E[H[j_k, w] H[j_l, w]] = E[H[j, w]]^2 = 0``
+for independent indices (a coincidence ``j_k = j_l``, probability ``1/K``,
+is exactly offset by the negative correlation of distinct rows), so these
+``t`` terms are uncorrelated, mean-zero ±1.  Hence ``c_hat(x) = D(x) / (t mu)``
+is unbiased and
+
+    Var c_hat(x) = [(n - c_x) t + c_x (t + t(t-1) rho - t^2 mu^2)] / (t mu)^2.
+
+For ``t = 1`` this is ``n ((e^ε + 1) / (e^ε - 1))^2 - c_x``, BLH's variance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import FrequencyOracle, Support, check_kind, check_lengths, check_positive_int, check_values
+from .histogram import Histogram
+from .sampling import RandomSource, check_rng_batch, uniform_below, uniform_other
+from .walsh_hadamard import fwht, hadamard_signs, signed_sums
+
+_DENSE_INDICES = 1 << 24
+MAX_COEFFICIENTS = 16
+
+
+@dataclass(frozen=True)
+class HadamardMechanismReports:
+    """Per user: ``t`` sampled row indices and the randomised ``t``-bit word (bit k = 1 means -1)."""
+
+    indices: np.ndarray
+    words: np.ndarray
+
+    def __post_init__(self) -> None:
+        indices = np.asarray(self.indices, dtype=np.uint64)
+        if indices.ndim != 2:
+            raise ValueError(f"HadamardMechanismReports: indices must be 2-D (users, t), got shape {indices.shape}")
+        object.__setattr__(self, "indices", indices)
+        object.__setattr__(self, "words", np.asarray(self.words, dtype=np.uint32).ravel())
+        check_lengths("HadamardMechanismReports", indices=self.indices, words=self.words)
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+    def take(self, rows: np.ndarray) -> HadamardMechanismReports:
+        return HadamardMechanismReports(self.indices[rows], self.words[rows])
+
+
+@dataclass(frozen=True)
+class HadamardMechanismStatistics:
+    """``coefficients``: the sum of reported signs per row index; ``n_users`` reports."""
+
+    coefficients: Histogram
+    n_users: int
+
+    def __add__(self, other: HadamardMechanismStatistics) -> HadamardMechanismStatistics:
+        if not isinstance(other, HadamardMechanismStatistics):
+            return NotImplemented
+        return HadamardMechanismStatistics(self.coefficients + other.coefficients, self.n_users + other.n_users)
+
+
+class HadamardMechanism(FrequencyOracle[HadamardMechanismReports, HadamardMechanismStatistics]):
+    """HM(t): ``coefficients`` sampled Hadamard coefficients per user."""
+
+    name = "hm"
+
+    def __init__(self, epsilon: float, domain: int, coefficients: int = 1) -> None:
+        super().__init__(epsilon, domain)
+        self.coefficients = check_positive_int(coefficients, "coefficients", 1, MAX_COEFFICIENTS)
+        self.rows = 1 << (self.domain - 1).bit_length()
+        e = math.exp(self.epsilon)
+        words = 1 << self.coefficients
+        self.keep_probability = e / (e + words - 1)
+        self.bias = (e - 1) / (e + words - 1)
+        self.pair_correlation = self.keep_probability - (1 - self.keep_probability) / (words - 1)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(epsilon={self.epsilon}, domain={self.domain}, "
+            f"coefficients={self.coefficients})"
+        )
+
+    def randomize(self, values: np.ndarray, rng: RandomSource) -> HadamardMechanismReports:
+        values = self._values(values)
+        n_users = values.shape[0]
+        check_rng_batch(rng, n_users)
+        t = self.coefficients
+        indices = uniform_below(rng, (n_users, t), self.rows)
+        negative = (hadamard_signs(indices, values[:, None]) < 0).astype(np.uint64)
+        true_words = (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
+        keep = rng.random(n_users) < self.keep_probability
+        others = uniform_other(rng, true_words, 1 << t)
+        return HadamardMechanismReports(indices, np.where(keep, true_words, others))
+
+    def _signs(self, reports: HadamardMechanismReports) -> np.ndarray:
+        bits = (reports.words[:, None] >> np.arange(self.coefficients, dtype=np.uint32)) & 1
+        return 1 - 2 * bits.astype(np.int64)
+
+    def aggregate(self, reports: HadamardMechanismReports) -> HadamardMechanismStatistics:
+        check_kind(self.name, reports, HadamardMechanismReports, "reports")
+        if reports.indices.shape[1] != self.coefficients:
+            raise ValueError(
+                f"{self.name}: reports.indices must have {self.coefficients} columns (t), "
+                f"got {reports.indices.shape[1]}"
+            )
+        check_values(reports.indices.ravel(), self.rows, "reports.indices")
+        if len(reports) and int(reports.words.max()) >= 1 << self.coefficients:
+            raise ValueError(
+                f"{self.name}: reports.words must be in [0, {1 << self.coefficients}), got {int(reports.words.max())}"
+            )
+        bound = self.rows if self.rows <= _DENSE_INDICES else None
+        sums = Histogram.of(reports.indices.ravel(), self._signs(reports).ravel(), bound=bound)
+        return HadamardMechanismStatistics(sums, len(reports))
+
+    def support(self, statistics: HadamardMechanismStatistics, candidates: np.ndarray) -> Support:
+        """``D(x) = sum_j T[j] H[j, x]`` per candidate (signed, additive)."""
+        check_kind(self.name, statistics, HadamardMechanismStatistics, "statistics")
+        candidates = self._values(candidates, "candidates")
+        if self.rows <= _DENSE_INDICES:
+            transformed = fwht(statistics.coefficients.to_dense(self.rows))
+            return Support(transformed[candidates.astype(np.intp)], statistics.n_users)
+        sums = statistics.coefficients
+        return Support(signed_sums(sums.keys, sums.counts, candidates), statistics.n_users)
+
+    def estimate_support(self, support: Support) -> np.ndarray:
+        return support.counts / (self.coefficients * self.bias)
+
+    def per_user_variance(self) -> tuple[float, float]:
+        t = self.coefficients
+        scale = (t * self.bias) ** 2
+        other = float(t)
+        same = t + t * (t - 1) * self.pair_correlation - scale
+        return other / scale, same / scale
+
+    def report_probabilities(self, value: int, reports: HadamardMechanismReports) -> np.ndarray:
+        t = self.coefficients
+        negative = (hadamard_signs(reports.indices, np.uint64(value)) < 0).astype(np.uint64)
+        words = (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
+        other = (1 - self.keep_probability) / ((1 << t) - 1)
+        word_probability = np.where(words == reports.words, self.keep_probability, other)
+        return word_probability / float(self.rows) ** t

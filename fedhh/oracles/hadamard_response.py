@@ -1,0 +1,183 @@
+"""Hadamard response (HR, Acharya, Sun and Zhang 2019), general-privacy form.
+
+Parameters (``E = e^ε``): ``B`` blocks, ``B = 1`` for ``ε <= 1`` and
+``2^floor(log2(min(2d, E)))`` above (the authors' choice, also the one of the
+reference implementation); block size ``b``, the smallest power of two with
+``B (b - 1) >= d``; output space ``K = B b``; ``Z = 2B - 1 + E``.
+
+Value ``v`` lives in block ``beta = v // (b - 1)`` at position ``pi = v mod
+(b - 1) + 1`` (position 0 is skipped: its Hadamard row is all ones).  Its
+*positive set* is the ``b/2`` outputs ``(beta, r)`` with ``H[pi, r] = +1``.
+The user reports one output index: with probability ``2B / Z`` uniform over
+all ``K``, otherwise uniform over its positive set.  Every output has
+probability ``2E / (Z b)`` if it is in the positive set and ``2 / (Z b)``
+otherwise, a ratio of exactly ``e^ε``.  For ``B = 1`` this is the basic,
+pure HR with ``p = E / (E + 1)``, ``q = 1/2``.
+
+Estimator (derivation).  Let ``w_i(x) = H[pi_x, r_i]`` if report ``i`` falls
+in block ``beta_x`` and 0 otherwise.  Then ``E[w_i] = (E - 1) / Z`` for a user
+holding ``x`` and 0 for every other user (within a block, the positive sets
+of two positions overlap in exactly half), so
+``c_hat(x) = Z / (E - 1) * sum_i w_i(x)`` is unbiased.  With
+``P[report in block beta_x] = 2/Z + [user in beta_x] (E - 1) / Z``,
+
+    Var c_hat(x) = 2 n Z / (E - 1)^2 + C_beta Z / (E - 1) - c_x,
+
+where ``C_beta`` counts users whose value is in ``x``'s block.  Decoding is a
+histogram of the ``n`` indices and one fast Walsh-Hadamard transform per
+block: ``O(n + K log b)``, the cheapest of all the oracles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import FrequencyOracle, Support, check_kind, check_values
+from .histogram import Histogram
+from .sampling import RandomSource, check_rng_batch, uniform_below
+from .walsh_hadamard import fwht, hadamard_signs, signed_sums
+
+_DENSE_OUTPUTS = 1 << 24
+MAX_OUTPUTS = 1 << 64
+
+
+@dataclass(frozen=True)
+class HadamardResponseReports:
+    """One output index in ``[0, K)`` per user."""
+
+    indices: np.ndarray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "indices", np.asarray(self.indices, dtype=np.uint64).ravel())
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+    def take(self, rows: np.ndarray) -> HadamardResponseReports:
+        return HadamardResponseReports(self.indices[rows])
+
+
+@dataclass(frozen=True)
+class HadamardResponseStatistics:
+    """Histogram of reported output indices and the number of reports."""
+
+    outputs: Histogram
+    n_users: int
+
+    def __add__(self, other: HadamardResponseStatistics) -> HadamardResponseStatistics:
+        if not isinstance(other, HadamardResponseStatistics):
+            return NotImplemented
+        return HadamardResponseStatistics(self.outputs + other.outputs, self.n_users + other.n_users)
+
+
+class HadamardResponse(FrequencyOracle[HadamardResponseReports, HadamardResponseStatistics]):
+    """Hadamard response with ``blocks`` blocks of ``block_size`` outputs."""
+
+    name = "hr"
+    max_domain = (1 << 64) - 1
+
+    def __init__(self, epsilon: float, domain: int) -> None:
+        super().__init__(epsilon, domain)
+        self.e = math.exp(self.epsilon)
+        self.blocks = 1 if self.epsilon <= 1 else 1 << (int(min(2 * self.domain, self.e)).bit_length() - 1)
+        per_block = -(-self.domain // self.blocks)
+        self.block_bits = per_block.bit_length()
+        self.block_size = 1 << self.block_bits
+        self.outputs = self.blocks * self.block_size
+        if self.outputs > MAX_OUTPUTS:
+            raise ValueError(
+                f"hr: domain {self.domain} at epsilon {self.epsilon} needs {self.outputs} outputs, more than "
+                f"2**64; use a smaller domain or a sketch"
+            )
+        self.normaliser = 2 * self.blocks - 1 + self.e
+        self.scale = self.normaliser / (self.e - 1)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(epsilon={self.epsilon}, domain={self.domain}, "
+            f"blocks={self.blocks}, block_size={self.block_size})"
+        )
+
+    def _locate(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(block, position in 1..b-1) of each value."""
+        width = np.uint64(self.block_size - 1)
+        return values // width, values % width + np.uint64(1)
+
+    def randomize(self, values: np.ndarray, rng: RandomSource) -> HadamardResponseReports:
+        values = self._values(values)
+        n_users = values.shape[0]
+        check_rng_batch(rng, n_users)
+        blocks, positions = self._locate(values)
+        anywhere = rng.random(n_users) < 2 * self.blocks / self.normaliser
+        uniform_output = uniform_below(rng, (n_users,), self.outputs)
+        offsets = uniform_below(rng, (n_users,), self.block_size)
+        # flipping the lowest set bit of the position turns a -1 entry into a +1:
+        # a 2-to-1 map onto the positive set, so the result is uniform on it
+        negative = hadamard_signs(offsets, positions) < 0
+        lowest_bit = positions & (~positions + np.uint64(1))
+        offsets = np.where(negative, offsets ^ lowest_bit, offsets)
+        own_block = (blocks << np.uint64(self.block_bits)) | offsets
+        return HadamardResponseReports(np.where(anywhere, uniform_output, own_block))
+
+    def aggregate(self, reports: HadamardResponseReports) -> HadamardResponseStatistics:
+        check_kind(self.name, reports, HadamardResponseReports, "reports")
+        indices = check_values(reports.indices, self.outputs, "reports.indices")
+        return HadamardResponseStatistics(Histogram.of(indices, bound=self.outputs), len(reports))
+
+    def support(self, statistics: HadamardResponseStatistics, candidates: np.ndarray) -> Support:
+        """``sum_i w_i(x)`` per candidate (signed, additive)."""
+        check_kind(self.name, statistics, HadamardResponseStatistics, "statistics")
+        blocks, positions = self._locate(self._values(candidates, "candidates"))
+        if self.outputs <= _DENSE_OUTPUTS:
+            dense = statistics.outputs.to_dense(self.outputs).reshape(self.blocks, self.block_size)
+            transformed = fwht(dense)
+            return Support(transformed[blocks.astype(np.intp), positions.astype(np.intp)], statistics.n_users)
+        return Support(self._sparse_support(statistics.outputs, blocks, positions), statistics.n_users)
+
+    def _sparse_support(self, outputs: Histogram, blocks: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Block by block, sum the signs of the reports that fell in each candidate's block."""
+        totals = np.zeros(blocks.shape[0], dtype=np.int64)
+        order = np.argsort(blocks, kind="stable")
+        sorted_blocks = blocks[order]
+        starts = np.flatnonzero(np.r_[True, sorted_blocks[1:] != sorted_blocks[:-1]]) if blocks.size else []
+        bounds = np.r_[starts, blocks.size].astype(np.intp)
+        shift = np.uint64(self.block_bits)
+        for first, last in zip(bounds[:-1], bounds[1:]):
+            block = sorted_blocks[first]
+            low = block << shift
+            lo = np.searchsorted(outputs.keys, low, side="left")
+            hi = np.searchsorted(outputs.keys, low + np.uint64(self.block_size - 1), side="right")
+            members = order[first:last]
+            local = outputs.keys[lo:hi] - low
+            totals[members] = signed_sums(local, outputs.counts[lo:hi], positions[members])
+        return totals
+
+    def estimate_support(self, support: Support) -> np.ndarray:
+        return self.scale * support.counts.astype(np.float64)
+
+    def per_user_variance(self) -> tuple[float, float]:
+        """Placement-averaged: another value shares the block with probability
+        ``(min(b - 1, d) - 1) / (d - 1)``; :meth:`variance` uses the true blocks."""
+        uniform_part = 2 * self.normaliser / (self.e - 1) ** 2
+        sharing = (min(self.block_size - 1, self.domain) - 1) / (self.domain - 1)
+        return uniform_part + sharing * self.scale, uniform_part + self.scale - 1
+
+    def variance(self, candidates: np.ndarray, truth: Histogram) -> np.ndarray:
+        candidates = self._values(candidates, "candidates")
+        blocks, _ = self._locate(candidates)
+        truth_blocks, _ = self._locate(truth.keys)
+        block_counts = Histogram.of(truth_blocks, truth.counts).lookup(blocks).astype(np.float64)
+        counts = truth.lookup(candidates).astype(np.float64)
+        uniform_part = 2 * self.normaliser / (self.e - 1) ** 2
+        return truth.total * uniform_part + block_counts * self.scale - counts
+
+    def report_probabilities(self, value: int, reports: HadamardResponseReports) -> np.ndarray:
+        block, position = self._locate(np.array([value], dtype=np.uint64))
+        in_block = (reports.indices >> np.uint64(self.block_bits)) == block[0]
+        offsets = reports.indices & np.uint64(self.block_size - 1)
+        positive = in_block & (hadamard_signs(offsets, position[0]) > 0)
+        low = 2 / (self.normaliser * self.block_size)
+        return np.where(positive, self.e * low, low)

@@ -1,0 +1,114 @@
+"""Oracles by name, for protocols and configs: ``make_oracle("olh", epsilon=2.0, domain=2**64)``.
+
+Names and their options (keyword-only; unknown names and options are errors
+that list what is allowed):
+
+* ``grr`` / ``de``, ``sue`` / ``rappor``, ``oue``, ``blh``, ``olh``, ``hr``: none;
+* ``flh``: ``hash_functions`` (k', default 1000), ``seed`` (names the public functions);
+* ``hm``: ``coefficients`` (t, default 1);
+* ``count-mean``, ``count-median``, ``count-min``, ``count-sketch``: ``rows`` (k),
+  ``width`` (m), ``inner`` (an oracle name, default ``flh``), ``inner_options``,
+  ``seed``; ``count-sketch`` also ``estimator`` (``median`` or ``mean``);
+* ``cms``: count-mean over OUE (Apple's CMS); ``hcms``: count-mean over HM(1).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .base import FrequencyOracle
+from .direct import DirectEncoding
+from .fast_local_hashing import FastLocalHashing
+from .hadamard_mechanism import HadamardMechanism
+from .hadamard_response import HadamardResponse
+from .local_hashing import BinaryLocalHashing, OptimisedLocalHashing
+from .sketches import SketchOracle
+from .unary import OptimisedUnaryEncoding, SymmetricUnaryEncoding
+
+BASE_ORACLES: dict[str, Callable[..., FrequencyOracle]] = {
+    "grr": DirectEncoding,
+    "de": DirectEncoding,
+    "sue": SymmetricUnaryEncoding,
+    "rappor": SymmetricUnaryEncoding,
+    "oue": OptimisedUnaryEncoding,
+    "blh": BinaryLocalHashing,
+    "olh": OptimisedLocalHashing,
+    "flh": FastLocalHashing,
+    "hr": HadamardResponse,
+    "hm": HadamardMechanism,
+}
+
+
+def _sketch(
+    epsilon: float,
+    domain: int,
+    rows: int,
+    width: int,
+    inner: str,
+    inner_options: Mapping[str, Any] | None,
+    seed: int,
+    estimator: str,
+    signed: bool,
+) -> SketchOracle:
+    if inner not in BASE_ORACLES:
+        raise ValueError(f"inner must be one of {sorted(BASE_ORACLES)}, got {inner!r}")
+    inner_domain = width * 2 if signed and isinstance(width, int) else width
+    inner_oracle = make_oracle(inner, epsilon=epsilon, domain=inner_domain, **dict(inner_options or {}))
+    return SketchOracle(inner_oracle, domain, rows, width, estimator=estimator, signed=signed, seed=seed)
+
+
+def count_mean(epsilon: float, domain: int, rows: int = 16, width: int = 1024, inner: str = "flh",
+               inner_options: Mapping[str, Any] | None = None, seed: int = 0) -> SketchOracle:
+    return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, "mean", signed=False)
+
+
+def count_median(epsilon: float, domain: int, rows: int = 16, width: int = 1024, inner: str = "flh",
+                 inner_options: Mapping[str, Any] | None = None, seed: int = 0) -> SketchOracle:
+    return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, "median", signed=False)
+
+
+def count_min(epsilon: float, domain: int, rows: int = 16, width: int = 1024, inner: str = "flh",
+              inner_options: Mapping[str, Any] | None = None, seed: int = 0) -> SketchOracle:
+    return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, "min", signed=False)
+
+
+def count_sketch(epsilon: float, domain: int, rows: int = 16, width: int = 1024, inner: str = "flh",
+                 inner_options: Mapping[str, Any] | None = None, seed: int = 0,
+                 estimator: str = "median") -> SketchOracle:
+    return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, estimator, signed=True)
+
+
+def apple_cms(epsilon: float, domain: int, rows: int = 16, width: int = 1024, seed: int = 0) -> SketchOracle:
+    """Apple's Count-Mean Sketch, with OUE rows as in the survey."""
+    return _sketch(epsilon, domain, rows, width, "oue", None, seed, "mean", signed=False)
+
+
+def apple_hcms(epsilon: float, domain: int, rows: int = 16, width: int = 1024, seed: int = 0) -> SketchOracle:
+    """Apple's Hadamard Count-Mean Sketch: count-mean over HM(1) rows."""
+    return _sketch(epsilon, domain, rows, width, "hm", None, seed, "mean", signed=False)
+
+
+SKETCHES: dict[str, Callable[..., FrequencyOracle]] = {
+    "count-mean": count_mean,
+    "count-median": count_median,
+    "count-min": count_min,
+    "count-sketch": count_sketch,
+    "cms": apple_cms,
+    "hcms": apple_hcms,
+}
+
+ORACLE_NAMES: tuple[str, ...] = tuple(sorted({**BASE_ORACLES, **SKETCHES}))
+
+
+def make_oracle(name: str, *, epsilon: float, domain: int, **options: Any) -> FrequencyOracle:
+    """Build the oracle called ``name`` (see the module docstring for options)."""
+    builder = BASE_ORACLES.get(name) or SKETCHES.get(name)
+    if builder is None:
+        raise ValueError(f"oracle: unknown name {name!r}; allowed: {list(ORACLE_NAMES)}")
+    allowed = [option for option in inspect.signature(builder).parameters if option not in ("epsilon", "domain")]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"oracle {name!r}: unknown option(s) {unknown}; allowed: {allowed}")
+    return builder(epsilon=epsilon, domain=domain, **options)

@@ -1,0 +1,228 @@
+"""Sketch oracles: shrink a large domain to ``k`` rows of width ``m`` before any oracle.
+
+Public hash functions ``h_1..h_k: [0, d) -> [0, m)`` (and, for the Count
+Sketch, signs ``s_j: [0, d) -> {+1, -1}``) are fixed by ``seed``.  A user
+picks a row ``j`` uniformly (public randomness) and privatises the bucket
+``h_j(v)`` with an inner frequency oracle over ``m`` values; the Count Sketch
+privatises ``h_j(v) + m [s_j(v) = -1]`` over ``2m`` values, so negative
+weights are handled by the positive/negative halves (survey §4).  Privacy is
+the inner oracle's ε.  The server decodes every row with the inner oracle
+(``E_j(b)``: estimated number of row-``j`` users in bucket ``b``) and
+combines the rows per candidate:
+
+* Count-Mean (Apple's CMS with OUE, HCMS with HM(1)):
+  ``(m / (m - 1)) (sum_j E_j(h_j(v)) - n / m)``;
+* Count-Median: the same correction applied to ``k median_j E_j(h_j(v))``;
+* Count-Min: ``k min_j E_j(h_j(v))`` (no correction; biased, as in the survey);
+* Count Sketch: ``k median_j s_j(v) (E_j(+) - E_j(-))`` (or the mean).
+
+Count-Mean variance (derivation, over the random hash functions, the rows the
+users pick and the inner noise; inner variance ``n_j a + C b`` for a bucket
+holding ``C`` of the row's ``n_j`` users):
+``S = sum_j E_j(h_j(v))`` has mean ``c_v + (n - c_v) / m`` and variance
+
+    n a + b (c_v + (n - c_v) / m) + ((m - 1) / m^2) sum_{u != v} (c_u (1 - 1/k) + c_u^2 / k),
+
+the last term being hash collisions (``N_{u,j}``, the row-``j`` holders of
+``u``, is Binomial(``c_u``, ``1/k``), so ``sum_j E[N_{u,j}^2] = c_u (1 - 1/k) +
+c_u^2 / k``).  The estimate's variance is that times ``(m / (m - 1))^2``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from fedhh.randomness import derive_key, splitmix64
+
+from .base import FrequencyOracle, Support, check_kind, check_lengths, check_positive_int
+from .hashing import MAX_RANGE, hash_keys
+from .histogram import Histogram
+from .sampling import RandomSource, check_rng_batch
+
+SketchEstimator = Literal["mean", "median", "min"]
+SKETCH_ESTIMATORS: tuple[str, ...] = ("mean", "median", "min")
+MAX_ROWS = 1 << 16
+
+
+@dataclass(frozen=True)
+class SketchReports:
+    """Per user: the sketch row it chose and its inner oracle's report."""
+
+    rows: np.ndarray
+    inner: Any
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rows", np.asarray(self.rows, dtype=np.uint32).ravel())
+        check_lengths("SketchReports", rows=self.rows, inner=np.empty(len(self.inner)))
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+
+@dataclass(frozen=True)
+class SketchStatistics:
+    """One inner-oracle statistics object per sketch row."""
+
+    rows: tuple[Any, ...]
+
+    @property
+    def n_users(self) -> int:
+        return int(sum(row.n_users for row in self.rows))
+
+    def __add__(self, other: SketchStatistics) -> SketchStatistics:
+        if not isinstance(other, SketchStatistics):
+            return NotImplemented
+        if len(other.rows) != len(self.rows):
+            raise ValueError(f"SketchStatistics: row counts differ ({len(self.rows)} vs {len(other.rows)})")
+        return SketchStatistics(tuple(mine + theirs for mine, theirs in zip(self.rows, other.rows)))
+
+
+class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
+    """A Count-Mean/Median/Min sketch or a Count Sketch over an inner oracle."""
+
+    name = "sketch"
+
+    def __init__(
+        self,
+        inner: FrequencyOracle,
+        domain: int,
+        rows: int,
+        width: int,
+        estimator: SketchEstimator = "mean",
+        signed: bool = False,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(inner.epsilon, domain)
+        self.rows = check_positive_int(rows, "rows", 1, MAX_ROWS)
+        self.width = check_positive_int(width, "width", 2, MAX_RANGE)
+        if estimator not in SKETCH_ESTIMATORS:
+            raise ValueError(f"estimator must be one of {list(SKETCH_ESTIMATORS)}, got {estimator!r}")
+        if signed and estimator == "min":
+            raise ValueError("estimator 'min' needs an unsigned sketch; allowed for signed: ['mean', 'median']")
+        self.estimator = estimator
+        self.signed = bool(signed)
+        expected_inner = self.width * (2 if self.signed else 1)
+        if inner.domain != expected_inner:
+            raise ValueError(f"inner oracle domain must be {expected_inner} (width x {1 + self.signed}), got {inner.domain}")
+        self.inner = inner
+        self.seed = int(seed)
+        base = derive_key(self.seed, "fedhh.oracles.sketch.rows")
+        with np.errstate(over="ignore"):
+            self.row_seeds = splitmix64(base + np.arange(self.rows, dtype=np.uint64))
+            self.sign_seeds = splitmix64(~base + np.arange(self.rows, dtype=np.uint64))
+
+    def __repr__(self) -> str:
+        kind = "count-sketch" if self.signed else f"count-{self.estimator}"
+        return f"SketchOracle({kind}, rows={self.rows}, width={self.width}, domain={self.domain}, inner={self.inner!r})"
+
+    def symbols(self, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """The inner-oracle symbol of each value in the given rows (broadcasting)."""
+        buckets = hash_keys(self.row_seeds[rows], values, self.width)
+        if not self.signed:
+            return buckets
+        negative = hash_keys(self.sign_seeds[rows], values, 2)
+        return buckets + negative * np.uint64(self.width)
+
+    def randomize(self, values: np.ndarray, rng: RandomSource) -> SketchReports:
+        values = self._values(values)
+        check_rng_batch(rng, values.shape[0])
+        rows = rng.integers(0, self.rows, size=values.shape[0])
+        return SketchReports(rows, self.inner.randomize(self.symbols(rows, values), rng))
+
+    def randomize_aggregate(self, values: np.ndarray, rng: RandomSource) -> SketchStatistics:
+        """With a Generator each row's users go through the inner oracle's shard path
+        (for OUE: the Binomial counts); with a UserRandom, through per-user reports."""
+        if not isinstance(rng, np.random.Generator):
+            return self.aggregate(self.randomize(values, rng))
+        values = self._values(values)
+        rows = rng.integers(0, self.rows, size=values.shape[0])
+        symbols = self.symbols(rows, values)
+        return SketchStatistics(
+            tuple(self.inner.randomize_aggregate(symbols[rows == row], rng) for row in range(self.rows))
+        )
+
+    def aggregate(self, reports: SketchReports) -> SketchStatistics:
+        check_kind(self.name, reports, SketchReports, "reports")
+        if len(reports) and int(reports.rows.max()) >= self.rows:
+            raise ValueError(f"{self.name}: reports.rows must be in [0, {self.rows}), got {int(reports.rows.max())}")
+        order = np.argsort(reports.rows, kind="stable")
+        bounds = np.searchsorted(reports.rows[order], np.arange(self.rows + 1))
+        return SketchStatistics(
+            tuple(
+                self.inner.aggregate(reports.inner.take(order[bounds[row] : bounds[row + 1]]))
+                for row in range(self.rows)
+            )
+        )
+
+    def support(self, statistics: SketchStatistics, candidates: np.ndarray) -> Support:
+        """Per row, the inner support of each candidate's symbol (and, signed, of its
+        mirror symbol in the other half), shaped ``(rows, 1 or 2, candidates)``."""
+        check_kind(self.name, statistics, SketchStatistics, "statistics")
+        if len(statistics.rows) != self.rows:
+            raise ValueError(f"{self.name}: statistics must have {self.rows} rows, got {len(statistics.rows)}")
+        candidates = self._values(candidates, "candidates")
+        counts = []
+        for row, stats in enumerate(statistics.rows):
+            own = self.symbols(np.full(candidates.shape[0], row), candidates)
+            symbols = [own]
+            if self.signed:
+                width = np.uint64(self.width)
+                symbols.append(np.where(own < width, own + width, own - width))
+            counts.append(np.stack([self.inner.support(stats, symbol).counts for symbol in symbols]))
+        n_users = np.array([stats.n_users for stats in statistics.rows], dtype=np.int64)
+        return Support(np.stack(counts), n_users)
+
+    def estimate_support(self, support: Support) -> np.ndarray:
+        if support.counts.ndim != 3 or support.counts.shape[:2] != (self.rows, 1 + self.signed):
+            raise ValueError(
+                f"{self.name}: support.counts must have shape (rows={self.rows}, {1 + self.signed}, candidates), "
+                f"got {support.counts.shape}"
+            )
+        row_estimates = np.stack(
+            [
+                np.stack([self.inner.estimate_support(Support(half, support.n_users[row])) for half in halves])
+                for row, halves in enumerate(support.counts)
+            ]
+        )
+        if self.signed:
+            per_row = (row_estimates[:, 0] - row_estimates[:, 1]) * self.rows
+            return per_row.mean(axis=0) if self.estimator == "mean" else np.median(per_row, axis=0)
+        per_row = row_estimates[:, 0] * self.rows
+        combined = {"mean": np.mean, "median": np.median, "min": np.min}[self.estimator](per_row, axis=0)
+        if self.estimator == "min":
+            return combined
+        n_users = float(support.n_users.sum())
+        return (self.width / (self.width - 1)) * (combined - n_users / self.width)
+
+    def per_user_variance(self) -> tuple[float, float]:
+        raise NotImplementedError("sketch variance depends on the whole population: use variance(candidates, truth)")
+
+    def variance(self, candidates: np.ndarray, truth: Histogram) -> np.ndarray:
+        """Count-Mean variance over random hashes, rows and noise (module docstring)."""
+        if self.signed or self.estimator != "mean":
+            raise ValueError(
+                f"{self.name}: a closed-form variance exists for the unsigned count-mean sketch only; "
+                f"this one is {'signed' if self.signed else 'count-' + self.estimator}"
+            )
+        candidates = self._values(candidates, "candidates")
+        other, same = self.inner.per_user_variance()
+        n, m, k = float(truth.total), float(self.width), float(self.rows)
+        counts = truth.lookup(candidates).astype(np.float64)
+        expected_bucket = counts + (n - counts) / m
+        noise = n * other + (same - other) * expected_bucket
+        all_mass = n * (1 - 1 / k) + truth.sum_of_squares() / k
+        own_mass = counts * (1 - 1 / k) + counts**2 / k
+        collisions = (m - 1) / m**2 * (all_mass - own_mass)
+        return (m / (m - 1)) ** 2 * (noise + collisions)
+
+    def report_probabilities(self, value: int, reports: SketchReports) -> np.ndarray:
+        rows = reports.rows.astype(np.intp)
+        symbols = self.symbols(rows, np.uint64(value))
+        probabilities = np.empty(len(reports))
+        for row in np.unique(rows):
+            members = np.flatnonzero(rows == row)
+            probabilities[members] = self.inner.report_probabilities(int(symbols[members[0]]), reports.inner.take(members))
+        return probabilities / self.rows
