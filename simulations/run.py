@@ -26,7 +26,7 @@ def run_experiment(config: FedhhConfig, output_dir: Path, show_progress: bool = 
     if run["driver"] == "flower":
         from .flower import run_flower_simulation
 
-        return run_flower_simulation(config, output_dir, show_progress=show_progress)
+        return run_flower_simulation(config, output_dir=output_dir, show_progress=show_progress)
     fast = run_fast(experiment, run["shards"], run["backend"], show_progress=show_progress)
     timing = {"population_s": population_s, **fast.timing}
     result = experiment.finish(fast.result, timing, f"fast/{fast.backend}")
