@@ -30,8 +30,10 @@ import ray
 from flwr.simulation import run_simulation
 
 from fedhh.config import FedhhConfig
+from fedhh.experiment import Experiment
 from strategies.base import LOGGER
 from strategies.client_app import make_client_app
+from strategies.registry import flower_protocol
 from strategies.server_app import OUTPUT_DIR, PROGRESS, make_server_app
 
 DEFAULT_NUM_CPUS = 2  # this machine; each virtual SuperNode's ClientApp takes one
@@ -59,6 +61,10 @@ def run_flower_simulation(
     if num_cpus < 1:
         raise ValueError(f"num_cpus must be >= 1, got {num_cpus}")
     config = config.with_overrides({"run.shards": shards, "run.driver": "flower"})
+    # Refuse what the ServerApp would refuse (privacy target out of reach, a
+    # protocol without Flower codecs) before Ray starts, not inside its thread.
+    Experiment(config)
+    flower_protocol(str(config["protocol"]["name"]))
     with tempfile.TemporaryDirectory(prefix="fedhh-flower-") as scratch:
         destination = Path(output_dir) if output_dir is not None else Path(scratch) / "result"
         run_config = {

@@ -4,7 +4,8 @@ The run config holds the fedhh config as dotted keys (``population.users``,
 the tables of ``[tool.flwr.app.config]`` in ``pyproject.toml``, overridable
 with ``flwr run --run-config``), plus keys that only the Flower app reads:
 
-* ``output-dir``: where ``result.json`` is written (atomically); a relative
+* ``output-dir``: the results folder (``result.json``, CSVs, plot; written
+  atomically); a relative
   path is relative to the working directory of the process running the
   ServerApp (for ``flwr run`` on a local SuperLink: where it was started);
 * ``progress``: whether to draw the per-round progress bar.
@@ -25,7 +26,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedhh.config import ConfigError, Scalar, config_from_flat
 from fedhh.experiment import Experiment
-from fedhh.results import write_result
+from simulations.report import write_run_outputs
 
 from .base import LOGGER
 from .registry import flower_protocol
@@ -66,7 +67,7 @@ def run_experiment(grid: Grid, run_config: Mapping[str, Any]) -> Path:
         "mean_round_s": sum(rounds) / len(rounds) if rounds else 0.0,
         "max_round_s": max(rounds, default=0.0),
     }
-    path = write_result(output_dir, experiment.finish(server.result(), timing, transport="flower"))
+    path = write_run_outputs(output_dir, experiment.finish(server.result(), timing, transport="flower"))
     LOGGER.info("result written to %s", path.resolve())
     return path
 
