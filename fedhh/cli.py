@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .config import ConfigError, load_config
+from .oracles.cli import add_oracles_parser
 from .privacy.triehh import solve_triehh, worst_case_discovery_rate
 from .results import to_json
 
@@ -106,12 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     triehh.add_argument("--json", action="store_true")
     triehh.set_defaults(func=_plan_triehh)
 
-    try:
-        from .oracles.cli import add_oracles_parser
-    except ImportError:  # the oracle layer is optional while it is being built
-        pass
-    else:
-        add_oracles_parser(commands)
+    add_oracles_parser(commands)
     return parser
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .base import PureOracle, Support, check_kind, check_values
 from .histogram import Histogram
-from .sampling import RandomSource, check_rng_batch, uniform_other
+from .sampling import RandomSource, check_rng_batch, randomized_response
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,7 @@ class DirectEncoding(PureOracle[DirectReports, DirectStatistics]):
     def randomize(self, values: np.ndarray, rng: RandomSource) -> DirectReports:
         values = self._values(values)
         check_rng_batch(rng, values.shape[0])
-        keep = rng.random(values.shape[0]) < self.p
-        others = uniform_other(rng, values, self.domain)
-        return DirectReports(np.where(keep, values, others))
+        return DirectReports(randomized_response(rng, values, self.domain, self.p))
 
     def aggregate(self, reports: DirectReports) -> DirectStatistics:
         check_kind(self.name, reports, DirectReports, "reports")

@@ -33,10 +33,10 @@ import numpy as np
 from fedhh.randomness import derive_key, splitmix64
 
 from .base import PureOracle, Support, check_kind, check_lengths, check_positive_int
-from .hashing import MAX_RANGE, hash_keys, hash_mixed, mix_keys
+from .hashing import MAX_RANGE, expand_seeds, hash_expanded, hash_keys, mix_keys
 from .histogram import Histogram
 from .local_hashing import optimal_range
-from .sampling import RandomSource, check_rng_batch, uniform_other
+from .sampling import RandomSource, check_rng_batch, randomized_response
 
 _TABLE_ENTRIES = 1 << 24  # hash-table entries evaluated per block
 _CACHED_ENTRIES = 1 << 27
@@ -94,6 +94,7 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
         base = derive_key(self.seed, "fedhh.oracles.flh.functions")
         with np.errstate(over="ignore"):
             self.function_seeds = splitmix64(base + np.arange(self.hash_functions, dtype=np.uint64))
+        self.multipliers, self.offsets = expand_seeds(self.function_seeds)
         e = math.exp(self.epsilon)
         self.keep_probability = e / (e + self.g - 1)
         self.p = self.keep_probability
@@ -111,10 +112,8 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
         n_users = values.shape[0]
         check_rng_batch(rng, n_users)
         functions = rng.integers(0, self.hash_functions, size=n_users)
-        hashed = hash_keys(self.function_seeds[functions], values, self.g)
-        keep = rng.random(n_users) < self.keep_probability
-        others = uniform_other(rng, hashed, self.g)
-        return FastLocalHashReports(functions, np.where(keep, hashed, others))
+        hashed = hash_expanded(self.multipliers[functions], self.offsets[functions], mix_keys(values), self.g)
+        return FastLocalHashReports(functions, randomized_response(rng, hashed, self.g, self.keep_probability))
 
     def aggregate(self, reports: FastLocalHashReports) -> FastLocalHashStatistics:
         check_kind(self.name, reports, FastLocalHashReports, "reports")
@@ -142,7 +141,7 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
         table = np.empty((self.hash_functions, candidates.shape[0]), dtype=self._bucket_dtype())
         mixed = mix_keys(candidates)
         for part in self._candidate_blocks(candidates.shape[0]):
-            table[:, part] = hash_mixed(self.function_seeds[:, None], mixed[None, part], self.g)
+            table[:, part] = hash_expanded(self.multipliers[:, None], self.offsets[:, None], mixed[None, part], self.g)
         if table.size <= _CACHED_ENTRIES:
             self._cached_table = (fingerprint, table)
         return table
@@ -165,7 +164,7 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
             if table is not None:
                 hashed = table[:, part]
             else:
-                hashed = hash_mixed(self.function_seeds[:, None], mixed[None, part], self.g)
+                hashed = hash_expanded(self.multipliers[:, None], self.offsets[:, None], mixed[None, part], self.g)
             counts[part] = flat[rows + hashed].sum(axis=0)
         return Support(counts, statistics.n_users)
 

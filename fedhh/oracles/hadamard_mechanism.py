@@ -37,8 +37,8 @@ import numpy as np
 
 from .base import FrequencyOracle, Support, check_kind, check_lengths, check_positive_int, check_values
 from .histogram import Histogram
-from .sampling import RandomSource, check_rng_batch, uniform_below, uniform_other
-from .walsh_hadamard import fwht, hadamard_signs, signed_sums
+from .sampling import RandomSource, check_rng_batch, randomized_response, uniform_below
+from .walsh_hadamard import fwht, hadamard_parity, signed_sums
 
 _DENSE_INDICES = 1 << 24
 MAX_COEFFICIENTS = 16
@@ -106,11 +106,9 @@ class HadamardMechanism(FrequencyOracle[HadamardMechanismReports, HadamardMechan
         check_rng_batch(rng, n_users)
         t = self.coefficients
         indices = uniform_below(rng, (n_users, t), self.rows)
-        negative = (hadamard_signs(indices, values[:, None]) < 0).astype(np.uint64)
+        negative = hadamard_parity(indices, values[:, None]).astype(np.uint64)
         true_words = (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
-        keep = rng.random(n_users) < self.keep_probability
-        others = uniform_other(rng, true_words, 1 << t)
-        return HadamardMechanismReports(indices, np.where(keep, true_words, others))
+        return HadamardMechanismReports(indices, randomized_response(rng, true_words, 1 << t, self.keep_probability))
 
     def _signs(self, reports: HadamardMechanismReports) -> np.ndarray:
         bits = (reports.words[:, None] >> np.arange(self.coefficients, dtype=np.uint32)) & 1
@@ -154,7 +152,7 @@ class HadamardMechanism(FrequencyOracle[HadamardMechanismReports, HadamardMechan
 
     def report_probabilities(self, value: int, reports: HadamardMechanismReports) -> np.ndarray:
         t = self.coefficients
-        negative = (hadamard_signs(reports.indices, np.uint64(value)) < 0).astype(np.uint64)
+        negative = hadamard_parity(reports.indices, np.uint64(value)).astype(np.uint64)
         words = (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
         other = (1 - self.keep_probability) / ((1 << t) - 1)
         word_probability = np.where(words == reports.words, self.keep_probability, other)

@@ -38,7 +38,7 @@ import numpy as np
 from .base import FrequencyOracle, Support, check_kind, check_values
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch, uniform_below
-from .walsh_hadamard import fwht, hadamard_signs, signed_sums
+from .walsh_hadamard import fwht, hadamard_parity, signed_sums
 
 _DENSE_OUTPUTS = 1 << 24
 MAX_OUTPUTS = 1 << 64
@@ -81,19 +81,22 @@ class HadamardResponse(FrequencyOracle[HadamardResponseReports, HadamardResponse
 
     def __init__(self, epsilon: float, domain: int) -> None:
         super().__init__(epsilon, domain)
-        self.e = math.exp(self.epsilon)
-        self.blocks = 1 if self.epsilon <= 1 else 1 << (int(min(2 * self.domain, self.e)).bit_length() - 1)
+        self.exp_epsilon = math.exp(self.epsilon)
+        # 2^floor(log2(min(2d, e^ε))), as an exact integer computation
+        largest = int(min(2 * self.domain, self.exp_epsilon))
+        self.blocks = 1 if self.epsilon <= 1 else 1 << (largest.bit_length() - 1)
         per_block = -(-self.domain // self.blocks)
         self.block_bits = per_block.bit_length()
         self.block_size = 1 << self.block_bits
         self.outputs = self.blocks * self.block_size
         if self.outputs > MAX_OUTPUTS:
+            largest = MAX_OUTPUTS - self.blocks  # blocks x (2**64 / blocks - 1) values fit
             raise ValueError(
-                f"hr: domain {self.domain} at epsilon {self.epsilon} needs {self.outputs} outputs, more than "
-                f"2**64; use a smaller domain or a sketch"
+                f"domain must be an integer in [2, {largest}] for hr at epsilon {self.epsilon} "
+                f"(its {self.blocks} blocks of outputs must fit in 64 bits), got {self.domain}"
             )
-        self.normaliser = 2 * self.blocks - 1 + self.e
-        self.scale = self.normaliser / (self.e - 1)
+        self.normaliser = 2 * self.blocks - 1 + self.exp_epsilon
+        self.scale = self.normaliser / (self.exp_epsilon - 1)
 
     def __repr__(self) -> str:
         return (
@@ -103,8 +106,8 @@ class HadamardResponse(FrequencyOracle[HadamardResponseReports, HadamardResponse
 
     def _locate(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(block, position in 1..b-1) of each value."""
-        width = np.uint64(self.block_size - 1)
-        return values // width, values % width + np.uint64(1)
+        blocks, offsets = np.divmod(values, np.uint64(self.block_size - 1))
+        return blocks, offsets + np.uint64(1)
 
     def randomize(self, values: np.ndarray, rng: RandomSource) -> HadamardResponseReports:
         values = self._values(values)
@@ -112,15 +115,17 @@ class HadamardResponse(FrequencyOracle[HadamardResponseReports, HadamardResponse
         check_rng_batch(rng, n_users)
         blocks, positions = self._locate(values)
         anywhere = rng.random(n_users) < 2 * self.blocks / self.normaliser
-        uniform_output = uniform_below(rng, (n_users,), self.outputs)
-        offsets = uniform_below(rng, (n_users,), self.block_size)
+        # one uniform output index serves both branches: reported as is when the
+        # report goes anywhere, its low bits are a uniform offset in the own block
+        reported = uniform_below(rng, (n_users,), self.outputs)
+        offsets = reported & np.uint64(self.block_size - 1)
         # flipping the lowest set bit of the position turns a -1 entry into a +1:
-        # a 2-to-1 map onto the positive set, so the result is uniform on it
-        negative = hadamard_signs(offsets, positions) < 0
-        lowest_bit = positions & (~positions + np.uint64(1))
-        offsets = np.where(negative, offsets ^ lowest_bit, offsets)
-        own_block = (blocks << np.uint64(self.block_bits)) | offsets
-        return HadamardResponseReports(np.where(anywhere, uniform_output, own_block))
+        # a 2-to-1 map onto the positive set, so the offset becomes uniform on it
+        flip = positions & (np.uint64(0) - positions)  # lowest set bit
+        flip *= hadamard_parity(offsets, positions)
+        offsets ^= flip
+        offsets |= blocks << np.uint64(self.block_bits)
+        return HadamardResponseReports(np.where(anywhere, reported, offsets))
 
     def aggregate(self, reports: HadamardResponseReports) -> HadamardResponseStatistics:
         check_kind(self.name, reports, HadamardResponseReports, "reports")
@@ -145,7 +150,7 @@ class HadamardResponse(FrequencyOracle[HadamardResponseReports, HadamardResponse
         starts = np.flatnonzero(np.r_[True, sorted_blocks[1:] != sorted_blocks[:-1]]) if blocks.size else []
         bounds = np.r_[starts, blocks.size].astype(np.intp)
         shift = np.uint64(self.block_bits)
-        for first, last in zip(bounds[:-1], bounds[1:]):
+        for first, last in zip(bounds[:-1], bounds[1:], strict=True):
             block = sorted_blocks[first]
             low = block << shift
             lo = np.searchsorted(outputs.keys, low, side="left")
@@ -161,7 +166,7 @@ class HadamardResponse(FrequencyOracle[HadamardResponseReports, HadamardResponse
     def per_user_variance(self) -> tuple[float, float]:
         """Placement-averaged: another value shares the block with probability
         ``(min(b - 1, d) - 1) / (d - 1)``; :meth:`variance` uses the true blocks."""
-        uniform_part = 2 * self.normaliser / (self.e - 1) ** 2
+        uniform_part = 2 * self.normaliser / (self.exp_epsilon - 1) ** 2
         sharing = (min(self.block_size - 1, self.domain) - 1) / (self.domain - 1)
         return uniform_part + sharing * self.scale, uniform_part + self.scale - 1
 
@@ -171,13 +176,13 @@ class HadamardResponse(FrequencyOracle[HadamardResponseReports, HadamardResponse
         truth_blocks, _ = self._locate(truth.keys)
         block_counts = Histogram.of(truth_blocks, truth.counts).lookup(blocks).astype(np.float64)
         counts = truth.lookup(candidates).astype(np.float64)
-        uniform_part = 2 * self.normaliser / (self.e - 1) ** 2
+        uniform_part = 2 * self.normaliser / (self.exp_epsilon - 1) ** 2
         return truth.total * uniform_part + block_counts * self.scale - counts
 
     def report_probabilities(self, value: int, reports: HadamardResponseReports) -> np.ndarray:
         block, position = self._locate(np.array([value], dtype=np.uint64))
         in_block = (reports.indices >> np.uint64(self.block_bits)) == block[0]
         offsets = reports.indices & np.uint64(self.block_size - 1)
-        positive = in_block & (hadamard_signs(offsets, position[0]) > 0)
+        positive = in_block & ~hadamard_parity(offsets, position[0])
         low = 2 / (self.normaliser * self.block_size)
-        return np.where(positive, self.e * low, low)
+        return np.where(positive, self.exp_epsilon * low, low)

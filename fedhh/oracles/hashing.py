@@ -51,9 +51,8 @@ def _bucket_starts(buckets: np.ndarray, g: int) -> np.ndarray:
     return tops << np.uint64(32)
 
 
-def hash_mixed(seeds: np.ndarray, mixed_keys: np.ndarray, g: int) -> np.ndarray:
-    """Buckets in ``[0, g)`` of already-mixed keys (seeds and keys broadcast)."""
-    multipliers, offsets = expand_seeds(seeds)
+def hash_expanded(multipliers: np.ndarray, offsets: np.ndarray, mixed_keys: np.ndarray, g: int) -> np.ndarray:
+    """Buckets in ``[0, g)`` of mixed keys under already-expanded seeds (broadcasting)."""
     with np.errstate(over="ignore"):
         z = multipliers * mixed_keys + offsets
     return ((z >> np.uint64(32)) * np.uint64(g)) >> np.uint64(32)
@@ -62,7 +61,7 @@ def hash_mixed(seeds: np.ndarray, mixed_keys: np.ndarray, g: int) -> np.ndarray:
 def hash_keys(seeds: np.ndarray, keys: np.ndarray, g: int) -> np.ndarray:
     """Buckets in ``[0, g)`` of raw keys under the functions named by ``seeds``."""
     check_range_size(g)
-    return hash_mixed(seeds, mix_keys(keys), g)
+    return hash_expanded(*expand_seeds(seeds), mix_keys(keys), g)
 
 
 def check_range_size(g: int) -> None:

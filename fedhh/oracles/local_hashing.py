@@ -26,7 +26,7 @@ import numpy as np
 
 from .base import PureOracle, Support, check_epsilon, check_kind, check_lengths, check_positive_int
 from .hashing import MAX_RANGE, count_supports, hash_keys
-from .sampling import RandomSource, check_rng_batch, uniform_other, uniform_words
+from .sampling import RandomSource, check_rng_batch, randomized_response, uniform_words
 
 _SEED_PROBABILITY = 2.0**-64
 
@@ -81,9 +81,7 @@ class LocalHashing(PureOracle[LocalHashReports, LocalHashReports]):
         check_rng_batch(rng, n_users)
         seeds = uniform_words(rng, (n_users,))
         hashed = hash_keys(seeds, values, self.g)
-        keep = rng.random(n_users) < self.keep_probability
-        others = uniform_other(rng, hashed, self.g)
-        return LocalHashReports(seeds, np.where(keep, hashed, others))
+        return LocalHashReports(seeds, randomized_response(rng, hashed, self.g, self.keep_probability))
 
     def aggregate(self, reports: LocalHashReports) -> LocalHashReports:
         check_kind(self.name, reports, LocalHashReports, "reports")

@@ -18,11 +18,12 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .base import FrequencyOracle
+from .base import FrequencyOracle, check_positive_int
 from .direct import DirectEncoding
 from .fast_local_hashing import FastLocalHashing
 from .hadamard_mechanism import HadamardMechanism
 from .hadamard_response import HadamardResponse
+from .hashing import MAX_RANGE
 from .local_hashing import BinaryLocalHashing, OptimisedLocalHashing
 from .sketches import SketchOracle
 from .unary import OptimisedUnaryEncoding, SymmetricUnaryEncoding
@@ -54,7 +55,8 @@ def _sketch(
 ) -> SketchOracle:
     if inner not in BASE_ORACLES:
         raise ValueError(f"inner must be one of {sorted(BASE_ORACLES)}, got {inner!r}")
-    inner_domain = width * 2 if signed and isinstance(width, int) else width
+    width = check_positive_int(width, "width", 2, MAX_RANGE)
+    inner_domain = width * 2 if signed else width
     inner_oracle = make_oracle(inner, epsilon=epsilon, domain=inner_domain, **dict(inner_options or {}))
     return SketchOracle(inner_oracle, domain, rows, width, estimator=estimator, signed=signed, seed=seed)
 

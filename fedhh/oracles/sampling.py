@@ -1,23 +1,23 @@
 """The only draws the client side makes: uniform floats and bounded integers.
 
-Every randomiser takes ``rng`` that is either a ``numpy.random.Generator`` or a
-:class:`fedhh.randomness.UserRandom`.  The latter keys each draw by (user,
-call number), so a randomiser must make the *same sequence of calls* whatever
-the shard holds: each call draws one value (or one fixed-width row) per user,
-and no call count may depend on the data or on the number of users.  The
+Every randomiser takes ``rng``: a ``numpy.random.Generator``, a
+:class:`fedhh.randomness.UserRandom` (simulation) or an
+:class:`fedhh.randomness.OsRandom` (a device).  ``UserRandom`` keys each
+draw by (user, call number), so a randomiser must make the *same sequence of
+calls* whatever the shard holds: each call draws one value (or one
+fixed-width row) per user, and no call count may depend on the data or on the
+number of users.  The
 helpers here keep that discipline while reaching bounds beyond the 2**52 that
 ``UserRandom.integers`` supports.
 """
 
 from __future__ import annotations
 
-from typing import Union
-
 import numpy as np
 
-from fedhh.randomness import UserRandom
+from fedhh.randomness import OsRandom, UserRandom
 
-RandomSource = Union[np.random.Generator, UserRandom]
+RandomSource = np.random.Generator | UserRandom | OsRandom
 
 _WORD_HALF = 1 << 32
 _SMALL_BOUND = 1 << 52
@@ -25,10 +25,10 @@ _TWO_TO_64 = 1 << 64
 
 
 def check_rng_batch(rng: RandomSource, n_users: int) -> None:
-    """Refuse a ``UserRandom`` built for a different number of users."""
-    if isinstance(rng, UserRandom) and rng.n_users != n_users:
+    """Refuse per-user randomness built for a different number of users."""
+    if not isinstance(rng, np.random.Generator) and rng.n_users != n_users:
         raise ValueError(
-            f"rng: UserRandom draws for {rng.n_users} users but values has {n_users}; "
+            f"rng: per-user randomness for {rng.n_users} users but values has {n_users}; "
             "build it over the same users as the values"
         )
 
@@ -66,7 +66,16 @@ def uniform_below(rng: RandomSource, shape: tuple[int, ...], bound: int) -> np.n
     return result
 
 
-def uniform_other(rng: RandomSource, true_values: np.ndarray, domain: int) -> np.ndarray:
-    """One value per user, uniform over the ``domain - 1`` values that differ from its own."""
-    others = uniform_below(rng, true_values.shape, domain - 1)
-    return others + (others >= true_values).astype(np.uint64)
+def randomized_response(
+    rng: RandomSource, true_values: np.ndarray, domain: int, keep_probability: float
+) -> np.ndarray:
+    """Generalised randomised response over ``[0, domain)``, one value per user.
+
+    Keeps the true value with ``keep_probability``, else reports a value
+    uniform over the ``domain - 1`` others.  Two calls on ``rng`` whatever the
+    outcome (a uniform, then a bounded integer), so the call sequence is fixed.
+    """
+    keep = rng.random(true_values.shape) < keep_probability
+    reported = uniform_below(rng, true_values.shape, domain - 1)
+    reported += reported >= true_values  # skip over the true value
+    return np.where(keep, true_values, reported)

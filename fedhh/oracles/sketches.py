@@ -37,8 +37,8 @@ import numpy as np
 
 from fedhh.randomness import derive_key, splitmix64
 
-from .base import FrequencyOracle, Support, check_kind, check_lengths, check_positive_int
-from .hashing import MAX_RANGE, hash_keys
+from .base import FrequencyOracle, Support, check_kind, check_positive_int
+from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch
 
@@ -56,7 +56,11 @@ class SketchReports:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rows", np.asarray(self.rows, dtype=np.uint32).ravel())
-        check_lengths("SketchReports", rows=self.rows, inner=np.empty(len(self.inner)))
+        if len(self.inner) != self.rows.shape[0]:
+            raise ValueError(
+                f"SketchReports: report arrays must have one row per user, got lengths "
+                f"rows={self.rows.shape[0]}, inner={len(self.inner)}"
+            )
 
     def __len__(self) -> int:
         return int(self.rows.shape[0])
@@ -77,7 +81,7 @@ class SketchStatistics:
             return NotImplemented
         if len(other.rows) != len(self.rows):
             raise ValueError(f"SketchStatistics: row counts differ ({len(self.rows)} vs {len(other.rows)})")
-        return SketchStatistics(tuple(mine + theirs for mine, theirs in zip(self.rows, other.rows)))
+        return SketchStatistics(tuple(mine + theirs for mine, theirs in zip(self.rows, other.rows, strict=True)))
 
 
 class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
@@ -96,6 +100,7 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         seed: int = 0,
     ) -> None:
         super().__init__(inner.epsilon, domain)
+        self.name = "count-sketch" if signed else f"count-{estimator}"
         self.rows = check_positive_int(rows, "rows", 1, MAX_ROWS)
         self.width = check_positive_int(width, "width", 2, MAX_RANGE)
         if estimator not in SKETCH_ESTIMATORS:
@@ -106,24 +111,33 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         self.signed = bool(signed)
         expected_inner = self.width * (2 if self.signed else 1)
         if inner.domain != expected_inner:
-            raise ValueError(f"inner oracle domain must be {expected_inner} (width x {1 + self.signed}), got {inner.domain}")
+            raise ValueError(
+                f"inner oracle domain must be {expected_inner} (width x {1 + self.signed}), got {inner.domain}"
+            )
         self.inner = inner
         self.seed = int(seed)
         base = derive_key(self.seed, "fedhh.oracles.sketch.rows")
         with np.errstate(over="ignore"):
-            self.row_seeds = splitmix64(base + np.arange(self.rows, dtype=np.uint64))
-            self.sign_seeds = splitmix64(~base + np.arange(self.rows, dtype=np.uint64))
+            row_seeds = splitmix64(base + np.arange(self.rows, dtype=np.uint64))
+            sign_seeds = splitmix64(~base + np.arange(self.rows, dtype=np.uint64))
+        self.row_hashes = expand_seeds(row_seeds)
+        self.sign_hashes = expand_seeds(sign_seeds)
 
     def __repr__(self) -> str:
-        kind = "count-sketch" if self.signed else f"count-{self.estimator}"
-        return f"SketchOracle({kind}, rows={self.rows}, width={self.width}, domain={self.domain}, inner={self.inner!r})"
+        return (
+            f"SketchOracle({self.name}, rows={self.rows}, width={self.width}, "
+            f"domain={self.domain}, inner={self.inner!r})"
+        )
 
     def symbols(self, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
         """The inner-oracle symbol of each value in the given rows (broadcasting)."""
-        buckets = hash_keys(self.row_seeds[rows], values, self.width)
+        mixed = mix_keys(values)
+        multipliers, offsets = self.row_hashes
+        buckets = hash_expanded(multipliers[rows], offsets[rows], mixed, self.width)
         if not self.signed:
             return buckets
-        negative = hash_keys(self.sign_seeds[rows], values, 2)
+        multipliers, offsets = self.sign_hashes
+        negative = hash_expanded(multipliers[rows], offsets[rows], mixed, 2)
         return buckets + negative * np.uint64(self.width)
 
     def randomize(self, values: np.ndarray, rng: RandomSource) -> SketchReports:
@@ -141,29 +155,37 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         rows = rng.integers(0, self.rows, size=values.shape[0])
         symbols = self.symbols(rows, values)
         return SketchStatistics(
-            tuple(self.inner.randomize_aggregate(symbols[rows == row], rng) for row in range(self.rows))
+            tuple(self.inner.randomize_aggregate(symbols[members], rng) for members in self._row_members(rows))
         )
+
+    def _row_members(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Indices of the users in each sketch row, in row order (one sort, not ``k`` scans)."""
+        order = np.argsort(rows, kind="stable")
+        bounds = np.searchsorted(rows[order], np.arange(self.rows + 1))
+        return [order[bounds[row] : bounds[row + 1]] for row in range(self.rows)]
 
     def aggregate(self, reports: SketchReports) -> SketchStatistics:
         check_kind(self.name, reports, SketchReports, "reports")
         if len(reports) and int(reports.rows.max()) >= self.rows:
             raise ValueError(f"{self.name}: reports.rows must be in [0, {self.rows}), got {int(reports.rows.max())}")
-        order = np.argsort(reports.rows, kind="stable")
-        bounds = np.searchsorted(reports.rows[order], np.arange(self.rows + 1))
         return SketchStatistics(
-            tuple(
-                self.inner.aggregate(reports.inner.take(order[bounds[row] : bounds[row + 1]]))
-                for row in range(self.rows)
-            )
+            tuple(self.inner.aggregate(reports.inner.take(members)) for members in self._row_members(reports.rows))
         )
 
     def support(self, statistics: SketchStatistics, candidates: np.ndarray) -> Support:
         """Per row, the inner support of each candidate's symbol (and, signed, of its
-        mirror symbol in the other half), shaped ``(rows, 1 or 2, candidates)``."""
+        mirror symbol in the other half), shaped ``(rows, 1 or 2, candidates)``.
+
+        When the inner domain is not much larger than the candidate set, each
+        row decodes all its symbols once (one transform, one cached FLH hash
+        table for every row) and the candidates read their symbols from it.
+        """
         check_kind(self.name, statistics, SketchStatistics, "statistics")
         if len(statistics.rows) != self.rows:
             raise ValueError(f"{self.name}: statistics must have {self.rows} rows, got {len(statistics.rows)}")
         candidates = self._values(candidates, "candidates")
+        whole_rows = self.inner.domain <= 4 * candidates.shape[0]
+        all_symbols = np.arange(self.inner.domain, dtype=np.uint64)
         counts = []
         for row, stats in enumerate(statistics.rows):
             own = self.symbols(np.full(candidates.shape[0], row), candidates)
@@ -171,7 +193,11 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
             if self.signed:
                 width = np.uint64(self.width)
                 symbols.append(np.where(own < width, own + width, own - width))
-            counts.append(np.stack([self.inner.support(stats, symbol).counts for symbol in symbols]))
+            if whole_rows:
+                decoded = self.inner.support(stats, all_symbols).counts
+                counts.append(np.stack([decoded[symbol.astype(np.intp)] for symbol in symbols]))
+            else:
+                counts.append(np.stack([self.inner.support(stats, symbol).counts for symbol in symbols]))
         n_users = np.array([stats.n_users for stats in statistics.rows], dtype=np.int64)
         return Support(np.stack(counts), n_users)
 
@@ -224,5 +250,6 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         probabilities = np.empty(len(reports))
         for row in np.unique(rows):
             members = np.flatnonzero(rows == row)
-            probabilities[members] = self.inner.report_probabilities(int(symbols[members[0]]), reports.inner.take(members))
+            symbol = int(symbols[members[0]])
+            probabilities[members] = self.inner.report_probabilities(symbol, reports.inner.take(members))
         return probabilities / self.rows

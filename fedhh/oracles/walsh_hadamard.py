@@ -12,10 +12,14 @@ import numpy as np
 _PAIR_BLOCK = 1 << 20
 
 
+def hadamard_parity(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """True where ``H[rows, columns] = -1`` (broadcasting), without forming the matrix."""
+    return (np.bitwise_count(np.bitwise_and(rows, columns, dtype=np.uint64)) & np.uint8(1)).view(bool)
+
+
 def hadamard_signs(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
     """``H[rows, columns]`` as int8 (broadcasting), without forming the matrix."""
-    parity = np.bitwise_count(np.bitwise_and(rows, columns, dtype=np.uint64)) & 1
-    return (1 - 2 * parity.astype(np.int8)).astype(np.int8)
+    return (1 - 2 * hadamard_parity(rows, columns).astype(np.int8)).astype(np.int8)
 
 
 def fwht(values: np.ndarray) -> np.ndarray:
