@@ -20,11 +20,11 @@ from rich.table import Table
 
 from .config import ConfigError, load_config
 from .oracles.cli import add_oracles_parser
-from .privacy.triehh import solve_triehh, worst_case_discovery_rate
+from .privacy.cli import add_audit_parser
+from .privacy.plan import plan as plan_protocol
 from .results import to_json
 
 EXIT_USAGE = 2
-PLAN_FREQUENCIES = (0.0005, 0.001, 0.002, 0.005, 0.01)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -44,38 +44,23 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _plan_triehh(args: argparse.Namespace) -> int:
-    params = solve_triehh(args.users, args.epsilon, args.delta, args.max_rounds)
-    frequencies = list(PLAN_FREQUENCIES)
-    holders = [round(f * args.users) for f in frequencies]
-    rates = worst_case_discovery_rate(holders, args.users, params.batch_size, params.theta, args.max_rounds)
-    plan = {
-        "protocol": "triehh",
-        "n_users": args.users,
-        "max_rounds": args.max_rounds,
-        "theta": params.theta,
-        "batch_size": params.batch_size,
-        "sampling_rate": params.sampling_rate,
-        "epsilon": params.epsilon,
-        "delta": params.delta,
-        "model": params.report().model,
-        "worst_case_discovery_rate": {
-            f"{f:g}": float(r) for f, r in zip(frequencies, rates, strict=True)
-        },
-    }
+    plan = plan_protocol(
+        "triehh", n_users=args.users, epsilon=args.epsilon, delta=args.delta, max_rounds=args.max_rounds
+    )
     if args.json:
         print(json.dumps(plan, indent=2))
         return 0
-    console = Console()
     table = Table(title=f"TrieHH plan: n = {args.users:,}, L = {args.max_rounds} rounds")
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    table.add_row("threshold θ", str(params.theta))
-    table.add_row("batch size m", f"{params.batch_size:,}")
-    table.add_row("sampling rate m/n", f"{params.sampling_rate:.4g}")
-    table.add_row("ε (guaranteed)", f"{params.epsilon:.6g}")
-    table.add_row("δ (guaranteed)", f"{params.delta:.3g}")
-    for f, r in zip(frequencies, rates, strict=True):
-        table.add_row(f"worst-case discovery, frequency {f:g}", f"{r:.3f}")
+    table.add_row("threshold θ", str(plan["theta"]))
+    table.add_row("batch size m", f"{plan['batch_size']:,}")
+    table.add_row("sampling rate m/n", f"{plan['sampling_rate']:.4g}")
+    table.add_row("ε (guaranteed)", f"{plan['epsilon']:.6g}")
+    table.add_row("δ (guaranteed)", f"{plan['delta']:.3g}")
+    for frequency, rate in plan["worst_case_discovery_rate"].items():
+        table.add_row(f"worst-case discovery, frequency {frequency}", f"{rate:.3f}")
+    console = Console()
     console.print(table)
     console.print(f"model: {plan['model']}")
     return 0
@@ -108,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     triehh.set_defaults(func=_plan_triehh)
 
     add_oracles_parser(commands)
+    add_audit_parser(commands)
     return parser
 
 

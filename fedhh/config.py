@@ -76,6 +76,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "privacy": {
         "epsilon": Key(float, 4.0, "target ε", check=_positive, constraint="a finite number > 0"),
         "delta": Key(float, 1e-12, "target δ", check=lambda v: 0 < v < 1, constraint="in the open interval (0, 1)"),
+        "ledger": Key(str, "", "privacy ledger (JSON) composing repeated runs on the same population; empty: none"),
+        "max_epsilon": Key(float, 0.0, "cumulative ε budget of the ledger; 0: no budget",
+                           check=lambda v: v == 0 or _positive(v), constraint="0 or a finite number > 0"),
     },
     "run": {
         "seed": Key(int, 0, "seed of every random choice in the simulation", check=lambda v: v >= 0, constraint=">= 0"),
@@ -83,6 +86,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "backend": Key(str, "auto", "fast driver backend (auto: Ray when RAY_ADDRESS names a cluster, else in-process)", ("auto", "inprocess", "ray")),
         "shards": Key(int, 8, "shards of users (Flower SuperNodes or Ray actors)", check=lambda v: v >= 1, constraint=">= 1"),
         "top_k": Key(int, 100, "K of the true top-K used by precision, F1 and NCR", check=lambda v: v >= 1, constraint=">= 1"),
+        "federation": Key(str, "shards", "what each Flower SuperNode holds: a shard of the configured population, or one device user's own data (devices: n = population.users)", ("shards", "devices")),
+        "round_timeout": Key(float, 120.0, "seconds a Flower round waits for replies; a node without a valid reply by then is counted late and its users' answers are lost", check=_positive, constraint="a finite number > 0"),
+        "connect_timeout": Key(float, 120.0, "seconds the Flower server waits for its SuperNodes before round 1", check=_positive, constraint="a finite number > 0"),
+        "secure_aggregation": Key(bool, False, "sum each round's responses with Flower's SecAgg+ so the server sees only sums"),
     },
 }
 
@@ -138,6 +145,8 @@ def build_config(raw: Mapping[str, Any]) -> FedhhConfig:
         for key, value in values.items():
             _split(f"{section}.{key}")
             sections[section][key] = SCHEMA[section][key].validate(f"{section}.{key}", value)
+    if sections["privacy"]["max_epsilon"] and not sections["privacy"]["ledger"]:
+        raise ConfigError("privacy.max_epsilon: a budget needs privacy.ledger (the file that remembers past runs)")
     if sections["population"]["source"] == "file" and not sections["population"]["path"]:
         raise ConfigError("population.path: required when population.source = \"file\"")
     return FedhhConfig(sections)

@@ -20,6 +20,7 @@ from .config import FedhhConfig
 from .items import ItemCodec, get_alphabet
 from .metrics import Truth, utility_metrics
 from .population import Shard
+from .privacy.report import PrivacyReport
 from .protocols import ClientFunction, ProtocolResult, ServerProtocol, get_protocol
 from .randomness import KeyedRandomness
 from .sources import PopulationSource, make_source
@@ -46,7 +47,8 @@ class Experiment:
         self.randomness = KeyedRandomness(self.seed)
         self.source: PopulationSource = make_source(config["population"], self.codec, self.seed)
         self.n_users = self.source.n_users
-        self.make_server()  # solving the privacy target refuses an impossible run now
+        # Solving the privacy target here refuses an impossible run before any round.
+        self.privacy: PrivacyReport = self.make_server().privacy_report()
 
     @property
     def respond(self) -> ClientFunction:

@@ -126,3 +126,24 @@ def test_console_script_exit_code(tmp_path: Path) -> None:
     )
     assert completed.returncode == 2
     assert "cannot meet" in completed.stderr
+
+
+def test_ledger_composes_runs_and_refuses_one_over_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = tmp_path / "ledger.json"
+    budget = ["--set", f'privacy.ledger="{ledger}"', "--set", "privacy.max_epsilon=12"]
+    assert main(["run", *SMALL, *budget, "--output", str(tmp_path / "day1")]) == 0
+    first = json.loads((tmp_path / "day1" / "result.json").read_text(encoding="utf-8"))
+    assert first["privacy"]["composition"]["runs"] == 1
+    recorded = ledger.read_bytes()
+    # A second run at ε = 8 would bring the total above 12: refused before it starts.
+    assert main(["run", *SMALL, *budget, "--output", str(tmp_path / "day2")]) == 2
+    assert "privacy.max_epsilon" in capsys.readouterr().err
+    assert ledger.read_bytes() == recorded
+    assert not (tmp_path / "day2").exists()
+
+
+def test_a_budget_needs_a_ledger(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", *SMALL, "--set", "privacy.max_epsilon=5", "--output", str(tmp_path / "x")]) == 2
+    assert "privacy.max_epsilon: a budget needs privacy.ledger" in capsys.readouterr().err

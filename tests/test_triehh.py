@@ -38,7 +38,11 @@ def test_hand_checkable_trie_when_everyone_votes() -> None:
     result = server.result()
     assert sorted(d.item for d in result.discoveries) == ["moon", "sun"]
     assert [r.values["prefixes_added"] for r in result.trace] == [2, 2, 2, 2, 1]
-    assert [r.values["votes_received"] for r in result.trace] == [15, 12, 8, 8, 4]  # round 2: s/m-words and 'sky'
+    assert [r.server_view["votes_received"] for r in result.trace] == [15, 12, 8, 8, 4]  # round 2: s/m and 'sky'
+    # The published trace carries only what the threshold let through.
+    assert set(result.trace[0].to_dict()) == {
+        "round", "sampled_users", "prefixes_added", "items_completed", "trie_size_per_depth"
+    }
     assert result.trace[-1].values["trie_size_per_depth"] == [2, 2, 2, 2, 1]
     assert {d.item: d.support for d in result.discoveries} == {"sun": 4, "moon": 4}
     assert result.frequent_prefixes == []

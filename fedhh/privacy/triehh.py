@@ -4,15 +4,35 @@ Source: Zhu et al., "Federated Heavy Hitters Discovery with Differential
 Privacy" (AISTATS 2020), Theorem 1 and Corollaries 1-2, with the parameter
 choice of the authors' simulation code (see ``shared/REFERENCE.md``):
 
-* ``delta = (θ - 2) / ((θ - 3) θ!)``                (needs θ > 3)
-* ``epsilon = L ln(1 / (1 - θ γ))`` with ``γ = m / n`` (needs θ γ < 1)
+* ``delta = (θ - 2) / ((θ - 3) θ!)``
+* ``epsilon = L ln(1 / (1 - θ γ))`` with ``γ = m / n``
 
 and, from a target, θ is the smallest integer with
 ``((θ - 3) / (θ - 2)) θ! >= 1 / delta`` and ``θ >= e^(ε/L) - 1``, then
-``m = floor(n (e^(ε/L) - 1) / (θ e^(ε/L)))``.  Algorithm 3 (several items
-per user, one sampled by local frequency) keeps the same guarantee
-(Theorem 2).  The guarantee is user-level: neighbouring populations differ
-in one user's whole data.
+``m = floor(n (e^(ε/L) - 1) / (θ e^(ε/L)))``.  :func:`solve_triehh` follows
+this rule wherever ``e^(ε/L) - 1 <= θ``; above that (large per-round
+budgets) it keeps θ and caps m instead (see its docstring).  Algorithm 3
+(several items per user, one sampled by local frequency) keeps the same
+guarantee (Theorem 2).
+
+The guarantee is user-level under add/remove adjacency (the paper's
+Definition 1: D' is D plus all the items of one user), for the *output
+trie*: the set of prefixes that reached θ votes, round by round.  It does
+not cover the raw vote histogram the server aggregates (including counts
+below θ), nor the vote counts or per-round totals a run document may show.
+
+Conditions of the theorem (all are checked; parameters breaking any of them
+carry no guarantee, and the solver never returns them):
+
+* ``θ >= 4``: δ's formula divides by ``θ - 3``;
+* ``θ γ < 1``: otherwise ``ln(1 / (1 - θ γ))`` is undefined;
+* ``γ (θ + 1) <= 1``, i.e. ``θ >= e^(ε/L) - 1`` once ε is written out: the
+  paper's parameter choice (Corollary 2) and the authors' code (the second
+  loop of their ``_set_theta``) impose it.  The seed lost the theorem's
+  exact wording, so it is kept as a condition: the guarantee is only claimed
+  where its authors stated it.  It binds only at large per-round budgets
+  (``ε/L > ln(θ + 1)``);
+* ``θ <= m <= n``: fewer sampled users than θ can never grow the trie.
 """
 
 from __future__ import annotations
@@ -23,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import hypergeom
 
-from .report import PrivacyReport
+from .report import NO_GUARANTEE, PrivacyReport
 from .validation import check_delta, check_epsilon, check_positive_int
 
 MODEL = "central, user-level, sampling+threshold"
@@ -75,12 +95,20 @@ class TrieHHParameters:
         return self.batch_size / self.n_users
 
     def theorem_violations(self) -> list[str]:
-        """The conditions of Theorem 1 these parameters break (empty when it holds)."""
+        """The conditions of Theorem 1 these parameters break (empty when it holds).
+
+        See the module docstring for where each condition comes from.
+        """
         problems = []
         if self.theta < MIN_THETA:
             problems.append(f"θ = {self.theta} < {MIN_THETA}")
         if self.theta * self.sampling_rate >= 1:
             problems.append(f"θ·γ = {self.theta * self.sampling_rate:.4g} >= 1")
+        elif self.sampling_rate * (self.theta + 1) > 1:
+            problems.append(
+                f"γ·(θ + 1) = {self.sampling_rate * (self.theta + 1):.4g} > 1 "
+                "(equivalently θ < e^(ε/L) - 1)"
+            )
         if self.batch_size < self.theta:
             problems.append(f"m = {self.batch_size} < θ = {self.theta}")
         return problems
@@ -98,9 +126,10 @@ class TrieHHParameters:
         return 1.0 if self.theorem_violations() else triehh_delta(self.theta)
 
     def report(self) -> PrivacyReport:
+        """The guarantee, or ``(inf, 1)`` with the broken conditions named in ``model``."""
         violations = self.theorem_violations()
         return PrivacyReport(
-            model=MODEL if not violations else f"no guarantee: outside Theorem 1 ({'; '.join(violations)})",
+            model=MODEL if not violations else f"{NO_GUARANTEE}: outside Theorem 1 ({'; '.join(violations)})",
             epsilon=self.epsilon,
             delta=self.delta,
             mechanism="TrieHH: uniform sampling of m users without replacement per round, "
@@ -118,9 +147,9 @@ class TrieHHParameters:
         )
 
 
-def _smallest_theta(epsilon: float, delta: float, max_rounds: int) -> int:
-    """Smallest integer θ >= 4 with ((θ-3)/(θ-2)) θ! >= 1/δ and θ >= e^(ε/L) - 1."""
-    theta = max(MIN_THETA, math.ceil(math.expm1(epsilon / max_rounds)))
+def _smallest_theta(delta: float) -> int:
+    """Smallest integer θ >= 4 with ((θ-3)/(θ-2)) θ! >= 1/δ."""
+    theta = MIN_THETA
     log_target = -math.log(delta)
     while math.log(theta - 3) - math.log(theta - 2) + math.lgamma(theta + 1) < log_target:
         theta += 1
@@ -128,20 +157,33 @@ def _smallest_theta(epsilon: float, delta: float, max_rounds: int) -> int:
 
 
 def solve_triehh(n_users: int, epsilon: float, delta: float, max_rounds: int) -> TrieHHParameters:
-    """θ and m meeting an (ε, δ) target, or :class:`PrivacyTargetError` with the numbers."""
+    """θ and m meeting an (ε, δ) target, or :class:`PrivacyTargetError` with the numbers.
+
+    θ is the smallest threshold that meets δ, and m the largest batch with
+    ``θ γ <= (e^(ε/L) - 1) / e^(ε/L)`` (spending at most ε) and
+    ``γ (θ + 1) <= 1`` (the theorem's sampling limit).  While
+    ``e^(ε/L) - 1 <= θ`` the first bound is the tighter and this is the
+    authors' choice exactly.  Beyond it the authors raise θ to
+    ``e^(ε/L) - 1``, so a *looser* target needs more users (about
+    ``e^(2ε/L)``) and eventually cannot be met at all; here θ stays at the δ
+    minimum and m stops at ``n / (θ + 1)``, which spends
+    ``L ln(θ + 1) < ε``, meets every condition, and asks less of an item's
+    frequency (about ``θ²/n`` instead of ``e^(2ε/L)/n``).  A target that
+    would need ``m < θ`` is refused.
+    """
     check_positive_int(n_users, "population.users")
     check_epsilon(epsilon)
     check_delta(delta)
     check_positive_int(max_rounds, "max_rounds")
-    theta = _smallest_theta(epsilon, delta, max_rounds)
+    theta = _smallest_theta(delta)
     growth = math.exp(epsilon / max_rounds)
-    batch_size = math.floor(n_users * (growth - 1) / (theta * growth))
-    if batch_size < max(theta, 1):
+    batch_size = min(math.floor(n_users * (growth - 1) / (theta * growth)), n_users // (theta + 1))
+    if batch_size < theta:
         raise PrivacyTargetError(
             f"cannot meet ε = {epsilon:g}, δ = {delta:g} with n = {n_users} users and "
             f"L = {max_rounds} rounds: the threshold is θ = {theta} but the batch size "
-            f"would be m = floor(n (e^(ε/L) - 1) / (θ e^(ε/L))) = {batch_size} < θ. "
-            f"Need at least {math.ceil(theta * theta * growth / (growth - 1))} users, "
+            f"would be m = floor(n min((e^(ε/L) - 1) / (θ e^(ε/L)), 1/(θ + 1))) = {batch_size} < θ. "
+            f"Need at least {math.ceil(theta * max(theta * growth / (growth - 1), theta + 1))} users, "
             "or a larger ε / δ, or fewer rounds (shorter max_length or larger unit_size)"
         )
     return TrieHHParameters(n_users, max_rounds, theta, batch_size)

@@ -58,10 +58,19 @@ class Response:
 
 @dataclass
 class RoundRecord:
-    """One line of a run's trace."""
+    """One line of a run's trace.
+
+    ``values`` are published with the result and must be covered by the
+    protocol's privacy guarantee (for TrieHH: functions of the accepted
+    prefixes only).  ``server_view`` is what the server saw in the round
+    (e.g. raw vote totals, including prefixes below the threshold): kept for
+    logs and audits, never written to the result, because the guarantee does
+    not cover it.
+    """
 
     round: int
     values: dict[str, Any]
+    server_view: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"round": self.round, **self.values}
@@ -119,6 +128,10 @@ class ServerProtocol(ABC):
     @abstractmethod
     def max_rounds(self) -> int:
         """The most rounds this run can take (it may stop earlier)."""
+
+    @abstractmethod
+    def privacy_report(self) -> PrivacyReport:
+        """The guarantee this run carries, known before its first round."""
 
     def progress_note(self) -> str:
         """A short status for progress bars and round logs."""

@@ -19,6 +19,7 @@ import numpy as np
 from ..items import EOS, ItemCodec
 from ..population import Shard
 from ..prefixes import rows_in, sum_histograms
+from ..privacy.report import PrivacyReport
 from ..privacy.triehh import TrieHHParameters
 from ..randomness import KeyedRandomness, RandomnessSource
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
@@ -145,6 +146,9 @@ class TrieHHServer(ServerProtocol):
     def max_rounds(self) -> int:
         return self.params.max_rounds
 
+    def privacy_report(self) -> PrivacyReport:
+        return self.params.report()
+
     def progress_note(self) -> str:
         sizes = [int(rows.shape[0]) for rows, _ in self._levels]
         return f"trie per depth {sizes}, {len(self.discovered())} items complete"
@@ -191,12 +195,14 @@ class TrieHHServer(ServerProtocol):
                 round_,
                 {
                     "sampled_users": int(response.sampled_users),
-                    "responding_users": int(response.responding_users),
-                    "votes_received": int(response.votes.sum()),
-                    "prefixes_voted": int(response.prefixes.shape[0]),
                     "prefixes_added": int(rows.shape[0]),
                     "items_completed": int(np.count_nonzero(rows[:, -1] == EOS)) if rows.size else 0,
                     "trie_size_per_depth": [int(level.shape[0]) for level, _ in self._levels],
+                },
+                server_view={
+                    "responding_users": int(response.responding_users),
+                    "votes_received": int(response.votes.sum()),
+                    "prefixes_voted": int(response.prefixes.shape[0]),
                 },
             )
         )
@@ -234,7 +240,7 @@ class TrieHHServer(ServerProtocol):
             discoveries=self.discovered(),
             frequent_prefixes=self.frequent_prefixes(),
             trace=self.trace,
-            privacy=self.params.report(),
+            privacy=self.privacy_report(),
             params={
                 "theta": self.params.theta,
                 "batch_size": self.params.batch_size,

@@ -1,0 +1,364 @@
+"""Privacy accounting: Theorem 1's conditions, reports, LDP splits, composition
+with dp-accounting, the ledger (budget, atomic writes, locking) and plans.
+
+The reference example, round trips and basic refusals of the TrieHH solver
+are in ``test_privacy_triehh.py``; this file adds what the accountant needs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from dp_accounting.pld import accountant, common
+from dp_accounting.pld import privacy_loss_distribution as pld_module
+
+from fedhh.privacy import ledger as ledger_module
+from fedhh.privacy.composition import advanced_composition, compose
+from fedhh.privacy.ldp import ldp_report, split_budget
+from fedhh.privacy.ledger import BudgetExceededError, Ledger, LedgerError
+from fedhh.privacy.plan import PLANNERS, markdown_table, plan, register_planner, triehh_table
+from fedhh.privacy.report import PrivacyReport
+from fedhh.privacy.triehh import TrieHHParameters, solve_triehh
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def reference_report() -> PrivacyReport:
+    return solve_triehh(1_000_000, 4.0, 1e-12, 10).report()
+
+
+# Theorem 1's conditions ---------------------------------------------------------
+@pytest.mark.parametrize("epsilon", [0.5, 4.0, 20.0, 60.0])
+@pytest.mark.parametrize("rounds", [2, 5, 10])
+def test_solved_parameters_meet_every_condition_of_the_theorem(epsilon: float, rounds: int) -> None:
+    """Large per-round budgets make the θ >= e^(ε/L) - 1 floor bind: γ(θ + 1) <= 1 must still hold."""
+    params = solve_triehh(10_000_000, epsilon, 1e-9, rounds)
+    assert params.theorem_violations() == []
+    assert params.sampling_rate * (params.theta + 1) <= 1
+    assert params.report().has_guarantee and params.epsilon <= epsilon
+
+
+def authors_rule(n_users: int, epsilon: float, delta: float, rounds: int) -> tuple[int, int]:
+    """θ and m exactly as REFERENCE.md states the authors' code chooses them."""
+    theta = 4
+    while (theta - 3) / (theta - 2) * math.factorial(theta) < 1 / delta:
+        theta += 1
+    while theta < math.exp(epsilon / rounds) - 1:
+        theta += 1
+    growth = math.exp(epsilon / rounds)
+    return theta, math.floor(n_users * (growth - 1) / (theta * growth))
+
+
+@pytest.mark.parametrize(("epsilon", "rounds"), [(1.0, 10), (4.0, 10), (8.0, 5), (13.0, 5)])
+def test_solver_is_the_authors_rule_until_their_theta_floor_binds(epsilon: float, rounds: int) -> None:
+    n_users, delta = 10_000_000, 1e-9
+    params = solve_triehh(n_users, epsilon, delta, rounds)
+    assert (params.theta, params.batch_size) == authors_rule(n_users, epsilon, delta, rounds)
+
+
+def test_large_per_round_budgets_keep_theta_and_stop_at_the_sampling_limit() -> None:
+    """ε/L = 10: the authors' θ would be e^10 - 1 = 22,026, so their m (~ n/θ) falls below θ
+    for ten million users; the solver keeps θ = 13 and samples n/(θ + 1), spending less than ε."""
+    n_users, epsilon, delta, rounds = 10_000_000, 20.0, 1e-9, 2
+    theta, batch = authors_rule(n_users, epsilon, delta, rounds)
+    assert theta == 22_026 and batch < theta  # the authors' rule cannot run here
+    params = solve_triehh(n_users, epsilon, delta, rounds)
+    assert params.theta == 13 and params.batch_size == n_users // 14
+    assert params.theorem_violations() == [] and params.epsilon == pytest.approx(rounds * math.log(14), rel=1e-4)
+    assert params.epsilon < epsilon
+
+
+def test_parameters_above_the_sampling_limit_report_no_guarantee() -> None:
+    """θγ = 0.88 < 1 gives a finite formula, but γ(θ + 1) = 1.1 > 1 is outside the theorem."""
+    params = TrieHHParameters(n_users=1000, max_rounds=5, theta=4, batch_size=220)
+    report = params.report()
+    assert any("γ·(θ + 1)" in problem for problem in params.theorem_violations())
+    assert report.model.startswith("no guarantee") and not report.has_guarantee
+    assert (report.epsilon, report.delta) == (math.inf, 1.0)
+    inside = TrieHHParameters(n_users=1000, max_rounds=5, theta=4, batch_size=200)  # γ(θ + 1) = 1
+    assert inside.theorem_violations() == [] and inside.report().has_guarantee
+
+
+# reports --------------------------------------------------------------------------
+def test_report_dict_keeps_its_shape_and_round_trips_through_json() -> None:
+    report = reference_report()
+    data = report.to_dict()
+    assert set(data) == {"model", "epsilon", "delta", "mechanism", "method", "adjacency", "parameters"}
+    assert PrivacyReport.from_dict(json.loads(json.dumps(data))) == report
+    combined = report.with_composition(compose([(report.epsilon, report.delta)] * 3))
+    again = PrivacyReport.from_dict(json.loads(json.dumps(combined.to_dict())))
+    assert again == combined and again.composition.runs == 3
+    assert "cumulative over 3 run(s)" in combined.summary()
+
+
+def test_no_guarantee_reports_survive_json_with_infinity_as_a_string() -> None:
+    report = TrieHHParameters(100, 5, 3, 100).report()
+    data = json.loads(json.dumps({**report.to_dict(), "epsilon": "inf"}))
+    assert PrivacyReport.from_dict(data).epsilon == math.inf
+
+
+# LDP ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("protocol", "options", "parts"),
+    [
+        ("pem", {}, [4.0]),
+        ("treehist", {}, [2.0, 2.0]),
+        ("sfp", {}, [2.0, 2.0]),
+        ("sfp", {"fragment_share": 0.25}, [1.0, 3.0]),
+    ],
+)
+def test_ldp_reports_add_up_the_user_s_reports(protocol: str, options: dict, parts: list[float]) -> None:
+    split = split_budget(protocol, 4.0, **options)
+    assert [epsilon for _, epsilon in split.parts] == pytest.approx(parts)
+    report = ldp_report(split, "olh", {"groups": 3})
+    assert (report.epsilon, report.delta) == (pytest.approx(4.0), 0.0)
+    assert report.model == "local, per-user ε-LDP" and report.has_guarantee
+    assert report.parameters["oracle"] == "olh" and report.parameters["groups"] == 3
+    assert sum(report.parameters["split"].values()) == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: split_budget("bitstogram", 1.0), r"protocol.name.*allowed: \['pem', 'sfp', 'treehist'\]"),
+        (lambda: split_budget("sfp", 1.0, fragment_share=1.0), "fragment_share"),
+        (lambda: split_budget("pem", 0.0), "privacy.epsilon"),
+    ],
+)
+def test_ldp_splits_refuse_bad_input(call, message: str) -> None:  # noqa: ANN001
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+# composition ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("epsilon", "delta", "runs", "total_delta"),
+    [(4.0, 1e-12, 30, 1e-9), (0.1, 1e-7, 200, 1e-4), (0.5, 0.0, 50, 1e-6), (1.0, 1e-6, 10, None)],
+)
+def test_k_identical_runs_match_dp_accounting_and_never_exceed_basic(
+    epsilon: float, delta: float, runs: int, total_delta: float | None
+) -> None:
+    summary = compose([(epsilon, delta)] * runs, total_delta)
+    target = 2 * runs * delta if total_delta is None else total_delta
+    pld = pld_module.from_privacy_parameters(
+        common.DifferentialPrivacyParameters(epsilon, delta), summary.discretization
+    ).self_compose(runs)
+    assert summary.delta == pytest.approx(target)
+    assert summary.pld_epsilon == pytest.approx(pld.get_epsilon_for_delta(target), abs=1e-9)
+    assert summary.epsilon <= runs * epsilon
+    # Pessimistic rounding costs at most one grid step per run.
+    assert summary.pld_epsilon <= runs * epsilon + runs * summary.discretization
+    assert summary.basic_epsilon == pytest.approx(runs * epsilon)
+    assert summary.basic_delta == pytest.approx(runs * delta)
+
+
+def test_pld_matches_the_optimal_composition_theorem() -> None:
+    """Kairouz-Oh-Viswanath's exact homogeneous composition, as dp-accounting states it,
+    can only be looser than the PLD (it answers on a grid of ε(k - 2i))."""
+    for epsilon, delta, runs, target in [(0.5, 1e-6, 20, 1e-4), (0.2, 0.0, 40, 1e-6), (0.1, 1e-7, 100, 1e-5)]:
+        summary = compose([(epsilon, delta)] * runs, target)
+        theorem = accountant.advanced_composition(common.DifferentialPrivacyParameters(epsilon, delta), runs, target)
+        assert theorem - 2 * epsilon - 1e-6 <= summary.pld_epsilon <= theorem + runs * summary.discretization
+        assert summary.pld_epsilon < summary.basic_epsilon
+
+
+def test_advanced_composition_is_dwork_rothblum_vadhan_with_the_whole_slack() -> None:
+    epsilon, delta = advanced_composition([(0.1, 0.0)] * 100, 1e-6)
+    assert delta == 1e-6
+    assert epsilon == pytest.approx(math.sqrt(2 * math.log(1e6) * 100 * 0.01) + 100 * 0.1 * math.expm1(0.1))
+    summary = compose([(0.1, 0.0)] * 100, 1e-6)
+    assert summary.pld_epsilon < summary.advanced_epsilon < summary.basic_epsilon
+    assert summary.tightest == "pld"
+    # No slack left: advanced composition says nothing, basic still holds.
+    assert advanced_composition([(1.0, 1e-6)] * 3, 3e-6)[0] == math.inf
+
+
+def test_mixed_runs_compose_like_dp_accounting_and_in_any_order() -> None:
+    runs = [(1.0, 1e-7), (0.3, 0.0), (1.0, 1e-7), (2.0, 1e-8)]
+    summary = compose(runs, 1e-5)
+    step = summary.discretization
+    plds = [pld_module.from_privacy_parameters(common.DifferentialPrivacyParameters(e, d), step) for e, d in runs]
+    direct = plds[0].compose(plds[1]).compose(plds[2]).compose(plds[3]).get_epsilon_for_delta(1e-5)
+    assert summary.pld_epsilon == pytest.approx(direct, abs=1e-6)
+    assert compose(runs[::-1], 1e-5).pld_epsilon == pytest.approx(summary.pld_epsilon, abs=1e-9)
+
+
+def test_runs_without_a_guarantee_make_the_total_infinite() -> None:
+    summary = compose([(1.0, 1e-9), (math.inf, 1.0)], 1e-6)
+    assert summary.epsilon == math.inf
+
+
+# the ledger -----------------------------------------------------------------------
+def test_ledger_records_runs_and_returns_the_cumulative_report(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.json")
+    report = reference_report()
+    first = ledger.record(report, "2026-01-01")
+    second = ledger.record(report, "2026-01-02")
+    assert first.composition.runs == 1 and second.composition.runs == 2
+    assert second.composition == ledger.summary() == compose([(report.epsilon, report.delta)] * 2)
+    assert second.epsilon == report.epsilon  # the run's own guarantee is unchanged
+    assert [entry.run_id for entry in ledger.entries] == ["2026-01-01", "2026-01-02"]
+    assert ledger.preview(report).runs == 3 and len(ledger.entries) == 2  # preview writes nothing
+    stored = json.loads((tmp_path / "ledger.json").read_text())
+    assert stored["cumulative"]["runs"] == 2
+
+
+def test_budget_refusal_leaves_the_ledger_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    ledger = Ledger(path)
+    report = reference_report()  # ε ≈ 4 per run
+    ledger.record(report, "day-1", max_epsilon=10)
+    ledger.record(report, "day-2", max_epsilon=10)
+    before = path.read_bytes()
+    with pytest.raises(BudgetExceededError) as refused:
+        ledger.record(report, "day-3", max_epsilon=10)
+    assert path.read_bytes() == before
+    error = refused.value
+    assert error.after.runs == 3 and error.after.epsilon > 10 >= error.before.epsilon
+    assert "privacy.max_epsilon" in str(error) and "day-3" in str(error) and "max_epsilon = 10" in str(error)
+    assert [entry.run_id for entry in ledger.entries] == ["day-1", "day-2"]
+    # A first run above the budget does not even create the file.
+    with pytest.raises(BudgetExceededError):
+        Ledger(tmp_path / "other.json").record(report, "day-1", max_epsilon=3)
+    assert not (tmp_path / "other.json").exists()
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.inf, math.nan, "4", True])
+def test_budget_must_be_a_positive_number(tmp_path: Path, bad: object) -> None:
+    with pytest.raises(ValueError, match="privacy.max_epsilon"):
+        Ledger(tmp_path / "ledger.json").record(reference_report(), "run", max_epsilon=bad)
+
+
+def test_ledger_refuses_duplicates_other_adjacency_and_another_delta(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    ledger = Ledger(path, delta=1e-6)
+    ledger.record(reference_report(), "run-1")
+    with pytest.raises(LedgerError, match="run_id: 'run-1' is already charged"):
+        ledger.record(reference_report(), "run-1")
+    with pytest.raises(LedgerError, match="adjacency"):
+        ledger.record(ldp_report(split_budget("pem", 2.0), "olh"), "run-2")
+    with pytest.raises(LedgerError, match=r"total δ.*1e-06"):
+        Ledger(path, delta=1e-5).summary()
+    assert Ledger(path).summary().delta == 1e-6  # the stored δ applies when none is given
+    assert len(Ledger(path).entries) == 1
+
+
+def test_a_corrupt_ledger_is_reported_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    path.write_text('{"format": "fedhh-privacy-ledger", "version": 1, "runs": [{"run_id": ')
+    with pytest.raises(LedgerError, match="not a readable privacy ledger"):
+        Ledger(path).record(reference_report(), "run")
+    assert path.read_text().endswith('"run_id": ')
+
+
+def test_a_failure_before_the_rename_keeps_the_previous_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ledger.json"
+    ledger = Ledger(path)
+    ledger.record(reference_report(), "run-1")
+    before = path.read_bytes()
+
+    def crash(source: str, destination: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ledger_module.os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        ledger.record(reference_report(), "run-2")
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.json", "ledger.json.lock"]
+
+
+CRASH_MID_WRITE = textwrap.dedent(
+    """
+    import os, sys
+    from fedhh.privacy import ledger as module
+    from fedhh.privacy.triehh import solve_triehh
+
+    real_fdopen = os.fdopen
+
+    class HalfWriter:
+        def __init__(self, stream):
+            self.stream = stream
+        def __enter__(self):
+            return self
+        def __exit__(self, *exc):
+            return False
+        def write(self, text):
+            self.stream.write(text[: len(text) // 2])
+            self.stream.flush()
+            os._exit(17)  # the process dies with half the new ledger on disk
+
+    module.os.fdopen = lambda fd, *a, **k: HalfWriter(real_fdopen(fd, *a, **k))
+    module.Ledger(sys.argv[1]).record(solve_triehh(1_000_000, 4.0, 1e-12, 10).report(), "run-2")
+    """
+)
+
+
+def test_a_process_killed_mid_write_leaves_the_previous_ledger_readable(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    Ledger(path).record(reference_report(), "run-1")
+    before = path.read_bytes()
+    crashed = subprocess.run([sys.executable, "-c", CRASH_MID_WRITE, str(path)], cwd=REPO, capture_output=True)
+    assert crashed.returncode == 17, crashed.stderr.decode()
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert len(leftovers) == 1  # the half-written temporary file, never the ledger
+    assert path.read_bytes() == before
+    ledger = Ledger(path)
+    assert [entry.run_id for entry in ledger.entries] == ["run-1"]
+    ledger.record(reference_report(), "run-2")  # and the ledger keeps working
+    assert ledger.summary().runs == 2
+
+
+def _record_many(path: str, prefix: str, count: int) -> None:
+    ledger = Ledger(path)
+    for index in range(count):
+        ledger.record(PrivacyReport.from_dict(reference_report().to_dict()), f"{prefix}-{index}")
+
+
+def test_concurrent_jobs_do_not_lose_runs(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger.json")
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_record_many, args=(path, name, 8)) for name in ("a", "b")]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    assert len(Ledger(path).entries) == 16
+
+
+# plans ----------------------------------------------------------------------------
+def test_triehh_plan_has_the_solved_parameters_and_discovery_rates() -> None:
+    planned = plan("triehh", n_users=1_000_000, epsilon=4.0, delta=1e-12, max_rounds=10)
+    assert (planned["theta"], planned["batch_size"]) == (15, 21_978)
+    assert planned["privacy"]["epsilon"] == planned["epsilon"] <= 4.0
+    rates = list(planned["worst_case_discovery_rate"].values())
+    assert rates == sorted(rates) and 0 <= rates[0] < rates[-1] <= 1  # rarer items are found less often
+    json.dumps(planned)  # JSON-ready
+
+
+def test_planners_register_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(PLANNERS, "triehh", PLANNERS["triehh"])  # restore the registry afterwards
+    with pytest.raises(ValueError, match=r"protocol.name: no planner for 'pem'; allowed: \['triehh'\]"):
+        plan("pem", n_users=1000, epsilon=1.0)
+    monkeypatch.setitem(PLANNERS, "pem", lambda n_users, epsilon: {"protocol": "pem", "n_users": n_users})
+    assert plan("pem", n_users=1000, epsilon=1.0) == {"protocol": "pem", "n_users": 1000}
+    with pytest.raises(ValueError, match="already registered"):
+        register_planner("triehh", PLANNERS["triehh"])
+
+
+DOCS_TABLE = "markdown_table(triehh_table([100_000, 1_000_000, 10_000_000], [1, 2, 4, 8], 1e-12, 10))"
+
+
+def test_the_table_in_the_docs_is_the_library_s() -> None:
+    """docs/privacy.md shows the command that generates its table; regenerate and compare."""
+    text = (REPO / "docs" / "privacy.md").read_text(encoding="utf-8")
+    assert DOCS_TABLE in text
+    assert markdown_table(triehh_table([100_000, 1_000_000, 10_000_000], [1, 2, 4, 8], 1e-12, 10)) in text
