@@ -118,6 +118,7 @@ class Experiment:
                     "item": truth.items[i],
                     "true_count": int(truth.holders[i]),
                     "true_frequency": float(truth.frequency[i] / self.n_users),
+                    "discovered": truth.items[i] in discovered,
                 }
                 for i in truth.order[: max(top_k, TRUTH_SHOWN)].tolist()
             ],

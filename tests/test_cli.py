@@ -33,6 +33,8 @@ def test_fast_run_writes_the_documented_result(tmp_path: Path) -> None:
     assert result["privacy"]["epsilon"] <= 8.0
     assert result["heavy_hitters"] and {"item", "true_rank", "true_count"} <= set(result["heavy_hitters"][0])
     assert len(result["rounds"]) >= 2
+    found = {hit["item"] for hit in result["heavy_hitters"]}
+    assert {t["item"] for t in result["truth_top"] if t["discovered"]} == found & {t["item"] for t in result["truth_top"]}
     assert {p.name for p in output.iterdir()} == {"result.json", "heavy_hitters.csv", "rounds.csv", "discovery.png"}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
 
