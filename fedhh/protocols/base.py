@@ -20,13 +20,11 @@ them generically (see ``strategies/codec.py``).
 
 from __future__ import annotations
 
-import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
-import numpy as np
 
 from ..population import Shard
 from ..privacy.report import PrivacyReport
@@ -142,12 +140,3 @@ class ClientFunction(Protocol):
     """The client side: answer a request for every user of a shard."""
 
     def __call__(self, request: Request, shard: Shard, randomness: RandomnessSource) -> Response: ...
-
-
-def message_fields(message: Request | Response) -> dict[str, Any]:
-    """The fields of a request or response, for generic serialisation."""
-    return {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
-
-
-def as_int64(values: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(values, dtype=np.int64)
