@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
-
 from ..population import Shard
 from ..privacy.report import PrivacyReport
 from ..randomness import RandomnessSource
