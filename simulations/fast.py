@@ -95,7 +95,17 @@ class ShardHolder:
 
 
 class RayShards:
-    """Shards held by Ray actors, one per shard, answering in parallel."""
+    """Shards held by Ray actors, one per shard, answering in parallel.
+
+    A shard actor that dies (its process killed, its machine lost) does not
+    end the run: Ray restarts it (``max_restarts``), which rebuilds the same
+    shard from the config, and re-sends the round's call to the new actor
+    (``max_task_retries``).  Responses depend only on the request, the
+    shard and keyed randomness, so the retried answer, and the run's result,
+    are unchanged.
+    """
+
+    MAX_RESTARTS = 3  # per actor and run; a shard that keeps dying fails the run
 
     def __init__(self, config: FedhhConfig, num_shards: int) -> None:
         import ray
@@ -109,18 +119,22 @@ class RayShards:
             )
         self._ray = ray
         cpus = max(ray.available_resources().get("CPU", 1.0), 1.0)
-        actor_class = ray.remote(ShardHolder).options(num_cpus=min(1.0, cpus / num_shards))
+        actor_class = ray.remote(ShardHolder).options(
+            num_cpus=min(1.0, cpus / num_shards),
+            max_restarts=self.MAX_RESTARTS,
+            max_task_retries=self.MAX_RESTARTS,
+        )
         flat = config.to_flat()
-        self._actors = [actor_class.remote(flat, i, num_shards) for i in range(num_shards)]
-        ray.get([actor.ready.remote() for actor in self._actors])
+        self.actors = [actor_class.remote(flat, i, num_shards) for i in range(num_shards)]
+        ray.get([actor.ready.remote() for actor in self.actors])
 
     def answer(self, request: Request) -> list[Response]:
-        return self._ray.get([actor.respond.remote(request) for actor in self._actors])
+        return self._ray.get([actor.respond.remote(request) for actor in self.actors])
 
     def close(self) -> None:
-        for actor in self._actors:
-            self._ray.kill(actor)
-        self._actors.clear()
+        for actor in self.actors:
+            self._ray.kill(actor, no_restart=True)
+        self.actors.clear()
 
 
 def run_fast(

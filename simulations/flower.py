@@ -60,6 +60,11 @@ def run_flower_simulation(
         raise ValueError(f"num_supernodes must be >= 1, got {shards}")
     if num_cpus < 1:
         raise ValueError(f"num_cpus must be >= 1, got {num_cpus}")
+    if config["run"]["federation"] != "shards":
+        raise ValueError(
+            "run.federation: a simulation's virtual SuperNodes hold shards of the configured "
+            "population; a \"devices\" federation needs real SuperNodes (see docs/deployment.md)"
+        )
     config = config.with_overrides({"run.shards": shards, "run.driver": "flower"})
     # Refuse what the ServerApp would refuse (privacy target out of reach, a
     # protocol without Flower codecs) before Ray starts, not inside its thread.

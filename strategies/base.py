@@ -6,41 +6,75 @@ after its ``max_rounds``).  So :class:`ProtocolStrategy` overrides
 ``Strategy.start`` with a loop that runs until ``next_request()`` is
 ``None``, and maps one protocol round onto Flower's train phase:
 
-* ``configure_train``: the round's request, encoded once, to every node;
-* ``aggregate_train``: decode every node's reply, ``Response.combine`` them
-  (responses are additive), ``absorb`` the sum;
+* ``configure_train``: the round's request to every admitted node that has
+  something to answer (a protocol may narrow the request per node, e.g.
+  TrieHH sends a device only its own sampling decision);
+* ``aggregate_train``: classify the replies (see
+  ``strategies.participation``), check each one against what its node was
+  asked, ``Response.combine`` the valid ones (responses are additive) and
+  ``absorb`` the sum;
 * there is no federated evaluation phase (``configure_evaluate`` sends
   nothing): utility is measured on the server against the true counts.
 
-Before round 1 every node reports its shard (``strategies.shards``); a
-round then needs a valid reply from every one of those nodes, because a
-missing shard would silently change the population instead of failing.
+Before round 1 the nodes report their shards (``strategies.shards``).
+After that, a node that crashes, is offline, answers after
+``run.round_timeout`` or sends a malformed reply costs only its own users'
+answers: the round goes on without it and the trace says so.  Only a
+round in which no node at all contributes stops the run, since absorbing
+nothing would end the discovery for a reason that has nothing to do with
+the data.  With ``run.secure_aggregation`` the sum is computed by Flower's
+SecAgg+ (``strategies.secure``) and single replies are never seen.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from abc import abstractmethod
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from fedhh.protocols import Response, RoundRecord, ServerProtocol
+from fedhh.protocols import Request, Response, RoundRecord, ServerProtocol
 from simulations.progress import RoundProgress
 
 from .codec import MessageCodec, MessageDecodeError
-from .shards import ROUND_MESSAGE, SHARD_INFO_CODEC, SHARD_INFO_MESSAGE, ShardInfo, order_by_shard
+from .errors import FederationError, InvalidReply
+from .exchange import exchange
+from .participation import RoundParticipation
+from .secure import SecureAggregation
+from .shards import (
+    DEVICES,
+    ROUND_MESSAGE,
+    SHARD_INFO_CODEC,
+    SHARD_INFO_MESSAGE,
+    SHARDS,
+    Federation,
+    ShardInfo,
+    admit,
+)
+
+# Error replies the SuperLink makes when a request or its reply outlived its TTL.
+EXPIRED = (ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE)
 
 # A child of Flower's logger, so round lines reach the same handlers (and
 # `flwr log`) as Flower's own; it keeps INFO when Flower's logger is quieted.
 LOGGER = logging.getLogger("flwr.fedhh")
 
 
-class FederationError(RuntimeError):
-    """A round could not be completed by every shard's node."""
+@dataclass
+class _PendingRound:
+    """What ``configure_train`` sent, for ``aggregate_train`` to check the replies against."""
+
+    request: Request
+    asked: dict[int, Request]  # node id -> the request it was sent
+    messages: list[Message]
+    participation: RoundParticipation
 
 
 class ProtocolStrategy(Strategy):
@@ -52,79 +86,151 @@ class ProtocolStrategy(Strategy):
         request_codec: MessageCodec[Any],
         response_codec: MessageCodec[Any],
         n_users: int,
-        num_nodes: int,
+        num_shards: int,
         *,
+        federation: str = SHARDS,
+        round_timeout: float = 120.0,
         connect_timeout: float = 120.0,
+        secure: SecureAggregation | None = None,
         show_progress: bool = False,
     ) -> None:
-        """``num_nodes``: the nodes (shards) to wait for before round 1."""
-        if num_nodes < 1:
-            raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+        """``num_shards``: the split of the users (``run.shards``; a device federation: n)."""
+        if num_shards < 1:
+            raise ValueError(f"run.shards must be >= 1, got {num_shards}")
+        if federation not in (SHARDS, DEVICES):
+            raise ValueError(f"run.federation: got {federation!r}; allowed: {[SHARDS, DEVICES]}")
+        if federation == DEVICES and num_shards != n_users:
+            raise ValueError(f"a device federation has one shard per user: num_shards must be n = {n_users}")
         if request_codec.message_type is not server.request_type:
             raise TypeError(f"{server.name} sends {server.request_type.__name__}, codec is for {request_codec.tag}")
         if response_codec.message_type is not server.response_type:
             raise TypeError(f"{server.name} expects {server.response_type.__name__}, codec is for {response_codec.tag}")
+        for name, value in (("run.round_timeout", round_timeout), ("run.connect_timeout", connect_timeout)):
+            if not value > 0:
+                raise ValueError(f"{name}: must be > 0 seconds, got {value}")
         self.server = server
         self.request_codec = request_codec
         self.response_codec = response_codec
         self.n_users = n_users
-        self.num_nodes = num_nodes
+        self.num_shards = num_shards
+        self.federation_mode = federation
+        self.round_timeout = round_timeout
         self.connect_timeout = connect_timeout
+        self.secure = secure
         self.show_progress = show_progress
-        self._nodes: list[int] = []  # node ids, position = shard index
-        self._pending_request: Any = None
+        self.federation = Federation(n_users, {})
+        self.participation: list[RoundParticipation] = []
+        self._pending: _PendingRound | None = None
         self.setup_seconds = 0.0
         self.round_seconds: list[float] = []
+
+    # -- protocol-specific hooks ------------------------------------------------
+
+    def request_for(self, request: Request, shard: ShardInfo) -> Request | None:
+        """What one node is asked this round, or ``None`` if it has nothing to answer."""
+        return request
+
+    def check_response(self, request: Request, response: Response, shard: ShardInfo) -> None:
+        """Raise :class:`InvalidReply` if ``response`` is impossible for a node asked ``request``."""
+
+    def reply_budget(self, request: Request, shard: ShardInfo) -> int | None:
+        """Most array bytes an honest reply to ``request`` can carry (``None``: unbounded)."""
+        return None
+
+    @property
+    @abstractmethod
+    def dropout_privacy(self) -> str:
+        """Why the privacy report still holds when some asked users did not answer."""
+
+    def describe_round(self, record: RoundRecord) -> str:
+        """The round's log line; subclasses show what matters for their protocol."""
+        return ", ".join(f"{key} {value}" for key, value in record.values.items())
 
     # -- Strategy interface -----------------------------------------------------
 
     def summary(self) -> None:
         """Log what this strategy will run."""
+        holds = "one device user each" if self.federation_mode == DEVICES else "one shard of users each"
         LOGGER.info(
-            "%s: %s over %d node(s) (one shard of users each), %d users, at most %d rounds",
+            "%s: %s over %d shard(s) (%s), %d users, at most %d rounds, round timeout %.0f s%s",
             type(self).__name__,
             self.server.name,
-            self.num_nodes,
+            self.num_shards,
+            holds,
             self.n_users,
             self.server.max_rounds,
+            self.round_timeout,
+            ", SecAgg+ sums" if self.secure is not None else "",
         )
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """The protocol's next request, to the node of every shard."""
+        """The protocol's next request, to every admitted, online node it concerns."""
         request = self.server.next_request()
         if request is None:
             return []
-        self._pending_request = request
-        content = self.request_codec.encode(request)
-        return [
-            Message(content=content, dst_node_id=node, message_type=ROUND_MESSAGE, group_id=str(server_round))
-            for node in self._nodes
-        ]
+        asked, participation = self._targets(server_round, request, grid)
+        encoded: dict[int, RecordDict] = {}  # one encoding per distinct request object
+        messages = []
+        for node, node_request in asked.items():
+            content = encoded.get(id(node_request))
+            if content is None:
+                content = encoded[id(node_request)] = self.request_codec.encode(node_request)
+            messages.append(
+                Message(
+                    content=content,
+                    dst_node_id=node,
+                    message_type=ROUND_MESSAGE,
+                    group_id=str(server_round),
+                    ttl=self.round_timeout,  # a stale request is never answered later
+                )
+            )
+        self._pending = _PendingRound(request, asked, messages, participation)
+        return messages
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Combine every shard's response and let the protocol absorb the sum."""
-        if self._pending_request is None:
+        """Check and combine the replies that arrived, absorb their sum, record who took part."""
+        if self._pending is None:
             raise FederationError(f"round {server_round}: replies arrived but no request was sent")
-        request, self._pending_request = self._pending_request, None
-        contents = self._contents_by_node(replies, f"round {server_round}")
+        pending, self._pending = self._pending, None
+        participation = pending.participation
+        node_of = {message.metadata.message_id: message.metadata.dst_node_id for message in pending.messages}
+        seen: set[int] = set()  # nodes that replied in time (late ones are the rest)
         responses: list[Response] = []
-        for shard, node in enumerate(self._nodes):
-            try:
-                response = self.response_codec.decode(contents[node])
-            except MessageDecodeError as error:
-                raise FederationError(f"round {server_round}: shard {shard} (node {node}) sent {error}") from None
-            if response.round != request.round:
-                raise FederationError(
-                    f"round {server_round}: shard {shard} (node {node}) answered protocol round "
-                    f"{response.round}, expected {request.round}"
+        for reply in replies:
+            node = node_of.get(reply.metadata.reply_to_message_id)
+            if node is None or node in seen:
+                LOGGER.warning("round %d: ignored a reply to no outstanding request", server_round)
+                continue
+            if reply.has_error() and reply.error.code in EXPIRED:
+                continue  # the SuperLink dropped the request at its TTL (the round timeout): late
+            seen.add(node)
+            shard = self.federation.members[node]
+            if reply.has_error():
+                participation.failed.append(shard.shard_index)
+                LOGGER.warning(
+                    "round %d: shard %d (node %d) failed: %s", server_round, shard.shard_index, node, last_line(reply.error.reason)
                 )
-            responses.append(response)
-        self.server.absorb(self.server.response_type.combine(responses))
-        return None, round_metrics(self.server.trace[-1])
+                continue
+            try:
+                responses.append(self._accept(reply, node, pending.asked[node], shard))
+            except (MessageDecodeError, InvalidReply) as error:
+                participation.rejected.append(shard.shard_index)
+                LOGGER.warning(
+                    "round %d: rejected the reply of shard %d (node %d): %s", server_round, shard.shard_index, node, error
+                )
+        for node in pending.asked:
+            if node not in seen:
+                shard = self.federation.members[node].shard_index
+                participation.late.append(shard)
+                LOGGER.warning(
+                    "round %d: no reply from shard %d (node %d) within %g s", server_round, shard, node, self.round_timeout
+                )
+        participation.answered = len(responses)
+        return self._absorb(server_round, pending.request, responses, participation)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -141,15 +247,16 @@ class ProtocolStrategy(Strategy):
         grid: Grid,
         initial_arrays: ArrayRecord | None = None,
         num_rounds: int | None = None,
-        timeout: float = 600.0,
+        timeout: float | None = None,
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
     ) -> Result:
         """Run rounds until the protocol stops (or ``num_rounds``, at most ``max_rounds``).
 
-        ``timeout`` bounds each round's wait for replies.  The model-training
-        arguments of ``Strategy.start`` have no meaning here and are refused.
+        ``timeout``, if given, replaces ``run.round_timeout`` as the wait for
+        each round's replies.  The model-training arguments of
+        ``Strategy.start`` have no meaning here and are refused.
         """
         if any(arg is not None for arg in (initial_arrays, train_config, evaluate_config, evaluate_fn)):
             raise ValueError(
@@ -159,6 +266,8 @@ class ProtocolStrategy(Strategy):
         limit = self.server.max_rounds if num_rounds is None else num_rounds
         if not 1 <= limit <= self.server.max_rounds:
             raise ValueError(f"num_rounds must be in 1..{self.server.max_rounds}, got {num_rounds}")
+        if timeout is not None:
+            self.round_timeout = timeout
         self.summary()
         started = time.perf_counter()
         self._connect(grid)
@@ -168,21 +277,26 @@ class ProtocolStrategy(Strategy):
         label = f"{self.server.name} on Flower"
         with RoundProgress(self.server, enabled=self.show_progress, label=label) as progress:
             server_round = 0
-            while server_round < limit and not self._finished():
+            while server_round < limit and self.server.next_request() is not None:
                 server_round += 1
                 round_started = time.perf_counter()
-                messages = self.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid)
-                replies = grid.send_and_receive(messages, timeout=timeout)
-                _, metrics = self.aggregate_train(server_round, replies)
+                if self.secure is None:
+                    messages = self.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid)
+                    replies, pushed = exchange(grid, list(messages), self.round_timeout)
+                    self._count_undelivered(pushed)
+                    _, metrics = self.aggregate_train(server_round, replies)
+                else:
+                    metrics = self._secure_round(server_round, grid)
                 self.round_seconds.append(time.perf_counter() - round_started)
                 if metrics is not None:
                     result.train_metrics_clientapp[server_round] = metrics
                 progress.update(self.server)
                 LOGGER.info(
-                    "[round %d/%d] %s (%.2f s)",
+                    "[round %d/%d] %s; %s (%.2f s)",
                     server_round,
                     self.server.max_rounds,
                     self.describe_round(self.server.trace[-1]),
+                    self.participation[-1].describe(),
                     self.round_seconds[-1],
                 )
         LOGGER.info(
@@ -193,70 +307,145 @@ class ProtocolStrategy(Strategy):
         )
         return result
 
-    # -- protocol-specific hooks ------------------------------------------------
-
-    def describe_round(self, record: RoundRecord) -> str:
-        """The round's log line; subclasses show what matters for their protocol."""
-        return ", ".join(f"{key} {value}" for key, value in record.values.items())
-
     # -- internals ----------------------------------------------------------------
 
-    def _finished(self) -> bool:
-        return self.server.next_request() is None
+    def _targets(
+        self, server_round: int, request: Request, grid: Grid
+    ) -> tuple[dict[int, Request], RoundParticipation]:
+        """The online nodes to ask and their requests; offline ones are recorded, not asked."""
+        participation = RoundParticipation(server_round)
+        online = set(grid.get_node_ids())
+        asked: dict[int, Request] = {}
+        for node, shard in self.federation.members.items():
+            node_request = self.request_for(request, shard)
+            if node_request is None:
+                continue
+            if node in online:
+                asked[node] = node_request
+            else:
+                participation.offline.append(shard.shard_index)
+        participation.asked = len(asked)
+        return asked, participation
+
+    def _count_undelivered(self, pushed: set[str]) -> None:
+        """A request the grid could not store is a failure of its node, not a late reply."""
+        assert self._pending is not None
+        pending = self._pending
+        for message in [m for m in pending.messages if m.metadata.message_id not in pushed]:
+            node = message.metadata.dst_node_id
+            shard = self.federation.members[node].shard_index
+            LOGGER.warning("round %s: the request to shard %d (node %d) could not be delivered",
+                           message.metadata.group_id, shard, node)
+            pending.participation.failed.append(shard)
+            pending.messages.remove(message)
+            del pending.asked[node]
+
+    def _accept(self, reply: Message, node: int, request: Request, shard: ShardInfo) -> Response:
+        """Decode one reply and check it against its node's request, or raise why not."""
+        if reply.metadata.src_node_id != node:
+            raise InvalidReply(f"the reply claims to come from node {reply.metadata.src_node_id}")
+        budget = self.reply_budget(request, shard)
+        if budget is not None:
+            size = sum(len(array.data) for record in reply.content.array_records.values() for array in record.values())
+            if size > budget:
+                raise InvalidReply(f"oversized: {size} bytes of arrays, an honest reply has at most {budget}")
+        response = self.response_codec.decode(reply.content)
+        if response.round != request.round:
+            raise InvalidReply(f"it answers protocol round {response.round}, the request was for {request.round}")
+        self.check_response(request, response, shard)
+        return response
+
+    def _absorb(
+        self, server_round: int, request: Request, responses: list[Response], participation: RoundParticipation
+    ) -> tuple[None, MetricRecord]:
+        """Absorb the sum of the valid responses; refuse a round that nobody answered."""
+        members = {shard.shard_index: shard for shard in self.federation.members.values()}
+        participation.lost_users = sum(members[index].users for index in participation.lost_shards)
+        self.participation.append(participation)
+        if not responses:
+            raise FederationError(
+                f"round {server_round}: no node contributed ({participation.describe()}); "
+                f"see the warnings above, and run.round_timeout = {self.round_timeout:g} s"
+            )
+        self.server.absorb(self.server.response_type.combine(responses))
+        return None, round_metrics(self.server.trace[-1], participation)
+
+    def _secure_round(self, server_round: int, grid: Grid) -> MetricRecord:
+        """One round summed by SecAgg+: the server learns the sum and who contributed, nothing else."""
+        assert self.secure is not None
+        request = self.server.next_request()
+        assert request is not None
+        asked, participation = self._targets(server_round, request, grid)
+        secure_sum = self.secure.aggregate(grid, server_round, request, asked, self.round_timeout)
+        for node in asked:
+            shard = self.federation.members[node].shard_index
+            if node not in secure_sum.contributors:
+                participation.failed.append(shard)  # SecAgg+ does not say why a node dropped out
+            elif secure_sum.rejected_because is not None:
+                participation.rejected.append(shard)
+        if secure_sum.rejected_because is not None:
+            LOGGER.warning("round %d: rejected the secure sum: %s", server_round, secure_sum.rejected_because)
+        responses = [secure_sum.response] if secure_sum.response is not None else []
+        participation.answered = len(secure_sum.contributors) if responses else 0
+        _, metrics = self._absorb(server_round, request, responses, participation)
+        return metrics
 
     def _connect(self, grid: Grid) -> None:
-        """Wait for ``num_nodes`` nodes, learn each one's shard, check the users are covered."""
-        deadline = time.perf_counter() + self.connect_timeout
-        while len(nodes := sorted(grid.get_node_ids())) < self.num_nodes:
-            if time.perf_counter() > deadline:
-                raise FederationError(
-                    f"only {len(nodes)} of {self.num_nodes} node(s) connected within "
-                    f"{self.connect_timeout:.0f} s (run.shards must equal the number of SuperNodes)"
-                )
+        """Wait for the nodes, learn each one's shard, admit them into the federation."""
+        deadline = time.monotonic() + self.connect_timeout
+        expected = self.num_shards
+        while len(nodes := sorted(grid.get_node_ids())) < expected and time.monotonic() < deadline:
             time.sleep(0.05)
-        if len(nodes) > self.num_nodes:
+        if self.federation_mode == SHARDS and len(nodes) != expected:
             raise FederationError(
-                f"{len(nodes)} nodes connected but run.shards = {self.num_nodes}: "
-                "run.shards must equal the number of SuperNodes"
+                f"{len(nodes)} node(s) connected within {self.connect_timeout:g} s but run.shards = "
+                f"{expected}: run.shards must equal the number of SuperNodes"
             )
-        self._nodes = nodes
+        if not nodes:
+            raise FederationError(f"no device connected within run.connect_timeout = {self.connect_timeout:g} s")
         messages = [
             Message(content=RecordDict(), dst_node_id=node, message_type=SHARD_INFO_MESSAGE, group_id="shards")
             for node in nodes
         ]
-        replies = grid.send_and_receive(messages, timeout=self.connect_timeout)
-        contents = self._contents_by_node(replies, "shard query")
+        replies, _ = exchange(grid, messages, self.round_timeout)  # each node builds its shard now
+        node_of = {message.metadata.message_id: message.metadata.dst_node_id for message in messages}
         infos: dict[int, ShardInfo] = {}
-        for node, content in contents.items():
-            try:
-                infos[node] = SHARD_INFO_CODEC.decode(content)
-            except MessageDecodeError as error:
-                raise FederationError(f"shard query: node {node} sent {error}") from None
-        self._nodes = order_by_shard(infos, self.n_users)
-        LOGGER.info("%d node(s) hold %d users, one shard each", len(self._nodes), self.n_users)
-
-    def _contents_by_node(self, replies: Iterable[Message], what: str) -> dict[int, RecordDict]:
-        """One valid reply per expected node, or a FederationError naming who failed."""
-        contents: dict[int, RecordDict] = {}
+        problems: dict[int, str] = {}
         for reply in replies:
-            node = reply.metadata.src_node_id
-            if node not in self._nodes:
-                raise FederationError(f"{what}: reply from unexpected node {node}")
+            node = node_of[reply.metadata.reply_to_message_id]
             if reply.has_error():
-                raise FederationError(f"{what}: node {node} failed: {reply.error.reason}")
-            if node in contents:
-                raise FederationError(f"{what}: node {node} replied twice")
-            contents[node] = reply.content
-        missing = [node for node in self._nodes if node not in contents]
-        if missing:
-            raise FederationError(f"{what}: no reply from node(s) {missing} before the timeout")
-        return contents
+                problems[node] = f"node {node} failed the shard query: {last_line(reply.error.reason)}"
+                continue
+            try:
+                infos[node] = SHARD_INFO_CODEC.decode(reply.content)
+            except MessageDecodeError as error:
+                problems[node] = f"node {node} sent {error}"
+        for node in nodes:
+            if node not in infos and node not in problems:
+                problems[node] = f"node {node} did not answer the shard query in time"
+        if problems and self.federation_mode == SHARDS:
+            raise FederationError("shard query: " + "; ".join(problems[node] for node in sorted(problems)))
+        self.federation = admit(infos, self.n_users, self.num_shards, self.federation_mode)
+        for node, problem in sorted({**problems, **self.federation.refused}.items()):
+            LOGGER.warning("left out of the federation: %s", problem)
+        LOGGER.info(
+            "%d node(s) admitted, holding %d of %d users",
+            len(self.federation.members),
+            self.n_users - self.federation.missing_users,
+            self.n_users,
+        )
 
 
-def round_metrics(record: RoundRecord) -> MetricRecord:
-    """A round record's numeric values as a Flower MetricRecord (for ``Result``)."""
+def last_line(text: str) -> str:
+    """The last non-empty line of an error text (a ClientApp's traceback ends with its message)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else text
+
+
+def round_metrics(record: RoundRecord, participation: RoundParticipation) -> MetricRecord:
+    """A round's numeric values and participation as a Flower MetricRecord (for ``Result``)."""
     metrics: dict[str, Any] = {}
-    for key, value in record.values.items():
+    for key, value in {**record.values, **participation.to_dict()}.items():
         if isinstance(value, bool):
             metrics[key] = int(value)
         elif isinstance(value, (int, float)):

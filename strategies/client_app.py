@@ -1,38 +1,56 @@
-"""The ClientApp: a SuperNode answers for one shard of virtual users.
+"""The ClientApp: a SuperNode answers for one shard of users.
 
-A node's shard comes from its node config (``partition-id`` and
-``num-partitions``, which Flower's simulation sets for every virtual
-SuperNode); its population comes from the run config, the same dotted keys
-as a fedhh config file.  Building the experiment and the shard is the
-expensive part, so both are cached per process: a Ray actor that serves
-several nodes, or one node for many rounds, builds each only once.
+What a node holds depends on ``run.federation``:
 
-Two message types arrive (see ``strategies.shards``): the shard query
-before round 1, and one request per round, answered by the protocol's own
-``respond`` over every user of the shard with randomness keyed by
-(seed, round, global user id), so the answer is the one the fast driver
-computes for the same users.
+* ``shards`` (virtual users): the node's shard comes from its node config
+  (``partition-id`` and ``num-partitions``, which Flower's simulation sets
+  for every virtual SuperNode) and its users from the population in the
+  run config, the same dotted keys as a fedhh config file.  Randomness is
+  keyed by (seed, round, global user id), so the answer is the one the
+  fast driver computes for the same users;
+* ``devices`` (real users): the node is one user's device, its node config
+  names the user's global id and data file (``strategies.devices``), and
+  its reports draw from the operating system's secure randomness.
+
+Building the experiment and the shard is the expensive part, so both are
+cached per process (a Ray actor serving several virtual nodes builds each
+once; a real SuperNode of Flower 1.41 starts a fresh ClientApp process for
+every message, so there each message rebuilds them).
+
+Three message types arrive (see ``strategies.shards``): the shard query
+before round 1, one request per round, and, with
+``run.secure_aggregation``, the four SecAgg+ stages of a round (Flower
+``train`` messages, handled by ``secaggplus_mod`` around the answer).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from flwr.app import Context, Message
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
+from flwr.compat.common import recorddict_compat as compat
 
-from fedhh.config import Scalar, config_from_flat
+from fedhh.config import FedhhConfig, Scalar, config_from_flat
 from fedhh.experiment import Experiment
 from fedhh.population import Shard
+from fedhh.protocols import ClientFunction, Request, Response, get_protocol
+from fedhh.randomness import RandomnessSource, SecureRandomness
 
-from .registry import flower_protocol
-from .shards import SHARD_INFO_CODEC, ShardInfo
+from .devices import device_of, device_shard, item_codec
+from .registry import FlowerProtocol, flower_protocol
+from .secure import masked_reply, request_from_fitins
+from .shards import DEVICES, SHARD_INFO_CODEC, ShardInfo
 
 PARTITION_ID = "partition-id"
 NUM_PARTITIONS = "num-partitions"
 SHARD_CACHE_SIZE = 64  # a Ray actor may serve every node of a federation
+
+ConfigKey = tuple[tuple[str, Scalar], ...]
 
 
 def shard_of(node_config: Mapping[str, Any]) -> tuple[int, int]:
@@ -49,18 +67,57 @@ def shard_of(node_config: Mapping[str, Any]) -> tuple[int, int]:
     return index, count
 
 
-def _config_key(run_config: Mapping[str, Any]) -> tuple[tuple[str, Scalar], ...]:
+@dataclass(frozen=True)
+class NodeData:
+    """Everything a node answers with: its users, how it answers, and with which randomness."""
+
+    info: ShardInfo
+    shard: Shard
+    respond: ClientFunction
+    randomness: RandomnessSource
+    flower: FlowerProtocol
+    config: FedhhConfig
+
+    def answer(self, request: Request) -> Response:
+        return self.respond(request, self.shard, self.randomness)
+
+
+def node_data(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> NodeData:
+    """The node's data for this run: a shard of the population, or a device's own user."""
+    key = _config_key(run_config)
+    config = _config(key)
+    flower = flower_protocol(str(config["protocol"]["name"]))
+    if config["run"]["federation"] == DEVICES:
+        n_users = int(config["population"]["users"])
+        user_id, data_file = device_of(node_config, n_users)
+        shard = device_shard(user_id, data_file, item_codec(config))
+        info = ShardInfo(user_id, n_users, user_id, 1, n_users)
+        respond = get_protocol(str(config["protocol"]["name"])).respond
+        return NodeData(info, shard, respond, SecureRandomness(), flower, config)
+    experiment = _experiment(key)
+    index, count = shard_of(node_config)
+    shard = _shard(key, index, count)
+    info = ShardInfo(index, count, shard.first_user, shard.n_users, experiment.n_users)
+    return NodeData(info, shard, experiment.respond, experiment.randomness, flower, config)
+
+
+def _config_key(run_config: Mapping[str, Any]) -> ConfigKey:
     """A hashable key of the run config, for the per-process caches."""
     return tuple(sorted(run_config.items()))
 
 
 @functools.lru_cache(maxsize=2)
-def _experiment(config_key: tuple[tuple[str, Scalar], ...]) -> Experiment:
-    return Experiment(config_from_flat(dict(config_key)))
+def _config(config_key: ConfigKey) -> FedhhConfig:
+    return config_from_flat(dict(config_key))
+
+
+@functools.lru_cache(maxsize=2)
+def _experiment(config_key: ConfigKey) -> Experiment:
+    return Experiment(_config(config_key))
 
 
 @functools.lru_cache(maxsize=SHARD_CACHE_SIZE)
-def _shard(config_key: tuple[tuple[str, Scalar], ...], index: int, count: int) -> Shard:
+def _shard(config_key: ConfigKey, index: int, count: int) -> Shard:
     return _experiment(config_key).build_shard(index, count)
 
 
@@ -74,25 +131,31 @@ def make_client_app(run_config: Mapping[str, Scalar] | None = None) -> ClientApp
     bound = dict(run_config) if run_config is not None else None
     client_app = ClientApp()
 
+    def data(context: Context) -> NodeData:
+        return node_data(context.run_config if bound is None else bound, context.node_config)
+
     @client_app.query("shard")
     def describe_shard(message: Message, context: Context) -> Message:
         """Build this node's shard (cached) and say which users it holds."""
-        key = _config_key(context.run_config if bound is None else bound)
-        index, count = shard_of(context.node_config)
-        shard = _shard(key, index, count)
-        info = ShardInfo(index, count, shard.first_user, shard.n_users, _experiment(key).n_users)
-        return Message(SHARD_INFO_CODEC.encode(info), reply_to=message)
+        return Message(SHARD_INFO_CODEC.encode(data(context).info), reply_to=message)
 
     @client_app.query("round")
     def answer_round(message: Message, context: Context) -> Message:
         """The protocol's response of this node's users to the round's request."""
-        key = _config_key(context.run_config if bound is None else bound)
-        experiment = _experiment(key)
-        codecs = flower_protocol(experiment.config["protocol"]["name"])
-        request = codecs.request.decode(message.content)
-        shard = _shard(key, *shard_of(context.node_config))
-        response = experiment.respond(request, shard, experiment.randomness)
-        return Message(codecs.response.encode(response), reply_to=message)
+        node = data(context)
+        request = node.flower.request.decode(message.content)
+        return Message(node.flower.response.encode(node.answer(request)), reply_to=message)
+
+    @client_app.train(mods=[secaggplus_mod])
+    def answer_secure_round(message: Message, context: Context) -> Message:
+        """The response as a dense vector, which ``secaggplus_mod`` masks before it leaves."""
+        node = data(context)
+        if node.flower.dense is None:
+            raise ValueError(f"protocol {node.config['protocol']['name']!r} has no secure-aggregation layout")
+        fitins = compat.recorddict_to_fitins(message.content, keep_input=True)
+        request = request_from_fitins(node.flower.request, fitins)
+        dense = node.flower.dense(item_codec(node.config))
+        return masked_reply(message, dense.encode(request, node.answer(request)))
 
     return client_app
 

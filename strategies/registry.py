@@ -8,27 +8,36 @@ Flower run is configured, not in the middle of a round.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fedhh.items import ItemCodec
 from fedhh.protocols import get_protocol
 
 from . import triehh
 from .base import ProtocolStrategy
 from .codec import MessageCodec
+from .secure import DenseCodec
 
 
 @dataclass(frozen=True)
 class FlowerProtocol:
-    """A protocol's strategy class and the codecs of its request and response."""
+    """A protocol's strategy class, the codecs of its messages, and its secure-sum layout.
+
+    ``dense`` builds, from the public item codec, the fixed-length vector
+    layout that secure aggregation sums (``None``: the protocol cannot run
+    with ``run.secure_aggregation``).
+    """
 
     strategy: type[ProtocolStrategy]
     request: MessageCodec[Any]
     response: MessageCodec[Any]
+    dense: Callable[[ItemCodec], DenseCodec] | None = None
 
 
 FLOWER_PROTOCOLS: dict[str, FlowerProtocol] = {
-    "triehh": FlowerProtocol(triehh.TrieHHStrategy, triehh.REQUEST_CODEC, triehh.RESPONSE_CODEC),
+    "triehh": FlowerProtocol(triehh.TrieHHStrategy, triehh.REQUEST_CODEC, triehh.RESPONSE_CODEC, triehh.TrieHHDense),
 }
 
 

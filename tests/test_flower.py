@@ -36,8 +36,9 @@ from simulations.fast import run_fast
 from simulations.flower import run_flower_simulation
 from strategies.client_app import shard_of
 from strategies.codec import ARRAYS_RECORD, SCALARS_RECORD, TYPE_KEY, MessageCodec, MessageDecodeError
+from strategies.participation import PARTICIPATION_KEYS
 from strategies.registry import FLOWER_PROTOCOLS, flower_protocol
-from strategies.shards import SHARD_INFO_CODEC, ShardCoverageError, ShardInfo, order_by_shard
+from strategies.shards import SHARD_INFO_CODEC, ShardCoverageError, ShardInfo, admit
 
 ROOT = Path(__file__).resolve().parents[1]
 # Small enough for a Flower run in seconds, large enough for several rounds,
@@ -70,10 +71,13 @@ def reference(small_config: FedhhConfig) -> dict[str, Any]:
 
 
 def flower_view(document: dict[str, Any]) -> dict[str, Any]:
+    """The protocol's view of a Flower result: participation (transport-level) set apart."""
+    rounds = document["rounds"]
+    assert all(line["nodes_answered"] == line["nodes_asked"] for line in rounds), "every node must have answered"
     return {
         "items": sorted(h["item"] for h in document["heavy_hitters"]),
         "support": {h["item"]: h["support"] for h in document["heavy_hitters"]},
-        "rounds": document["rounds"],
+        "rounds": [{k: v for k, v in line.items() if k not in PARTICIPATION_KEYS} for line in rounds],
         "stopped_because": document["stopped_because"],
     }
 
@@ -427,14 +431,16 @@ def shard_infos(n: int, count: int) -> dict[int, ShardInfo]:
 def test_shard_coverage_orders_nodes_by_shard() -> None:
     infos = shard_infos(1000, 4)
     shuffled = {node: infos[node] for node in (102, 100, 103, 101)}
-    assert order_by_shard(shuffled, 1000) == [100, 101, 102, 103]
+    federation = admit(shuffled, 1000, 4, "shards")
+    assert federation.nodes == [100, 101, 102, 103]
+    assert federation.missing_users == 0 and not federation.refused
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         (lambda i: i.pop(101), "3 node\\(s\\) answered but they split the users into 4 shards"),
-        (lambda i: i.update({101: ShardInfo(0, 4, 0, 250, 1000)}), "both hold shard 0"),
+        (lambda i: i.update({101: ShardInfo(0, 4, 0, 250, 1000)}), "nodes \\[100, 101\\] all claim shard 0"),
         (lambda i: i.update({101: ShardInfo(1, 4, 250, 250, 999)}), "population of 999 users"),
         (lambda i: i.update({101: ShardInfo(1, 4, 200, 250, 1000)}), "expected \\[250, 500\\)"),
         (lambda i: i.update({101: ShardInfo(1, 5, 250, 250, 1000)}), "disagree on the number of shards"),
@@ -445,4 +451,4 @@ def test_shard_coverage_refuses_gaps_and_overlaps(change: Any, message: str) -> 
     infos = shard_infos(1000, 4)
     change(infos)
     with pytest.raises(ShardCoverageError, match=message):
-        order_by_shard(infos, 1000)
+        admit(infos, 1000, 4, "shards")

@@ -1,0 +1,41 @@
+"""Send messages to nodes and collect the replies that arrive before a deadline.
+
+``Grid.send_and_receive`` would do, but Flower 1.41's HTTP grid (the one a
+ServerApp gets under a real SuperLink) sleeps 3 s between polls, which adds
+up to 3 s to every round; here the replies are polled every
+:data:`POLL_INTERVAL` seconds.  Whatever has not arrived by the deadline is
+left out: the caller counts those nodes as late.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from flwr.app import Message
+from flwr.serverapp import Grid
+
+POLL_INTERVAL = 0.1  # seconds between pulls: one cheap request to the SuperLink each
+
+
+def exchange(grid: Grid, messages: Sequence[Message], timeout: float) -> tuple[list[Message], set[str]]:
+    """Push ``messages``, pull replies until all arrived or ``timeout`` seconds passed.
+
+    Returns the replies and the ids of the messages that were pushed (each
+    message's ``metadata.message_id`` is set by the grid when it is pushed;
+    a message whose id is not in the set could not be delivered).
+    """
+    if not messages:
+        return [], set()
+    deadline = time.monotonic() + timeout
+    pushed = {message_id for message_id in grid.push_messages(list(messages)) if message_id}
+    pending = set(pushed)
+    replies: list[Message] = []
+    while pending:
+        for reply in grid.pull_messages(sorted(pending)):
+            replies.append(reply)
+            pending.discard(reply.metadata.reply_to_message_id)
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(min(POLL_INTERVAL, max(deadline - time.monotonic(), 0.0)))
+    return replies, pushed
