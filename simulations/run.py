@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedhh.config import FedhhConfig
+from fedhh.config import ConfigError, FedhhConfig
 from fedhh.experiment import Experiment
 from fedhh.privacy.ledger import Ledger
 from fedhh.privacy.report import PrivacyReport
@@ -35,6 +35,11 @@ def run_experiment(config: FedhhConfig, output_dir: Path, show_progress: bool = 
     before any driver starts, so an invalid run fails without leaving a
     results folder.
     """
+    if config["run"]["federation"] == "devices":
+        raise ConfigError(
+            'run.federation: "devices" means real devices hold their own data (see '
+            'docs/deployment.md); fedhh run simulates shards: use "shards"'
+        )
     started = time.perf_counter()
     experiment = Experiment(config)
     population_s = time.perf_counter() - started

@@ -149,3 +149,10 @@ def test_ledger_composes_runs_and_refuses_one_over_budget(
 def test_a_budget_needs_a_ledger(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", *SMALL, "--set", "privacy.max_epsilon=5", "--output", str(tmp_path / "x")]) == 2
     assert "privacy.max_epsilon: a budget needs privacy.ledger" in capsys.readouterr().err
+
+
+def test_a_device_federation_is_not_simulated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "out"
+    assert main(["run", *SMALL, "--set", "run.federation=devices", "--output", str(output)]) == 2
+    assert 'run.federation: "devices"' in capsys.readouterr().err
+    assert not output.exists()

@@ -41,7 +41,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import hypergeom
 
 from .report import NO_GUARANTEE, PrivacyReport
 from .validation import check_delta, check_epsilon, check_positive_int
@@ -198,5 +197,7 @@ def worst_case_discovery_rate(
     Each round is a hypergeometric draw of m of n with ``holders`` successes;
     the item needs >= θ of them in every one of its ``length`` rounds.
     """
+    from scipy.stats import hypergeom  # imported here: it costs ~0.5 s, and every device imports this module
+
     p_round = hypergeom.sf(theta - 1, n_users, np.asarray(holders), batch_size)
     return np.asarray(p_round) ** length
