@@ -21,6 +21,7 @@ from rich.table import Table
 from .config import ConfigError, load_config
 from .oracles.cli import add_oracles_parser
 from .privacy.cli import add_audit_parser
+from .privacy.pem_plan import add_pem_plan_parser
 from .privacy.plan import plan as plan_protocol
 from .results import to_json
 
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="L: rounds, i.e. symbols of the longest item plus the end symbol")
     triehh.add_argument("--json", action="store_true")
     triehh.set_defaults(func=_plan_triehh)
+    add_pem_plan_parser(plans)
 
     add_oracles_parser(commands)
     add_audit_parser(commands)

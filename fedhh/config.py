@@ -54,6 +54,17 @@ def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0
 
 
+# Names the protocol layer defines (fedhh.protocols.prefix_oracles, fedhh.postprocess);
+# spelled out so that reading a config imports no numerics.  A test keeps them equal.
+PREFIX_ORACLE_CHOICES: tuple[str, ...] = (
+    "auto", "blh", "cms", "count-mean", "count-median", "count-min", "count-sketch", "de", "flh", "grr",
+    "hcms", "hm", "hr", "olh", "oue", "rappor", "sue", "count-sketch-hadamard",
+)
+POSTPROCESS_CHOICES: tuple[str, ...] = (
+    "base", "base-pos", "post-pos", "base-cut", "norm", "norm-mul", "norm-sub", "norm-cut", "cls", "mle-apx",
+    "power", "power-ns",
+)
+
 SCHEMA: dict[str, dict[str, Key]] = {
     "population": {
         "source": Key(str, "wordfreq", "where users' items come from", ("wordfreq", "zipf", "file")),
@@ -66,12 +77,26 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "path": Key(str, "", "file source: .txt (one item per line, one user per line), .csv or .parquet (columns user, item)"),
     },
     "protocol": {
-        "name": Key(str, "triehh", "heavy-hitter protocol", ("triehh",)),
+        "name": Key(str, "triehh", "heavy-hitter protocol", ("triehh", "pem", "treehist")),
         "max_length": Key(int, 10, "maximum item length in characters (bytes for the bytes alphabet)", check=lambda v: v >= 1, constraint=">= 1"),
         "unit_size": Key(int, 1, "characters per symbol", check=lambda v: 1 <= v <= 4, constraint="in 1..4"),
         "alphabet": Key(str, "lowercase", "public alphabet", ("lowercase", "ascii", "bytes")),
         "overlong": Key(str, "drop", "items longer than max_length", ("error", "drop", "truncate")),
         "unknown_chars": Key(str, "error", "items with characters outside the alphabet", ("error", "drop")),
+        # PEM and TreeHist (ignored by TrieHH)
+        "encoding": Key(str, "bits", "PEM/TreeHist: values as bit strings (character codes) or as the codec's symbols", ("bits", "symbols")),
+        "oracle": Key(str, "auto", "PEM/TreeHist: frequency oracle of every level (auto: PEM olh, TreeHist count-sketch-hadamard)", PREFIX_ORACLE_CHOICES),
+        "start_length": Key(int, 0, "PEM/TreeHist: γ, units the first level adds to its segment (used when segment_length > 0)", check=lambda v: v >= 0, constraint=">= 0"),
+        "segment_length": Key(int, 0, "PEM/TreeHist: η, units each level adds; 0: PEM's optimizer chooses γ, η and the group split, TreeHist scans one unit per level", check=lambda v: v >= 0, constraint=">= 0 (0: automatic)"),
+        "candidates_per_step": Key(int, 32, "PEM/TreeHist: |C_i|, prefixes kept per level", check=lambda v: v >= 1, constraint=">= 1"),
+        "top_k": Key(int, 32, "PEM/TreeHist: k, values reported at most", check=lambda v: v >= 1, constraint=">= 1"),
+        "selection": Key(str, "auto", "PEM/TreeHist: survivors of a level (auto: PEM top-k, TreeHist threshold)", ("auto", "top-k", "threshold")),
+        "threshold": Key(float, 0.0, "PEM/TreeHist: frequency (share of users) a prefix needs under threshold selection; 0: the noise level", check=lambda v: 0 <= v <= 1, constraint="in [0, 1]"),
+        "postprocess": Key(str, "base-pos", "PEM/TreeHist: consistency post-processing of the reported counts", POSTPROCESS_CHOICES),
+        "collection": Key(str, "interactive", "PEM/TreeHist: one level per round, or every report in one round", ("interactive", "one-shot")),
+        "query_limit": Key(int, 1_048_576, "PEM optimizer: most frequency-oracle queries over all levels", check=lambda v: v >= 1, constraint=">= 1"),
+        "sketch_rows": Key(int, 0, "PEM/TreeHist sketch oracles: rows (TreeHist: hash pairs t); 0: automatic", check=lambda v: v >= 0, constraint=">= 0"),
+        "sketch_width": Key(int, 0, "PEM/TreeHist sketch oracles: width (TreeHist: m, a power of two); 0: automatic", check=lambda v: v >= 0, constraint=">= 0"),
     },
     "privacy": {
         "epsilon": Key(float, 4.0, "target ε", check=_positive, constraint="a finite number > 0"),

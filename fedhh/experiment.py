@@ -26,6 +26,18 @@ from .randomness import KeyedRandomness
 from .sources import PopulationSource, make_source
 
 
+def item_codec(config: FedhhConfig) -> ItemCodec:
+    """The public item codec of a run (``[protocol]``), as the server and every device build it."""
+    protocol = config["protocol"]
+    return ItemCodec(
+        get_alphabet(protocol["alphabet"]),
+        protocol["unit_size"],
+        protocol["max_length"],
+        overlong=protocol["overlong"],
+        unknown_chars=protocol["unknown_chars"],
+    )
+
+
 TRUTH_SHOWN = 500  # true top items written to the result, for plots and audits
 
 
@@ -34,15 +46,8 @@ class Experiment:
 
     def __init__(self, config: FedhhConfig) -> None:
         self.config = config
-        protocol = config["protocol"]
-        self.codec = ItemCodec(
-            get_alphabet(protocol["alphabet"]),
-            protocol["unit_size"],
-            protocol["max_length"],
-            overlong=protocol["overlong"],
-            unknown_chars=protocol["unknown_chars"],
-        )
-        self.protocol = get_protocol(protocol["name"])
+        self.codec = item_codec(config)
+        self.protocol = get_protocol(config["protocol"]["name"])
         self.seed = int(config["run"]["seed"])
         self.randomness = KeyedRandomness(self.seed)
         self.source: PopulationSource = make_source(config["population"], self.codec, self.seed)
@@ -63,7 +68,9 @@ class Experiment:
         return self.protocol.response_type
 
     def make_server(self) -> ServerProtocol:
-        return self.protocol.build_server(self.config["privacy"], self.n_users, self.codec, self.seed)
+        return self.protocol.build_server(
+            self.config["privacy"], self.n_users, self.codec, self.seed, protocol=self.config["protocol"]
+        )
 
     def build_shard(self, shard_index: int, num_shards: int) -> Shard:
         return self.source.build_shard(shard_index, num_shards)

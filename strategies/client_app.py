@@ -36,12 +36,12 @@ from flwr.clientapp import ClientApp
 from flwr.compat.common import recorddict_compat as compat
 
 from fedhh.config import FedhhConfig, Scalar, config_from_flat
-from fedhh.experiment import Experiment
+from fedhh.experiment import Experiment, item_codec
 from fedhh.population import Shard
 from fedhh.protocols import ClientFunction, Request, Response, get_protocol
 from fedhh.randomness import RandomnessSource, SecureRandomness
 
-from .devices import device_of, device_shard, item_codec
+from .devices import device_of, device_shard
 from .registry import FlowerProtocol, flower_protocol
 from .secure import masked_reply, request_from_fitins
 from .shards import DEVICES, SHARD_INFO_CODEC, ShardInfo

@@ -28,25 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from fedhh.config import FedhhConfig
-from fedhh.items import ItemCodec, get_alphabet
+from fedhh.items import ItemCodec
 from fedhh.population import Shard, Vocabulary
 from fedhh.sources import read_user_items
 
 USER_ID = "user-id"
 DATA_FILE = "data-file"
-
-
-def item_codec(config: FedhhConfig) -> ItemCodec:
-    """The public item codec of a run (``[protocol]``), as the server and every node build it."""
-    protocol = config["protocol"]
-    return ItemCodec(
-        get_alphabet(str(protocol["alphabet"])),
-        int(protocol["unit_size"]),
-        int(protocol["max_length"]),
-        overlong=protocol["overlong"],  # type: ignore[arg-type]
-        unknown_chars=protocol["unknown_chars"],  # type: ignore[arg-type]
-    )
 
 
 def device_of(node_config: Mapping[str, Any], n_users: int) -> tuple[int, str]:

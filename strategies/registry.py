@@ -15,7 +15,7 @@ from typing import Any
 from fedhh.items import ItemCodec
 from fedhh.protocols import get_protocol
 
-from . import triehh
+from . import pem, treehist, triehh
 from .base import ProtocolStrategy
 from .codec import MessageCodec
 from .secure import DenseCodec
@@ -38,6 +38,8 @@ class FlowerProtocol:
 
 FLOWER_PROTOCOLS: dict[str, FlowerProtocol] = {
     "triehh": FlowerProtocol(triehh.TrieHHStrategy, triehh.REQUEST_CODEC, triehh.RESPONSE_CODEC, triehh.TrieHHDense),
+    "pem": FlowerProtocol(pem.PEMStrategy, pem.REQUEST_CODEC, pem.RESPONSE_CODEC),
+    "treehist": FlowerProtocol(treehist.TreeHistStrategy, treehist.REQUEST_CODEC, treehist.RESPONSE_CODEC),
 }
 
 

@@ -41,13 +41,12 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedhh import __version__
 from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat
-from fedhh.experiment import Experiment
+from fedhh.experiment import Experiment, item_codec
 from fedhh.protocols import ProtocolResult, ServerProtocol, get_protocol
 from fedhh.results import write_result
 from simulations.report import write_run_outputs
 
 from .base import LOGGER, ProtocolStrategy
-from .devices import item_codec
 from .participation import participation_summary
 from .registry import flower_protocol
 from .secure import SecureAggregation

@@ -346,10 +346,10 @@ def test_triehh_plan_has_the_solved_parameters_and_discovery_rates() -> None:
 
 def test_planners_register_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(PLANNERS, "triehh", PLANNERS["triehh"])  # restore the registry afterwards
-    with pytest.raises(ValueError, match=r"protocol.name: no planner for 'pem'; allowed: \['triehh'\]"):
-        plan("pem", n_users=1000, epsilon=1.0)
-    monkeypatch.setitem(PLANNERS, "pem", lambda n_users, epsilon: {"protocol": "pem", "n_users": n_users})
-    assert plan("pem", n_users=1000, epsilon=1.0) == {"protocol": "pem", "n_users": 1000}
+    with pytest.raises(ValueError, match=r"protocol.name: no planner for 'sfp'; allowed: \[.*'triehh'\]"):
+        plan("sfp", n_users=1000, epsilon=1.0)
+    monkeypatch.setitem(PLANNERS, "sfp", lambda n_users, epsilon: {"protocol": "sfp", "n_users": n_users})
+    assert plan("sfp", n_users=1000, epsilon=1.0) == {"protocol": "sfp", "n_users": 1000}
     with pytest.raises(ValueError, match="already registered"):
         register_planner("triehh", PLANNERS["triehh"])
 

@@ -1,0 +1,258 @@
+"""PEM and TreeHist at scale, and PEM side by side with the survey's reference code.
+
+    /work/venv/bin/python benchmarks/bench_pem.py [--users 1000000] [--epsilon 4] [--top-k 32]
+        [--repeats 3] [--subsample 3000] [--reference-runs 5] [--subsample-runs 40]
+        [--output results/bench_pem.json] [--no-reference]
+
+Part 1 (fedhh, full scale): ``--users`` users holding one of 100,000 random
+8-byte strings with Zipf(1.1) popularity, i.e. 64-bit values under
+``protocol.encoding = "bits"``.  Each case runs end to end (population,
+protocol, result document) on the fast driver, in-process, in a fresh
+subprocess, so its peak RSS is its own; medians over ``--repeats``:
+
+* PEM with FLH, ε, k, the optimizer's γ, η and group split (query limit 2^20);
+* TreeHist as seed 003 runs it (count sketch of Hadamard bits, one bit per
+  level, threshold at the noise level), and TreeHist with 4-bit levels.
+
+Part 2 (reference): pure-ldp 1.2.0's PEM (seed 004's code) as it ships, with
+OLH.  Its OLH server loops over the whole level domain for every report and
+allocates one float per domain value, so it cannot hold 64-bit values (the
+level of 40-bit prefixes alone needs 8 TiB); its largest workable values are
+16 bits (2^16 per level, about 15-20 ms per user).  So both run the same
+16-bit data -- a Zipf(1.1) population of random 2-byte strings, a random
+subsample of ``--subsample`` users -- with the same parameters (γ = 4,
+η = 6, |C_i| = k = 32, OLH, ε): pure-ldp ``--reference-runs`` times, fedhh
+``--subsample-runs`` times.  Reported: per-user cost (pure-ldp: privatise +
+aggregate + find, over the subsample; fedhh: end to end on the same
+subsample, and end to end at full scale from Part 1) and F1 against the
+subsample's true top k, compared as a z-score with fedhh's run-to-run
+spread as the yardstick.
+
+Results go to ``--output`` as JSON and to stdout as Markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedhh.config import load_config
+from fedhh.experiment import Experiment
+from fedhh.protocols.pem import PEMServer
+from fedhh.protocols.prefix_encoding import PrefixEncoding
+from fedhh.protocols.prefix_reports import respond
+from fedhh.protocols.prefix_search import SearchParameters, level_shares, uniform_segments
+from fedhh.randomness import KeyedRandomness
+from simulations.fast import drive, run_fast
+
+FULL_CASES: dict[str, list[str]] = {
+    "PEM, FLH, optimizer's design": ['protocol.name="pem"', 'protocol.oracle="flh"'],
+    "TreeHist (seed 003: sketch of Hadamard bits, 1 bit per level)": ['protocol.name="treehist"'],
+    "TreeHist, FLH, 4 bits per level": ['protocol.name="treehist"', 'protocol.oracle="flh"', "protocol.segment_length=4"],
+}
+REFERENCE_START, REFERENCE_SEGMENT, REFERENCE_BITS = 4, 6, 16
+
+
+def population(users: int, item_bytes: int, vocabulary: int, epsilon: float, top_k: int, seed: int) -> list[str]:
+    """Config overrides of a Zipf(1.1) population of random ``item_bytes``-byte strings as bit values."""
+    return [
+        'population.source="zipf"', f"population.users={users}", f"population.vocabulary={vocabulary}",
+        f"population.item_length={item_bytes}", "population.zipf_exponent=1.1", 'protocol.alphabet="bytes"',
+        f"protocol.max_length={item_bytes}", 'protocol.encoding="bits"', f"privacy.epsilon={epsilon}",
+        f"run.top_k={top_k}", f"protocol.top_k={top_k}", f"protocol.candidates_per_step={top_k}", f"run.seed={seed}",
+        'run.driver="fast"',
+    ]
+
+
+# ---------------------------------------------------------------- part 1: one case in a subprocess
+def run_case(overrides: list[str]) -> dict[str, Any]:
+    """One end-to-end fast-driver run (this process), timed, with its peak RSS."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    experiment = Experiment(load_config(None, overrides))
+    run = run_fast(experiment, 1, "inprocess")
+    document = experiment.finish(run.result, run.timing, "fast/inprocess")
+    return {
+        "wall_s": time.perf_counter() - wall,
+        "cpu_s": time.process_time() - cpu,
+        "rounds_s": run.timing["rounds_s"],
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "f1": document["metrics"]["f1"],
+        "ncr": document["metrics"]["ncr"],
+        "discovered": document["metrics"]["discovered"],
+        "prefix_lengths": document["params"]["prefix_lengths"],
+        "rounds": len(document["rounds"]),
+    }
+
+
+def full_scale(label: str, args: argparse.Namespace) -> dict[str, Any]:
+    overrides = population(args.users, 8, 100_000, args.epsilon, args.top_k, args.seed) + FULL_CASES[label]
+    runs = []
+    for _ in range(args.repeats):
+        child = subprocess.run(
+            [sys.executable, __file__, "--case-json", json.dumps(overrides)],
+            check=True, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
+        runs.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    summary = {key: statistics.median(run[key] for run in runs) for key in ("wall_s", "cpu_s", "rounds_s", "peak_rss_mib")}
+    return {"case": label, **summary, **{key: runs[0][key] for key in ("f1", "ncr", "discovered", "prefix_lengths", "rounds")},
+            "us_per_user": summary["wall_s"] / args.users * 1e6, "runs": runs}
+
+
+# ---------------------------------------------------------------- part 2: the same 16-bit data
+def reference_pem(bit_strings: list[str], epsilon: float, top_k: int, seed: int) -> dict[str, Any]:
+    """pure-ldp's PEM (default OLH) on the subsample, timed stage by stage."""
+    from pure_ldp.heavy_hitters.prefix_extending import PEMClient, PEMServer as ReferenceServer
+
+    random.seed(seed)
+    np.random.seed(seed % (1 << 32))
+    start = time.perf_counter()
+    server = ReferenceServer(epsilon, REFERENCE_START, REFERENCE_BITS, REFERENCE_SEGMENT)
+    client = PEMClient(epsilon, REFERENCE_START, REFERENCE_BITS, REFERENCE_SEGMENT)
+    constructed = time.perf_counter()
+    for value in bit_strings:
+        server.aggregate(client.privatise(value))
+    collected = time.perf_counter()
+    found, _ = server.find_heavy_hitters(k=top_k)
+    finished = time.perf_counter()
+    return {
+        "setup_s": constructed - start,
+        "collect_s": collected - constructed,
+        "find_s": finished - collected,
+        "total_s": finished - start,
+        "found": list(found),
+    }
+
+
+def compare_with_reference(args: argparse.Namespace) -> dict[str, Any]:
+    size = args.subsample
+    config = load_config(None, population(args.users, 2, 4_000, args.epsilon, args.top_k, args.seed))
+    experiment = Experiment(config)
+    shard = experiment.build_shard(0, max(1, args.users // size))  # users [0, size): a random subsample
+    encoding = PrefixEncoding("bits", experiment.codec)
+    units = encoding.units(shard.vocabulary)
+    bits = ["".join(map(str, row)) for row in units]
+    held = shard.item_ids[shard.item_offsets[:-1]]
+    holders = np.bincount(held, minlength=shard.vocabulary.size)
+    order = np.lexsort((np.arange(holders.size), -holders))[: args.top_k]
+    truth = {bits[i] for i in order if holders[i] > 0}
+
+    def f1(found: set[str]) -> float:
+        hits = len(found & truth)
+        return 0.0 if hits == 0 else 2 * hits / (len(found) + len(truth))
+
+    user_bits = [bits[i] for i in held.tolist()]
+    references = [reference_pem(user_bits, args.epsilon, args.top_k, args.seed + run) for run in range(args.reference_runs)]
+    segments = uniform_segments(REFERENCE_BITS, REFERENCE_START, REFERENCE_SEGMENT)
+    params = SearchParameters("pem", shard.n_users, args.epsilon, "bits", REFERENCE_START, segments,
+                              level_shares(len(segments)), "olh", args.top_k, args.top_k, "top-k")
+    ours_f1, ours_s = [], []
+    for run in range(args.subsample_runs):
+        started = time.perf_counter()
+        server = PEMServer(params, experiment.codec, args.seed + 1000 + run)
+        randomness = KeyedRandomness(args.seed + 1000 + run)
+        result = drive(server, lambda request: [respond(request, shard, randomness)])
+        ours_s.append(time.perf_counter() - started)
+        ours_f1.append(f1({"".join(map(str, d.symbols)) for d in result.discoveries}))
+    reference_f1 = [f1(set(run.pop("found"))) for run in references]
+    spread = statistics.stdev(ours_f1)
+    z = (statistics.fmean(ours_f1) - statistics.fmean(reference_f1)) / (
+        spread * math.sqrt(1 / len(ours_f1) + 1 / len(reference_f1))
+    )
+    reference_us = statistics.median(run["total_s"] for run in references) / size * 1e6
+    ours_us = statistics.median(ours_s) / size * 1e6
+    return {
+        "subsample_users": size,
+        "parameters": {"bits": REFERENCE_BITS, "start_length": REFERENCE_START, "segment_length": REFERENCE_SEGMENT,
+                       "k": args.top_k, "oracle": "olh", "epsilon": args.epsilon},
+        "reference_runs": references,
+        "reference_f1": reference_f1,
+        "fedhh_f1_mean": statistics.fmean(ours_f1),
+        "fedhh_f1_sd": spread,
+        "f1_z_fedhh_minus_reference": z,
+        "reference_us_per_user": reference_us,
+        "fedhh_subsample_us_per_user": ours_us,
+        "subsample_ratio": reference_us / ours_us,
+    }
+
+
+# ---------------------------------------------------------------- report
+def markdown(document: dict[str, Any]) -> str:
+    lines = [
+        f"| n = {document['users']:,}, 64-bit values, ε = {document['epsilon']:g}, k = {document['top_k']} "
+        f"(median of {document['repeats']}) | wall s | CPU s | µs/user | peak RSS MiB | F1 | NCR | levels |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in document["full_scale"]:
+        lines.append(
+            f"| {row['case']} | {row['wall_s']:.2f} | {row['cpu_s']:.2f} | {row['us_per_user']:.1f} | "
+            f"{row['peak_rss_mib']:.0f} | {row['f1']:.3f} | {row['ncr']:.3f} | {len(row['prefix_lengths'])} |"
+        )
+    reference = document.get("reference")
+    if reference:
+        pem = document["full_scale"][0]
+        lines += [
+            "",
+            f"| same 16-bit data, {reference['subsample_users']:,} users, γ = 4, η = 6, k = {document['top_k']}, OLH "
+            "| µs/user | F1 | runs |",
+            "|---|---|---|---|",
+            f"| pure-ldp 1.2.0 PEM | {reference['reference_us_per_user']:,.0f} | "
+            f"{statistics.fmean(reference['reference_f1']):.3f} | {len(reference['reference_f1'])} |",
+            f"| fedhh PEM, same subsample | {reference['fedhh_subsample_us_per_user']:,.1f} | "
+            f"{reference['fedhh_f1_mean']:.3f} ± {reference['fedhh_f1_sd']:.3f} | {document['subsample_runs']} |",
+            "",
+            f"* per-user cost, same subsample: **{reference['subsample_ratio']:,.0f}x** lower; against fedhh's "
+            f"full-scale 64-bit FLH run ({pem['us_per_user']:.1f} µs/user): "
+            f"**{reference['reference_us_per_user'] / pem['us_per_user']:,.0f}x** lower",
+            f"* F1: fedhh minus pure-ldp, z = {reference['f1_z_fedhh_minus_reference']:+.2f} "
+            "(fedhh's run-to-run spread as yardstick)",
+        ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, default=1_000_000)
+    parser.add_argument("--epsilon", type=float, default=4.0)
+    parser.add_argument("--top-k", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--subsample", type=int, default=3000)
+    parser.add_argument("--reference-runs", type=int, default=5)
+    parser.add_argument("--subsample-runs", type=int, default=40)
+    parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--output", default="results/bench_pem.json")
+    parser.add_argument("--case-json", help=argparse.SUPPRESS)  # internal: one full-scale case
+    args = parser.parse_args()
+    if args.case_json:
+        print(json.dumps(run_case(json.loads(args.case_json))))
+        return
+    document: dict[str, Any] = {
+        "users": args.users, "epsilon": args.epsilon, "top_k": args.top_k, "repeats": args.repeats,
+        "subsample_runs": args.subsample_runs,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
+                    "load_average": os.getloadavg()},
+        "full_scale": [full_scale(label, args) for label in FULL_CASES],
+    }
+    if not args.no_reference:
+        document["reference"] = compare_with_reference(args)
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(document, indent=2, default=float), encoding="utf-8")
+    print(markdown(document))
+
+
+if __name__ == "__main__":
+    main()

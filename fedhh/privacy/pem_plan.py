@@ -1,0 +1,136 @@
+"""``fedhh plan pem``: PEM's γ, η and group split from its utility analysis, with predicted F1 and NCR.
+
+Seed 000 §IV-C: under a Zipf assumption on the values and a limit on the
+number of frequency-oracle queries, choose the design whose predicted
+utility (eqs. (4)-(5), :mod:`fedhh.protocols.pem_analysis`) is highest.  The
+guarantee does not depend on the design: every user sends one ε-LDP report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..protocols.pem_analysis import (
+    DEFAULT_DISTINCT_VALUES,
+    DEFAULT_QUERY_LIMIT,
+    DEFAULT_ZIPF_EXPONENT,
+    UtilityModel,
+    optimize_pem,
+    zipf_frequencies,
+)
+from ..protocols.prefix_encoding import ValueSpace
+from .ldp import ldp_report, split_budget
+from .plan import register_planner
+from .validation import check_positive_int
+
+DEFAULT_ORACLE = "olh"
+
+
+def plan_pem(
+    n_users: int,
+    epsilon: float,
+    value_bits: int = 64,
+    top_k: int = 32,
+    oracle: str = DEFAULT_ORACLE,
+    query_limit: int = DEFAULT_QUERY_LIMIT,
+    candidates_per_step: int | None = None,
+    zipf_exponent: float = DEFAULT_ZIPF_EXPONENT,
+    distinct: int = DEFAULT_DISTINCT_VALUES,
+) -> dict[str, Any]:
+    """The optimizer's design for ``m = value_bits`` bit values, its predicted utility and guarantee."""
+    check_positive_int(value_bits, "--bits")
+    model = UtilityModel(
+        ValueSpace(value_bits, 2), n_users, epsilon, top_k, oracle, zipf_frequencies(zipf_exponent, max(distinct, top_k))
+    )
+    prediction = optimize_pem(model, query_limit, candidates_per_step)
+    design = prediction.design
+    split = split_budget("pem", epsilon)
+    parameters = {
+        "levels": design.levels,
+        "start_length": design.start_length,
+        "segment_lengths": list(design.segment_lengths),
+        "candidates_per_step": design.candidates_per_step,
+    }
+    return {
+        "protocol": "pem",
+        "n_users": n_users,
+        "epsilon": epsilon,
+        "delta": 0.0,
+        "value_bits": value_bits,
+        "top_k": top_k,
+        "oracle": oracle,
+        "query_limit": query_limit,
+        "assumption": {"zipf_exponent": zipf_exponent, "distinct_values": max(distinct, top_k)},
+        **parameters,
+        "prefix_lengths": [int(length) for length in design.lengths()],
+        "group_shares": list(design.shares),
+        "group_sizes": [round(share * n_users) for share in design.shares],
+        "queries": prediction.queries,
+        "predicted_f1": prediction.f1,
+        "predicted_ncr": prediction.ncr,
+        "identification_probability": [float(p) for p in prediction.overall],
+        "model": "local, per-user ε-LDP",
+        "privacy": ldp_report(split, oracle, parameters).to_dict(),
+    }
+
+
+register_planner("pem", plan_pem)
+
+
+def add_pem_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``plan pem`` under the ``plan`` subcommands; its handler is the parser's ``func``."""
+    pem = plans.add_parser(
+        "pem",
+        help="γ, η and the group split of PEM from (n, ε, m, k) by its utility analysis",
+        description="Seed 000 §IV-C: maximise the predicted F1 (eqs. (4)-(5)) under a Zipf assumption "
+        "and a limit on frequency-oracle queries.",
+    )
+    pem.add_argument("--users", type=int, required=True, help="population size n")
+    pem.add_argument("--epsilon", type=float, required=True, help="per-user ε > 0 (ε-LDP, δ = 0)")
+    pem.add_argument("--bits", type=int, default=64, help="value length m in bits (default 64)")
+    pem.add_argument("--top-k", type=int, default=32, help="k, values to find (default 32)")
+    pem.add_argument("--oracle", default=DEFAULT_ORACLE, help="frequency oracle of every level (default olh)")
+    pem.add_argument("--query-limit", type=int, default=DEFAULT_QUERY_LIMIT,
+                     help=f"most oracle queries over all levels (default {DEFAULT_QUERY_LIMIT:,})")
+    pem.add_argument("--candidates", type=int, help="|C_i|, prefixes kept per level (default: k)")
+    pem.add_argument("--zipf", type=float, default=DEFAULT_ZIPF_EXPONENT,
+                     help=f"assumed Zipf exponent s, f_j ∝ j^-s (default {DEFAULT_ZIPF_EXPONENT:g})")
+    pem.add_argument("--distinct", type=int, default=DEFAULT_DISTINCT_VALUES,
+                     help=f"assumed number of distinct values (default {DEFAULT_DISTINCT_VALUES:,})")
+    pem.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    pem.set_defaults(func=print_pem_plan)
+    return pem
+
+
+def print_pem_plan(args: argparse.Namespace) -> int:
+    plan = plan_pem(
+        args.users, args.epsilon, args.bits, args.top_k, args.oracle, args.query_limit, args.candidates,
+        args.zipf, args.distinct,
+    )
+    if args.json:
+        print(json.dumps(plan, indent=2))
+        return 0
+    table = Table(title=f"PEM plan: n = {args.users:,}, ε = {args.epsilon:g}, m = {args.bits} bits, k = {args.top_k}")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_row("start length γ", str(plan["start_length"]))
+    table.add_row("segment lengths η[i]", ", ".join(map(str, plan["segment_lengths"])))
+    table.add_row("groups g", str(plan["levels"]))
+    table.add_row("group sizes n[i]", ", ".join(f"{size:,}" for size in plan["group_sizes"]))
+    table.add_row("candidates kept |C_i|", str(plan["candidates_per_step"]))
+    table.add_row("oracle queries", f"{plan['queries']:,} of {args.query_limit:,}")
+    table.add_row("predicted F1", f"{plan['predicted_f1']:.3f}")
+    table.add_row("predicted NCR", f"{plan['predicted_ncr']:.3f}")
+    console = Console()
+    console.print(table)
+    console.print(
+        f"assumption: Zipf({args.zipf:g}) over {plan['assumption']['distinct_values']:,} values; "
+        f"oracle {args.oracle}; privacy: {plan['model']}, ε = {args.epsilon:g}, δ = 0"
+    )
+    console.print("run it with --set protocol.name=pem (protocol.segment_length = 0 asks this optimizer)")
+    return 0
