@@ -38,6 +38,24 @@ def item_codec(config: FedhhConfig) -> ItemCodec:
     )
 
 
+def run_record(result: ProtocolResult, timing: dict[str, float]) -> dict[str, Any]:
+    """The part of a result document every run has, with or without a known truth."""
+    return {
+        "frequent_prefixes": result.frequent_prefixes,
+        "privacy": result.privacy.to_dict(),
+        "params": result.params,
+        "rounds": [record.to_dict() for record in result.trace],
+        "stopped_because": result.stopped_because,
+        "timing_s": timing,
+        "environment": {
+            "fedhh": __version__,
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "machine": platform.machine(),
+        },
+    }
+
+
 TRUTH_SHOWN = 500  # true top items written to the result, for plots and audits
 
 
@@ -117,7 +135,6 @@ class Experiment:
                 "users_without_items": self._users_without_items,
             },
             "heavy_hitters": heavy_hitters,
-            "frequent_prefixes": result.frequent_prefixes,
             "metrics": utility_metrics(discovered, truth, top_k),
             "missed_top_k": [item for item in truth.top(top_k) if item not in discovered],
             "truth_top": [
@@ -129,15 +146,5 @@ class Experiment:
                 }
                 for i in truth.order[: max(top_k, TRUTH_SHOWN)].tolist()
             ],
-            "privacy": result.privacy.to_dict(),
-            "params": result.params,
-            "rounds": [record.to_dict() for record in result.trace],
-            "stopped_because": result.stopped_because,
-            "timing_s": timing,
-            "environment": {
-                "fedhh": __version__,
-                "python": platform.python_version(),
-                "numpy": np.__version__,
-                "machine": platform.machine(),
-            },
+            **run_record(result, timing),
         }

@@ -29,19 +29,16 @@ summary says which shards were lost and why the privacy report holds.
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedhh import __version__
 from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat
-from fedhh.experiment import Experiment, item_codec
+from fedhh.experiment import Experiment, item_codec, run_record
 from fedhh.protocols import ProtocolResult, ServerProtocol, get_protocol
 from fedhh.results import write_result
 from simulations.report import write_run_outputs
@@ -148,18 +145,7 @@ def device_document(config: FedhhConfig, server: ServerProtocol, timing: dict[st
         "transport": "flower/devices",
         "config": config.to_dict(),
         "heavy_hitters": heavy_hitters,
-        "frequent_prefixes": result.frequent_prefixes,
-        "privacy": result.privacy.to_dict(),
-        "params": result.params,
-        "rounds": [record.to_dict() for record in result.trace],
-        "stopped_because": result.stopped_because,
-        "timing_s": timing,
-        "environment": {
-            "fedhh": __version__,
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "machine": platform.machine(),
-        },
+        **run_record(result, timing),
     }
 
 
