@@ -108,6 +108,9 @@ class RayShards:
     MAX_RESTARTS = 3  # per actor and run; a shard that keeps dying fails the run
 
     def __init__(self, config: FedhhConfig, num_shards: int) -> None:
+        # Opt in to Ray's future accelerator behaviour now (no GPUs here), which
+        # silences its FutureWarning at start-up.
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
         import ray
 
         if not ray.is_initialized():
