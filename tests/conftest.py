@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+from simulations.deployment import LocalDeployment, ManagedProcess
 
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
@@ -19,3 +23,16 @@ def _flower_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Iterator[LocalDeployment]:
+    """A SuperLink on a free loopback port; every process is gone after the test."""
+    started: list[ManagedProcess] = []
+    try:
+        with LocalDeployment(tmp_path / "deployment") as local:
+            local.start_superlink()
+            yield local
+            started = list(local.processes)
+    finally:
+        assert not [process.name for process in started if process.alive()], "every process group must be stopped"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from fedhh.experiment import Experiment
 from fedhh.protocols import ProtocolResult
 from fedhh.protocols.triehh import SAMPLE_PURPOSE
 from fedhh.randomness import KeyedRandomness
-from simulations.deployment import LocalDeployment, ManagedProcess
+from simulations.deployment import LocalDeployment
 from simulations.fast import run_fast
 from fedhh.experiment import item_codec
 from strategies.devices import device_of, device_shard
@@ -75,19 +74,6 @@ DEPLOYED: dict[str, list[str]] = {"triehh": SHARDED, "pem": PEM_SHARDED}  # prot
 # the server samples (and two others) are online, as in a real fleet.
 DEVICE_USERS = 24
 DEVICE_PRIVACY = ["protocol.max_length=2", "privacy.epsilon=4.8", "privacy.delta=0.09", "run.seed=6"]
-
-
-@pytest.fixture
-def deployment(tmp_path: Path) -> Iterator[LocalDeployment]:
-    """A SuperLink on a free loopback port; every process is gone after the test."""
-    started: list[ManagedProcess] = []
-    try:
-        with LocalDeployment(tmp_path / "deployment") as local:
-            local.start_superlink()
-            yield local
-            started = list(local.processes)
-    finally:
-        assert not [process.name for process in started if process.alive()], "every process group must be stopped"
 
 
 def protocol_view(document: dict[str, Any]) -> dict[str, Any]:

@@ -17,12 +17,10 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 from flwr.app import Array, Context, Message
 from flwr.clientapp import ClientApp
 
@@ -63,18 +61,6 @@ def sampled_in_shard(config: FedhhConfig, round_: int, shard: int, num_shards: i
 
 
 # -- a real deployment loses nodes ----------------------------------------------------------
-
-
-@pytest.fixture
-def deployment(tmp_path: Path) -> Iterator[LocalDeployment]:
-    started: list[Any] = []
-    try:
-        with LocalDeployment(tmp_path / "deployment") as local:
-            local.start_superlink()
-            yield local
-            started = list(local.processes)
-    finally:
-        assert not [process.name for process in started if process.alive()], "every process group must be stopped"
 
 
 def test_deployment_survives_a_crashed_and_a_stalled_supernode(deployment: LocalDeployment, tmp_path: Path) -> None:
