@@ -25,7 +25,6 @@ from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters, level_shares, uniform_segments
 from fedhh.randomness import KeyedRandomness
 from simulations.fast import drive, run_fast
-from strategies.registry import FLOWER_PROTOCOLS
 
 from .helpers import lowercase_codec, population_of
 
@@ -98,7 +97,8 @@ def test_one_and_seven_shards_and_one_shot_give_the_same_run(extra: list[str]) -
 
 
 def test_ray_actors_give_the_same_run_as_in_process() -> None:
-    ray = pytest.importorskip("ray")
+    import ray
+
     experiment = Experiment(load_config(None, SMALL_RUN))
     try:
         via_ray = run_fast(experiment, 3, "ray")
@@ -108,7 +108,6 @@ def test_ray_actors_give_the_same_run_as_in_process() -> None:
     assert run_view(via_ray.result) == run_view(run_fast(experiment, 1, "inprocess").result)
 
 
-@pytest.mark.skipif("pem" not in FLOWER_PROTOCOLS, reason="PEM is not registered in strategies.registry yet")
 def test_flower_simulation_matches_the_fast_driver(tmp_path: Path) -> None:
     from simulations.flower import run_flower_simulation
 

@@ -174,7 +174,6 @@ def test_audits_are_reproducible_and_check_their_input() -> None:
 # LDP: exact audit through the oracle layer ------------------------------------------
 @pytest.mark.parametrize("name", ["grr", "sue", "oue", "olh", "hr", "hm", "flh"])
 def test_ldp_randomizers_are_exactly_as_private_as_claimed(name: str) -> None:
-    pytest.importorskip("fedhh.oracles")
     from fedhh.privacy.ldp_audit import audit_oracle
 
     audit = audit_oracle(name, 1.5, 8, samples=1500, seed=0)
@@ -185,7 +184,6 @@ def test_ldp_randomizers_are_exactly_as_private_as_claimed(name: str) -> None:
 
 
 def test_ldp_audit_enumerates_small_report_spaces_and_catches_an_overclaim() -> None:
-    pytest.importorskip("fedhh.oracles")
     from fedhh.privacy.ldp_audit import audit_oracle
 
     grr = audit_oracle("grr", 2.0, 6, samples=500, seed=1)
@@ -221,7 +219,6 @@ def test_cli_exits_one_when_a_randomizer_leaks_more_than_it_claims(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A deliberately broken GRR keeps its true value with the odds of 2ε while claiming ε."""
-    pytest.importorskip("fedhh.oracles")
     from fedhh.oracles.direct import DirectEncoding
 
     honest_init = DirectEncoding.__init__

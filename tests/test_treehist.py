@@ -21,7 +21,6 @@ from fedhh.protocols.prefix_search import SearchParameters, level_shares
 from fedhh.protocols.treehist import TreeHistServer
 from fedhh.randomness import KeyedRandomness
 from simulations.fast import drive, run_fast
-from strategies.registry import FLOWER_PROTOCOLS
 
 SMALL_RUN = [
     'protocol.name="treehist"', 'population.source="zipf"', "population.users=30000", "population.vocabulary=2000",
@@ -153,7 +152,8 @@ def test_one_and_seven_shards_and_one_shot_give_the_same_run(extra: list[str]) -
 
 
 def test_ray_actors_give_the_same_run_as_in_process() -> None:
-    ray = pytest.importorskip("ray")
+    import ray
+
     experiment = Experiment(load_config(None, SMALL_RUN))
     try:
         via_ray = run_fast(experiment, 2, "ray")
@@ -162,7 +162,6 @@ def test_ray_actors_give_the_same_run_as_in_process() -> None:
     assert run_view(via_ray.result) == run_view(run_fast(experiment, 1, "inprocess").result)
 
 
-@pytest.mark.skipif("treehist" not in FLOWER_PROTOCOLS, reason="TreeHist is not registered in strategies.registry yet")
 def test_flower_simulation_matches_the_fast_driver(tmp_path: Path) -> None:
     from simulations.flower import run_flower_simulation
 

@@ -146,7 +146,8 @@ def test_algorithm_3_runs_are_shard_invariant_too() -> None:
 
 
 def test_ray_actors_give_the_same_run_as_in_process() -> None:
-    ray = pytest.importorskip("ray")
+    import ray
+
     experiment = Experiment(load_config(None, SMALL_RUN))
     try:
         via_ray = run_fast(experiment, 3, "ray")
