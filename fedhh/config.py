@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import InputError
+
 Scalar = bool | int | float | str
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A malformed or out-of-range configuration value."""
 
 

@@ -28,6 +28,8 @@ from typing import Literal
 
 import numpy as np
 
+from .errors import InputError
+
 EOS = 0
 PAD = -1
 
@@ -38,7 +40,7 @@ UNKNOWN_CHAR_POLICIES: tuple[str, ...] = ("error", "drop")
 MAX_UNIT_SIZE = 4
 
 
-class ItemError(ValueError):
+class ItemError(InputError):
     """An item that cannot be encoded under the configured policies."""
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..results import to_json
 from .composition import compose
 from .report import CompositionSummary, PrivacyReport
@@ -39,7 +40,7 @@ FORMAT = "fedhh-privacy-ledger"
 VERSION = 1
 
 
-class LedgerError(ValueError):
+class LedgerError(InputError):
     """A ledger file that cannot be read, or a run it cannot take."""
 
 

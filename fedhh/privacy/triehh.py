@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InputError
+
 from .report import NO_GUARANTEE, PrivacyReport
 from .validation import check_delta, check_epsilon, check_positive_int
 
@@ -49,7 +51,7 @@ MODEL = "central, user-level, sampling+threshold"
 MIN_THETA = 4
 
 
-class PrivacyTargetError(ValueError):
+class PrivacyTargetError(InputError):
     """A privacy target or parameter set outside what the theorem covers."""
 
 
