@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from fedhh.errors import InputError
 from fedhh.oracles import make_oracle
 from fedhh.oracles.cli import add_oracles_parser
 from fedhh.oracles.experiment import EXPERIMENT_ORACLES, run_oracle_experiment, zipf_counts
@@ -111,9 +112,12 @@ def test_command_prints_json_and_a_table(capsys: pytest.CaptureFixture[str]) -> 
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--epsilon", "0"], r"epsilon must be a number in \(0, 50.0\]"),
+        (["--epsilon", "0"], r"epsilon must be a number in \[1e-06, 50\]"),
+        (["--epsilon", "1e308"], r"epsilon must be a number in \[1e-06, 50\]"),
+        (["--epsilon", "1e-300"], r"epsilon must be a number in \[1e-06, 50\]"),
         (["--domain", "1"], r"domain must be an integer in \[2, 1048576\]"),
-        (["--users", "0"], r"users must be an integer >= 1"),
+        (["--users", "0"], r"users must be an integer \[1, 10000000\]"),
+        (["--users", str(10**19)], r"users must be an integer \[1, 10000000\]"),
         (["--zipf", "-1"], r"zipf must be a finite number >= 0"),
         (["--seed", "-3"], r"seed must be an integer >= 0"),
     ],
@@ -122,5 +126,5 @@ def test_command_rejects_bad_arguments(arguments: list[str], message: str) -> No
     parser = argparse.ArgumentParser(prog="fedhh")
     add_oracles_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["oracles", *arguments])
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InputError, match=message):
         args.func(args)

@@ -238,15 +238,15 @@ def test_budget_must_be_a_positive_number(tmp_path: Path, bad: object) -> None:
 
 def test_ledger_refuses_duplicates_other_adjacency_and_another_delta(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
-    ledger = Ledger(path, delta=1e-6)
+    ledger = Ledger(path, delta=1e-7)
     ledger.record(reference_report(), "run-1")
     with pytest.raises(LedgerError, match="run_id: 'run-1' is already charged"):
         ledger.record(reference_report(), "run-1")
     with pytest.raises(LedgerError, match="adjacency"):
         ledger.record(ldp_report(split_budget("pem", 2.0), "olh"), "run-2")
-    with pytest.raises(LedgerError, match=r"total δ.*1e-06"):
-        Ledger(path, delta=1e-5).summary()
-    assert Ledger(path).summary().delta == 1e-6  # the stored δ applies when none is given
+    with pytest.raises(LedgerError, match=r"total δ.*1e-07"):
+        Ledger(path, delta=1e-8).summary()
+    assert Ledger(path).summary().delta == 1e-7  # the stored δ applies when none is given
     assert len(Ledger(path).entries) == 1
 
 

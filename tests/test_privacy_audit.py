@@ -29,8 +29,8 @@ from fedhh.randomness import KeyedRandomness
 
 from .helpers import lowercase_codec, population_of
 
-# n = 1000, L = 3, target (ε, δ) = (4, 1e-3): θ = 7, m = 105, one round at ε ≈ 1.33.
-SMALL = solve_triehh(1000, 4.0, 1e-3, 3)
+# n = 1000, L = 3, target (ε, δ) = (4, 1e-4): θ = 8, m = 92, one round at ε ≈ 1.33.
+SMALL = solve_triehh(1000, 4.0, 1e-4, 3)
 # The deliberately broken variant: a threshold of 1 publishes any sampled user's prefix.
 BROKEN = TrieHHParameters(n_users=1000, max_rounds=3, theta=1, batch_size=100)
 
@@ -204,7 +204,7 @@ def audit_cli(*argv: str) -> tuple[int, object]:
 
 def test_cli_audits_triehh_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     status, _ = audit_cli(
-        "triehh", "--users", "1000", "--epsilon", "4", "--delta", "1e-3", "--max-rounds", "3",
+        "triehh", "--users", "1000", "--epsilon", "4", "--delta", "1e-4", "--max-rounds", "3",
         "--trials", "20000", "--run-trials", "200", "--json",
     )
     document = json.loads(capsys.readouterr().out)
@@ -238,6 +238,6 @@ def test_cli_exits_one_when_a_randomizer_leaks_more_than_it_claims(
 
 def test_cli_names_the_options_it_needs() -> None:
     with pytest.raises(ValueError, match="--theta and --batch-size"):
-        audit_cli("triehh", "--users", "1000", "--delta", "1e-3", "--max-rounds", "3", "--theta", "4")
+        audit_cli("triehh", "--users", "1000", "--delta", "1e-4", "--max-rounds", "3", "--theta", "4")
     with pytest.raises(ValueError, match="--epsilon: required"):
-        audit_cli("triehh", "--users", "1000", "--delta", "1e-3", "--max-rounds", "3")
+        audit_cli("triehh", "--users", "1000", "--delta", "1e-4", "--max-rounds", "3")

@@ -6,12 +6,14 @@ import math
 
 import pytest
 
+from fedhh.errors import InputError
 from fedhh.privacy.triehh import (
     PrivacyTargetError,
     TrieHHParameters,
     solve_triehh,
     triehh_delta,
     triehh_epsilon,
+    triehh_log_delta,
 )
 
 
@@ -31,7 +33,8 @@ def test_solved_parameters_meet_the_target_and_are_tight(
     try:
         params = solve_triehh(n_users, epsilon, delta, rounds)
     except PrivacyTargetError:
-        assert n_users < 100_000  # only the smallest population may be refused
+        # only the smallest population may be refused, or a δ that is not below 1/n
+        assert n_users < 100_000 or delta * n_users >= 1
         return
     assert params.epsilon <= epsilon + 1e-12
     assert params.delta <= delta
@@ -69,11 +72,47 @@ def test_parameters_outside_the_theorem_report_no_guarantee() -> None:
         ((1_000_000, 4.0, 1.0, 10), "privacy.delta"),
         ((0, 4.0, 1e-12, 10), "population.users"),
         ((1_000_000, 4.0, 1e-12, 0), "max_rounds"),
+        # numeric edges: a clear refusal, never an overflow or a division by zero
+        ((1_000_000, 1e-300, 1e-12, 10), r"Need at least about 2\.\d+e\+303 users"),
+        ((1_000_000, 5e-324, 1e-12, 10), "Need more than 1e308 users"),
+        ((10**22, 4.0, 1e-12, 10), r"population.users: must be an integer in 1..9,007,199,254,740,992"),
+        ((1e22, 4.0, 1e-12, 10), "population.users: must be an integer"),
+        ((1_000_000, math.nan, 1e-12, 10), "privacy.epsilon"),
+        ((1_000_000, True, 1e-12, 10), "privacy.epsilon"),
     ],
 )
 def test_targets_that_cannot_be_met_are_refused(args: tuple, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InputError, match=message):
         solve_triehh(*args)
+
+
+def test_a_huge_epsilon_is_met_at_the_sampling_limit() -> None:
+    """ε = 1e308 overflowed e^(ε/L); the solver now reads 1 - e^(-ε/L) and caps m at n/(θ + 1)."""
+    params = solve_triehh(1_000_000, 1e308, 1e-12, 10)
+    assert (params.theta, params.batch_size) == (15, 1_000_000 // 16)
+    assert params.epsilon == pytest.approx(10 * math.log(16)) and params.delta <= 1e-12
+
+
+@pytest.mark.parametrize(("n_users", "delta"), [(21, 0.09), (100_000, 0.5), (100_000, 1e-5), (1_000_000, 1e-6)])
+def test_a_target_delta_not_below_one_over_n_is_refused(n_users: int, delta: float) -> None:
+    """δ >= 1/n is met by publishing one random user's data: no guarantee worth the name."""
+    with pytest.raises(PrivacyTargetError, match=r"privacy.delta: .* not below 1/n"):
+        solve_triehh(n_users, 8.0, delta, 5)
+    below = 0.9 / n_users
+    if n_users >= 10_000:  # enough users for θ(0.9/n) sampled users: the same n just below 1/n is accepted
+        assert solve_triehh(n_users, 8.0, below, 5).delta <= below
+
+
+@pytest.mark.parametrize("target", [5e-324, 1e-320, 1e-310, 1e-300])
+def test_delta_below_the_smallest_double_is_never_reported_as_zero(target: float) -> None:
+    """δ = 5e-324 gave θ = 178, whose δ ≈ 4e-325 underflowed to 0.0: a claim of pure DP."""
+    params = solve_triehh(10**9, 8.0, target, 10)
+    exact = triehh_log_delta(params.theta)
+    assert exact <= math.log(target)  # the target is met, in log space where nothing underflows
+    report = params.report()
+    assert report.delta > 0 and math.log(report.delta) >= exact  # an upper bound, never 0
+    assert report.parameters["log_delta"] == exact
+    assert report.delta <= max(target, math.ulp(0.0))
 
 
 def test_the_refusal_names_the_failing_numbers() -> None:

@@ -25,34 +25,39 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
+from ..errors import InputError
 from .histogram import Histogram
 from .sampling import RandomSource
 
 MAX_DOMAIN = 1 << 64
 MAX_EPSILON = 50.0
+# Below this, e^ε - 1 (the gap between the report probabilities every estimator
+# divides by) is computed with a relative error above 1e-10, and at 1e-16 it is 0.
+MIN_EPSILON = 1e-6
 
 ReportsT = TypeVar("ReportsT")
 StatisticsT = TypeVar("StatisticsT")
 
 
 def check_epsilon(epsilon: Any) -> float:
-    """A privacy budget in ``(0, MAX_EPSILON]`` (beyond that ``e^ε`` overflows the mechanisms)."""
-    allowed = f"a number in (0, {MAX_EPSILON}]"
+    """A privacy budget in ``[MIN_EPSILON, MAX_EPSILON]``: beyond the top ``e^ε``
+    overflows the mechanisms, below the bottom their estimators lose precision."""
+    allowed = f"a number in [{MIN_EPSILON:g}, {MAX_EPSILON:g}]"
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.integer, np.floating)):
-        raise ValueError(f"epsilon must be {allowed}, got {epsilon!r}")
+        raise InputError(f"epsilon must be {allowed}, got {epsilon!r}")
     value = float(epsilon)
-    if not (math.isfinite(value) and 0 < value <= MAX_EPSILON):
-        raise ValueError(f"epsilon must be {allowed}, got {epsilon!r}")
+    if not (math.isfinite(value) and MIN_EPSILON <= value <= MAX_EPSILON):
+        raise InputError(f"epsilon must be {allowed}, got {epsilon!r}")
     return value
 
 
 def check_domain(domain: Any, maximum: int = MAX_DOMAIN, field: str = "domain") -> int:
     """An integer domain size in ``[2, maximum]``."""
     if isinstance(domain, bool) or not isinstance(domain, (int, np.integer)):
-        raise ValueError(f"{field} must be an integer in [2, {maximum}], got {domain!r}")
+        raise InputError(f"{field} must be an integer in [2, {maximum}], got {domain!r}")
     value = int(domain)
     if not 2 <= value <= maximum:
-        raise ValueError(f"{field} must be an integer in [2, {maximum}], got {value}")
+        raise InputError(f"{field} must be an integer in [2, {maximum}], got {value}")
     return value
 
 
@@ -61,10 +66,10 @@ def check_positive_int(value: Any, field: str, minimum: int = 1, maximum: int | 
     upper = "" if maximum is None else f", {maximum}"
     allowed = f"[{minimum}{upper}]" if maximum is not None else f">= {minimum}"
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{field} must be an integer {allowed}, got {value!r}")
+        raise InputError(f"{field} must be an integer {allowed}, got {value!r}")
     number = int(value)
     if number < minimum or (maximum is not None and number > maximum):
-        raise ValueError(f"{field} must be an integer {allowed}, got {number}")
+        raise InputError(f"{field} must be an integer {allowed}, got {number}")
     return number
 
 

@@ -17,11 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
 from .base import check_domain, check_epsilon, check_positive_int
 from .histogram import Histogram
 from .registry import make_oracle
 
 MAX_EXPERIMENT_DOMAIN = 1 << 20
+MAX_EXPERIMENT_USERS = 10_000_000  # every oracle holds every user's report at once
 EXPERIMENT_ORACLES: tuple[str, ...] = ("grr", "sue", "oue", "blh", "olh", "flh", "hr", "hm")
 
 
@@ -53,9 +55,9 @@ def run_oracle_experiment(
     """
     epsilon = check_epsilon(epsilon)
     domain = check_domain(domain, MAX_EXPERIMENT_DOMAIN)
-    users = check_positive_int(users, "users", 1)
+    users = check_positive_int(users, "users", 1, MAX_EXPERIMENT_USERS)
     if not (math.isfinite(zipf) and zipf >= 0):
-        raise ValueError(f"zipf must be a finite number >= 0, got {zipf}")
+        raise InputError(f"zipf must be a finite number >= 0, got {zipf}")
     seed = check_positive_int(seed, "seed", 0)
     population_rng = np.random.default_rng([seed, 0])
     counts = zipf_counts(domain, users, zipf, population_rng)

@@ -49,6 +49,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy.stats import beta, hypergeom
 
+from ..errors import InputError
 from ..items import ItemCodec, get_alphabet
 from ..population import Shard, Vocabulary
 from ..protocols.triehh import TrieHHServer, respond
@@ -185,17 +186,17 @@ def default_holders(params: TrieHHParameters, points: int, include_empty: bool =
 def _check_holders(holders: Sequence[int] | np.ndarray, params: TrieHHParameters) -> np.ndarray:
     values = np.unique(np.asarray(holders, dtype=np.int64))
     if values.size == 0 or values[0] < 0 or values[-1] >= params.n_users:
-        raise ValueError(f"holders: each must be in 0..{params.n_users - 1} (users of D), got {list(holders)}")
+        raise InputError(f"holders: each must be in 0..{params.n_users - 1} (users of D), got {list(holders)}")
     return values
 
 
 def _check_run(trials: int, delta: float, confidence: float) -> None:
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 2:
-        raise ValueError(f"trials: must be an integer >= 2, got {trials!r}")
+        raise InputError(f"trials: must be an integer >= 2, got {trials!r}")
     if not 0 <= delta < 1:
-        raise ValueError(f"delta: must be in [0, 1), got {delta!r}")
+        raise InputError(f"delta: must be in [0, 1), got {delta!r}")
     if not 0 < confidence < 1:
-        raise ValueError(f"confidence: must be in (0, 1), got {confidence!r}")
+        raise InputError(f"confidence: must be in (0, 1), got {confidence!r}")
 
 
 def _round_pass_probabilities(params: TrieHHParameters, holders: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -347,9 +348,9 @@ def audit_run(
     """
     _check_run(trials, delta, confidence)
     if observe not in OBSERVABLES:
-        raise ValueError(f"observe: got {observe!r}; allowed: {list(OBSERVABLES)}")
+        raise InputError(f"observe: got {observe!r}; allowed: {list(OBSERVABLES)}")
     if params.max_rounds < 2:
-        raise ValueError(f"max_rounds: the run audit needs an item of >= 1 symbol, i.e. L >= 2, got {params.max_rounds}")
+        raise InputError(f"max_rounds: the run audit needs an item of >= 1 symbol, i.e. L >= 2, got {params.max_rounds}")
     started = time.perf_counter()
     swept = (
         default_holders(params, 5, include_empty=observe == "server")

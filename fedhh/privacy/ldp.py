@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InputError
+from ..oracles.base import MAX_EPSILON, MIN_EPSILON
 from .report import PrivacyReport
 from .validation import check_epsilon
 
@@ -71,7 +73,7 @@ def _treehist(epsilon: float) -> BudgetSplit:
 
 def _sfp(epsilon: float, fragment_share: float = 0.5) -> BudgetSplit:
     if isinstance(fragment_share, bool) or not isinstance(fragment_share, (int, float)) or not 0 < fragment_share < 1:
-        raise ValueError(f"fragment_share: must be a number in the open interval (0, 1), got {fragment_share!r}")
+        raise InputError(f"fragment_share: must be a number in the open interval (0, 1), got {fragment_share!r}")
     return BudgetSplit(
         "sfp",
         (
@@ -90,8 +92,29 @@ def split_budget(protocol: str, epsilon: float, **options: Any) -> BudgetSplit:
     """The protocol's per-report budgets for a per-user total ``epsilon``."""
     builder = SPLITS.get(protocol)
     if builder is None:
-        raise ValueError(f"protocol.name: no LDP budget split for {protocol!r}; allowed: {sorted(SPLITS)}")
-    return builder(check_epsilon(epsilon), **options)
+        raise InputError(f"protocol.name: no LDP budget split for {protocol!r}; allowed: {sorted(SPLITS)}")
+    split = builder(check_epsilon(epsilon), **options)
+    _check_report_budgets(split, float(epsilon))
+    return split
+
+
+def _check_report_budgets(split: BudgetSplit, epsilon: float) -> None:
+    """Every report's ε must be one the oracles accept (``[MIN_EPSILON, MAX_EPSILON]``):
+    refuse the user's ε here, naming the range it must lie in, rather than let
+    an oracle overflow or divide by zero later."""
+    shares = [part / epsilon for _, part in split.parts]
+    if all(MIN_EPSILON <= part <= MAX_EPSILON for _, part in split.parts):
+        return
+    lowest, highest = MIN_EPSILON / min(shares), MAX_EPSILON / max(shares)
+    parts = ", ".join(f"{name}: {share:.3g} ε" for (name, _), share in zip(split.parts, shares, strict=True))
+    allowed = (
+        f"so ε must be in [{lowest:.3g}, {highest:.3g}]" if lowest <= highest
+        else "and no ε puts every report in that range with this split"
+    )
+    raise InputError(
+        f"privacy.epsilon: {split.protocol} gives each user's reports {parts}, and the LDP frequency "
+        f"oracles take ε in [{MIN_EPSILON:g}, {MAX_EPSILON:g}] per report, {allowed}; got {epsilon!r}"
+    )
 
 
 def ldp_report(

@@ -24,9 +24,10 @@ import fcntl
 import json
 import math
 import os
+import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from typing import Any
 from ..errors import InputError
 from ..results import to_json
 from .composition import compose
-from .report import CompositionSummary, PrivacyReport
+from .report import NO_GUARANTEE, CompositionSummary, PrivacyReport
 
 FORMAT = "fedhh-privacy-ledger"
 VERSION = 1
@@ -73,11 +74,120 @@ class LedgerEntry:
     def to_dict(self) -> dict[str, Any]:
         report = self.report.to_dict()
         report.pop("composition", None)  # derived data; recomputed from the entries
+        report.pop("coverage", None)  # documentation of a result's fields, not part of the guarantee
         return {"run_id": self.run_id, "recorded_at": self.recorded_at, "report": report}
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LedgerEntry":
-        return cls(str(data["run_id"]), str(data["recorded_at"]), PrivacyReport.from_dict(data["report"]))
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+MAX_LEDGER_BYTES = 64 * 1024 * 1024  # about 100,000 runs; refuse to read without bound
+_DOCUMENT_KEYS = {"format", "version", "delta", "runs", "cumulative"}
+_ENTRY_KEYS = {"run_id", "recorded_at", "report"}
+_REPORT_TEXT_KEYS = ("model", "mechanism", "method", "adjacency")
+_REPORT_KEYS = {"epsilon", "delta", "parameters", *_REPORT_TEXT_KEYS}
+
+
+class _Reader:
+    """Strict validation of a ledger document: every message names the file and the entry.
+
+    The ledger is a file people can edit, and every later run trusts what it
+    says, so nothing is coerced: ``true`` is not a number, ``{}`` is not a
+    list of runs, and an entry whose δ is not below ``1/n`` (a "guarantee"
+    that publishing a random user's data meets) is refused, not composed.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, problem: str) -> LedgerError:
+        return LedgerError(
+            f"privacy.ledger {str(self.path)!r}: {where}: {problem}; the file is left as is, fix or move it"
+        )
+
+    def number(self, value: Any, where: str, allowed: str, check: Callable[[float], bool]) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not check(float(value)):
+            raise self.fail(where, f"must be {allowed}, got {json.dumps(value)}")
+        return float(value)
+
+    def text(self, value: Any, where: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(where, f"must be a non-empty string, got {json.dumps(value)}")
+        return value
+
+    def keys(self, data: Any, where: str, required: set[str], allowed: set[str]) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise self.fail(where, f"must be a JSON object, got {type(data).__name__}")
+        missing, unknown = required - set(data), set(data) - allowed
+        if missing:
+            raise self.fail(where, f"missing key(s) {sorted(missing)}")
+        if unknown:
+            raise self.fail(where, f"unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+        return data
+
+    def document(self, data: Any) -> tuple[float | None, list[LedgerEntry]]:
+        data = self.keys(data, "the document", {"format", "version", "runs"}, _DOCUMENT_KEYS)
+        if data["format"] != FORMAT or isinstance(data["version"], bool) or data["version"] != VERSION:
+            raise self.fail("format, version", f"not a {FORMAT} version {VERSION} file, got "
+                            f"{json.dumps(data['format'])} version {json.dumps(data['version'])}")
+        delta = data.get("delta")
+        if delta is not None:
+            delta = self.number(delta, "delta (the total δ)", "null or a number in the open interval (0, 1)",
+                                lambda value: 0 < value < 1)
+        runs = data["runs"]
+        if not isinstance(runs, list):
+            raise self.fail("runs", f"must be a list of charged runs, got {type(runs).__name__} {json.dumps(runs)}")
+        entries = [self.entry(run, f"runs[{index}]") for index, run in enumerate(runs)]
+        seen: dict[str, int] = {}
+        for index, entry in enumerate(entries):
+            if entry.run_id in seen:
+                raise self.fail(f"runs[{index}]", f"run_id {entry.run_id!r} is charged twice (also runs[{seen[entry.run_id]}])")
+            seen[entry.run_id] = index
+            if entry.report.adjacency != entries[0].report.adjacency:
+                raise self.fail(f"runs[{index}] (run_id {entry.run_id!r})", "its adjacency differs from runs[0]'s, "
+                                "and guarantees under different adjacencies do not compose")
+        if delta is not None and entries:
+            smallest = min(entries, key=lambda entry: _population(entry.report) or math.inf)
+            users = _population(smallest.report)
+            if users is not None and delta * users >= 1:
+                raise self.fail("delta (the total δ)", f"{delta:g} is not below 1/n = 1/{users:,} of run "
+                                f"{smallest.run_id!r}, where a guarantee means nothing")
+        return delta, entries
+
+    def entry(self, data: Any, where: str) -> LedgerEntry:
+        data = self.keys(data, where, _ENTRY_KEYS, _ENTRY_KEYS)
+        run_id = self.text(data["run_id"], f"{where}.run_id")
+        where = f"{where} (run_id {run_id!r})"
+        recorded_at = self.text(data["recorded_at"], f"{where}.recorded_at")
+        try:
+            time.strptime(recorded_at, TIME_FORMAT)
+        except ValueError:
+            raise self.fail(f"{where}.recorded_at", f"must be a UTC time like 2026-01-31T23:59:59Z, got {recorded_at!r}") from None
+        return LedgerEntry(run_id, recorded_at, self.report(data["report"], f"{where}.report"))
+
+    def report(self, data: Any, where: str) -> PrivacyReport:
+        data = self.keys(data, where, {"epsilon", "delta", "parameters", *_REPORT_TEXT_KEYS}, _REPORT_KEYS)
+        texts = {key: self.text(data[key], f"{where}.{key}") for key in _REPORT_TEXT_KEYS}
+        if texts["model"].startswith(NO_GUARANTEE):
+            raise self.fail(f"{where}.model", f"a run without a guarantee cannot be composed: {texts['model']!r}")
+        parameters = data["parameters"]
+        if not isinstance(parameters, dict):
+            raise self.fail(f"{where}.parameters", f"must be a JSON object, got {type(parameters).__name__}")
+        epsilon = self.number(data["epsilon"], f"{where}.epsilon", "a finite number > 0",
+                              lambda value: math.isfinite(value) and value > 0)
+        users = parameters.get("n_users")
+        if users is not None and (isinstance(users, bool) or not isinstance(users, int) or users < 1):
+            raise self.fail(f"{where}.parameters.n_users", f"must be an integer >= 1, got {json.dumps(users)}")
+        if users is None:
+            delta = self.number(data["delta"], f"{where}.delta", "a number in [0, 1)", lambda value: 0 <= value < 1)
+        else:
+            delta = self.number(data["delta"], f"{where}.delta", f"a number in [0, 1/n) = [0, {1 / users:.3g}) "
+                                f"for n_users = {users:,}", lambda value: 0 <= value and value * users < 1)
+        return PrivacyReport(epsilon=epsilon, delta=delta, parameters=parameters, **texts)
+
+
+def _population(report: PrivacyReport) -> int | None:
+    """The population size a report's guarantee was stated for, when it says."""
+    users = report.parameters.get("n_users")
+    return users if isinstance(users, int) and not isinstance(users, bool) else None
 
 
 def check_max_epsilon(max_epsilon: float | None) -> float | None:
@@ -86,7 +196,7 @@ def check_max_epsilon(max_epsilon: float | None) -> float | None:
     if isinstance(max_epsilon, bool) or not isinstance(max_epsilon, (int, float)) or not (
         math.isfinite(max_epsilon) and max_epsilon > 0
     ):
-        raise ValueError(f"privacy.max_epsilon: must be a finite number > 0, got {max_epsilon!r}")
+        raise InputError(f"privacy.max_epsilon: must be a finite number > 0, got {max_epsilon!r}")
     return float(max_epsilon)
 
 
@@ -103,27 +213,30 @@ class Ledger:
     def __init__(self, path: str | Path, delta: float | None = None) -> None:
         self.path = Path(path)
         if delta is not None and (isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1):
-            raise ValueError(f"delta (the ledger's total δ): must be in the open interval (0, 1), got {delta!r}")
+            raise InputError(f"delta (the ledger's total δ): must be in the open interval (0, 1), got {delta!r}")
         self._delta = None if delta is None else float(delta)
 
     # reading ------------------------------------------------------------------
     def _load(self) -> tuple[float | None, list[LedgerEntry]]:
         try:
-            text = self.path.read_text(encoding="utf-8")
+            status = self.path.stat()
         except FileNotFoundError:
             return self._delta, []
-        try:
-            data = json.loads(text)
-            if data.get("format") != FORMAT or data.get("version") != VERSION:
-                raise ValueError(f"not a {FORMAT} version {VERSION} file")
-            entries = [LedgerEntry.from_dict(entry) for entry in data["runs"]]
-            stored = data.get("delta")
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
+        except OSError as error:
+            raise LedgerError(f"privacy.ledger {str(self.path)!r}: cannot be read ({error.strerror})") from None
+        if not stat.S_ISREG(status.st_mode):
+            raise LedgerError(f"privacy.ledger {str(self.path)!r}: not a regular file; name a JSON file (created if absent)")
+        if status.st_size > MAX_LEDGER_BYTES:
             raise LedgerError(
-                f"privacy.ledger: {str(self.path)!r} is not a readable privacy ledger ({error}); "
-                "it is left as is, fix or move it"
-            ) from None
-        stored = None if stored is None else float(stored)
+                f"privacy.ledger {str(self.path)!r}: {status.st_size:,} bytes, more than a ledger's "
+                f"{MAX_LEDGER_BYTES:,}; the file is left as is"
+            )
+        reader = _Reader(self.path)
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (ValueError, OSError) as error:
+            raise reader.fail("the document", f"not a readable privacy ledger ({error})") from None
+        stored, entries = reader.document(data)
         if self._delta is not None and stored != self._delta:
             raise LedgerError(
                 f"delta (the ledger's total δ): the ledger {str(self.path)!r} states its ε at "
@@ -151,22 +264,26 @@ class Ledger:
         """Charge a run; returns ``report`` with the cumulative guarantee attached.
 
         Refused, with the ledger unchanged, when ``run_id`` is already charged,
-        when the run's adjacency differs from the ledger's runs, or (with
-        ``max_epsilon``) when the cumulative ε would exceed the budget.
+        when the run's adjacency differs from the ledger's runs, when the run
+        or the cumulative guarantee would not be a guarantee (no finite ε, or
+        δ not below ``1/n``), or (with ``max_epsilon``) when the cumulative ε
+        would exceed the budget.
         """
         budget = check_max_epsilon(max_epsilon)
         if not isinstance(run_id, str) or not run_id:
-            raise ValueError(f"run_id: must be a non-empty string, got {run_id!r}")
+            raise InputError(f"run_id: must be a non-empty string, got {run_id!r}")
+        entry = LedgerEntry(run_id, time.strftime(TIME_FORMAT, time.gmtime()), report)
+        _Reader(self.path).entry(entry.to_dict(), "the run to charge")  # the checks a stored entry gets
         with self._locked():
             stored, entries = self._load()
             if any(entry.run_id == run_id for entry in entries):
                 raise LedgerError(f"run_id: {run_id!r} is already charged in {str(self.path)!r}")
             _check_adjacency(entries, report)
             after = compose([*_guarantees(entries), (report.epsilon, report.delta)], stored)
+            _check_total_delta(self.path, [*entries, entry], after)
             if budget is not None and not after.epsilon <= budget:
                 raise BudgetExceededError(run_id, budget, compose(_guarantees(entries), stored), after)
-            recorded_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            entries.append(LedgerEntry(run_id, recorded_at, report))
+            entries.append(entry)
             self._write(stored, entries, after)
         return report.with_composition(after)
 
@@ -220,6 +337,17 @@ def write_atomically(path: Path, text: str) -> None:
 
 def _guarantees(entries: list[LedgerEntry]) -> list[tuple[float, float]]:
     return [(entry.report.epsilon, entry.report.delta) for entry in entries]
+
+
+def _check_total_delta(path: Path, entries: list[LedgerEntry], total: CompositionSummary) -> None:
+    """The cumulative guarantee must hold at a δ below ``1/n`` too."""
+    sizes = [users for entry in entries if (users := _population(entry.report)) is not None]
+    if sizes and total.delta * min(sizes) >= 1:
+        raise LedgerError(
+            f"privacy.ledger {str(path)!r}: with this run the runs' cumulative guarantee would be stated at "
+            f"δ = {total.delta:.3g}, not below 1/n = 1/{min(sizes):,}, where it means nothing; start a new "
+            "ledger with a smaller total δ, or charge fewer runs to this population"
+        )
 
 
 def _check_adjacency(entries: list[LedgerEntry], report: PrivacyReport) -> None:

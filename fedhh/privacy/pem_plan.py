@@ -24,11 +24,14 @@ from ..protocols.pem_analysis import (
     zipf_frequencies,
 )
 from ..protocols.prefix_encoding import ValueSpace
+from ..errors import InputError
 from .ldp import ldp_report, split_budget
 from .plan import register_planner
-from .validation import check_positive_int
+from .validation import check_positive_int, check_users
 
 DEFAULT_ORACLE = "olh"
+MAX_VALUE_BITS = 1024  # the optimizer tries every (γ, g): its time grows with the square of m
+MAX_DISTINCT = 10_000_000  # the assumed frequencies are held (three times) in memory
 
 
 def plan_pem(
@@ -43,13 +46,18 @@ def plan_pem(
     distinct: int = DEFAULT_DISTINCT_VALUES,
 ) -> dict[str, Any]:
     """The optimizer's design for ``m = value_bits`` bit values, its predicted utility and guarantee."""
-    check_positive_int(value_bits, "--bits")
+    check_users(n_users)
+    split = split_budget("pem", epsilon)
+    check_positive_int(value_bits, "--bits", maximum=MAX_VALUE_BITS)
+    check_positive_int(top_k, "--top-k")
+    check_positive_int(distinct, "--distinct", maximum=MAX_DISTINCT)
+    if distinct < top_k:
+        raise InputError(f"--distinct: the assumed {distinct:,} distinct values are fewer than --top-k = {top_k}")
     model = UtilityModel(
-        ValueSpace(value_bits, 2), n_users, epsilon, top_k, oracle, zipf_frequencies(zipf_exponent, max(distinct, top_k))
+        ValueSpace(value_bits, 2), n_users, epsilon, top_k, oracle, zipf_frequencies(zipf_exponent, distinct)
     )
     prediction = optimize_pem(model, query_limit, candidates_per_step)
     design = prediction.design
-    split = split_budget("pem", epsilon)
     parameters = {
         "levels": design.levels,
         "start_length": design.start_length,
@@ -65,7 +73,7 @@ def plan_pem(
         "top_k": top_k,
         "oracle": oracle,
         "query_limit": query_limit,
-        "assumption": {"zipf_exponent": zipf_exponent, "distinct_values": max(distinct, top_k)},
+        "assumption": {"zipf_exponent": zipf_exponent, "distinct_values": distinct},
         **parameters,
         "prefix_lengths": [int(length) for length in design.lengths()],
         "group_shares": list(design.shares),

@@ -38,6 +38,7 @@ carry no guarantee, and the solver never returns them):
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +46,7 @@ import numpy as np
 from ..errors import InputError
 
 from .report import NO_GUARANTEE, PrivacyReport
-from .validation import check_delta, check_epsilon, check_positive_int
+from .validation import check_delta, check_epsilon, check_positive_int, check_users
 
 MODEL = "central, user-level, sampling+threshold"
 MIN_THETA = 4
@@ -55,11 +56,27 @@ class PrivacyTargetError(InputError):
     """A privacy target or parameter set outside what the theorem covers."""
 
 
-def triehh_delta(theta: int) -> float:
-    """δ of Theorem 1 for threshold θ (> 3)."""
+def triehh_log_delta(theta: int) -> float:
+    """``ln δ`` of Theorem 1 for threshold θ (> 3), exact where δ itself underflows."""
     if theta < MIN_THETA:
         raise PrivacyTargetError(f"theta: the theorem needs θ >= {MIN_THETA}, got {theta}")
-    return math.exp(math.log(theta - 2) - math.log(theta - 3) - math.lgamma(theta + 1))
+    return math.log(theta - 2) - math.log(theta - 3) - math.lgamma(theta + 1)
+
+
+def triehh_delta(theta: int) -> float:
+    """δ of Theorem 1 for threshold θ (> 3), never rounded down to 0.
+
+    From θ = 171 on (targets below about 1e-308) δ is smaller than the
+    smallest normal double: ``exp`` rounds it to a subnormal with few
+    significant bits, possibly below the true value, and from θ = 178 on
+    (targets below about 3e-323) to 0, which would read as pure DP.  There
+    the next double up is reported: a valid upper bound (a guarantee at δ
+    holds at any larger δ), and at least 5e-324.  The exact ``ln δ`` is in
+    the report's parameters (``log_delta``).
+    """
+    log_delta = triehh_log_delta(theta)
+    delta = math.exp(log_delta)
+    return delta if delta >= sys.float_info.min else math.nextafter(delta, math.inf)
 
 
 def triehh_epsilon(n_users: int, batch_size: int, theta: int, max_rounds: int) -> float:
@@ -83,7 +100,7 @@ class TrieHHParameters:
     batch_size: int
 
     def __post_init__(self) -> None:
-        check_positive_int(self.n_users, "population.users")
+        check_users(self.n_users)
         check_positive_int(self.max_rounds, "max_rounds")
         check_positive_int(self.theta, "theta")
         if not 1 <= self.batch_size <= self.n_users:
@@ -144,6 +161,7 @@ class TrieHHParameters:
                 "theta": self.theta,
                 "max_rounds": self.max_rounds,
                 "sampling_rate": self.sampling_rate,
+                **({} if violations else {"log_delta": triehh_log_delta(self.theta)}),
             },
         )
 
@@ -172,22 +190,38 @@ def solve_triehh(n_users: int, epsilon: float, delta: float, max_rounds: int) ->
     frequency (about ``θ²/n`` instead of ``e^(2ε/L)/n``).  A target that
     would need ``m < θ`` is refused.
     """
-    check_positive_int(n_users, "population.users")
+    check_users(n_users)
     check_epsilon(epsilon)
     check_delta(delta)
     check_positive_int(max_rounds, "max_rounds")
-    theta = _smallest_theta(delta)
-    growth = math.exp(epsilon / max_rounds)
-    batch_size = min(math.floor(n_users * (growth - 1) / (theta * growth)), n_users // (theta + 1))
-    if batch_size < theta:
+    if delta * n_users >= 1:
         raise PrivacyTargetError(
-            f"cannot meet ε = {epsilon:g}, δ = {delta:g} with n = {n_users} users and "
+            f"privacy.delta: δ = {delta:g} is not below 1/n = 1/{n_users:,} = {1 / n_users:.3g}, where "
+            "(ε, δ)-DP means nothing (publishing one random user's data meets it); "
+            f"choose δ well below 1/n, e.g. 1/n² = {1 / n_users**2:.3g}"
+        )
+    theta = _smallest_theta(delta)
+    # (e^(ε/L) - 1) / e^(ε/L) = 1 - e^(-ε/L), in the form that neither overflows
+    # for a huge ε nor rounds to 0 for a tiny one.
+    spend = -math.expm1(-epsilon / max_rounds)
+    batch_size = min(math.floor(n_users * spend / theta), n_users // (theta + 1))
+    if batch_size < theta:
+        needed = theta * max(theta / spend, theta + 1) if spend > 0 else math.inf
+        raise PrivacyTargetError(
+            f"cannot meet ε = {epsilon:g}, δ = {delta:g} with n = {n_users:,} users and "
             f"L = {max_rounds} rounds: the threshold is θ = {theta} but the batch size "
             f"would be m = floor(n min((e^(ε/L) - 1) / (θ e^(ε/L)), 1/(θ + 1))) = {batch_size} < θ. "
-            f"Need at least {math.ceil(theta * max(theta * growth / (growth - 1), theta + 1))} users, "
+            f"Need {_count_text(needed)} users, "
             "or a larger ε / δ, or fewer rounds (shorter max_length or larger unit_size)"
         )
     return TrieHHParameters(n_users, max_rounds, theta, batch_size)
+
+
+def _count_text(count: float) -> str:
+    """A needed population size, exact while it is a sensible number."""
+    if not math.isfinite(count):
+        return "more than 1e308"
+    return f"at least {math.ceil(count):,}" if count < 1e15 else f"at least about {count:.3g}"
 
 
 def worst_case_discovery_rate(

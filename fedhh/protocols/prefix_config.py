@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..items import ItemCodec
+from ..privacy.ldp import split_budget
 from .count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
 from .prefix_encoding import PrefixEncoding
 from .prefix_oracles import AUTO, auto_sketch_shape
@@ -35,6 +36,7 @@ def search_parameters(
     ``default_segment`` is the segment length used when ``segment_length = 0``
     (TreeHist: one unit per level from γ = 0); ``None`` asks the PEM optimizer.
     """
+    split_budget(protocol_name, epsilon)  # refuses a per-user ε no report's oracle can take, naming privacy.epsilon
     oracle = default_oracle if protocol["oracle"] == AUTO else str(protocol["oracle"])
     selection = default_selection if protocol["selection"] == AUTO else str(protocol["selection"])
     encoding = PrefixEncoding(protocol["encoding"], codec)
