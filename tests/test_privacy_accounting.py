@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import multiprocessing
 import subprocess
 import sys
@@ -256,6 +257,91 @@ def test_a_corrupt_ledger_is_reported_and_left_alone(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match="not a readable privacy ledger"):
         Ledger(path).record(reference_report(), "run")
     assert path.read_text().endswith('"run_id": ')
+
+
+def _edited_ledger(tmp_path: Path, edit) -> Path:  # noqa: ANN001
+    """A ledger of two real runs, then hand-edited by ``edit(document)``."""
+    path = tmp_path / "ledger.json"
+    ledger = Ledger(path)
+    ledger.record(reference_report(), "day-1")
+    ledger.record(reference_report(), "day-2")
+    document = json.loads(path.read_text())
+    edit(document)
+    path.write_text(json.dumps(document))
+    return path
+
+
+def _set(*keys: object, value: object):  # noqa: ANN202
+    def edit(document: dict) -> None:
+        target = document
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "where", "problem"),
+    [
+        # a δ of 0.9 would let later runs pass the budget at a meaningless δ
+        (_set("runs", 1, "report", "delta", value=0.9), r"runs\[1\] \(run_id 'day-2'\)\.report\.delta",
+         r"must be a number in \[0, 1/n\) = \[0, 1e-06\) for n_users = 1,000,000, got 0\.9"),
+        (_set("runs", value={}), "runs", r"must be a list of charged runs, got dict \{\}"),
+        (_set("runs", 0, "report", "epsilon", value=True), r"runs\[0\] \(run_id 'day-1'\)\.report\.epsilon",
+         "must be a finite number > 0, got true"),
+        (_set("runs", 0, "report", "epsilon", value=-4.0), r"runs\[0\].*\.epsilon", "got -4.0"),
+        (_set("runs", 0, "report", "epsilon", value="inf"), r"runs\[0\].*\.epsilon", 'got "inf"'),
+        (_set("runs", 0, "report", "delta", value=None), r"runs\[0\].*\.delta", "got null"),
+        (_set("runs", 0, "report", "parameters", "n_users", value="many"), r"parameters\.n_users", 'got "many"'),
+        (_set("runs", 0, "report", "model", value="no guarantee: outside Theorem 1"), r"runs\[0\].*\.model",
+         "without a guarantee"),
+        (_set("runs", 0, "report", "adjacency", value=""), r"runs\[0\].*\.adjacency", "non-empty string"),
+        (_set("runs", 1, "report", "adjacency", value="replace-one"), r"runs\[1\] \(run_id 'day-2'\)", "adjacency differs"),
+        (_set("runs", 1, "run_id", value="day-1"), r"runs\[1\]", r"charged twice \(also runs\[0\]\)"),
+        (_set("runs", 0, "recorded_at", value="yesterday"), r"runs\[0\].*\.recorded_at", "UTC time"),
+        (_set("runs", 0, "note", value="x"), r"runs\[0\]", r"unknown key\(s\) \['note'\]"),
+        (lambda document: document["runs"][0].pop("report"), r"runs\[0\]", r"missing key\(s\) \['report'\]"),
+        (_set("runs", 0, value=[1, 2]), r"runs\[0\]", "must be a JSON object, got list"),
+        (_set("delta", value=2), r"delta \(the total δ\)", "got 2"),
+        (_set("delta", value=1e-3), r"delta \(the total δ\)", r"not below 1/n = 1/1,000,000"),
+        (_set("version", value=True), "format, version", "version true"),
+    ],
+)
+def test_hand_edited_ledgers_are_refused_naming_the_file_and_the_entry(
+    tmp_path: Path, edit, where: str, problem: str  # noqa: ANN001
+) -> None:
+    path = _edited_ledger(tmp_path, edit)
+    before = path.read_bytes()
+    for action in (lambda: Ledger(path).record(reference_report(), "day-3", max_epsilon=100),
+                   lambda: Ledger(path).summary(), lambda: Ledger(path).preview(reference_report())):
+        with pytest.raises(LedgerError) as refused:
+            action()
+        message = str(refused.value)
+        assert message.startswith(f"privacy.ledger {str(path)!r}: "), message
+        assert re.search(where, message) and re.search(problem, message), message
+    assert path.read_bytes() == before  # left as is
+
+
+def test_a_ledger_path_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError, match=r"privacy.ledger '.*': not a regular file"):
+        Ledger(tmp_path).record(reference_report(), "run")
+    with pytest.raises(LedgerError, match=r"privacy.ledger '/dev/zero': not a regular file"):
+        Ledger("/dev/zero").summary()
+
+
+def test_runs_and_totals_without_a_meaningful_guarantee_are_not_charged(tmp_path: Path) -> None:
+    """A run with no guarantee, or a cumulative δ not below 1/n, is refused with the ledger unchanged."""
+    path = tmp_path / "ledger.json"
+    broken = TrieHHParameters(n_users=1000, max_rounds=3, theta=1, batch_size=100).report()
+    with pytest.raises(LedgerError, match=r"the run to charge \(run_id 'run'\)\.report\.model: a run without a guarantee"):
+        Ledger(path).record(broken, "run")
+    assert not path.exists()
+    small = solve_triehh(10_000, 4.0, 5e-5, 10).report()  # θ = 8: δ ≈ 2.98e-5 < 1/n = 1e-4 for one run
+    Ledger(path).record(small, "run-1")
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match=r"cumulative guarantee would be stated at δ = 0\.000119, not below 1/n = 1/10,000"):
+        Ledger(path).record(small, "run-2")  # 2 Σ δ_i = 1.19e-4
+    assert path.read_bytes() == before
 
 
 def test_a_failure_before_the_rename_keeps_the_previous_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
