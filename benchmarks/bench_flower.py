@@ -66,7 +66,7 @@ def child(supernodes: int) -> dict[str, Any]:
         "max_round_s": timing["max_round_s"],
         "finish_s": (returned - called) - startup - timing["rounds_s"],
         "discovered": len(document["heavy_hitters"]),
-        "metrics": {k: document["metrics"][k] for k in ("precision", "f1", "ncr")},
+        "metrics": {k: document["evaluation"]["metrics"][k] for k in ("precision", "f1", "ncr")},
     }
 
 

@@ -89,9 +89,9 @@ def run_case(overrides: list[str]) -> dict[str, Any]:
         "cpu_s": time.process_time() - cpu,
         "rounds_s": run.timing["rounds_s"],
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "f1": document["metrics"]["f1"],
-        "ncr": document["metrics"]["ncr"],
-        "discovered": document["metrics"]["discovered"],
+        "f1": document["evaluation"]["metrics"]["f1"],
+        "ncr": document["evaluation"]["metrics"]["ncr"],
+        "discovered": document["evaluation"]["metrics"]["discovered"],
         "prefix_lengths": document["params"]["prefix_lengths"],
         "rounds": len(document["rounds"]),
     }

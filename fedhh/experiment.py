@@ -21,7 +21,7 @@ from .items import ItemCodec, get_alphabet
 from .metrics import Truth, utility_metrics
 from .population import Shard
 from .privacy.report import PrivacyReport
-from .protocols import ClientFunction, ProtocolResult, ServerProtocol, get_protocol
+from .protocols import ClientFunction, Discovery, ProtocolResult, ServerProtocol, get_protocol
 from .randomness import KeyedRandomness
 from .sources import PopulationSource, make_source
 
@@ -41,6 +41,7 @@ def item_codec(config: FedhhConfig) -> ItemCodec:
 def run_record(result: ProtocolResult, timing: dict[str, float]) -> dict[str, Any]:
     """The part of a result document every run has, with or without a known truth."""
     return {
+        "heavy_hitters": published_discoveries(result.discoveries),
         "frequent_prefixes": result.frequent_prefixes,
         "privacy": result.privacy.to_dict(),
         "params": result.params,
@@ -56,7 +57,22 @@ def run_record(result: ProtocolResult, timing: dict[str, float]) -> dict[str, An
     }
 
 
+def published_discoveries(discoveries: list[Discovery]) -> list[dict[str, Any]]:
+    """The protocol's output, ordered by the protocol's own numbers (estimated count,
+    else support, then the item): never by a true rank, which would leak the truth."""
+    entries = [
+        {key: value for key, value in (("item", d.item), ("support", d.support), ("estimated_count", d.estimated_count))
+         if value is not None}
+        for d in discoveries
+    ]
+    return sorted(entries, key=lambda e: (-e.get("estimated_count", e.get("support", 0)), e["item"]))
+
+
 TRUTH_SHOWN = 500  # true top items written to the result, for plots and audits
+EVALUATION_NOTE = (
+    "exact ground truth computed from the whole population, for evaluation only: no privacy guarantee "
+    "covers it (privacy.coverage); run.evaluation = false leaves this section out"
+)
 
 
 class Experiment:
@@ -103,48 +119,51 @@ class Experiment:
         )
 
     def finish(self, result: ProtocolResult, timing: dict[str, float], transport: str) -> dict[str, Any]:
-        """The result document: discovery next to the truth, privacy, parameters, trace."""
-        truth = self.truth
-        rank = truth.rank_of()
-        index = {item: i for i, item in enumerate(truth.items)}
-        heavy_hitters = []
-        for found in result.discoveries:
-            i = index.get(found.item)
-            entry: dict[str, Any] = {
-                "item": found.item,
-                "true_rank": rank.get(found.item),
-                "true_count": int(truth.holders[i]) if i is not None else 0,
-                "true_frequency": float(truth.frequency[i] / self.n_users) if i is not None else 0.0,
-            }
-            if found.estimated_count is not None:
-                entry["estimated_count"] = found.estimated_count
-            if found.support is not None:
-                entry["support"] = found.support
-            heavy_hitters.append(entry)
-        heavy_hitters.sort(key=lambda e: (e["true_rank"] is None, e["true_rank"] or 0, e["item"]))
-        discovered = {d.item for d in result.discoveries}
-        top_k = int(self.config["run"]["top_k"])
-        return {
+        """The result document: discovery, privacy, parameters, trace, and (with
+        ``run.evaluation``) the evaluation against the truth."""
+        document = {
             "protocol": result.protocol,
             "seed": self.seed,
             "n_users": self.n_users,
             "transport": transport,
             "config": self.config.to_dict(),
-            "population": {
-                **self.source.describe(),
-                "users_without_items": self._users_without_items,
-            },
-            "heavy_hitters": heavy_hitters,
+            "population": self.source.describe(),
+            **run_record(result, timing),
+        }
+        if self.config["run"]["evaluation"]:
+            document["evaluation"] = self.evaluate(document["heavy_hitters"])
+        return document
+
+    def evaluate(self, heavy_hitters: list[dict[str, Any]]) -> dict[str, Any]:
+        """Everything a result says about the true population, in one place.
+
+        ``heavy_hitters`` are the published discoveries; each gets its true
+        rank, count and frequency, in the same order.  None of this is
+        covered by a privacy guarantee (see the privacy block's ``coverage``).
+        """
+        truth = self.truth
+        rank = truth.rank_of()
+        index = {item: i for i, item in enumerate(truth.items)}
+        discovered = {hit["item"] for hit in heavy_hitters}
+        top_k = int(self.config["run"]["top_k"])
+
+        def truth_of(item: str) -> dict[str, Any]:
+            i = index.get(item)
+            return {
+                "item": item,
+                "true_rank": rank.get(item),
+                "true_count": int(truth.holders[i]) if i is not None else 0,
+                "true_frequency": float(truth.frequency[i] / self.n_users) if i is not None else 0.0,
+            }
+
+        return {
+            "note": EVALUATION_NOTE,
             "metrics": utility_metrics(discovered, truth, top_k),
+            "heavy_hitters": [truth_of(hit["item"]) for hit in heavy_hitters],
             "missed_top_k": [item for item in truth.top(top_k) if item not in discovered],
             "truth_top": [
-                {
-                    "item": truth.items[i],
-                    "true_count": int(truth.holders[i]),
-                    "true_frequency": float(truth.frequency[i] / self.n_users),
-                    "discovered": truth.items[i] in discovered,
-                }
+                {**truth_of(truth.items[i]), "discovered": truth.items[i] in discovered}
                 for i in truth.order[: max(top_k, TRUTH_SHOWN)].tolist()
             ],
-            **run_record(result, timing),
+            "population": {**self.source.describe_data(), "users_without_items": self._users_without_items},
         }

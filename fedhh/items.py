@@ -41,7 +41,22 @@ MAX_UNIT_SIZE = 4
 
 
 class ItemError(InputError):
-    """An item that cannot be encoded under the configured policies."""
+    """An item that cannot be encoded under the configured policies.
+
+    ``position`` is the item's index in the list given to the codec and
+    ``reason`` the message without it, so a caller that knows where the list
+    came from (a file's line or row) can say where the item is instead.
+    """
+
+    def __init__(self, message: str, position: int | None = None, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.position = position
+        self.reason = message if reason is None else reason
+
+
+def _item_error(item: object, position: int, reason: str) -> ItemError:
+    """An error about the item at ``position`` of the encoded list."""
+    return ItemError(f"item {item!r} (position {position}) {reason}", position, f"item {item!r} {reason}")
 
 
 @dataclass(frozen=True)
@@ -155,9 +170,8 @@ class ItemCodec:
         try:
             encoded = item.encode("utf-8")
         except UnicodeEncodeError as error:
-            raise ItemError(
-                f"item at position {position} is not valid Unicode ({error.reason}: "
-                f"{item[error.start:error.end]!r})"
+            raise _item_error(
+                item, position, f"is not valid Unicode ({error.reason}: {item[error.start:error.end]!r})"
             ) from None
         if self.alphabet.byte_level or encoded.isascii():
             return encoded
@@ -179,18 +193,18 @@ class ItemCodec:
             bad_char[np.searchsorted(starts, bad_positions, side="right") - 1] = True
         if bad_char.any() and self.unknown_chars == "error":
             first = int(np.flatnonzero(bad_char)[0])
-            raise ItemError(
-                f"item {items[first]!r} (position {first}) has characters outside the "
-                f"{self.alphabet.name!r} alphabet; set protocol.unknown_chars = \"drop\" to drop "
-                f"such items, or choose another protocol.alphabet ({sorted(ALPHABETS)})"
+            raise _item_error(
+                items[first], first,
+                f"has characters outside the {self.alphabet.name!r} alphabet; set protocol.unknown_chars = "
+                f"\"drop\" to drop such items, or choose another protocol.alphabet ({sorted(ALPHABETS)})",
             )
         overlong = (lengths > self.max_length) & ~bad_char
         if overlong.any() and self.overlong == "error":
             first = int(np.flatnonzero(overlong)[0])
-            raise ItemError(
-                f"item {items[first]!r} (position {first}) has {lengths[first]} characters, more "
-                f"than protocol.max_length = {self.max_length}; set protocol.overlong to "
-                f"\"drop\" or \"truncate\" to accept it"
+            raise _item_error(
+                items[first], first,
+                f"has {lengths[first]} characters, more than protocol.max_length = {self.max_length}; set "
+                "protocol.overlong to \"drop\" or \"truncate\" to accept it",
             )
         kept = ~bad_char
         if self.overlong == "drop":
@@ -251,7 +265,7 @@ class ItemCodec:
 
 def _checked_item(item: object, position: int) -> str:
     if not isinstance(item, str):
-        raise ItemError(f"item at position {position} is {type(item).__name__}, expected str")
+        raise _item_error(item, position, f"is {type(item).__name__}, expected str")
     if item == "":
-        raise ItemError(f"item at position {position} is empty; items must have at least one character")
+        raise _item_error(item, position, "is empty; items must have at least one character")
     return item

@@ -9,6 +9,7 @@ and sliced.
 
 from __future__ import annotations
 
+import csv
 import functools
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InputError
 from .items import ALPHABETS, ItemCodec, ItemError
 from .population import Shard, Vocabulary, shard_bounds
 from .randomness import UserRandom, derive_key
@@ -36,7 +38,12 @@ class PopulationSource(ABC):
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:
-        """What this population is, for the result file."""
+        """What this population is, for the result file: only what the
+        configuration and public data determine."""
+
+    def describe_data(self) -> dict[str, Any]:
+        """What only the users' own data determine (evaluation only: no guarantee covers it)."""
+        return {}
 
     def build_all(self) -> Shard:
         return self.build_shard(0, 1)
@@ -112,7 +119,7 @@ def wordfreq_candidates(language: str, size: int, alphabet: str) -> tuple[list[s
     import wordfreq
 
     if language not in wordfreq.available_languages():
-        raise ValueError(
+        raise InputError(
             f"population.language: {language!r} is not in wordfreq; "
             f"allowed: {sorted(wordfreq.available_languages())}"
         )
@@ -168,7 +175,7 @@ def random_strings(count: int, length: int, codec: ItemCodec, seed: int) -> list
     """
     alphabet = codec.alphabet.characters if not codec.alphabet.byte_level else ALPHABETS["ascii"].characters
     if len(alphabet) ** length < 2 * count:
-        raise ValueError(
+        raise InputError(
             f"population.item_length: {length} characters of a {len(alphabet)}-letter alphabet "
             f"give too few distinct strings for population.vocabulary = {count}"
         )
@@ -187,20 +194,27 @@ class FileSource(PopulationSource):
     * ``.txt``: one user per line, the line is the user's item;
     * ``.csv`` / ``.parquet``: columns ``user`` and ``item``, one row per
       occurrence (repeated rows become local counts).
+
+    An item the codec refuses is reported at its first occurrence in the
+    file (its line, or its Parquet row), not at its index among distinct items.
     """
 
     def __init__(self, path: str, codec: ItemCodec) -> None:
         self.path = path
         users, items = read_user_items(path)
         if not items:
-            raise ValueError(f"population.path: {path!r} has no items")
+            raise InputError(f"population.path: {path!r} has no items")
         user_index, self.n_users = factorize([str(user) for user in users])
-        item_index, _ = factorize(items)
+        item_index, distinct_count = factorize(items)
         distinct = list(dict.fromkeys(items))
         try:
             self.vocabulary, candidate_item = Vocabulary.encode(distinct, codec)
         except ItemError as error:
-            raise ItemError(f"population.path {path!r}: {error}") from None
+            if error.position is None:
+                raise ItemError(f"population.path {path!r}: {error}") from None
+            first = np.unique(item_index, return_index=True)[1]  # codes follow first appearance
+            place = occurrence_place(path, int(first[error.position]))
+            raise ItemError(f"population.path {path!r}: {place}: {error.reason}") from None
         self._all = Shard.from_pairs(
             self.vocabulary, 0, self.n_users, user_index, candidate_item[item_index]
         )
@@ -209,13 +223,11 @@ class FileSource(PopulationSource):
         return self._all.slice(*shard_bounds(self.n_users, shard_index, num_shards))
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "source": "file",
-            "path": self.path,
-            "users": self.n_users,
-            "vocabulary": self.vocabulary.size,
-            "encoding": self.vocabulary.encoding.to_dict(),
-        }
+        return {"source": "file", "path": self.path, "users": self.n_users}
+
+    def describe_data(self) -> dict[str, Any]:
+        """The distinct items are the users' own: how many, and how many the codec dropped."""
+        return {"vocabulary": self.vocabulary.size, "encoding": self.vocabulary.encoding.to_dict()}
 
 
 def factorize(values: list[str]) -> tuple[np.ndarray, int]:
@@ -226,44 +238,121 @@ def factorize(values: list[str]) -> tuple[np.ndarray, int]:
     return rank[inverse.ravel()], int(distinct.size)
 
 
+TEXT_SUFFIXES = (".txt", ".text", "")
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
 def read_user_items(path: str) -> tuple[list[Any], list[str]]:
-    """(user, item) occurrences from a text, CSV or Parquet file."""
+    """(user, item) occurrences from a text, CSV or Parquet file.
+
+    Every refusal names the file's own line (text, CSV: header counted) or
+    row (Parquet, 1-based).
+    """
     file = Path(path)
     if not file.is_file():
-        raise ValueError(f"population.path: {path!r} is not a file")
+        raise InputError(f"population.path: {path!r} is not a file")
     suffix = file.suffix.lower()
-    if suffix in (".txt", ".text", ""):
-        try:
-            lines = file.read_text(encoding="utf-8").splitlines()
-        except UnicodeDecodeError as error:
-            line = file.read_bytes()[: error.start].count(b"\n") + 1
-            raise ItemError(f"population.path {path!r}: line {line} is not valid UTF-8") from None
-        for number, line in enumerate(lines, start=1):
-            if line == "":
-                raise ItemError(f"population.path {path!r}: line {number} is empty (one item per line)")
+    if suffix in TEXT_SUFFIXES:
+        lines = read_lines(file, path)
         return list(range(len(lines))), lines
-    if suffix in (".csv", ".parquet", ".pq"):
-        import pyarrow.csv
-        import pyarrow.parquet
-
-        try:
-            table = pyarrow.csv.read_csv(file) if suffix == ".csv" else pyarrow.parquet.read_table(file)
-        except Exception as error:  # pyarrow raises many types for malformed files
-            raise ValueError(f"population.path {path!r}: cannot read ({error})") from None
-        missing = {"user", "item"} - set(table.column_names)
-        if missing:
-            raise ValueError(
-                f"population.path {path!r}: missing column(s) {sorted(missing)}; "
-                f"needs columns 'user' and 'item', has {table.column_names}"
-            )
-        items = table.column("item").to_pylist()
-        for row, item in enumerate(items):
-            if not isinstance(item, str) or item == "":
-                raise ItemError(f"population.path {path!r}: row {row + 1} has an empty or non-text item")
-        return table.column("user").to_pylist(), items
-    raise ValueError(
+    if suffix in TABLE_SUFFIXES:
+        return read_table(file, path, suffix)
+    raise InputError(
         f"population.path: unsupported file type {suffix!r}; allowed: .txt, .csv, .parquet"
     )
+
+
+def read_lines(file: Path, path: str) -> list[str]:
+    """The lines of a UTF-8 text file, split on ``\\n`` (and ``\\r\\n``) only.
+
+    ``str.splitlines`` also splits on U+2028, U+2029, ``\\x0b``, ``\\x0c``,
+    ``\\x1c``-``\\x1e`` and ``\\x85``, which would turn one user's line into
+    several users, each voting: those characters stay inside the item (where
+    the alphabet accepts or refuses them like any other).  A leading BOM is
+    dropped; a final newline ends the last line, it does not start a user.
+    """
+    raw = file.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        start = error.start + (3 if raw.startswith(b"\xef\xbb\xbf") else 0)
+        line = raw[:start].count(b"\n") + 1
+        raise ItemError(f"population.path {path!r}: line {line} is not valid UTF-8") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    for number, line in enumerate(lines, start=1):
+        if line == "":
+            raise ItemError(f"population.path {path!r}: line {number} is empty (one item per line)")
+    return lines
+
+
+def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]]:
+    """The ``user`` and ``item`` columns of a CSV or Parquet file, without nulls or empty items.
+
+    CSV cells are read as text (``007`` stays ``007``, an item ``12345`` is a
+    string), so nothing is coerced; a Parquet ``user`` column keeps its type.
+    """
+    import pyarrow as pa
+    import pyarrow.csv
+    import pyarrow.parquet
+
+    try:
+        if suffix == ".csv":
+            table = pyarrow.csv.read_csv(
+                file, convert_options=pyarrow.csv.ConvertOptions(column_types={"user": pa.string(), "item": pa.string()})
+            )
+        else:
+            table = pyarrow.parquet.read_table(file)
+    except Exception as error:  # pyarrow raises many types for malformed files
+        raise InputError(f"population.path {path!r}: cannot read ({error})") from None
+    missing = {"user", "item"} - set(table.column_names)
+    if missing:
+        raise InputError(
+            f"population.path {path!r}: missing column(s) {sorted(missing)}; "
+            f"needs columns 'user' and 'item', has {table.column_names}"
+        )
+    users, items = table.column("user").to_pylist(), table.column("item").to_pylist()
+    for row, (user, item) in enumerate(zip(users, items, strict=True)):
+        if user is None or user == "" or user != user:  # null, empty, NaN
+            problem = "has no user" if user is None or user == "" else f"has user {user!r}"
+            raise InputError(
+                f"population.path {path!r}: {occurrence_place(path, row)} {problem}; every row needs "
+                "the user who holds its item (rows of unknown users cannot be told apart)"
+            )
+        if not isinstance(item, str) or item == "":
+            raise ItemError(f"population.path {path!r}: {occurrence_place(path, row)} has an empty or non-text item")
+    return users, items
+
+
+def occurrence_place(path: str, index: int) -> str:
+    """Where occurrence ``index`` (0-based, as :func:`read_user_items` lists them) is in the file."""
+    suffix = Path(path).suffix.lower()
+    if suffix in TEXT_SUFFIXES:
+        return f"line {index + 1}"
+    if suffix == ".csv":
+        return f"line {csv_line(Path(path), index)}"
+    return f"row {index + 1}"
+
+
+def csv_line(file: Path, row: int) -> int:
+    """The file line where data row ``row`` (0-based, blank lines skipped as pyarrow
+    skips them) starts; the header is line 1 when nothing precedes it.  Only
+    called to report an error, so a Python scan is fine."""
+    with open(file, newline="", encoding="utf-8", errors="replace") as handle:
+        reader = csv.reader(handle)
+        index = -1  # the header
+        while True:
+            start = reader.line_num + 1
+            fields = next(reader, None)
+            if fields is None:
+                return start
+            if not fields:
+                continue
+            if index == row:
+                return start
+            index += 1
 
 
 def make_source(population: dict[str, Any], codec: ItemCodec, seed: int) -> PopulationSource:
@@ -283,7 +372,7 @@ def make_source(population: dict[str, Any], codec: ItemCodec, seed: int) -> Popu
         path = Path(population["path"])
         stamp = path.stat().st_mtime_ns if path.is_file() else -1
         return _cached_file_source(str(path), stamp, codec)
-    raise ValueError(f"population.source: got {source!r}; allowed: ['wordfreq', 'zipf', 'file']")
+    raise InputError(f"population.source: got {source!r}; allowed: ['wordfreq', 'zipf', 'file']")
 
 
 @functools.lru_cache(maxsize=2)

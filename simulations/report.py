@@ -2,7 +2,8 @@
 
 The folder holds ``result.json`` (the full document, schema in the README),
 ``heavy_hitters.csv``, ``rounds.csv`` and ``discovery.png`` (true frequency
-by true rank, discovered items marked), written atomically together.
+by true rank, discovered items marked; without an evaluation section, the
+published estimates by output rank), written atomically together.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ def write_run_outputs(output_dir: str | Path, result: dict[str, Any]) -> Path:
     """Write the results folder; nothing is left behind if any part fails."""
 
     def heavy_hitters_csv(folder: Path) -> None:
-        columns = ["item", "true_rank", "true_count", "true_frequency", "support", "estimated_count"]
+        rows = discoveries_with_truth(result)
+        columns = ["item", "support", "estimated_count", *(TRUTH_COLUMNS if "evaluation" in result else ())]
         with open(folder / "heavy_hitters.csv", "w", newline="", encoding="utf-8") as handle:
             writer = csv.DictWriter(handle, columns, extrasaction="ignore")
             writer.writeheader()
-            writer.writerows(result["heavy_hitters"])
+            writer.writerows(rows)
 
     def rounds_csv(folder: Path) -> None:
         rounds = result["rounds"]
@@ -44,61 +46,93 @@ def write_run_outputs(output_dir: str | Path, result: dict[str, Any]) -> Path:
     return write_result(output_dir, result, [heavy_hitters_csv, rounds_csv, discovery_plot])
 
 
+TRUTH_COLUMNS = ("true_rank", "true_count", "true_frequency")
+
+
+def discoveries_with_truth(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each published discovery, joined with its true rank, count and frequency when the
+    result has an evaluation section (the two lists are in the same order)."""
+    found = result["heavy_hitters"]
+    evaluation = result.get("evaluation")
+    if evaluation is None:
+        return [dict(hit) for hit in found]
+    return [{**hit, **truth} for hit, truth in zip(found, evaluation["heavy_hitters"], strict=True)]
+
+
 def plot_discovery(result: dict[str, Any], path: Path, shown_ranks: int = 500) -> None:
-    """True frequency against true rank (log-log), discovered items in colour."""
+    """With an evaluation: true frequency against true rank (log-log), discovered items in
+    colour.  Without: what the protocol published, its estimated counts (or supports) by
+    output rank; nothing of the truth is drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    found = {h["true_rank"]: h["true_frequency"] for h in result["heavy_hitters"] if h["true_rank"]}
-    top = result["truth_top"][:shown_ranks]
     figure, axes = plt.subplots(figsize=(7, 4.2), dpi=120)
-    ranks = range(1, len(top) + 1)
-    axes.loglog(list(ranks), [t["true_frequency"] for t in top], color="0.75", lw=1.2, label="true top items")
-    hit = [(r, f) for r, f in found.items() if r <= len(top)]
-    if hit:
-        axes.scatter(*zip(*hit), s=9, color="tab:blue", zorder=3, label="discovered")
+    evaluation = result.get("evaluation")
+    if evaluation is not None:
+        found = {h["true_rank"]: h["true_frequency"] for h in evaluation["heavy_hitters"] if h["true_rank"]}
+        top = evaluation["truth_top"][:shown_ranks]
+        axes.loglog(range(1, len(top) + 1), [t["true_frequency"] for t in top], color="0.75", lw=1.2,
+                    label="true top items")
+        hit = [(r, f) for r, f in found.items() if r <= len(top)]
+        if hit:
+            axes.scatter(*zip(*hit), s=9, color="tab:blue", zorder=3, label="discovered")
+        axes.set_xlabel("true rank")
+        axes.set_ylabel("true frequency (share of users)")
+        axes.legend(loc="upper right", fontsize=8)
+    else:
+        key = "estimated_count" if any("estimated_count" in h for h in result["heavy_hitters"]) else "support"
+        values = [h[key] for h in result["heavy_hitters"] if h.get(key, 0) > 0]
+        if values:
+            axes.loglog(range(1, len(values) + 1), values, marker=".", color="tab:blue", lw=1)
+        axes.set_xlabel("output rank (no ground truth: run.evaluation = false)")
+        axes.set_ylabel("estimated count" if key == "estimated_count" else "support (votes)")
     privacy = result["privacy"]
     axes.set_title(
         f"{result['protocol']}: {len(result['heavy_hitters'])} discovered, n = {result['n_users']:,}, "
         f"ε = {float(privacy['epsilon']):.3g}, δ = {float(privacy['delta']):.2g}",
         fontsize=10,
     )
-    axes.set_xlabel("true rank")
-    axes.set_ylabel("true frequency (share of users)")
     axes.grid(True, which="both", alpha=0.25)
-    axes.legend(loc="upper right", fontsize=8)
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
 
 
 def print_run_report(result: dict[str, Any], output_dir: Path | None, console: Console | None = None) -> None:
-    """The human summary: discovered items by true rank, utility, privacy, parameters."""
+    """The human summary: discovered items (by true rank when evaluated), utility, privacy, parameters."""
     console = console or Console()
-    found = result["heavy_hitters"]
-    table = Table(title=f"{len(found)} heavy hitters discovered (first {min(len(found), SHOWN_ITEMS)} by true rank)")
-    table.add_column("item")
-    table.add_column("true rank", justify="right")
-    table.add_column("true count", justify="right")
-    table.add_column("support", justify="right")
-    if any("estimated_count" in h for h in found):
-        table.add_column("estimate", justify="right")
+    evaluation = result.get("evaluation")
+    found = discoveries_with_truth(result)
+    if evaluation is not None:
+        found.sort(key=lambda e: (e["true_rank"] is None, e["true_rank"] or 0, e["item"]))
+    order = "by true rank" if evaluation is not None else "as published"
+    table = Table(title=f"{len(found)} heavy hitters discovered (first {min(len(found), SHOWN_ITEMS)} {order})")
+    columns = {"item": lambda hit: hit["item"]}
+    if evaluation is not None:
+        columns["true rank"] = lambda hit: str(hit["true_rank"])
+        columns["true count"] = lambda hit: f"{hit['true_count']:,}"
+    if any("support" in hit for hit in found):
+        columns["support"] = lambda hit: str(hit.get("support", ""))
+    if any("estimated_count" in hit for hit in found):
+        columns["estimate"] = lambda hit: f"{hit['estimated_count']:,.0f}" if "estimated_count" in hit else ""
+    for name in columns:
+        table.add_column(name, justify="left" if name == "item" else "right")
     for hit in found[:SHOWN_ITEMS]:
-        row = [hit["item"], str(hit["true_rank"]), f"{hit['true_count']:,}", str(hit.get("support", ""))]
-        if "estimated_count" in hit:
-            row.append(f"{hit['estimated_count']:,.0f}")
-        table.add_row(*row)
+        table.add_row(*(cell(hit) for cell in columns.values()))
     console.print(table)
 
-    metrics = result["metrics"]
-    recalls = "  ".join(f"@{k}: {v:.3f}" for k, v in metrics["recall_at_k"].items())
-    console.print(f"[bold]recall[/]  {recalls}")
-    console.print(
-        f"[bold]top-{metrics['top_k']}[/]  precision {metrics['precision']:.3f}  "
-        f"F1 {metrics['f1']:.3f}  NCR {metrics['ncr']:.3f}"
-    )
+    if evaluation is not None:
+        metrics = evaluation["metrics"]
+        recalls = "  ".join(f"@{k}: {v:.3f}" for k, v in metrics["recall_at_k"].items())
+        console.print(f"[bold]recall[/]  {recalls}")
+        console.print(
+            f"[bold]top-{metrics['top_k']}[/]  precision {metrics['precision']:.3f}  "
+            f"F1 {metrics['f1']:.3f}  NCR {metrics['ncr']:.3f}"
+        )
+    else:
+        console.print("[bold]evaluation[/]  off (run.evaluation = false): no ground truth in the result")
     privacy = result["privacy"]
     console.print(
         f"[bold]privacy[/]  ε = {float(privacy['epsilon']):.4g}, δ = {float(privacy['delta']):.3g}  "
@@ -106,14 +140,7 @@ def print_run_report(result: dict[str, Any], output_dir: Path | None, console: C
     )
     params = ", ".join(f"{k} = {v}" for k, v in result["params"].items())
     console.print(f"[bold]parameters[/]  {params}")
-    population = result["population"]
-    encoding = population.get("encoding", {})
-    console.print(
-        f"[bold]population[/]  {result['n_users']:,} users, {population.get('vocabulary', 0):,} distinct items; "
-        f"dropped overlong {encoding.get('dropped_overlong', 0):,}, truncated {encoding.get('truncated', 0):,}, "
-        f"dropped for unknown characters {encoding.get('dropped_unknown_chars', 0):,} "
-        f"(vocabulary entries); users holding nothing encodable: {population.get('users_without_items', 0):,}"
-    )
+    console.print(f"[bold]population[/]  {population_line(result)}")
     timing = ", ".join(f"{k} {v:.2f}" for k, v in result["timing_s"].items())
     console.print(
         f"[bold]run[/]  {len(result['rounds'])} rounds via {result['transport']} ({result['stopped_because']}); "
@@ -121,3 +148,20 @@ def print_run_report(result: dict[str, Any], output_dir: Path | None, console: C
     )
     if output_dir is not None:
         console.print(f"[bold]results[/]  {output_dir}")
+
+
+def population_line(result: dict[str, Any]) -> str:
+    """Users, distinct items and what encoding dropped; the data-derived parts come from
+    the evaluation section, so a run without one says only what is public."""
+    population = {**result["population"], **result.get("evaluation", {}).get("population", {})}
+    line = f"{result['n_users']:,} users"
+    if "vocabulary" in population:
+        encoding = population.get("encoding", {})
+        line += (
+            f", {population['vocabulary']:,} distinct items; dropped overlong {encoding.get('dropped_overlong', 0):,}, "
+            f"truncated {encoding.get('truncated', 0):,}, dropped for unknown characters "
+            f"{encoding.get('dropped_unknown_chars', 0):,} (vocabulary entries)"
+        )
+    if "users_without_items" in population:
+        line += f"; users holding nothing encodable: {population['users_without_items']:,}"
+    return line

@@ -134,17 +134,12 @@ def add_participation(document: dict[str, Any], strategy: ProtocolStrategy) -> N
 def device_document(config: FedhhConfig, server: ServerProtocol, timing: dict[str, float]) -> dict[str, Any]:
     """The result of a device federation: what the server can know without anyone's data."""
     result: ProtocolResult = server.result()
-    heavy_hitters = [
-        {key: value for key, value in (("item", d.item), ("support", d.support), ("estimated_count", d.estimated_count)) if value is not None}
-        for d in sorted(result.discoveries, key=lambda d: d.item)
-    ]
     return {
         "protocol": result.protocol,
         "seed": int(config["run"]["seed"]),
         "n_users": int(config["population"]["users"]),
         "transport": "flower/devices",
         "config": config.to_dict(),
-        "heavy_hitters": heavy_hitters,
         **run_record(result, timing),
     }
 

@@ -23,20 +23,62 @@ def test_fast_run_writes_the_documented_result(tmp_path: Path) -> None:
     output = tmp_path / "out"
     assert main(["run", *SMALL, "--output", str(output)]) == 0
     result = json.loads((output / "result.json").read_text(encoding="utf-8"))
-    for key in ("protocol", "seed", "n_users", "config", "heavy_hitters", "metrics", "privacy",
+    for key in ("protocol", "seed", "n_users", "config", "heavy_hitters", "evaluation", "privacy",
                 "params", "rounds", "timing_s"):
         assert key in result
     assert result["protocol"] == "triehh" and result["n_users"] == 20000
-    assert set(result["metrics"]) >= {"recall_at_k", "precision", "f1", "ncr"}
-    assert set(result["privacy"]) >= {"epsilon", "delta", "model"}
+    evaluation = result["evaluation"]
+    assert set(evaluation) == {"note", "metrics", "heavy_hitters", "missed_top_k", "truth_top", "population"}
+    assert set(evaluation["metrics"]) >= {"recall_at_k", "precision", "f1", "ncr"}
+    assert set(result["privacy"]) >= {"epsilon", "delta", "model", "coverage"}
+    assert any(line.startswith("evaluation:") for line in result["privacy"]["coverage"]["not_covered"])
     assert set(result["params"]) >= {"theta", "batch_size", "max_length"}
     assert result["privacy"]["epsilon"] <= 8.0
-    assert result["heavy_hitters"] and {"item", "true_rank", "true_count"} <= set(result["heavy_hitters"][0])
+    assert result["heavy_hitters"] and set(result["heavy_hitters"][0]) == {"item", "support"}
+    truths = evaluation["heavy_hitters"]  # the truth of each published discovery, in the same order
+    assert [t["item"] for t in truths] == [hit["item"] for hit in result["heavy_hitters"]]
+    assert {"item", "true_rank", "true_count", "true_frequency"} == set(truths[0])
+    supports = [hit["support"] for hit in result["heavy_hitters"]]
+    assert supports == sorted(supports, reverse=True)  # published in the protocol's order, not by true rank
     assert len(result["rounds"]) >= 2
     found = {hit["item"] for hit in result["heavy_hitters"]}
-    assert {t["item"] for t in result["truth_top"] if t["discovered"]} == found & {t["item"] for t in result["truth_top"]}
+    top = evaluation["truth_top"]
+    assert {t["item"] for t in top if t["discovered"]} == found & {t["item"] for t in top}
     assert {p.name for p in output.iterdir()} == {"result.json", "heavy_hitters.csv", "rounds.csv", "discovery.png"}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_evaluation_false_leaves_no_ground_truth_in_the_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """For real data: nothing computed from the true population is written, anywhere."""
+    on, off = tmp_path / "on", tmp_path / "off"
+    assert main(["run", *SMALL, "--output", str(on)]) == 0
+    assert main(["run", *SMALL, "--set", "run.evaluation=false", "--output", str(off)]) == 0
+    assert "evaluation  off (run.evaluation = false)" in capsys.readouterr().out.replace("\n", " ")
+    with_truth = json.loads((on / "result.json").read_text(encoding="utf-8"))
+    result = json.loads((off / "result.json").read_text(encoding="utf-8"))
+    assert "evaluation" not in result and result["config"]["run"]["evaluation"] is False
+    assert result["heavy_hitters"] == with_truth["heavy_hitters"]  # the same discovery, without its truth
+    text = (off / "result.json").read_text(encoding="utf-8") + (off / "heavy_hitters.csv").read_text(encoding="utf-8")
+    for truth_only in ("true_rank", "true_count", "true_frequency", "truth_top", "missed_top_k", "recall_at_k",
+                       "users_without_items"):
+        assert truth_only not in text
+    true_counts = {str(t["true_count"]) for t in with_truth["evaluation"]["heavy_hitters"]}
+    assert not true_counts & set((off / "heavy_hitters.csv").read_text(encoding="utf-8").replace("\n", ",").split(","))
+
+
+def test_a_file_population_s_vocabulary_is_evaluation_only(tmp_path: Path) -> None:
+    """The distinct items of a file are the users' own data: counted only under evaluation."""
+    population = tmp_path / "users.txt"
+    population.write_text("\n".join(["abc"] * 300 + ["abd"] * 200 + [f"w{chr(97 + i % 26)}x" for i in range(500)]) + "\n")
+    args = ["run", "--set", 'population.source="file"', "--set", f'population.path="{population}"',
+            "--set", "privacy.epsilon=8", "--set", "privacy.delta=1e-6", "--set", 'run.driver="fast"',
+            "--set", "run.shards=1", "--quiet"]
+    assert main([*args, "--set", "run.evaluation=false", "--output", str(tmp_path / "off")]) == 0
+    assert main([*args, "--output", str(tmp_path / "on")]) == 0
+    off = json.loads((tmp_path / "off" / "result.json").read_text(encoding="utf-8"))
+    on = json.loads((tmp_path / "on" / "result.json").read_text(encoding="utf-8"))
+    assert off["population"] == {"source": "file", "path": str(population), "users": 1000}
+    assert on["evaluation"]["population"]["vocabulary"] == 28 and "encoding" in on["evaluation"]["population"]
 
 
 def test_config_file_and_overrides(tmp_path: Path) -> None:

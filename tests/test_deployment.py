@@ -186,7 +186,7 @@ def test_device_federation_matches_simulation(deployment: LocalDeployment, tmp_p
     assert [d.item for d in simulated.discoveries] == ["ab"] and len(simulated.trace) == 3
     assert protocol_view(document) == fast_view(simulated)
     assert document["transport"] == "flower/devices" and document["n_users"] == DEVICE_USERS
-    assert "truth_top" not in document, "a device federation's server knows no true counts"
+    assert "evaluation" not in document, "a device federation's server knows no true counts"
     for line in document["rounds"]:  # only the sampled devices are asked, and all of them answer
         assert line["nodes_asked"] == line["nodes_answered"] == line["sampled_users"] == 4
     summary = document["participation"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,9 +11,10 @@ import pyarrow.csv
 import pyarrow.parquet
 import pytest
 
-from fedhh.items import ItemError
+from fedhh.errors import InputError
+from fedhh.items import ItemCodec, ItemError, get_alphabet
 from fedhh.population import shard_bounds
-from fedhh.sources import FileSource, WordfreqSource, ZipfSource
+from fedhh.sources import FileSource, WordfreqSource, ZipfSource, read_user_items
 
 from .helpers import lowercase_codec
 
@@ -106,3 +108,100 @@ def test_file_errors_name_the_problem(tmp_path: Path) -> None:
     unsupported.write_text("{}", encoding="utf-8")
     with pytest.raises(ValueError, match="unsupported file type"):
         FileSource(str(unsupported), lowercase_codec())
+
+
+SEPARATORS = ["\u2028", "\u2029", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85"]
+
+
+@pytest.mark.parametrize("separator", SEPARATORS)
+def test_unicode_line_separators_never_split_a_user(tmp_path: Path, separator: str) -> None:
+    """``str.splitlines`` split one line into several users (5,000 lines became 5,002):
+    one person then voted several times a round.  Only \\n and \\r\\n end a line."""
+    path = tmp_path / "users.txt"
+    lines = ["moon"] * 3 + [f"su{separator}n", "star"] + ["moon"] * 4
+    path.write_text("\n".join(lines[:6]) + "\r\n" + "\n".join(lines[6:]) + "\n", encoding="utf-8")
+    # A character alphabet refuses the separator as a bad character, at its own line.
+    with pytest.raises(ItemError, match=rf"line 4: item 'su{re.escape(repr(separator)[1:-1])}n' has characters outside"):
+        FileSource(str(path), lowercase_codec())
+    dropped = FileSource(str(path), ItemCodec(get_alphabet("lowercase"), 1, 8, unknown_chars="drop"))
+    assert dropped.n_users == len(lines) == 9  # the user still exists, holding nothing encodable
+    assert dropped.vocabulary.items == ["moon", "star"]
+    # The bytes alphabet keeps the separator inside the one user's item.
+    kept = FileSource(str(path), ItemCodec(get_alphabet("bytes"), 1, 8))
+    assert kept.n_users == 9 and f"su{separator}n" in kept.vocabulary.items
+
+
+def test_text_files_end_lines_at_newlines_only(tmp_path: Path) -> None:
+    path = tmp_path / "users.txt"
+    path.write_bytes(b"\xef\xbb\xbfmoon\r\nsun\nstar")  # a BOM, CRLF, LF and no final newline
+    assert read_user_items(str(path))[1] == ["moon", "sun", "star"]
+    path.write_bytes(b"moon\nx\xff\nsun\n")
+    with pytest.raises(ItemError, match="line 2 is not valid UTF-8"):
+        read_user_items(str(path))
+
+
+def write_table(path: Path, users: list, items: list) -> None:
+    table = pa.table({"user": users, "item": items})
+    if path.suffix == ".csv":
+        pyarrow.csv.write_csv(table, path)
+    else:
+        pyarrow.parquet.write_table(table, path)
+
+
+@pytest.mark.parametrize(("suffix", "place"), [(".csv", "line 4"), (".parquet", "row 3")])
+@pytest.mark.parametrize("user", [None, ""])
+def test_rows_without_a_user_are_refused_naming_the_row(tmp_path: Path, suffix: str, place: str, user: object) -> None:
+    """Null users were read as the string "None": every such row became one user."""
+    if suffix == ".parquet" and user == "":
+        user = None  # a Parquet string column's missing value is a null
+    path = tmp_path / f"users{suffix}"
+    write_table(path, ["u1", "u2", user, "u3"], ["moon", "sun", "moon", "star"])
+    with pytest.raises(InputError, match=rf"population.path '.*': {place} has no user"):
+        FileSource(str(path), lowercase_codec())
+
+
+def test_integer_users_with_a_null_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "users.parquet"
+    write_table(path, pa.array([1, 2, None], pa.int64()), ["moon", "sun", "star"])
+    with pytest.raises(InputError, match="row 3 has no user"):
+        FileSource(str(path), lowercase_codec())
+
+
+def test_csv_errors_name_the_file_line_header_counted(tmp_path: Path) -> None:
+    """A bad row at file line 102 was reported as "row 1 ... empty or non-text item"."""
+    path = tmp_path / "users.csv"
+    rows = [f"u{i},moon" for i in range(100)] + ["u100,"]
+    path.write_text("user,item\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(ItemError, match=r"line 102 has an empty or non-text item"):
+        FileSource(str(path), lowercase_codec())
+    # Blank lines (which the reader skips) and a quoted multi-line cell still give the file's own line.
+    path.write_text('user,item\nu1,moon\n\nu2,"su\nn"\nu3,sun\n\n,star\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"line 8 has no user"):
+        FileSource(str(path), lowercase_codec())
+    # CSV cells are text: 007 and 7 are different users, 12345 is an item, not a number.
+    path.write_text("user,item\n007,abc\n7,abc\n", encoding="utf-8")
+    users, items = read_user_items(str(path))
+    assert users == ["007", "7"] and items == ["abc", "abc"]
+
+
+@pytest.mark.parametrize(("suffix", "place"), [(".txt", "line 10"), (".csv", "line 11"), (".parquet", "row 10")])
+@pytest.mark.parametrize(
+    ("odd", "codec", "problem"),
+    [
+        ("Moon", lowercase_codec(), "has characters outside the 'lowercase' alphabet"),
+        ("moonlight", ItemCodec(get_alphabet("lowercase"), 1, 4, overlong="error"),
+         "has 9 characters, more than protocol.max_length = 4"),
+    ],
+)
+def test_a_bad_item_is_reported_at_its_first_occurrence_in_the_file(
+    tmp_path: Path, suffix: str, place: str, odd: str, codec: ItemCodec, problem: str
+) -> None:
+    """Not "(position 1)", the bad item's index among the distinct items."""
+    items = ["moon"] * 9 + [odd, "sun", odd]
+    path = tmp_path / f"users{suffix}"
+    if suffix == ".txt":
+        path.write_text("\n".join(items) + "\n", encoding="utf-8")
+    else:
+        write_table(path, [f"u{i}" for i in range(len(items))], items)
+    with pytest.raises(ItemError, match=rf"population.path '.*': {place}: item '{odd}' {re.escape(problem)}"):
+        FileSource(str(path), codec)

@@ -29,13 +29,25 @@ from typing import Any
 
 from ..errors import InputError
 from ..oracles.base import MAX_EPSILON, MIN_EPSILON
-from .report import PrivacyReport
+from .report import EVALUATION_NOT_COVERED, PUBLIC_INPUTS, Coverage, PrivacyReport
 from .validation import check_epsilon
 
 MODEL = "local, per-user ε-LDP"
 ADJACENCY = (
     "any two values of one user (replace-one): the reports, not the user's "
     "participation, are protected"
+)
+COVERAGE = Coverage(
+    covered=(
+        "heavy_hitters[] (item, estimated_count), rounds[], frequent_prefixes: computed from the users' "
+        "ε-LDP reports alone, so post-processing keeps them under the guarantee",
+        PUBLIC_INPUTS,
+    ),
+    not_covered=(
+        "participation: who reported (rounds[] reporting users, participation) is not hidden; the "
+        "guarantee protects each user's value, not whether the user took part",
+        EVALUATION_NOT_COVERED,
+    ),
 )
 
 
@@ -140,4 +152,5 @@ def ldp_report(
             "split": {name: epsilon for name, epsilon in split.parts},
             **dict(parameters or {}),
         },
+        coverage=COVERAGE,
     )

@@ -9,6 +9,37 @@ from typing import Any
 
 NO_GUARANTEE = "no guarantee"
 
+# What every result document holds outside any guarantee (see docs/privacy.md).
+EVALUATION_NOT_COVERED = (
+    "evaluation: the exact ground truth (true counts, ranks and frequencies, the true top items, "
+    "utility metrics, users without items, and for a file population its vocabulary) computed from "
+    "the whole population for evaluation only; leave it out with run.evaluation = false when the "
+    "population is real data"
+)
+PUBLIC_INPUTS = (
+    "n_users, config, params, population (the configured source): public inputs; the parameters "
+    "are solved from n, which the guarantee takes as known"
+)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Which fields of a result document a guarantee covers, and which it does not.
+
+    Each entry reads ``"field: why"``: a reviewer sees at a glance what may
+    be published under the guarantee and what must not be.
+    """
+
+    covered: tuple[str, ...]
+    not_covered: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"covered": list(self.covered), "not_covered": list(self.not_covered)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Coverage":
+        return cls(tuple(map(str, data.get("covered", ()))), tuple(map(str, data.get("not_covered", ()))))
+
 
 @dataclass(frozen=True)
 class CompositionSummary:
@@ -59,7 +90,8 @@ class PrivacyReport:
     derived from, so a reviewer can recompute it.  ``composition``, when
     present, is the cumulative guarantee of this run together with the runs
     recorded before it in a privacy ledger (see :mod:`fedhh.privacy.ledger`);
-    ``epsilon`` and ``delta`` always describe this run alone.
+    ``epsilon`` and ``delta`` always describe this run alone.  ``coverage``
+    says which fields of the run's result document the guarantee covers.
     """
 
     model: str
@@ -70,6 +102,7 @@ class PrivacyReport:
     adjacency: str
     parameters: dict[str, Any] = field(default_factory=dict)
     composition: CompositionSummary | None = None
+    coverage: Coverage | None = None
 
     @property
     def has_guarantee(self) -> bool:
@@ -80,12 +113,13 @@ class PrivacyReport:
         return replace(self, composition=summary)
 
     def to_dict(self) -> dict[str, Any]:
-        """The report as plain data; ``composition`` appears only when set, so
-        documents written before ledgers existed keep their shape."""
+        """The report as plain data; ``composition`` and ``coverage`` appear
+        only when set, so documents written before them keep their shape."""
         data = asdict(self)
-        data.pop("composition")
-        if self.composition is not None:
-            data["composition"] = self.composition.to_dict()
+        for optional in ("composition", "coverage"):
+            data.pop(optional)
+            if getattr(self, optional) is not None:
+                data[optional] = getattr(self, optional).to_dict()
         return data
 
     @classmethod
@@ -93,6 +127,7 @@ class PrivacyReport:
         """Read back :meth:`to_dict` output (also after a JSON round trip that
         wrote infinity as the string "inf")."""
         composition = data.get("composition")
+        coverage = data.get("coverage")
         return cls(
             model=str(data["model"]),
             epsilon=float(data["epsilon"]),
@@ -102,6 +137,7 @@ class PrivacyReport:
             adjacency=str(data["adjacency"]),
             parameters=dict(data.get("parameters", {})),
             composition=None if composition is None else CompositionSummary.from_dict(composition),
+            coverage=None if coverage is None else Coverage.from_dict(coverage),
         )
 
     def summary(self) -> str:

@@ -45,11 +45,27 @@ import numpy as np
 
 from ..errors import InputError
 
-from .report import NO_GUARANTEE, PrivacyReport
+from .report import EVALUATION_NOT_COVERED, NO_GUARANTEE, PUBLIC_INPUTS, Coverage, PrivacyReport
 from .validation import check_delta, check_epsilon, check_positive_int, check_users
 
 MODEL = "central, user-level, sampling+threshold"
 MIN_THETA = 4
+COVERAGE = Coverage(
+    covered=(
+        "heavy_hitters[].item, frequent_prefixes: the output trie, which Theorem 1 protects",
+        "rounds[] (sampled_users, prefixes_added, items_completed, trie_size_per_depth): functions of "
+        "the trie round by round and of the public batch size",
+        PUBLIC_INPUTS,
+    ),
+    not_covered=(
+        "heavy_hitters[].support: the vote counts of accepted prefixes are outside Theorem 1's statement "
+        "(the exact one-prefix computation in docs/privacy.md finds no extra loss, but no theorem covers "
+        "them); drop them before publishing under the guarantee",
+        "the server's raw vote totals (sub-threshold votes included): never published, kept in the "
+        "server's log; the server itself sees them unless an aggregator thresholds first",
+        EVALUATION_NOT_COVERED,
+    ),
+)
 
 
 class PrivacyTargetError(InputError):
@@ -163,6 +179,7 @@ class TrieHHParameters:
                 "sampling_rate": self.sampling_rate,
                 **({} if violations else {"log_delta": triehh_log_delta(self.theta)}),
             },
+            coverage=COVERAGE,
         )
 
 
