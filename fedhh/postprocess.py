@@ -27,14 +27,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import logsumexp
 from scipy.stats import norm
 
 from fedhh.oracles.base import LinearVariance
 
 DEFAULT_FALSE_POSITIVES = 2.0
-_POWER_GRID = 256
-_POWER_BLOCK = 1 << 14
+_POWER_GRID = 256  # geometric points over the prior's support
+_POWER_LOCAL = 161  # points across x ± _POWER_SPAN noise standard deviations
+_POWER_SPAN = 8.0
+_POWER_BLOCK = 1 << 11
 
 
 def _checked(estimates: np.ndarray, total: float) -> tuple[np.ndarray, float]:
@@ -215,11 +216,23 @@ def power(estimates: np.ndarray, total: float, noise: LinearVariance | None = No
     """Power: fit a power-law prior, then output each value's posterior mean.
 
     The posterior mean minimises the expected squared error given the
-    estimate (Jia and Gong).  The prior is ``p(y) ~ y^-alpha`` on a geometric
-    grid from ``sigma / 1000`` (indistinguishable from 0 at this noise) up to
-    ``total``, with ``alpha`` fitted on the estimates above three noise
+    estimate (Jia and Gong).  The prior is ``p(y) ~ y^-alpha`` on
+    ``[sigma / 1000, total]`` (below, indistinguishable from 0 at this
+    noise), with ``alpha`` fitted on the estimates above three noise
     standard deviations ``sigma``; the likelihood of ``x`` given ``y`` is
     normal with the oracle's variance at ``y``.  Non-negative, not normalised.
+
+    The two integrals of the posterior mean are taken by the trapezoid rule
+    on, per value (vectorised over blocks of values), the union of two
+    grids: a geometric one over the whole support, which follows the prior
+    where it varies fastest (near 0, in relative steps of about 7%), and a
+    local one of ``_POWER_LOCAL`` points spaced 0.1 noise standard
+    deviations across ``x ± 8`` of them, which follows the likelihood.  The
+    geometric grid alone has steps of about 6% of ``y``: at counts of
+    ~18,000 out of 10^6 that is three posterior standard deviations, and the
+    mean was off by up to 0.8% of the largest count; with the local grid the
+    error stays below 2% of the posterior's standard deviation (tested
+    against adaptive quadrature).
     """
     values, total = _checked(estimates, total)
     noise = _checked_noise(noise, "power")
@@ -227,16 +240,23 @@ def power(estimates: np.ndarray, total: float, noise: LinearVariance | None = No
     alpha = fit_power_law(values, 3 * sigma)
     if alpha is None:
         return np.maximum(values, 0.0)
-    grid = np.geomspace(min(sigma, total) * 1e-3, total, _POWER_GRID)
-    log_prior = (1 - alpha) * np.log(grid)  # density y^-alpha times the geometric cell width ~ y
-    grid_variance = np.maximum(noise.variance(grid), 1e-12 * noise.zero_count)
+    lowest = min(sigma, total) * 1e-3
+    spread = np.linspace(-_POWER_SPAN, _POWER_SPAN, _POWER_LOCAL)
+    geometric = np.geomspace(lowest, total, _POWER_GRID)
     result = np.empty(values.size)
     for first in range(0, values.size, _POWER_BLOCK):
         block = values[first : first + _POWER_BLOCK, None]
-        log_weight = log_prior - 0.5 * (block - grid) ** 2 / grid_variance - 0.5 * np.log(grid_variance)
-        result[first : first + _POWER_BLOCK] = np.exp(
-            logsumexp(log_weight, b=grid, axis=1) - logsumexp(log_weight, axis=1)
-        )
+        width = np.sqrt(np.maximum(noise.variance(np.clip(block, 0.0, total)), 1e-12 * noise.zero_count))
+        local = np.clip(block + width * spread, lowest, total)
+        grid = np.sort(np.concatenate([np.broadcast_to(geometric, (block.shape[0], geometric.size)), local], axis=1))
+        step = np.diff(grid, axis=1)
+        weight = np.zeros_like(grid)  # trapezoid weights
+        weight[:, :-1] += step / 2
+        weight[:, 1:] += step / 2
+        variance = np.maximum(noise.variance(grid), 1e-12 * noise.zero_count)
+        log_density = -alpha * np.log(grid) - 0.5 * (block - grid) ** 2 / variance - 0.5 * np.log(variance)
+        density = weight * np.exp(log_density - log_density.max(axis=1, keepdims=True))
+        result[first : first + _POWER_BLOCK] = (density * grid).sum(axis=1) / density.sum(axis=1)
     return result
 
 
