@@ -75,6 +75,39 @@ def test_symbol_prefixes_that_ended_have_a_single_extension() -> None:
     assert long_keys[0] == long_keys[1] and long_keys[0] != encoding.keys(np.ones((1, 13), dtype=np.int64))[0]
 
 
+def test_only_values_that_can_be_items_are_reportable() -> None:
+    """The empty value (what users without an item report), a character after a "no
+    character" code (it would decode like a shorter value), and codes beyond the alphabet."""
+    codec = lowercase_codec(max_length=3)
+    bits = PrefixEncoding("bits", codec)
+    rows = np.array([[int(b) for b in f"{a:05b}{b:05b}{c:05b}"] for a, b, c in
+                     [(1, 2, 0), (0, 0, 0), (1, 0, 2), (27, 1, 0), (26, 26, 26), (3, 0, 0)]])
+    assert bits.reportable(rows).tolist() == [True, False, False, False, True, True]
+    symbols = PrefixEncoding("symbols", lowercase_codec(max_length=4, unit_size=2))
+    radix = symbols.codec.radix
+    rows = np.array([[1 * radix + 2, 3 * radix], [0, 0], [1 * radix + 2, 3], [1 * radix, 2 * radix]])
+    assert symbols.reportable(rows).tolist() == [True, False, False, False]
+
+
+def test_pem_reports_k_values_when_k_candidates_exist() -> None:
+    """16-bit values (two bytes) of wordfreq words, seed 9: most users hold a longer word, so
+    they report the empty value, which came out on top and took one of the 16 places."""
+    config = load_config(None, [
+        'protocol.name="pem"', "population.users=50000", 'protocol.alphabet="bytes"', "protocol.max_length=2",
+        "protocol.top_k=16", "protocol.candidates_per_step=16", "run.seed=9", "run.top_k=16",
+    ])
+    experiment = Experiment(config)
+    result = run_fast(experiment, 1, backend="inprocess").result
+    assert len(result.discoveries) == 16 and "" not in {d.item for d in result.discoveries}
+    assert result.stopped_because == "all 1 levels done"
+    assert experiment.truth.holders.size > 16  # k candidates exist
+    # When fewer than k can be found, the result says why.
+    few = Experiment(config.with_overrides({"protocol.selection": "threshold", "protocol.threshold": 0.01}))
+    short = run_fast(few, 1, backend="inprocess").result
+    assert len(short.discoveries) < 16
+    assert short.stopped_because.endswith(f"{len(short.discoveries)} of k = 16 values reported: the others were below the threshold")
+
+
 def test_config_choices_name_what_the_protocol_layer_defines() -> None:
     assert PREFIX_ORACLE_CHOICES == ("auto", *PREFIX_ORACLES)
     assert POSTPROCESS_CHOICES == tuple(POSTPROCESSORS)

@@ -210,16 +210,43 @@ class PrefixEncoding:
         grown[ended[owner]] = 0
         return np.concatenate([parents[owner], grown], axis=1)
 
+    def character_codes(self, rows: np.ndarray) -> np.ndarray:
+        """Per-character codes ``[K, max_length]`` of whole values (0: no character).
+
+        Bits: each character's fixed-width code; symbols: the alphabet indices
+        inside each symbol's units.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.kind == "symbols":
+            powers = self.codec.radix ** np.arange(self.codec.unit_size - 1, -1, -1, dtype=np.int64)
+            return ((rows[:, :, None] // powers) % self.codec.radix).reshape(rows.shape[0], -1)
+        weights = 1 << np.arange(self.char_bits - 1, -1, -1, dtype=np.int64)
+        return rows.reshape(rows.shape[0], -1, self.char_bits) @ weights
+
+    def reportable(self, rows: np.ndarray) -> np.ndarray:
+        """Which whole values ``[K, m]`` are the encoding of some item.
+
+        The others decode to nothing ("" is what users without an item
+        report), to the same text as another value (a character after a "no
+        character" code is never read), or to a code no character has; none
+        of them can be an item, so the output's k places go to values that can.
+        """
+        codes = self.character_codes(rows)
+        if codes.shape[1] == 0:
+            return np.zeros(codes.shape[0], dtype=bool)
+        ended = np.cumsum(codes == 0, axis=1) > 0
+        valid = (codes[:, 0] != 0) & ~np.any(ended & (codes != 0), axis=1)
+        if not self.codec.alphabet.byte_level:
+            valid &= np.all(codes <= self.codec.alphabet.size, axis=1)
+        return valid
+
     def decode(self, row: np.ndarray) -> str:
         """The text of a whole value (units up to the first "no character" code)."""
         if self.kind == "symbols":
             return self.codec.decode_symbols(np.asarray(row, dtype=np.int64))
-        width = self.char_bits
-        weights = 1 << np.arange(width - 1, -1, -1, dtype=np.int64)
-        codes = np.asarray(row, dtype=np.int64).reshape(-1, width) @ weights
         alphabet = self.codec.alphabet
         out = bytearray()
-        for code in codes.tolist():
+        for code in self.character_codes(np.asarray(row)[None, :])[0].tolist():
             if code == 0:
                 break
             if alphabet.byte_level:

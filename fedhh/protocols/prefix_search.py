@@ -208,6 +208,7 @@ class PrefixSearchServer(ServerProtocol):
         self._queries = self._planned_queries()
         self._candidates = self.encoding.extend(np.zeros((1, 0), dtype=np.int64), int(self.lengths[0]))
         self._outcomes: list[LevelOutcome] = []
+        self._last_level_values: int | None = None  # candidates of the last level that can be items
         self._final_estimates: np.ndarray | None = None
         self._trace: list[RoundRecord] = []
         self._pending: PrefixRequest | None = None
@@ -381,6 +382,9 @@ class PrefixSearchServer(ServerProtocol):
         limit = self.params.top_k if last and not self.final_pass else self.params.candidates_per_step
         threshold = self._threshold(oracle, share, self._candidates.shape[0])
         order = np.argsort(-estimates, kind="stable")
+        if last:  # whole values: only those that can be an item compete for the output's places
+            order = order[self.encoding.reportable(self._candidates[order])]
+            self._last_level_values = order.size
         if threshold is not None:
             order = order[estimates[order] >= threshold]
         kept = order[:limit]
@@ -493,15 +497,29 @@ class PrefixSearchServer(ServerProtocol):
         return int(space.segment_count(int(self.lengths[0])) + later)
 
     def result(self) -> ProtocolResult:
+        discoveries = self.discovered()
         return ProtocolResult(
             protocol=self.name,
-            discoveries=self.discovered(),
+            discoveries=discoveries,
             frequent_prefixes=[],
             trace=self.trace,
             privacy=self.privacy_report(),
             params=self.describe(),
-            stopped_because=self._stopped_because or "not finished",
+            stopped_because=(self._stopped_because or "not finished") + self._shortfall(len(discoveries)),
         )
+
+    def _shortfall(self, reported: int) -> str:
+        """Why fewer than k values are reported, if they are (empty when k are)."""
+        k = self.params.top_k
+        if reported >= k:
+            return ""
+        if self._last_level_values is None:
+            why = "the search stopped before the last level"
+        elif self._last_level_values < k:
+            why = f"the last level had only {self._last_level_values} candidates that can be items"
+        else:
+            why = "the others were below the threshold"
+        return f"; {reported} of k = {k} values reported: {why}"
 
 
 def level_shares(levels: int, weights: Sequence[float] | None = None) -> tuple[float, ...]:
