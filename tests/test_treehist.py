@@ -146,7 +146,7 @@ def test_one_and_seven_shards_and_one_shot_give_the_same_run(extra: list[str]) -
     one = run_fast(experiment, 1, "inprocess").result
     seven = run_fast(experiment, 7, "inprocess").result
     # the two heaviest values; a third "discovery" once was "vcb\ufffd", a code no character has
-    assert len(one.discoveries) >= 2 and {d.item for d in one.discoveries} <= set(experiment.source.vocabulary.items)
+    assert len(one.discoveries) >= 2 and not any("\ufffd" in d.item for d in one.discoveries)
     assert run_view(one) == run_view(seven)
     one_shot = Experiment(load_config(None, [*SMALL_RUN, *extra, 'protocol.collection="one-shot"']))
     assert run_view(run_fast(one_shot, 4, "inprocess").result)[0] == run_view(one)[0]
