@@ -194,6 +194,46 @@ def test_ldp_audit_enumerates_small_report_spaces_and_catches_an_overclaim() -> 
         audit_oracle("grr", 2.0, 100)
 
 
+@pytest.mark.parametrize(("name", "label"), [("olh", "hash seed"), ("blh", "hash seed"), ("flh", "hash function")])
+def test_local_hashing_is_audited_exactly_given_the_hash_function(name: str, label: str) -> None:
+    """Sampled reports saw none of OLH's 2^64 seeds twice ("probability mass seen 0, δ <= 1"):
+    given the hash function every bucket is enumerated, so ε and δ are exact for each."""
+    from fedhh.privacy.ldp_audit import audit_oracle
+
+    audit = audit_oracle(name, 2.0, 8, samples=300, seed=0)
+    assert audit.conditional_on == label and audit.public_draws >= (256 if name == "flh" else 2400)
+    assert audit.exhaustive and audit.coverage == 1.0
+    assert audit.epsilon_lower == pytest.approx(2.0, abs=1e-9) and audit.delta_upper < 1e-12
+    assert not audit.violated
+
+
+def test_conditional_audit_catches_a_leaky_bucket_and_a_value_dependent_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedhh.oracles.local_hashing import LocalHashing
+    from fedhh.privacy.ldp_audit import audit_oracle
+
+    honest = LocalHashing.report_probabilities
+    leaky_init = LocalHashing.__init__
+
+    def keeps_too_often(self: LocalHashing, epsilon: float, domain: int, g: int) -> None:
+        leaky_init(self, epsilon, domain, g)
+        self.keep_probability = math.exp(2 * self.epsilon) / (math.exp(2 * self.epsilon) + self.g - 1)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LocalHashing, "__init__", keeps_too_often)
+        leaky = audit_oracle("olh", 1.0, 4, samples=200, seed=1)
+    assert leaky.violated and leaky.epsilon_lower == pytest.approx(2.0, abs=1e-9) and leaky.delta_upper > 0.05
+
+    def seed_tells(self: LocalHashing, value: int, reports: object) -> np.ndarray:
+        """Odd values draw odd seeds three times as often as even seeds."""
+        odd_seed = (reports.seeds % 2).astype(np.float64)
+        return honest(self, value, reports) * (np.where(odd_seed == 1, 1.5, 0.5) if value % 2 else 1.0)
+
+    monkeypatch.setattr(LocalHashing, "report_probabilities", seed_tells)
+    telling = audit_oracle("olh", 1.0, 4, samples=200, seed=1)
+    assert not telling.exhaustive and telling.violated
+    assert telling.epsilon_lower == pytest.approx(1.0 + math.log(2), abs=1e-9)  # the bucket's e^ε times the seed's 2
+
+
 # the command-line handlers ------------------------------------------------------------
 def audit_cli(*argv: str) -> tuple[int, object]:
     parser = argparse.ArgumentParser(prog="fedhh")

@@ -166,12 +166,24 @@ def run_ldp_audit(args: argparse.Namespace) -> int:
     table = Table(title=f"LDP audit: {audit.oracle}, ε = {audit.claimed_epsilon:g}, d = {audit.domain}")
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    table.add_row("distinct reports seen", f"{audit.distinct_reports:,}")
-    table.add_row("probability mass seen (min over values)", f"{audit.coverage:.6f}")
-    table.add_row("enumeration complete", "yes" if audit.exhaustive else "no (ε is a lower bound)")
-    table.add_row("exact ε over the reports seen", f"{audit.epsilon_lower:.6g}")
+    if audit.conditional_on is not None:
+        table.add_row(f"audited conditionally on the {audit.conditional_on}",
+                      f"{audit.public_draws:,} drawn, every bucket of each")
+        table.add_row(f"{audit.conditional_on} independent of the value", "yes" if audit.exhaustive else "[bold red]no[/]")
+    table.add_row("distinct reports enumerated" if audit.conditional_on else "distinct reports seen", f"{audit.distinct_reports:,}")
+    if audit.conditional_on is None:
+        table.add_row("probability mass seen (min over values)", f"{audit.coverage:.6f}")
+        table.add_row("enumeration complete", "yes" if audit.exhaustive else "no (ε is a lower bound)")
+    scope = f"given each {audit.conditional_on}" if audit.conditional_on else "over the reports seen"
+    table.add_row(f"exact ε {scope}", f"{audit.epsilon_lower:.6g}")
     table.add_row("worst value pair (v, v')", str(audit.worst_values))
-    table.add_row(f"δ at ε = {audit.claimed_epsilon:g} (upper bound)", f"{audit.delta_upper:.3g}")
+    bound = f"exact, worst {audit.conditional_on}" if audit.conditional_on else "upper bound"
+    table.add_row(f"δ at ε = {audit.claimed_epsilon:g} ({bound})", f"{audit.delta_upper:.3g}")
     Console().print(table)
+    if not audit.exhaustive and audit.conditional_on is None:
+        Console().print(
+            f"[bold]uninformative δ:[/] the reports seen carry {audit.coverage:.1%} of the probability, so δ is only "
+            "bounded by the mass not seen; ε above is still an exact lower bound"
+            if audit.delta_upper > 0.5 else "ε above is a lower bound: not every report was seen"
+        )
     return EXIT_VIOLATION if audit.violated else 0
-

@@ -11,9 +11,17 @@ An ε-LDP randomizer promises ``P(r | v) <= e^ε P(r | v')`` for every report
   reports), and exactly its ε when the reports seen carry all the
   probability mass (``exhaustive``: the enumeration was complete);
 * the δ at the claimed ε is bounded above by the hockey-stick divergence
-  over the reports seen plus the mass not seen, so even a randomizer with
-  a huge report space (local hashing's 64-bit seeds) gets a certified
-  ``delta_upper``.
+  over the reports seen plus the mass not seen.
+
+Local hashing (BLH, OLH, FLH) reports a public part, which hash function
+(a 64-bit seed, or one of FLH's k'), drawn independently of the value, and
+a private bucket in ``[0, g)``.  Sampling reports would see a vanishing
+share of the 2^64 seeds, so these are audited *conditionally on the hash
+function*, which is exact for them: for every hash function the reports
+drew, all ``g`` buckets are enumerated, so the conditional ε and δ of each
+are exact; that the public part's probability is the same for every value
+is checked, not assumed (if it were not, it would leak by itself), and the
+randomizer's ε is the largest conditional one.
 
 The audit never implements a randomizer itself: without ``fedhh.oracles``
 it is unavailable and says so.
@@ -30,11 +38,14 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
+
 MAX_AUDIT_DOMAIN = 64  # value pairs are enumerated: d^2 x reports
 TOLERANCE = 1e-9
+CONDITIONAL_BUDGET = 50_000_000  # (value pairs) x (hash functions) x (buckets) compared at most
 
 
-class AuditUnavailable(ValueError):
+class AuditUnavailable(InputError):
     """The oracle layer this audit runs through is not importable."""
 
 
@@ -56,6 +67,8 @@ class OracleAudit:
     epsilon_lower: float  # exact ε over the reports seen (the exact ε when exhaustive)
     worst_values: tuple[int, int]  # (v, v') attaining it
     delta_upper: float  # certified δ at the claimed ε
+    conditional_on: str | None = None  # the public part audited conditionally (local hashing)
+    public_draws: int = 0  # distinct public parts (hash functions) enumerated
 
     @property
     def violated(self) -> bool:
@@ -82,7 +95,7 @@ def distinct_reports(reports: Any) -> np.ndarray:
     parts = [np.ascontiguousarray(column.reshape(n_reports, -1)).view(np.uint8).reshape(n_reports, -1)
              for column in _report_columns(reports, n_reports)]
     if not parts:
-        raise ValueError(f"{type(reports).__name__}: no per-report arrays to compare")
+        raise InputError(f"{type(reports).__name__}: no per-report arrays to compare")
     rows = np.ascontiguousarray(np.concatenate(parts, axis=1))
     keys = rows.view(np.dtype((np.void, rows.shape[1]))).ravel()
     _, first = np.unique(keys, return_index=True)
@@ -111,23 +124,21 @@ def audit_oracle(
     from fedhh.oracles import make_oracle
 
     if isinstance(domain, bool) or not isinstance(domain, int) or not 2 <= domain <= MAX_AUDIT_DOMAIN:
-        raise ValueError(f"domain: the exact audit enumerates value pairs; must be an integer in 2..{MAX_AUDIT_DOMAIN}, got {domain!r}")
+        raise InputError(f"domain: the exact audit enumerates value pairs; must be an integer in 2..{MAX_AUDIT_DOMAIN}, got {domain!r}")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ValueError(f"samples: must be an integer >= 1 (reports drawn per value), got {samples!r}")
+        raise InputError(f"samples: must be an integer >= 1 (reports drawn per value), got {samples!r}")
     oracle = make_oracle(name, epsilon=epsilon, domain=domain, **options)
     values = np.repeat(np.arange(domain, dtype=np.uint64), samples)
     reports = oracle.randomize(values, np.random.default_rng(seed))
+    claimed = oracle.epsilon if claimed_epsilon is None else float(claimed_epsilon)
+    conditional = _conditional_parts().get(type(reports))
+    if conditional is not None:
+        return _conditional_audit(name, oracle, reports, claimed, samples, *conditional)
     first = distinct_reports(reports)
     probabilities = np.stack([oracle.report_probabilities(v, reports)[first] for v in range(domain)])
     coverage = float(probabilities.sum(axis=1).min())
-    with np.errstate(divide="ignore"):
-        logs = np.log(probabilities)
-    spread = logs.max(axis=0) - logs.min(axis=0)  # inf where some value cannot send the report
-    worst = int(np.argmax(spread))
-    claimed = oracle.epsilon if claimed_epsilon is None else float(claimed_epsilon)
-    growth = math.exp(claimed)
-    excess = np.maximum(probabilities[:, None, :] - growth * probabilities[None, :, :], 0.0).sum(axis=2)
-    delta_upper = float(excess.max() + (1.0 - coverage))
+    epsilon_lower, worst_values = _spread(probabilities)
+    delta_upper = float(_excess(probabilities, math.exp(claimed)).max() + (1.0 - coverage))
     return OracleAudit(
         oracle=name,
         domain=domain,
@@ -136,7 +147,66 @@ def audit_oracle(
         distinct_reports=int(first.size),
         coverage=coverage,
         exhaustive=coverage >= 1 - TOLERANCE,
-        epsilon_lower=float(spread[worst]),
-        worst_values=(int(np.argmax(probabilities[:, worst])), int(np.argmin(probabilities[:, worst]))),
+        epsilon_lower=epsilon_lower,
+        worst_values=worst_values,
         delta_upper=max(delta_upper, 0.0),
+    )
+
+
+def _conditional_parts() -> dict[type, tuple[str, str, str]]:
+    """Report types with a value-independent public part: (public field, private field, what it is)."""
+    from fedhh.oracles.fast_local_hashing import FastLocalHashReports
+    from fedhh.oracles.local_hashing import LocalHashReports
+
+    return {
+        LocalHashReports: ("seeds", "buckets", "hash seed"),
+        FastLocalHashReports: ("functions", "buckets", "hash function"),
+    }
+
+
+def _spread(probabilities: np.ndarray) -> tuple[float, tuple[int, int]]:
+    """``max_r (ln max_v P(r|v) - ln min_v P(r|v))`` over the columns, and the (v, v') attaining it."""
+    with np.errstate(divide="ignore"):
+        logs = np.log(probabilities)
+    spread = logs.max(axis=0) - logs.min(axis=0)  # inf where some value cannot send the report
+    worst = int(np.argmax(spread))
+    return float(spread[worst]), (int(np.argmax(probabilities[:, worst])), int(np.argmin(probabilities[:, worst])))
+
+
+def _excess(probabilities: np.ndarray, growth: float) -> np.ndarray:
+    """``Σ_r max(P(r|v) - e^ε P(r|v'), 0)`` for every pair (v, v'), one pair axis per value axis."""
+    return np.maximum(probabilities[:, None, ...] - growth * probabilities[None, :, ...], 0.0).sum(axis=-1)
+
+
+def _conditional_audit(
+    name: str, oracle: Any, reports: Any, claimed: float, samples: int, public: str, private: str, label: str
+) -> OracleAudit:
+    """Audit local hashing given the hash function: every bucket of every hash function drawn."""
+    domain, buckets = oracle.domain, oracle.g
+    drawn = np.unique(getattr(reports, public))
+    drawn = drawn[: max(16, CONDITIONAL_BUDGET // (buckets * domain * domain))]
+    enumerated = type(reports)(**{public: np.repeat(drawn, buckets), private: np.tile(np.arange(buckets), drawn.size)})
+    joint = np.stack([oracle.report_probabilities(v, enumerated) for v in range(domain)]).reshape(domain, drawn.size, buckets)
+    mass = joint.sum(axis=2)  # P(this hash function | v)
+    independent = bool(np.all(np.abs(mass - mass[:1]) <= TOLERANCE * mass[:1]))
+    # Joint probabilities: the hash function's probability cancels in every ratio when it is
+    # value-independent, and shows up (as the leak it is) when it is not.
+    epsilon_lower, worst_values = _spread(joint.reshape(domain, -1))
+    given = joint / mass[:, :, None]  # P(bucket | hash function, v)
+    growth = math.exp(claimed)
+    # Exact conditional δ of every hash function drawn, at the claimed ε; the largest is reported.
+    delta_upper = max(float(np.maximum(given[v][None] - growth * given, 0.0).sum(axis=2).max()) for v in range(domain))
+    return OracleAudit(
+        oracle=name,
+        domain=domain,
+        claimed_epsilon=claimed,
+        samples_per_value=samples,
+        distinct_reports=int(drawn.size * buckets),
+        coverage=1.0 if independent else float(mass.min() / mass.max()),
+        exhaustive=independent,
+        epsilon_lower=epsilon_lower,
+        worst_values=worst_values,
+        delta_upper=max(delta_upper, 0.0),
+        conditional_on=label,
+        public_draws=int(drawn.size),
     )
