@@ -7,16 +7,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from fedhh.errors import InputError
 from fedhh.privacy.audit import (
     audit_round,
     audit_run,
     clopper_pearson,
     epsilon_lower_bound,
+    estimate_probability,
     exact_round_epsilon,
     hockey_stick_epsilon,
     round_guarantee,
@@ -33,6 +36,8 @@ from .helpers import lowercase_codec, population_of
 SMALL = solve_triehh(1000, 4.0, 1e-4, 3)
 # The deliberately broken variant: a threshold of 1 publishes any sampled user's prefix.
 BROKEN = TrieHHParameters(n_users=1000, max_rounds=3, theta=1, batch_size=100)
+# The README's reference setting: n = 10^6, ε = 4, δ = 1e-12, L = 10 (θ = 15, m = 21,978).
+REFERENCE = solve_triehh(1_000_000, 4.0, 1e-12, 10)
 
 
 # statistics -------------------------------------------------------------------------
@@ -131,7 +136,61 @@ def test_run_audit_with_the_real_protocol_stays_below_the_guarantee() -> None:
     assert audit.scope == "run" and audit.claimed_epsilon == SMALL.epsilon
     assert audit.epsilon_lower <= audit.claimed_epsilon and not audit.violated
     assert audit.epsilon_exact is not None and 0 < audit.epsilon_exact <= SMALL.epsilon
-    assert all(event.trials == 500 for event in audit.events)  # half chose the event, half measured it
+    assert all(event.trials == 1000 for event in audit.events)  # the event is fixed from the model: every run measures
+
+
+def test_the_round_audit_is_informative_at_the_reference_setting() -> None:
+    """The loss lives where a round passes with probability ~4e-11 (c = 71): plain draws never
+    see it, and the bound was 0 in every row while the exact one-round ε is 0.195.  Drawn
+    with 683 holders and weighted back, 2 x 10^5 draws give a relative half-width of the
+    Bernstein bounds of about sqrt(2 x 7.3 x ln(160) / 2e5) + small = 2%, so the bound sits
+    near 0.195 - 2 x 0.02 = 0.155, with a sampling spread of about 0.01: 0.12 is 3 spreads below."""
+    worst, holders = exact_round_epsilon(REFERENCE, REFERENCE.delta)
+    assert holders == 71 and worst == pytest.approx(0.1953, abs=1e-4)
+    audit = audit_round(REFERENCE, REFERENCE.delta, trials=200_000, seed=7, holders=[holders])
+    (event,) = audit.events
+    assert event.event == "prefix added (>= θ votes)" and event.proposal_holders == 683
+    assert 0.12 < audit.epsilon_lower < event.epsilon_exact == pytest.approx(worst)
+    exact_without, exact_with = stats.hypergeom.sf(14, 10**6, 71, REFERENCE.batch_size), stats.hypergeom.sf(14, 10**6 + 1, 72, REFERENCE.batch_size)
+    assert event.probability_without == pytest.approx(exact_without, rel=0.05)  # unbiased: about 4 standard errors
+    assert event.probability_with == pytest.approx(exact_with, rel=0.05)
+
+
+def test_importance_sampled_runs_of_the_real_protocol_estimate_the_exact_depth_probabilities() -> None:
+    """Whole runs drawn with more holders and weighted by their rounds' vote counts estimate
+    P(depth >= 1) under c holders without bias (relative variance ~4: 2,000 runs give a
+    standard error of 4.5%; 20% is four of them); the confidence bounds hold the exact value."""
+    params = solve_triehh(1000, 4.0, 1e-4, 2)
+    (event,) = audit_run(params, params.delta, trials=2000, seed=3, holders=[18]).events
+    assert event.event == "trie depth along the target's path >= 1" and event.proposal_holders > 18
+    exact_without = stats.hypergeom.sf(params.theta - 1, 1000, 18, params.batch_size)
+    exact_with = stats.hypergeom.sf(params.theta - 1, 1001, 19, params.batch_size)
+    assert event.probability_without == pytest.approx(exact_without, rel=0.2)
+    assert event.probability_with == pytest.approx(exact_with, rel=0.2)
+    assert event.epsilon_lower <= event.epsilon_exact
+
+
+def test_an_uninformative_run_audit_says_how_many_runs_it_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _ = audit_cli(
+        "triehh", "--users", "1000", "--epsilon", "4", "--delta", "1e-4", "--max-rounds", "2",
+        "--holders", "18", "--trials", "20000", "--run-trials", "400",
+    )
+    output = " ".join(capsys.readouterr().out.split())
+    assert status == 0
+    assert "run: measured ε ≥ 0 " in output and "uninformative: no event measured on 400 runs" in output
+    assert re.search(r"about --run-trials [\d,]+ would make it informative", output)
+
+
+def test_estimates_check_their_bounds() -> None:
+    """Bernstein bounds on weighted terms hold the mean of their own distribution (4,000 repetitions)."""
+    rng = np.random.default_rng(11)
+    weights = rng.uniform(0, 2.0, size=(4000, 300)) * (rng.random((4000, 300)) < 0.1)  # mean 0.1
+    misses_low = misses_high = 0
+    for row in weights:
+        estimate = estimate_probability(row, 2.0, 0.05, weighted=True)
+        misses_low += estimate.lower > 0.1
+        misses_high += estimate.upper < 0.1
+    assert misses_low <= 0.05 * 4000 and misses_high <= 0.05 * 4000
 
 
 def test_the_audit_catches_a_threshold_of_one() -> None:
@@ -142,7 +201,7 @@ def test_the_audit_catches_a_threshold_of_one() -> None:
     assert one_round.epsilon_lower > 5 > 10 * formula_run / BROKEN.max_rounds
     whole = audit_run(BROKEN, 1e-6, trials=4000, seed=4)
     assert whole.epsilon_lower > 2.5 > 5 * formula_run
-    assert whole.events[0].holders == 0 and whole.events[0].hits_without == 0
+    assert whole.events[0].holders == 0 and whole.events[0].probability_without == 0
     assert BROKEN.report().epsilon == math.inf and one_round.violated is False  # no guarantee, no claim to break
     assert whole.epsilon_lower > formula_run
 
@@ -160,8 +219,8 @@ def test_the_server_view_reveals_votes_the_trie_hides() -> None:
 def test_audits_are_reproducible_and_check_their_input() -> None:
     first = audit_round(SMALL, SMALL.delta, trials=20_000, seed=9)
     again = audit_round(SMALL, SMALL.delta, trials=20_000, seed=9)
-    assert [e.hits_with for e in first.events] == [e.hits_with for e in again.events]
-    with pytest.raises(ValueError, match=r"holders: each must be in 0..999"):
+    assert [e.probability_with for e in first.events] == [e.probability_with for e in again.events]
+    with pytest.raises(InputError, match=r"holders: each must be in 0..999"):
         audit_round(SMALL, SMALL.delta, trials=100, seed=0, holders=[1000])
     with pytest.raises(ValueError, match="trials"):
         audit_round(SMALL, SMALL.delta, trials=1, seed=0)

@@ -4,38 +4,61 @@ A guarantee is an upper bound; an audit measures a lower bound, so a user
 sees how loose the theorem is (and a lower bound above the guarantee is a
 bug in the mechanism or in the accountant).  (ε, δ)-DP promises, for every
 pair of neighbouring populations D, D' and every event E of the output,
-``P_D'(E) <= e^ε P_D(E) + δ`` (and the same with D, D' swapped).  So if a
-run is repeated T times on each population and E is seen ``k'`` and ``k``
-times, every ε the mechanism can satisfy obeys
+``P_D'(E) <= e^ε P_D(E) + δ`` (and the same with D, D' swapped).  So with a
+lower confidence bound on ``P_D'(E)`` and an upper one on ``P_D(E)``, every
+ε the mechanism can satisfy obeys
 
-    ε >= ln((lower(k'/T) - δ) / upper(k/T))
+    ε >= ln((lower(P_D'(E)) - δ) / upper(P_D(E)))
 
-where ``lower``/``upper`` are one-sided Clopper-Pearson bounds; with a
-Bonferroni split of the error over every (holder count, event) measured,
-the maximum over them holds with the stated confidence.
+and with a Bonferroni split of the error over every bound computed, the
+maximum over the events holds with the stated confidence.
 
 The neighbouring populations are TrieHH's worst case (add/remove of one
 user, the paper's adjacency): D has ``n`` users of whom ``c`` hold the
 target's item, D' adds the target user (``n + 1`` users, ``c + 1``
-holders).  ``c`` is swept, because the privacy loss of the threshold is
+holders).  ``c`` is swept (the sweep includes the ``c`` where the exact
+one-round ε is largest), because the privacy loss of the threshold is
 largest for few holders (Lemma 2 of the paper pays δ there) and smallest for
 many (Lemma 1).  The other users hold nothing: what they hold does not
 change the votes on the target's path, and empty users keep runs cheap.
 
-* :func:`audit_round`: one round.  The target prefix's vote count is a
-  hypergeometric draw (m sampled of n users, c holders), vectorised; the
-  output is whether it reaches θ.
-* :func:`audit_run`: a whole run of the real :class:`TrieHHServer` and
+**Where the loss lives, and importance sampling.**  At the reference
+setting (n = 10^6, θ = 15, m = 21,978) the largest loss is at about 71
+holders, where a round passes with probability about 1e-10: no plain
+simulation sees that event, so a plain Monte Carlo bound stays at 0 while
+the exact one-round ε is 0.19.  The event that detects the loss is "the
+prefix is added" with few holders, so the audit draws the round's vote
+count from a *proposal* population with more holders, ``c_q = θ n / m``
+(where θ votes are typical), and weighs each draw by the exact likelihood
+ratio of the vote count, ``P_c(x) / P_{c_q}(x)``.  The weighted indicator is
+an unbiased estimate of the event's probability under ``c`` holders, each
+term lies in ``[0, B]`` with ``B = max_{x >= θ} P_c(x) / P_{c_q}(x)``, and
+its confidence bounds are the empirical Bernstein bounds of Maurer and
+Pontil (2009, Theorem 4).  Where no tilt is needed (``c >= c_q``) the
+weights are 1 and the bounds are Clopper-Pearson's.  The weights assume the
+server samples m of n users uniformly without replacement (so the vote count
+is hypergeometric, which :func:`run_trajectories`'s real runs are tested
+against); the threshold, the trie and the event are what the draws test.
+
+* :func:`audit_round`: one round, vote counts drawn vectorised; the events
+  are "the prefix is added" (D' favoured) and "it is not" (D favoured).
+* :func:`audit_run`: whole runs of the real :class:`TrieHHServer` and
   :func:`respond`, observing either the trie (what Theorem 1 covers: here,
-  the depth the target's path reaches) or the server's view (the total votes
+  the depth the target's path reaches; importance-sampled, each run weighted
+  by its rounds' vote counts) or the server's view (the total votes
   received, sub-threshold ones included, which the server sees unless secure
-  aggregation hides them, and which fedhh therefore never publishes).  The event for each ``c``
-  is chosen on a first half of the runs and measured on the second half, so
-  the choice does not bias the bound.
+  aggregation hides them, and which fedhh therefore never publishes; plain
+  Monte Carlo).  The trie's event for each ``c`` is the one the exact depth
+  distributions single out, fixed before any run; the server view's is
+  chosen on a first half of the runs and measured on the second half.  Either
+  way the choice does not bias the bound.  At the reference setting a run's
+  loss is as rare as a round's, and a run costs milliseconds where a vote
+  count costs nanoseconds: the run audit then needs tens of thousands of
+  runs to say anything, and says so (``trials_needed``).
 
 Both report, for each ``c``, the exact ε of that pair of populations at the
-stated δ where it can be computed (the round's vote count, and the run's
-trie depth, are products of hypergeometric tails), next to the guarantee.
+stated δ (the round's vote count, and the run's trie depth, are products of
+hypergeometric tails), next to the guarantee.
 """
 
 from __future__ import annotations
@@ -60,6 +83,7 @@ DEFAULT_CONFIDENCE = 0.95
 Observable = Literal["trie", "server"]
 OBSERVABLES: tuple[str, ...] = ("trie", "server")
 TARGET_SYMBOL = "z"
+Progress = Callable[[int], None]  # called with the number of draws or runs just done
 
 
 # statistics -------------------------------------------------------------------
@@ -73,14 +97,53 @@ def clopper_pearson(hits: np.ndarray, trials: np.ndarray, alpha: float) -> tuple
     return lower, upper
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """An event's probability: the point estimate and one-sided confidence bounds."""
+
+    mean: float
+    lower: float
+    upper: float
+
+    def complement(self) -> "Estimate":
+        return Estimate(1.0 - self.mean, 1.0 - self.upper, 1.0 - self.lower)
+
+
+def estimate_probability(terms: np.ndarray, bound: float, alpha: float, weighted: bool) -> Estimate:
+    """The mean of i.i.d. terms in ``[0, bound]`` with one-sided bounds at level ``alpha`` each.
+
+    Indicators (``weighted`` false) get Clopper-Pearson bounds; importance
+    weighted indicators the empirical Bernstein bounds of Maurer and Pontil
+    (2009, Theorem 4), ``mean ± (sqrt(2 V ln(2/α) / T) + 7 B ln(2/α) / (3 (T - 1)))``
+    with ``V`` the sample variance.
+    """
+    trials = terms.size
+    mean = float(terms.mean())
+    if not weighted:
+        lower, upper = clopper_pearson(np.array([terms.sum()]), np.array([trials]), alpha)
+        return Estimate(mean, float(lower[0]), float(upper[0]))
+    if bound <= 0:
+        return Estimate(0.0, 0.0, 0.0)
+    log_term = math.log(2 / alpha)
+    width = math.sqrt(2 * float(terms.var(ddof=1)) * log_term / trials) + 7 * bound * log_term / (3 * (trials - 1))
+    return Estimate(mean, max(mean - width, 0.0), min(mean + width, 1.0))
+
+
+def epsilon_from_bounds(more: Estimate, less: Estimate, delta: float) -> float:
+    """``ln((lower(P_more(E)) - δ) / upper(P_less(E)))``; ``-inf`` when the lower bound does not
+    clear δ (the event proves nothing), ``inf`` when the event is impossible under ``less``."""
+    if more.lower <= delta:
+        return -math.inf
+    if less.upper <= 0:
+        return math.inf
+    return math.log((more.lower - delta) / less.upper)
+
+
 def epsilon_lower_bound(
     hits_more: np.ndarray, trials_more: np.ndarray, hits_less: np.ndarray, trials_less: np.ndarray,
     delta: float, alpha: float,
 ) -> np.ndarray:
-    """``ln((lower(P_more(E)) - δ) / upper(P_less(E)))``, valid with probability ``1 - alpha``.
-
-    ``-inf`` where the lower bound does not clear δ (the event proves nothing).
-    """
+    """:func:`epsilon_from_bounds` of plain counts (Clopper-Pearson, ``alpha / 2`` per side)."""
     lower, _ = clopper_pearson(hits_more, trials_more, alpha / 2)
     _, upper = clopper_pearson(hits_less, trials_less, alpha / 2)
     with np.errstate(divide="ignore"):
@@ -122,12 +185,14 @@ class EventAudit:
     """One swept holder count: the event used and what it proves."""
 
     holders: int  # c: users of D holding the target's item (D' has c + 1)
+    proposal_holders: int  # holders of the populations the draws came from (c: no importance sampling)
     event: str
     trials: int  # per population (measurement runs only)
-    hits_without: int  # in D
-    hits_with: int  # in D'
+    probability_without: float  # estimated P_D(E)
+    probability_with: float  # estimated P_D'(E)
     epsilon_lower: float  # Monte Carlo lower bound (-inf: proves nothing)
     epsilon_exact: float | None  # exact ε of this pair at δ, when computable
+    trials_needed: int | None = None  # runs per population that would make an uninformative bound say something
 
 
 @dataclass(frozen=True)
@@ -150,8 +215,13 @@ class TrieHHAudit:
         """The lower bound exceeds the guarantee: a bug in the mechanism or the accountant."""
         return self.epsilon_lower > self.claimed_epsilon
 
+    @property
+    def informative(self) -> bool:
+        """Some event separated D from D' beyond δ: the bound says something."""
+        return self.epsilon_lower > 0
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "violated": self.violated}
+        return {**asdict(self), "violated": self.violated, "informative": self.informative}
 
 
 def _parameters(params: TrieHHParameters) -> dict[str, Any]:
@@ -169,9 +239,10 @@ def round_guarantee(params: TrieHHParameters) -> float:
     return params.epsilon / params.max_rounds
 
 
-def default_holders(params: TrieHHParameters, points: int, include_empty: bool = False) -> np.ndarray:
-    """``c = θ - 1`` (D' can reach θ, D cannot: the δ region) and ``points - 1``
-    geometric steps from θ to ``2θ/γ`` holders (where a round passes almost surely).
+def default_holders(params: TrieHHParameters, points: int, delta: float, include_empty: bool = False) -> np.ndarray:
+    """``c = θ - 1`` (D' can reach θ, D cannot: the δ region), ``points - 1``
+    geometric steps from θ to ``2θ/γ`` holders (where a round passes almost surely),
+    and the ``c`` where the exact one-round ε at ``delta`` is largest.
 
     ``include_empty`` adds ``c = 0``, where D has no vote at all to hide the
     target's: the trie cannot tell (θ > 1), but a vote count can.
@@ -180,7 +251,22 @@ def default_holders(params: TrieHHParameters, points: int, include_empty: bool =
     top = min(params.n_users - 1, math.ceil(2 * theta / rate))
     sweep = np.geomspace(max(theta, 1), max(top, theta), max(points - 1, 1))
     start = [0] if include_empty else []
-    return np.unique(np.concatenate((start, [max(theta - 1, 0)], np.round(sweep)))).astype(np.int64)
+    worst = exact_round_epsilon(params, delta)[1]
+    return np.unique(np.concatenate((start, [max(theta - 1, 0), worst], np.round(sweep)))).astype(np.int64)
+
+
+def run_holders(params: TrieHHParameters, delta: float, observe: Observable) -> np.ndarray:
+    """The whole-run sweep, kept short because every point costs thousands of real runs:
+    ``θ - 1`` (the δ region), the ``c`` of the largest exact one-round ε, and for the
+    server's view ``c = 0`` (no other vote to hide the target's)."""
+    start = [0] if observe == "server" else []
+    return np.unique([*start, max(params.theta - 1, 0), exact_round_epsilon(params, delta)[1]]).astype(np.int64)
+
+
+def proposal_holders(params: TrieHHParameters, holders: int) -> int:
+    """Holders of the proposal population: ``θ n / m`` (θ votes typical), or ``c`` itself when
+    that is already at least as many (no tilt needed)."""
+    return int(min(params.n_users - 1, max(holders, round(params.theta / params.sampling_rate))))
 
 
 def _check_holders(holders: Sequence[int] | np.ndarray, params: TrieHHParameters) -> np.ndarray:
@@ -191,8 +277,8 @@ def _check_holders(holders: Sequence[int] | np.ndarray, params: TrieHHParameters
 
 
 def _check_run(trials: int, delta: float, confidence: float) -> None:
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 2:
-        raise InputError(f"trials: must be an integer >= 2, got {trials!r}")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 4:
+        raise InputError(f"trials: must be an integer >= 4, got {trials!r}")
     if not 0 <= delta < 1:
         raise InputError(f"delta: must be in [0, 1), got {delta!r}")
     if not 0 < confidence < 1:
@@ -205,6 +291,51 @@ def _round_pass_probabilities(params: TrieHHParameters, holders: np.ndarray) -> 
     return hypergeom.sf(theta - 1, n, holders, m), hypergeom.sf(theta - 1, n + 1, holders + 1, m)
 
 
+@dataclass(frozen=True)
+class _Sampler:
+    """One population's round vote count, drawn from a proposal and weighted back.
+
+    ``weights[x]`` is ``P_holders(x) / P_proposal(x)`` for a vote count ``x``
+    (1 everywhere without a tilt); ``bound`` its largest value where the
+    prefix passes (``x >= θ``), which caps every weighted indicator.
+    """
+
+    n_users: int
+    holders: int
+    proposal: int
+    batch_size: int
+    theta: int
+    weights: np.ndarray
+
+    @classmethod
+    def build(cls, params: TrieHHParameters, holders: int, with_target: bool) -> "_Sampler":
+        n_users = params.n_users + int(with_target)
+        proposal = proposal_holders(params, holders) + int(with_target)
+        holders += int(with_target)
+        counts = np.arange(min(proposal, params.batch_size) + 1)
+        if proposal == holders:
+            weights = np.ones(counts.size)
+        else:
+            with np.errstate(divide="ignore"):
+                weights = np.exp(
+                    hypergeom.logpmf(counts, n_users, holders, params.batch_size)
+                    - hypergeom.logpmf(counts, n_users, proposal, params.batch_size)
+                )
+        return cls(n_users, holders, proposal, params.batch_size, params.theta, np.nan_to_num(weights))
+
+    @property
+    def weighted(self) -> bool:
+        return self.proposal != self.holders
+
+    @property
+    def bound(self) -> float:
+        passing = self.weights[self.theta :]
+        return float(passing.max()) if passing.size else 0.0
+
+    def draw(self, rng: np.random.Generator, trials: int) -> np.ndarray:
+        return rng.hypergeometric(self.proposal, self.n_users - self.proposal, self.batch_size, trials)
+
+
 # one round --------------------------------------------------------------------
 def audit_round(
     params: TrieHHParameters,
@@ -213,36 +344,39 @@ def audit_round(
     seed: int,
     holders: Sequence[int] | None = None,
     confidence: float = DEFAULT_CONFIDENCE,
+    progress: Progress | None = None,
 ) -> TrieHHAudit:
-    """Audit one round: ``trials`` hypergeometric vote counts per population and ``c``.
+    """Audit one round: ``trials`` vote counts per population and ``c``, importance sampled.
 
     Both events are tried for every ``c`` ("the prefix is added", which D'
-    favours, and "it is not", which D favours), under one Bonferroni split.
+    favours, and "it is not", which D favours); each population's pass
+    probability gets a lower and an upper bound, under one Bonferroni split.
     """
     _check_run(trials, delta, confidence)
     started = time.perf_counter()
-    swept = default_holders(params, 12) if holders is None else _check_holders(holders, params)
-    n, m, theta = params.n_users, params.batch_size, params.theta
+    swept = default_holders(params, 12, delta) if holders is None else _check_holders(holders, params)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x7201]))
-    passes_without = np.array([np.count_nonzero(rng.hypergeometric(c, n - c, m, trials) >= theta) for c in swept])
-    passes_with = np.array([np.count_nonzero(rng.hypergeometric(c + 1, n - c, m, trials) >= theta) for c in swept])
-    alpha = (1 - confidence) / (2 * swept.size)
-    added = epsilon_lower_bound(passes_with, trials, passes_without, trials, delta, alpha)
-    kept_out = epsilon_lower_bound(trials - passes_without, trials, trials - passes_with, trials, delta, alpha)
+    alpha = (1 - confidence) / (4 * swept.size)
     p_without, p_with = _round_pass_probabilities(params, swept)
     exact = hockey_stick_epsilon(np.stack([p_with, 1 - p_with], 1), np.stack([p_without, 1 - p_without], 1), delta)
-    events = [
-        EventAudit(
-            holders=int(c),
-            event="prefix added (>= θ votes)" if add >= out else "prefix not added",
-            trials=trials,
-            hits_without=int(k0 if add >= out else trials - k0),
-            hits_with=int(k1 if add >= out else trials - k1),
-            epsilon_lower=float(max(add, out)),
-            epsilon_exact=float(e),
+    events = []
+    for c, exact_c in zip(swept.tolist(), exact.tolist(), strict=True):
+        estimates = []
+        for with_target in (False, True):
+            sampler = _Sampler.build(params, c, with_target)
+            votes = sampler.draw(rng, trials)
+            terms = np.where(votes >= params.theta, sampler.weights[votes], 0.0)
+            estimates.append(estimate_probability(terms, sampler.bound, alpha, sampler.weighted))
+            if progress is not None:
+                progress(trials)
+        without, with_ = estimates
+        added = epsilon_from_bounds(with_, without, delta)
+        kept_out = epsilon_from_bounds(without.complement(), with_.complement(), delta)
+        event, p0, p1 = (
+            ("prefix added (>= θ votes)", without.mean, with_.mean) if added >= kept_out
+            else ("prefix not added", 1 - without.mean, 1 - with_.mean)
         )
-        for c, k0, k1, add, out, e in zip(swept, passes_without, passes_with, added, kept_out, exact, strict=True)
-    ]
+        events.append(EventAudit(c, proposal_holders(params, c), event, trials, p0, p1, max(added, kept_out), exact_c))
     return _audit("round", "trie", params, delta, round_guarantee(params), confidence, events, started)
 
 
@@ -292,32 +426,176 @@ def _target_population(params: TrieHHParameters, holders: int, with_target: bool
     return Shard.single_item(vocabulary, 0, items), codec
 
 
-def _observe(server: TrieHHServer, observe: Observable) -> int:
-    trace = server.trace
-    if observe == "trie":  # the only prefixes are the target's: the trie is one path
-        return len(trace[-1].values["trie_size_per_depth"]) if trace else 0
-    return sum(record.server_view["votes_received"] for record in trace)
+def run_trajectories(
+    params: TrieHHParameters, holders: int, with_target: bool, seeds: np.ndarray, progress: Progress | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Complete runs of the real server and client code, one per seed.
+
+    The population is D (``params.n_users`` users, ``holders`` of them holding
+    the target's item) or, ``with_target``, D' (the target user added; the
+    server then samples from ``n + 1`` users with the same m and θ).
+    Returns each run's trie depth along the target's path (the only prefixes
+    are the target's, so the trie is one path) and its raw vote counts per
+    round ``[runs, L]`` (-1 after the run stopped), which are the sampled
+    holders while the path is alive.
+    """
+    shard, codec = _target_population(params, holders, with_target)
+    run_params = TrieHHParameters(shard.n_users, params.max_rounds, params.theta, params.batch_size)
+    seeds = np.asarray(seeds)
+    depths = np.zeros(seeds.size, dtype=np.int64)
+    votes = np.full((seeds.size, params.max_rounds), -1, dtype=np.int64)
+    for index, seed in enumerate(seeds.tolist()):
+        server = TrieHHServer(run_params, codec, seed)
+        randomness = KeyedRandomness(seed)
+        while (request := server.next_request()) is not None:
+            server.absorb(respond(request, shard, randomness))
+        trace = server.trace
+        depths[index] = len(trace[-1].values["trie_size_per_depth"]) if trace else 0
+        votes[index, : len(trace)] = [record.server_view["votes_received"] for record in trace]
+        if progress is not None:
+            progress(1)
+    return depths, votes
 
 
 def simulate_runs(
     params: TrieHHParameters, holders: int, with_target: bool, seeds: np.ndarray, observe: Observable = "trie"
 ) -> np.ndarray:
-    """One outcome per seed, each from a complete run of the real server and client code.
+    """One outcome per seed: the trie depth, or (``observe="server"``) the total votes received."""
+    depths, votes = run_trajectories(params, holders, with_target, seeds)
+    return depths if observe == "trie" else np.where(votes > 0, votes, 0).sum(axis=1)
 
-    The population is D (``params.n_users`` users, ``holders`` of them holding
-    the target's item) or, ``with_target``, D' (the target user added; the
-    server then samples from ``n + 1`` users with the same m and θ).
+
+def audit_run(
+    params: TrieHHParameters,
+    delta: float,
+    trials: int,
+    seed: int,
+    holders: Sequence[int] | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+    observe: Observable = "trie",
+    progress: Progress | None = None,
+) -> TrieHHAudit:
+    """Audit a whole run with the real protocol code, ``trials`` runs per population and ``c``.
+
+    ``observe="trie"`` looks at what Theorem 1 protects (the trie: here the
+    depth reached along the target's path), importance sampled, and is held
+    against the run's guarantee; ``observe="server"`` looks at the total
+    votes received, which the server sees and the theorem does not cover.
     """
-    shard, codec = _target_population(params, holders, with_target)
-    run_params = TrieHHParameters(shard.n_users, params.max_rounds, params.theta, params.batch_size)
-    outcomes = np.empty(len(seeds), dtype=np.int64)
-    for index, seed in enumerate(np.asarray(seeds).tolist()):
-        server = TrieHHServer(run_params, codec, seed)
-        randomness = KeyedRandomness(seed)
-        while (request := server.next_request()) is not None:
-            server.absorb(respond(request, shard, randomness))
-        outcomes[index] = _observe(server, observe)
-    return outcomes
+    _check_run(trials, delta, confidence)
+    if observe not in OBSERVABLES:
+        raise InputError(f"observe: got {observe!r}; allowed: {list(OBSERVABLES)}")
+    if params.max_rounds < 2:
+        raise InputError(f"max_rounds: the run audit needs an item of >= 1 symbol, i.e. L >= 2, got {params.max_rounds}")
+    started = time.perf_counter()
+    swept = run_holders(params, delta, observe) if holders is None else _check_holders(holders, params)
+    events = []
+    for index, c in enumerate(swept.tolist()):
+        if observe == "trie":
+            samplers = [_Sampler.build(params, c, with_target) for with_target in (False, True)]
+        drawn = proposal_holders(params, c) if observe == "trie" else c  # D's holders in the runs
+        runs = [
+            run_trajectories(params, drawn, with_target, _seeds(seed, index, with_target, trials), progress)
+            for with_target in (False, True)
+        ]
+        if observe == "trie":
+            events.append(_best_depth_event(c, samplers, runs, delta, confidence, swept.size, params))
+        else:
+            outcomes = [np.where(votes > 0, votes, 0).sum(axis=1) for _, votes in runs]
+            events.append(_best_vote_event(c, outcomes, trials // 2, delta, (1 - confidence) / swept.size))
+    return _audit("run", observe, params, delta, params.epsilon, confidence, events, started)
+
+
+def _seeds(seed: int, index: int, with_target: bool, trials: int) -> np.ndarray:
+    """Independent run seeds per (audit seed, swept c, population)."""
+    return np.random.SeedSequence([seed, 0x52554E, index, int(with_target)]).generate_state(trials, np.uint64)
+
+
+def _depth_terms(sampler: _Sampler, depths: np.ndarray, votes: np.ndarray, depth: int) -> tuple[np.ndarray, float]:
+    """Weighted indicators of "the path reached ``depth``": its first ``depth`` rounds each
+    passed, weighted by the likelihood ratio of their vote counts; and their bound ``B^depth``."""
+    reached = depths >= depth
+    passing = np.clip(votes[:, :depth], 0, sampler.weights.size - 1)
+    weights = np.prod(sampler.weights[passing], axis=1)
+    return np.where(reached, weights, 0.0), sampler.bound**depth
+
+
+def _best_depth_event(
+    holders: int, samplers: list[_Sampler], runs: list[tuple[np.ndarray, np.ndarray]],
+    delta: float, confidence: float, swept: int, params: TrieHHParameters,
+) -> EventAudit:
+    """Measure, on every run, the depth event that the exact depth distributions say
+    separates D from D' most at δ ("depth >= j" or "depth < j").
+
+    Choosing the event from the model, before looking at the runs, keeps
+    every run for the measurement; the error is split over the swept c and
+    the four bounds of each measured event.
+    """
+    alpha = (1 - confidence) / (4 * swept)
+    depth, reached_favoured = _exact_best_depth_event(params, holders, delta)
+    without, with_ = (
+        estimate_probability(*_depth_terms(sampler, depths, votes, depth), alpha, sampler.weighted)
+        for sampler, (depths, votes) in zip(samplers, runs, strict=True)
+    )
+    if reached_favoured:
+        event, more, less = f"trie depth along the target's path >= {depth}", with_, without
+    else:
+        event, more, less = f"trie depth along the target's path < {depth}", without.complement(), with_.complement()
+    bound = epsilon_from_bounds(more, less, delta)
+    needed = None
+    if bound <= 0 and samplers[0].weighted:
+        needed = _trials_needed(samplers, runs, depth, alpha, delta, reached_favoured)
+    return EventAudit(
+        holders=holders,
+        proposal_holders=samplers[0].proposal,
+        event=event,
+        trials=runs[0][0].size,
+        probability_without=without.mean if reached_favoured else 1 - without.mean,
+        probability_with=with_.mean if reached_favoured else 1 - with_.mean,
+        epsilon_lower=bound,
+        epsilon_exact=_exact_run_epsilon(params, holders, delta),
+        trials_needed=needed,
+    )
+
+
+def _exact_best_depth_event(params: TrieHHParameters, holders: int, delta: float) -> tuple[int, bool]:
+    """The single event on the depth with the largest exact ε bound at δ: (j, "depth >= j" or not)."""
+    p_without, p_with = (float(p[0]) for p in _round_pass_probabilities(params, np.array([holders])))
+    best = (-math.inf, 1, True)
+    for depth in range(1, params.max_rounds + 1):
+        reach, reach_with = p_without**depth, p_with**depth
+        for favoured, more, less in ((True, reach_with, reach), (False, 1 - reach, 1 - reach_with)):
+            score = math.log((more - delta) / less) if more > delta and less > 0 else (math.inf if more > delta else -math.inf)
+            if score > best[0]:
+                best = (score, depth, favoured)
+    return best[1], best[2]
+
+
+def _trials_needed(
+    samplers: list[_Sampler], runs: list[tuple[np.ndarray, np.ndarray]], depth: int, alpha: float,
+    delta: float, reached_favoured: bool,
+) -> int | None:
+    """About how many runs per population would make this event's bound reach half its
+    point estimate, from the spread of the weighted terms seen (None: nothing to go on)."""
+    moments = []
+    for sampler, (depths, votes) in zip(samplers, runs, strict=True):
+        terms, bound = _depth_terms(sampler, depths, votes, depth)
+        mean = float(terms.mean())
+        if mean <= 0 or not reached_favoured:
+            return None
+        moments.append((mean, float(terms.var(ddof=1)), bound))
+    (p_less, var_less, bound_less), (p_more, var_more, bound_more) = moments
+    target = 0.5 * math.log(max(p_more - delta, 1e-300) / p_less)
+    if target <= 0:
+        return None
+    log_term = math.log(2 / alpha)
+    for doubling in range(30):
+        trials = 1000 * 2**doubling
+        widths = [math.sqrt(2 * var * log_term / trials) + 7 * bound * log_term / (3 * trials)
+                  for _, var, bound in moments]
+        if p_more - widths[1] > delta and math.log((p_more - widths[1] - delta) / (p_less + widths[0])) >= target:
+            return trials
+    return None
 
 
 def _threshold_events(without: np.ndarray, with_: np.ndarray) -> list[tuple[str, Callable[[np.ndarray], np.ndarray], bool]]:
@@ -330,54 +608,11 @@ def _threshold_events(without: np.ndarray, with_: np.ndarray) -> list[tuple[str,
     return events
 
 
-def audit_run(
-    params: TrieHHParameters,
-    delta: float,
-    trials: int,
-    seed: int,
-    holders: Sequence[int] | None = None,
-    confidence: float = DEFAULT_CONFIDENCE,
-    observe: Observable = "trie",
-) -> TrieHHAudit:
-    """Audit a whole run with the real protocol code, ``trials`` runs per population and ``c``.
-
-    ``observe="trie"`` looks at what Theorem 1 protects (the trie: here the
-    depth reached along the target's path) and is held against the run's
-    guarantee; ``observe="server"`` looks at the total votes received, which
-    the server sees and the theorem does not cover.
-    """
-    _check_run(trials, delta, confidence)
-    if observe not in OBSERVABLES:
-        raise InputError(f"observe: got {observe!r}; allowed: {list(OBSERVABLES)}")
-    if params.max_rounds < 2:
-        raise InputError(f"max_rounds: the run audit needs an item of >= 1 symbol, i.e. L >= 2, got {params.max_rounds}")
-    started = time.perf_counter()
-    swept = (
-        default_holders(params, 5, include_empty=observe == "server")
-        if holders is None else _check_holders(holders, params)
-    )
-    alpha = (1 - confidence) / swept.size
-    select = trials // 2
-    events = []
-    for index, c in enumerate(swept.tolist()):
-        outcomes = [
-            simulate_runs(params, c, with_target, _seeds(seed, index, with_target, trials), observe)
-            for with_target in (False, True)
-        ]
-        events.append(_best_event(c, outcomes[0], outcomes[1], select, delta, alpha, params, observe))
-    return _audit("run", observe, params, delta, params.epsilon, confidence, events, started)
-
-
-def _seeds(seed: int, index: int, with_target: bool, trials: int) -> np.ndarray:
-    """Independent run seeds per (audit seed, swept c, population)."""
-    return np.random.SeedSequence([seed, 0x52554E, index, int(with_target)]).generate_state(trials, np.uint64)
-
-
-def _best_event(
-    holders: int, without: np.ndarray, with_: np.ndarray, select: int, delta: float, alpha: float,
-    params: TrieHHParameters, observe: Observable,
+def _best_vote_event(
+    holders: int, outcomes: list[np.ndarray], select: int, delta: float, alpha: float
 ) -> EventAudit:
-    """Choose the event on the first ``select`` runs, measure it on the rest."""
+    """The server's view: a threshold on the total votes, chosen on the first ``select`` runs."""
+    without, with_ = outcomes
     best = None
     for name, indicator, favours_with in _threshold_events(without[:select], with_[:select]):
         hits0, hits1 = int(indicator(without[:select]).sum()), int(indicator(with_[:select]).sum())
@@ -389,15 +624,15 @@ def _best_event(
     measured = without.size - select
     hits0, hits1 = int(indicator(without[select:]).sum()), int(indicator(with_[select:]).sum())
     more, less = (hits1, hits0) if favours_with else (hits0, hits1)
-    label = "trie depth along the target's path" if observe == "trie" else "total votes received"
     return EventAudit(
         holders=holders,
-        event=f"{label} {name}",
+        proposal_holders=holders,
+        event=f"total votes received {name}",
         trials=measured,
-        hits_without=hits0,
-        hits_with=hits1,
+        probability_without=hits0 / measured,
+        probability_with=hits1 / measured,
         epsilon_lower=float(epsilon_lower_bound(more, measured, less, measured, delta, alpha)),
-        epsilon_exact=_exact_run_epsilon(params, holders, delta) if observe == "trie" else None,
+        epsilon_exact=None,
     )
 
 
