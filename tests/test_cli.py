@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from fedhh.cli import main
+from fedhh.cli import build_parser, main
+from fedhh.errors import InputError
 
 SMALL = [
     "--set", 'population.source="zipf"', "--set", "population.users=20000",
@@ -198,3 +201,75 @@ def test_a_device_federation_is_not_simulated(tmp_path: Path, capsys: pytest.Cap
     assert main(["run", *SMALL, "--set", "run.federation=devices", "--output", str(output)]) == 2
     assert 'run.federation: "devices"' in capsys.readouterr().err
     assert not output.exists()
+
+
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The command stops with exit status 2 and one line, raised as an InputError (the only
+    exception the command line reports as a user error), never a traceback."""
+    args = build_parser().parse_args(argv)
+    with pytest.raises(InputError) as error:
+        args.func(args)
+    capsys.readouterr()
+    assert main(argv) == 2
+    message = capsys.readouterr().err.strip()
+    assert "Traceback" not in message and "\n" not in message and message.startswith("error: ")
+    assert str(error.value) in message
+    return message
+
+
+LDP_RUN = ["--set", 'protocol.name="pem"', "--set", "protocol.max_length=4", "--set", "population.item_length=4"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["run", *SMALL, "--set", "privacy.epsilon=1e-300"], "cannot meet ε = 1e-300"),
+        (["run", *SMALL, "--set", "privacy.epsilon=5e-324"], "Need more than 1e308 users"),
+        (["run", *SMALL, *LDP_RUN, "--set", "privacy.epsilon=1e308"], r"privacy.epsilon: pem .* so ε must be in \[1e-06, 50\]"),
+        (["run", *SMALL, *LDP_RUN, "--set", "privacy.epsilon=1e-300"], r"privacy.epsilon: pem"),
+        (["run", *SMALL, *LDP_RUN, "--set", 'protocol.name="treehist"', "--set", "privacy.epsilon=150"],
+         r"privacy.epsilon: treehist .* so ε must be in \[2e-06, 100\]"),
+        (["run", *SMALL, "--set", "privacy.delta=0.5"], r"privacy.delta: δ = 0.5 is not below 1/n = 1/20,000"),
+        (["plan", "triehh", "--users", str(10**22), "--epsilon", "4", "--delta", "1e-12", "--max-rounds", "10"],
+         r"population.users: must be an integer in 1..9,007,199,254,740,992, got 10000000000000000000000"),
+        (["plan", "triehh", "--users", "1000000", "--epsilon", "1e-300", "--delta", "1e-12", "--max-rounds", "10"],
+         "cannot meet ε = 1e-300"),
+        (["plan", "triehh", "--users", "21", "--epsilon", "8", "--delta", "0.09", "--max-rounds", "5"],
+         r"privacy.delta: δ = 0.09 is not below 1/n = 1/21"),
+        (["plan", "pem", "--users", "100000", "--epsilon", "1e308"], r"privacy.epsilon: pem"),
+        (["plan", "pem", "--users", "100000", "--epsilon", "1e-300"], r"privacy.epsilon: pem"),
+        (["plan", "pem", "--users", str(10**22), "--epsilon", "2"], "population.users: must be an integer in"),
+        (["plan", "pem", "--users", "100000", "--epsilon", "2", "--bits", "100000"], r"--bits: must be an integer in 1..1,024"),
+        (["plan", "pem", "--users", "100000", "--epsilon", "2", "--distinct", "0"], r"--distinct: must be an integer in"),
+        (["plan", "pem", "--users", "100000", "--epsilon", "2", "--distinct", "10"], r"--distinct: the assumed 10 distinct values are fewer than --top-k = 32"),
+        (["oracles", "--epsilon", "1e308"], r"epsilon must be a number in \[1e-06, 50\]"),
+        (["oracles", "--users", str(10**19)], r"users must be an integer \[1, 10000000\]"),
+        (["audit", "ldp", "--oracle", "olh", "--epsilon", "1e-300"], r"epsilon must be a number in \[1e-06, 50\]"),
+        (["audit", "triehh", "--users", "1000", "--epsilon", "1e308", "--delta", "1e-3", "--max-rounds", "3"],
+         r"privacy.delta: δ = 0.001 is not below 1/n"),
+    ],
+)
+def test_numeric_edge_cases_are_refused_with_exit_status_2(
+    argv: list[str], field: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """ε = 1e308 overflowed, ε = 1e-300 divided by zero, n = 1e22 failed in scipy: each a traceback."""
+    if argv[0] == "run":
+        argv = [*argv, "--output", str(tmp_path / "out")]
+    assert re.search(field, refused(argv, capsys))
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_largest_epsilon_runs_at_the_sampling_limit_and_tiny_delta_is_never_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TrieHH needs no upper limit on ε: beyond ln(θ + 1) per round m stops at n/(θ + 1)."""
+    assert main(["run", *SMALL, "--set", "privacy.epsilon=1e308", "--output", str(tmp_path / "out"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    params = result["privacy"]["parameters"]
+    assert params["batch_size"] == 20_000 // (params["theta"] + 1)
+    spent = -params["max_rounds"] * math.log1p(-params["theta"] * params["batch_size"] / 20_000)
+    assert result["privacy"]["epsilon"] == pytest.approx(spent) and spent <= params["max_rounds"] * math.log(params["theta"] + 1)
+    assert main(["plan", "triehh", "--users", "1000000000", "--epsilon", "8", "--delta", "5e-324",
+                 "--max-rounds", "10", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["delta"] > 0 and plan["privacy"]["parameters"]["log_delta"] < math.log(5e-324)
