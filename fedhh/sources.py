@@ -278,13 +278,11 @@ def read_lines(file: Path, path: str) -> list[str]:
         start = error.start + (3 if raw.startswith(b"\xef\xbb\xbf") else 0)
         line = raw[:start].count(b"\n") + 1
         raise ItemError(f"population.path {path!r}: line {line} is not valid UTF-8") from None
-    lines = text.split("\n")
+    lines = text.replace("\r\n", "\n").split("\n")
     if lines[-1] == "":
         lines.pop()
-    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
-    for number, line in enumerate(lines, start=1):
-        if line == "":
-            raise ItemError(f"population.path {path!r}: line {number} is empty (one item per line)")
+    if "" in lines:
+        raise ItemError(f"population.path {path!r}: line {lines.index('') + 1} is empty (one item per line)")
     return lines
 
 
@@ -295,6 +293,7 @@ def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]
     string), so nothing is coerced; a Parquet ``user`` column keeps its type.
     """
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.csv
     import pyarrow.parquet
 
@@ -313,17 +312,45 @@ def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]
             f"population.path {path!r}: missing column(s) {sorted(missing)}; "
             f"needs columns 'user' and 'item', has {table.column_names}"
         )
-    users, items = table.column("user").to_pylist(), table.column("item").to_pylist()
-    for row, (user, item) in enumerate(zip(users, items, strict=True)):
-        if user is None or user == "" or user != user:  # null, empty, NaN
-            problem = "has no user" if user is None or user == "" else f"has user {user!r}"
-            raise InputError(
-                f"population.path {path!r}: {occurrence_place(path, row)} {problem}; every row needs "
-                "the user who holds its item (rows of unknown users cannot be told apart)"
-            )
-        if not isinstance(item, str) or item == "":
-            raise ItemError(f"population.path {path!r}: {occurrence_place(path, row)} has an empty or non-text item")
-    return users, items
+    user, item = table.column("user"), table.column("item")
+    missing_user = _first_row(
+        pc.is_null(user),
+        pc.equal(user, "") if _is_text(user) else None,
+        pc.is_nan(user) if pa.types.is_floating(user.type) else None,
+    )
+    if missing_user is not None:
+        value = user[missing_user].as_py()
+        problem = "has no user" if value is None or value == "" else f"has user {value!r}"
+        raise InputError(
+            f"population.path {path!r}: {occurrence_place(path, missing_user)} {problem}; every row needs "
+            "the user who holds its item (rows of unknown users cannot be told apart)"
+        )
+    if _is_text(item):
+        bad_item = _first_row(pc.is_null(item), pc.equal(item, ""))
+    else:
+        bad_item = 0 if len(item) else None  # numbers or bytes are not text items
+    if bad_item is not None:
+        raise ItemError(f"population.path {path!r}: {occurrence_place(path, bad_item)} has an empty or non-text item")
+    return user.to_pylist(), item.to_pylist()
+
+
+def _is_text(column: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+
+
+def _first_row(*masks: Any) -> int | None:
+    """The first row where any of the pyarrow boolean masks holds (``None`` masks are skipped)."""
+    import pyarrow.compute as pc
+
+    rows = []
+    for mask in masks:
+        if mask is not None:
+            found = np.flatnonzero(pc.fill_null(mask, False).to_numpy(zero_copy_only=False))
+            if found.size:
+                rows.append(int(found[0]))
+    return min(rows, default=None)
 
 
 def occurrence_place(path: str, index: int) -> str:
