@@ -69,11 +69,13 @@ PEM_SHARDED = [
 ]
 DEPLOYED: dict[str, list[str]] = {"triehh": SHARDED, "pem": PEM_SHARDED}  # protocol -> a few short rounds
 
-# 24 enrolled users: the smallest population for which TrieHH's (ε, δ) solver
-# finds m >= θ (θ = 4, m = 4 for L = 3 rounds).  Only the devices of the users
-# the server samples (and two others) are online, as in a real fleet.
-DEVICE_USERS = 24
-DEVICE_PRIVACY = ["protocol.max_length=2", "privacy.epsilon=4.8", "privacy.delta=0.09", "run.seed=6"]
+# 32 enrolled users: the smallest population for which TrieHH's (ε, δ) solver
+# finds m >= θ with δ below 1/n (θ = 5, m = 5 for L = 3 rounds).  Only the
+# devices of the users the server samples (and two others) are online, as in
+# a real fleet.
+DEVICE_USERS = 32
+DEVICE_BATCH = 5
+DEVICE_PRIVACY = ["protocol.max_length=2", "privacy.epsilon=4.8", "privacy.delta=0.02", "run.seed=6"]
 
 
 def protocol_view(document: dict[str, Any]) -> dict[str, Any]:
@@ -188,7 +190,7 @@ def test_device_federation_matches_simulation(deployment: LocalDeployment, tmp_p
     assert document["transport"] == "flower/devices" and document["n_users"] == DEVICE_USERS
     assert "evaluation" not in document, "a device federation's server knows no true counts"
     for line in document["rounds"]:  # only the sampled devices are asked, and all of them answer
-        assert line["nodes_asked"] == line["nodes_answered"] == line["sampled_users"] == 4
+        assert line["nodes_asked"] == line["nodes_answered"] == line["sampled_users"] == DEVICE_BATCH
     summary = document["participation"]
     assert (summary["nodes"], summary["users_without_node"]) == (len(online), DEVICE_USERS - len(online))
 

@@ -91,7 +91,7 @@ def test_parameters_above_the_sampling_limit_report_no_guarantee() -> None:
 def test_report_dict_keeps_its_shape_and_round_trips_through_json() -> None:
     report = reference_report()
     data = report.to_dict()
-    assert set(data) == {"model", "epsilon", "delta", "mechanism", "method", "adjacency", "parameters"}
+    assert set(data) == {"model", "epsilon", "delta", "mechanism", "method", "adjacency", "parameters", "coverage"}
     assert PrivacyReport.from_dict(json.loads(json.dumps(data))) == report
     combined = report.with_composition(compose([(report.epsilon, report.delta)] * 3))
     again = PrivacyReport.from_dict(json.loads(json.dumps(combined.to_dict())))
