@@ -93,7 +93,7 @@ def get_alphabet(name: str) -> Alphabet:
     try:
         return ALPHABETS[name]
     except KeyError:
-        raise ValueError(
+        raise InputError(
             f"protocol.alphabet: unknown alphabet {name!r}; allowed: {sorted(ALPHABETS)}"
         ) from None
 
@@ -137,17 +137,17 @@ class ItemCodec:
 
     def __post_init__(self) -> None:
         if not 1 <= self.unit_size <= MAX_UNIT_SIZE:
-            raise ValueError(
+            raise InputError(
                 f"protocol.unit_size: must be an integer in 1..{MAX_UNIT_SIZE}, got {self.unit_size}"
             )
         if self.max_length < 1:
-            raise ValueError(f"protocol.max_length: must be >= 1, got {self.max_length}")
+            raise InputError(f"protocol.max_length: must be >= 1, got {self.max_length}")
         if self.overlong not in OVERLONG_POLICIES:
-            raise ValueError(
+            raise InputError(
                 f"protocol.overlong: got {self.overlong!r}; allowed: {list(OVERLONG_POLICIES)}"
             )
         if self.unknown_chars not in UNKNOWN_CHAR_POLICIES:
-            raise ValueError(
+            raise InputError(
                 f"protocol.unknown_chars: got {self.unknown_chars!r}; "
                 f"allowed: {list(UNKNOWN_CHAR_POLICIES)}"
             )
