@@ -66,7 +66,7 @@ def _sweep(args: argparse.Namespace) -> int:
         raise InputError(f"--workers: must be >= 1, got {args.workers}")
     spec = load_sweep(args.sweep_file)
     output = Path(args.output) if args.output else Path("results") / "sweeps" / spec.path.stem
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     try:
         outcome = run_sweep(spec, output, args.workers, args.ray_address, args.csv,
                             show_progress=not args.quiet, retry_failed=args.retry_failed)
@@ -86,13 +86,10 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from .sweep_report import write_report
 
     written = write_report(args.folder, x=args.x, y=args.y, hue=args.hue, facet=args.facet,
                            frequency=args.frequency, output=args.output)
-    console = Console()
-    for path in written:
-        console.print(str(path))
+    for path in written:  # one file a line, for scripts
+        print(path)
     return 0

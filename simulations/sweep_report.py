@@ -130,15 +130,15 @@ class SweepTables:
         return [key for key in self.manifest.get("swept_keys", [])
                 if key in self.rows and len(set(self.rows[key])) > 1]
 
-    def column(self, name: str) -> list[Any]:
+    def column(self, name: str, flag: str = "column") -> list[Any]:
         if name not in self.rows:
-            raise InputError(f"{name!r}: not a column of {TRIALS_TABLE}.parquet; columns: {sorted(self.rows)}")
+            raise InputError(f"{flag} {name}: not a column of {TRIALS_TABLE}.parquet; allowed: {sorted(self.rows)}")
         return self.rows[name]
 
-    def numeric(self, name: str) -> np.ndarray:
-        values = self.column(name)
+    def numeric(self, name: str, flag: str = "--y") -> np.ndarray:
+        values = self.column(name, flag)
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) or v is None for v in values):
-            raise InputError(f"--y {name}: not a numeric column; numeric columns: {self.numeric_columns()}")
+            raise InputError(f"{flag} {name}: not a numeric column; allowed: {self.numeric_columns()} or {DISCOVERY}")
         return np.array([math.nan if v is None else float(v) for v in values])
 
     def numeric_columns(self) -> list[str]:
@@ -211,15 +211,19 @@ def build_plot(
     """The numbers of one plot (means, intervals, analysis), without drawing it."""
     for flag, key in (("--hue", hue), ("--facet", facet)):
         if key is not None:
-            tables.column(key)
+            tables.column(key, flag)
             if key in (x, y):
                 raise InputError(f"{flag} {key}: already an axis of the plot")
     if x in (K_AXIS, FREQUENCY_AXIS):
         expected = RECALL if x == K_AXIS else DISCOVERY
         if y != expected:
-            raise InputError(f"--y: with --x {x} the metric is {expected!r}, got {y!r}")
+            raise InputError(f"--y {y}: with --x {x} the metric is {expected!r}")
     else:
-        tables.column(x)
+        if x not in tables.rows:
+            raise InputError(f"--x {x}: not a column of {TRIALS_TABLE}.parquet; allowed: {K_AXIS}, {FREQUENCY_AXIS} "
+                             f"or a column: {sorted(tables.rows)}")
+        if y == RECALL:
+            raise InputError(f"--y {y}: recall against K needs --x {K_AXIS}; against a key use recall_at_K")
     pooled = [key for key in tables.swept if key not in (x, hue, facet)]
     groups = _groups(tables, facet, hue)
     if x == K_AXIS:
@@ -236,8 +240,8 @@ Group = tuple[Scalar | None, Scalar | None, np.ndarray]
 
 def _groups(tables: SweepTables, facet: str | None, hue: str | None) -> list[Group]:
     """(facet value, hue value, row indices) in sorted order of the values."""
-    facets = tables.column(facet) if facet else [None] * tables.count
-    hues = tables.column(hue) if hue else [None] * tables.count
+    facets = tables.column(facet, "--facet") if facet else [None] * tables.count
+    hues = tables.column(hue, "--hue") if hue else [None] * tables.count
     keys = sorted({(f, h) for f, h in zip(facets, hues)}, key=lambda pair: (_sortable(pair[0]), _sortable(pair[1])))
     return [(f, h, np.array([i for i in range(tables.count) if facets[i] == f and hues[i] == h])) for f, h in keys]
 
@@ -266,7 +270,7 @@ def mean_interval(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def _metric_by_key(
     tables: SweepTables, groups: list[Group], x: str, y: str, frequency: float | None
 ) -> tuple[list[Curve], str]:
-    xs = tables.column(x)
+    xs = tables.column(x, "--x")
     if y == DISCOVERY:
         values = _discovery_per_trial(tables, frequency)
         predicted = _discovery_per_trial(tables, frequency, predicted=True)
@@ -274,8 +278,7 @@ def _metric_by_key(
         values = tables.numeric(y)
         model = f"predicted_{y}"
         predicted = tables.numeric(model) if model in tables.rows else np.full(tables.count, np.nan)
-    curves = []
-    label = ""
+    curves, labels = [], set()
     for facet, hue, rows in groups:
         points = sorted({xs[i] for i in rows}, key=_sortable)
         matrix = _by_point(rows, xs, points, values)
@@ -284,14 +287,14 @@ def _metric_by_key(
         dense = _triehh_dense(tables, rows, x, points, frequency) if y == DISCOVERY and frequency else None
         if dense is not None:
             curve.model_x, curve.model_y = dense
-            label = f"worst-case bound at frequency {frequency:g} (Prop. 1)"
+            labels.add(f"TrieHH worst-case bound at frequency {frequency:g} (Prop. 1)")
         else:
             model_mean = mean_interval(_by_point(rows, xs, points, predicted))[0]
             if not np.all(np.isnan(model_mean)):
                 curve.model_x, curve.model_y = curve.x, model_mean
-                label = _model_label(tables, rows)
+                labels.add(_model_label(tables, rows))
         curves.append(curve)
-    return curves, label
+    return curves, "; ".join(sorted(labels))
 
 
 def _by_point(rows: np.ndarray, xs: list[Any], points: list[Any], values: np.ndarray) -> np.ndarray:
@@ -317,7 +320,7 @@ def _discovery_per_trial(tables: SweepTables, frequency: float | None, predicted
 
 
 def _recall_by_k(tables: SweepTables, groups: list[Group]) -> tuple[list[Curve], str]:
-    curves, label = [], ""
+    curves, labels = [], set()
     for facet, hue, rows in groups:
         found, model = _item_matrix(tables, rows)
         ks = np.arange(1, found.shape[1] + 1)
@@ -326,9 +329,9 @@ def _recall_by_k(tables: SweepTables, groups: list[Group]) -> tuple[list[Curve],
         curve = Curve(facet, hue, ks, mean, low, high, count)
         if not np.all(np.isnan(model)):
             curve.model_x, curve.model_y = ks, np.nanmean(np.cumsum(model, axis=1) / ks, axis=0)
-            label = _model_label(tables, rows)
+            labels.add(_model_label(tables, rows))
         curves.append(curve)
-    return curves, label
+    return curves, "; ".join(sorted(labels))
 
 
 def _item_matrix(tables: SweepTables, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -352,7 +355,7 @@ def _discovery_by_frequency(tables: SweepTables, groups: list[Group]) -> tuple[l
     high_edge = math.ceil(math.log10(frequency[positive].max()) * BINS_PER_DECADE) + 1
     edges = 10.0 ** (np.arange(low_edge, high_edge + 1) / BINS_PER_DECADE)
     bins = np.clip(np.searchsorted(edges, frequency, side="right") - 1, 0, edges.size - 2)
-    curves, label = [], ""
+    curves, labels = [], set()
     for facet, hue, rows in groups:
         chosen = np.isin(tables.item_trial, rows) & positive
         trial = np.searchsorted(rows, tables.item_trial[chosen])
@@ -371,12 +374,12 @@ def _discovery_by_frequency(tables: SweepTables, groups: list[Group]) -> tuple[l
         dense = _triehh_at_frequencies(tables, rows, dense_x)
         if dense is not None:
             curve.model_x, curve.model_y = dense_x, dense
-            label = "worst-case bound (Prop. 1, one item per user)"
+            labels.add("TrieHH worst-case bound (Prop. 1, one item per user)")
         elif not np.all(np.isnan(model[:, used])):
             curve.model_x, curve.model_y = centre[used], np.nanmean(model[:, used], axis=0)
-            label = _model_label(tables, rows)
+            labels.add(_model_label(tables, rows))
         curves.append(curve)
-    return curves, label
+    return curves, "; ".join(sorted(labels))
 
 
 def _single_triehh_setting(tables: SweepTables, rows: np.ndarray) -> dict[str, Any] | None:
@@ -432,13 +435,14 @@ def _triehh_dense(
     return grid, np.array(values)
 
 
+MODEL_LABELS = {"triehh": "TrieHH worst-case bound (Prop. 1)", "pem": "PEM analysis (eqs. (4)-(5))"}
+
+
 def _model_label(tables: SweepTables, rows: np.ndarray) -> str:
-    protocols = {tables.rows["protocol"][i] for i in rows}
-    if protocols == {"triehh"}:
-        return "worst-case bound (Prop. 1)"
-    if protocols == {"pem"}:
-        return "PEM analysis (eqs. (4)-(5))"
-    return "analysis"
+    """What the dashed lines are, from the protocols of the rows that carry a prediction."""
+    predicted = tables.rows.get("predicted_ncr", [None] * tables.count)
+    protocols = sorted({tables.rows["protocol"][i] for i in rows if predicted[i] is not None})
+    return "; ".join(MODEL_LABELS.get(protocol, f"{protocol} analysis") for protocol in protocols)
 
 
 # -- drawing ---------------------------------------------------------------------------------
@@ -510,7 +514,11 @@ def draw(plot: Plot) -> Any:
     for panel in range(len(facets), rows * columns):
         grid[panel // columns][panel % columns].set_visible(False)
     grid[0][0].set_ylabel(_label(plot.y))
-    handles, names = grid[0][0].get_legend_handles_labels()
+    legend: dict[str, Any] = {}
+    for axes in figure.axes:
+        for handle, name in zip(*axes.get_legend_handles_labels()):
+            legend.setdefault(name, handle)
+    handles = list(legend.values())
     from matplotlib.lines import Line2D
 
     if plot.hue:
