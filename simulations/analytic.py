@@ -21,7 +21,7 @@ and NCR.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -47,6 +47,16 @@ def predicted_discovery(
     if isinstance(server, PEMServer) and server.params.selection == TOP_K:
         return pem_identification(server, shard, truth)[items]
     return None
+
+
+def prediction_key(server: ServerProtocol) -> Hashable:
+    """What :func:`predicted_discovery` depends on besides the population: runs with equal keys on
+    one population share their prediction (a sweep's trials at one grid point, for TrieHH)."""
+    if isinstance(server, TrieHHServer):
+        return ("triehh", server.params)
+    if isinstance(server, PEMServer):
+        return ("pem", server.params, server.level_epsilon, server.oracle_seed)
+    return (server.name,)
 
 
 def pem_identification(server: PEMServer, shard: Shard, truth: Truth) -> np.ndarray:

@@ -126,14 +126,23 @@ class SweepTables:
 
     @property
     def swept(self) -> list[str]:
-        """Swept keys that take more than one value among the successful trials."""
-        return [key for key in self.manifest.get("swept_keys", [])
-                if key in self.rows and len(set(self.rows[key])) > 1]
+        """The axes that vary among the successful trials: each swept key, and each zipped
+        group as one axis of its varying keys joined by commas."""
+        zipped = [[key for key in group if key in self.rows] for group in self.manifest.get("zip", [])]
+        in_zip = {key for group in zipped for key in group}
+        axes = [key for key in self.manifest.get("swept_keys", []) if key in self.rows and key not in in_zip]
+        axes += [",".join(group) for group in zipped]
+        return [axis for axis in axes if len(set(self.column(axis))) > 1]
 
     def column(self, name: str, flag: str = "column") -> list[Any]:
-        if name not in self.rows:
-            raise InputError(f"{flag} {name}: not a column of {TRIALS_TABLE}.parquet; allowed: {sorted(self.rows)}")
-        return self.rows[name]
+        """A column's values; ``a,b`` names the pairs of columns ``a`` and ``b`` (a zipped axis)."""
+        parts = name.split(",")
+        for part in parts:
+            if part not in self.rows:
+                raise InputError(f"{flag} {part}: not a column of {TRIALS_TABLE}.parquet; allowed: {sorted(self.rows)}")
+        if len(parts) == 1:
+            return self.rows[name]
+        return list(zip(*(self.rows[part] for part in parts)))
 
     def numeric(self, name: str, flag: str = "--y") -> np.ndarray:
         values = self.column(name, flag)
@@ -179,7 +188,7 @@ def plan_plots(
 ) -> list[tuple[str, str, str | None, str | None]]:
     """Which plots to draw: the one asked for, or by default the headline metrics against the
     most-valued swept key, recall against K and discovery against frequency."""
-    axes = sorted(tables.swept, key=lambda key: -len(set(tables.rows[key])))
+    axes = sorted(tables.swept, key=lambda key: -len(set(tables.column(key))))
     headline = f"recall_at_{max([k for k in RECALL_KS if k <= min(tables.column('top_k'))] or [RECALL_KS[0]])}"
 
     def pick(taken: Sequence[str | None]) -> str | None:
@@ -219,7 +228,7 @@ def build_plot(
         if y != expected:
             raise InputError(f"--y {y}: with --x {x} the metric is {expected!r}")
     else:
-        if x not in tables.rows:
+        if not all(part in tables.rows for part in x.split(",")):
             raise InputError(f"--x {x}: not a column of {TRIALS_TABLE}.parquet; allowed: {K_AXIS}, {FREQUENCY_AXIS} "
                              f"or a column: {sorted(tables.rows)}")
         if y == RECALL:
@@ -246,8 +255,18 @@ def _groups(tables: SweepTables, facet: str | None, hue: str | None) -> list[Gro
     return [(f, h, np.array([i for i in range(tables.count) if facets[i] == f and hues[i] == h])) for f, h in keys]
 
 
-def _sortable(value: Any) -> tuple[int, Any]:
+def _sortable(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, tuple):
+        return tuple(_sortable(part) for part in value)
     return (0, value) if isinstance(value, (int, float)) else (1, str(value))
+
+
+def _objects(values: Sequence[Any]) -> np.ndarray:
+    """A 1-D object array (pairs of a zipped axis stay single cells)."""
+    array = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        array[i] = value
+    return array
 
 
 def mean_interval(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -283,7 +302,7 @@ def _metric_by_key(
         points = sorted({xs[i] for i in rows}, key=_sortable)
         matrix = _by_point(rows, xs, points, values)
         mean, low, high, count = mean_interval(matrix)
-        curve = Curve(facet, hue, np.array(points, dtype=object), mean, low, high, count)
+        curve = Curve(facet, hue, _objects(points), mean, low, high, count)
         dense = _triehh_dense(tables, rows, x, points, frequency) if y == DISCOVERY and frequency else None
         if dense is not None:
             curve.model_x, curve.model_y = dense
@@ -464,8 +483,8 @@ def render(plot: Plot, folder: Path) -> list[Path]:
                          "trials"])
         for curve in plot.curves:
             for j in range(curve.x.size):
-                writer.writerow([curve.facet, curve.hue, curve.x[j], curve.mean[j], curve.low[j], curve.high[j],
-                                 int(curve.trials[j])])
+                writer.writerow([_cell(curve.facet), _cell(curve.hue), _cell(curve.x[j]), curve.mean[j], curve.low[j],
+                                 curve.high[j], int(curve.trials[j])])
     return [*paths, data]
 
 
@@ -539,9 +558,15 @@ def _spans_decades(values: Sequence[Any], factor: float = 10) -> bool:
     return bool(numbers) and min(numbers) > 0 and max(numbers) / min(numbers) >= factor
 
 
+def _cell(value: Any) -> Any:
+    return " / ".join(map(str, value)) if isinstance(value, tuple) else value
+
+
 def _label(key: str | None) -> str:
     if key is None:
         return ""
+    if "," in key:
+        return " / ".join(_label(part) for part in key.split(","))
     match = re.fullmatch(r"(predicted_)?recall_at_(\d+)", key)
     if match:
         return f"recall@{match.group(2)}"
@@ -549,6 +574,8 @@ def _label(key: str | None) -> str:
 
 
 def _value(value: Any) -> str:
+    if isinstance(value, tuple):
+        return " / ".join(_value(part) for part in value)
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, int):

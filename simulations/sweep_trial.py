@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ from fedhh.population import Shard
 from fedhh.protocols import ProtocolResult, ServerProtocol
 from fedhh.sources import PopulationSource, make_source
 
-from .analytic import expected_ncr, expected_recall, predicted_discovery
+from .analytic import expected_ncr, expected_recall, predicted_discovery, prediction_key
 from .fast import drive
 from .sweep_spec import Trial
 
@@ -68,6 +68,7 @@ class Population:
     source: PopulationSource
     shard: Shard
     truth: Truth | None = None
+    predictions: dict[Hashable, np.ndarray | None] = field(default_factory=dict)  # by prediction_key
 
     def ensure_truth(self, experiment: Experiment) -> float:
         """Take the truth from the first experiment run on this population; the seconds it took."""
@@ -162,7 +163,10 @@ def _outcome(
     }
     ranked = truth.order[truth.frequency[truth.order] > 0]
     tracked = ranked[: max(trial.items, max(RECALL_KS), top_k)]
-    predicted = predicted_discovery(server, population.shard, truth, tracked)
+    memo = (prediction_key(server), tracked.size)
+    if memo not in population.predictions:
+        population.predictions[memo] = predicted_discovery(server, population.shard, truth, tracked)
+    predicted = population.predictions[memo]
     if predicted is not None:
         row.update({f"predicted_recall_at_{k}": expected_recall(predicted, k) for k in RECALL_KS})
         row["predicted_ncr"] = expected_ncr(predicted, top_k)

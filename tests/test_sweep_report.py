@@ -11,7 +11,7 @@ import pytest
 
 from fedhh.cli import main
 from simulations.analytic import triehh_rate
-from simulations.sweep_report import SweepTables, build_plot, draw
+from simulations.sweep_report import SweepTables, build_plot, draw, plan_plots
 
 SWEEP = """
 [population]
@@ -47,7 +47,9 @@ top_k = 8
 [sweep]
 trials = 2
 items = 40
+[sweep.zip]
 "protocol.name" = ["pem", "treehist"]
+"protocol.oracle" = ["olh", "flh"]
 """
 
 
@@ -146,10 +148,15 @@ def test_pem_prediction_sits_beside_its_runs(tmp_path: Path) -> None:
     items = pq.read_table(output / "items.parquet").to_pylist()
     predicted = [item["predicted"] for item in items if item["trial_key"] == pem[0]["trial_key"]]
     assert all(0 <= p <= 1 for p in predicted[:8]) and predicted[8:] == [0.0] * (len(predicted) - 8)
-    plot = build_plot(SweepTables(output), "protocol.name", "ncr", None, None)
+    tables = SweepTables(output)
+    axis = "protocol.name,protocol.oracle"  # a zipped group is one axis
+    assert tables.swept == [axis] and plan_plots(tables, None, "ncr", None, None) == [(axis, "ncr", None, None)]
+    plot = build_plot(tables, axis, "ncr", None, None)
     assert plot.model_label == "PEM analysis (eqs. (4)-(5))"
-    assert plot.curves[0].model_y[list(plot.curves[0].x).index("pem")] == pytest.approx(
-        np.mean([row["predicted_ncr"] for row in pem]))
+    assert list(plot.curves[0].x) == [("pem", "olh"), ("treehist", "flh")]
+    assert plot.curves[0].model_y[0] == pytest.approx(np.mean([row["predicted_ncr"] for row in pem]))
+    assert np.isnan(plot.curves[0].model_y[1])
+    assert main(["report", str(output), "--x", axis, "--y", "ncr"]) == 0
 
 
 @pytest.mark.parametrize(
