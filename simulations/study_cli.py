@@ -49,7 +49,7 @@ def add_study_parsers(commands: argparse._SubParsersAction) -> None:
     report.add_argument("--facet", help="key drawn as one panel per value (default: the next swept key)")
     report.add_argument("--frequency", type=float,
                         help="with --y discovery: only items whose true frequency is within a factor "
-                        "1.5 of this share of users")
+                        "1.1 of this share of users")
     report.add_argument("--output", help="folder for the plots and summary.md (default: FOLDER/report)")
     report.set_defaults(func=_report)
 

@@ -38,6 +38,8 @@ from rich.progress import (
     BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
 )
 
+from fedhh.errors import InputError
+
 from .sweep_spec import SweepSpec, Trial
 from .sweep_store import SweepFolder
 from .sweep_trial import PopulationCache, TrialRecord, run_chunk
@@ -164,9 +166,13 @@ class RayTrials:
         os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
         import ray
 
-        if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False, logging_level="ERROR")
+        self._connected_here = not ray.is_initialized()
+        if self._connected_here:
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False, logging_level="ERROR")
+            except (ConnectionError, ValueError, RuntimeError) as error:
+                raise InputError(f"--ray-address {address}: cannot connect to a Ray cluster ({error})") from None
         self._ray = ray
         self.workers = max(int(ray.cluster_resources().get("CPU", 1)), 1)
         self._task = ray.remote(num_cpus=1, num_returns="streaming")(run_chunk)
@@ -190,10 +196,13 @@ class RayTrials:
                 yield record
 
     def close(self) -> None:
-        """Cancel what is still running; the cluster itself belongs to whoever started it."""
+        """Cancel what is still running and disconnect if this sweep connected; the cluster
+        itself belongs to whoever started it."""
         for generator in self._pending:
             self._ray.cancel(generator, force=True)
         self._pending = []
+        if self._connected_here:
+            self._ray.shutdown()
 
 
 def make_executor(workers: int, ray_address: str | None) -> InProcessTrials | ProcessTrials | RayTrials:
@@ -265,10 +274,14 @@ def run_sweep(
     """Run the trials of ``spec`` not yet in ``output`` and rebuild its tables."""
     started = time.perf_counter()
     trials = spec.expand()
-    folder = SweepFolder.claim(output, spec)
+    executor = make_executor(workers or default_workers(), ray_address)  # a cluster that cannot be reached writes nothing
+    try:
+        folder = SweepFolder.claim(output, spec)
+    except BaseException:
+        executor.close()
+        raise
     finished = folder.finished()
     todo = [t for t in trials if t.key not in finished or (retry_failed and finished[t.key])]
-    executor = make_executor(workers or default_workers(), ray_address)
     run = folder.start_run(executor.name, executor.workers, len(todo), len(trials) - len(todo))
     computed = failed = 0
     status = "interrupted"

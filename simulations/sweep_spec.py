@@ -31,6 +31,7 @@ transport changes no result), so the transport keys are not swept.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -80,7 +81,7 @@ class Trial:
     def seed(self) -> int:
         return int(self.config["run"]["seed"])
 
-    @property
+    @functools.cached_property
     def population_key(self) -> str:
         """Equal for trials that share a population: same section, codec and seed."""
         return _digest({

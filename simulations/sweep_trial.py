@@ -101,7 +101,8 @@ class PopulationCache:
 
 def run_chunk(trials: Iterable[Trial], cache: PopulationCache | None = None) -> Iterator[TrialRecord]:
     """Run trials one after the other (a chunk shares one population), yielding each record."""
-    cache = cache or PopulationCache()
+    if cache is None:
+        cache = PopulationCache()
     for trial in trials:
         yield run_trial(trial, cache)
 
