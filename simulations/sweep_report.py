@@ -52,7 +52,7 @@ TRIEHH_CURVE_KEYS = ("population.users", "privacy.epsilon", "privacy.delta")
 LABELS = {
     "population.users": "users n", "privacy.epsilon": "target ε", "privacy.delta": "target δ",
     "population.words_per_user": "words per user", "protocol.unit_size": "unit size", "protocol.name": "protocol",
-    "protocol.top_k": "k (values reported)", "epsilon": "ε", "delta": "δ", "n": "users n",
+    "protocol.top_k": "k (values reported)", "protocol.oracle": "oracle", "protocol.segment_length": "η", "epsilon": "ε", "delta": "δ", "n": "users n",
     K_AXIS: "K (true top K)", FREQUENCY_AXIS: "true frequency (share of users)", DISCOVERY: "discovery rate",
     RECALL: "recall of the true top K", "f1": "F1", "ncr": "NCR", "precision": "precision",
     "wall_s": "seconds per trial",
@@ -192,7 +192,9 @@ def plan_plots(
     headline = f"recall_at_{max([k for k in RECALL_KS if k <= min(tables.column('top_k'))] or [RECALL_KS[0]])}"
 
     def pick(taken: Sequence[str | None]) -> str | None:
-        return next((key for key in axes if key not in taken), None)
+        """The next axis sharing no key with those taken (a zipped axis contains its keys)."""
+        used = {part for key in taken if key for part in key.split(",")}
+        return next((key for key in axes if not used & set(key.split(","))), None)
 
     if x is not None or y is not None:
         chosen_x = x or pick([])
@@ -233,7 +235,8 @@ def build_plot(
                              f"or a column: {sorted(tables.rows)}")
         if y == RECALL:
             raise InputError(f"--y {y}: recall against K needs --x {K_AXIS}; against a key use recall_at_K")
-    pooled = [key for key in tables.swept if key not in (x, hue, facet)]
+    shown = {part for key in (x, hue, facet) if key for part in key.split(",")}
+    pooled = [key for key in tables.swept if not shown & set(key.split(","))]
     groups = _groups(tables, facet, hue)
     if x == K_AXIS:
         curves, label = _recall_by_k(tables, groups)
@@ -499,6 +502,8 @@ def draw(plot: Plot) -> Any:
     hues = list(dict.fromkeys(curve.hue for curve in plot.curves))
     columns = min(len(facets), 3)
     rows = math.ceil(len(facets) / columns)
+    from matplotlib.ticker import NullLocator
+
     figure, grid = plt.subplots(rows, columns, figsize=(4.6 * columns + 1.2, 3.6 * rows), dpi=110,
                                 squeeze=False, sharey=True)
     colours = plt.get_cmap("viridis" if len(hues) > 6 else "tab10")
@@ -512,7 +517,7 @@ def draw(plot: Plot) -> Any:
             index = hues.index(curve.hue)
             colour = colours(index / max(len(hues) - 1, 1)) if len(hues) > 6 else colours(index % 10)
             x = np.array([categories.index(v) for v in curve.x]) if categorical else curve.x.astype(float)
-            name = f"{_label(plot.hue)} = {_value(curve.hue)}" if plot.hue else SIMULATED
+            name = _value(curve.hue) if plot.hue else SIMULATED
             axes.plot(x, curve.mean, "o-" if x.size <= MARKED else "-", color=colour, ms=3.5, lw=1.4, label=name)
             low, high = (np.clip(curve.low, 0, 1), np.clip(curve.high, 0, 1)) if shares else (curve.low, curve.high)
             axes.fill_between(x, low, high, color=colour, alpha=0.18, lw=0)
@@ -520,10 +525,14 @@ def draw(plot: Plot) -> Any:
                 model_x = (np.array([categories.index(v) for v in curve.model_x]) if categorical
                            else np.asarray(curve.model_x, dtype=float))
                 axes.plot(model_x, curve.model_y, "--", color=colour, lw=1.2)
+        points = sorted({float(v) for c in plot.curves for v in c.x}) if not categorical else []
         if categorical:
             axes.set_xticks(range(len(categories)), [_value(v) for v in categories])
-        elif _spans_decades([v for c in plot.curves for v in c.x]):
+        elif _spans_decades(points):
             axes.set_xscale("log")
+        if points and len(points) <= MARKED // 3:  # few swept values: label each one
+            axes.set_xticks(points, [_compact(v) for v in points])
+            axes.xaxis.set_minor_locator(NullLocator())
         if _spans_decades([v for c in plot.curves for v in c.mean if np.isfinite(v)], factor=100):
             axes.set_yscale("log")
         if plot.facet:
@@ -544,7 +553,8 @@ def draw(plot: Plot) -> Any:
         handles.append(Line2D([], [], color="0.3", marker="o", ms=3.5, label=SIMULATED))
     if plot.model_label:
         handles.append(Line2D([], [], color="0.3", ls="--", label=plot.model_label))
-    figure.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    figure.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False,
+                  title=_label(plot.hue) or None, title_fontsize=8, alignment="left")
     title = f"{_label(plot.y)} against {_label(plot.x)}"
     if plot.pooled:
         title += f" (pooled over {', '.join(plot.pooled)})"
@@ -571,6 +581,14 @@ def _label(key: str | None) -> str:
     if match:
         return f"recall@{match.group(2)}"
     return LABELS.get(key, key)
+
+
+def _compact(value: float) -> str:
+    """A tick label: 20k, 1.5M, 0.5, 64."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
 
 
 def _value(value: Any) -> str:

@@ -31,10 +31,6 @@ from .fast import drive
 from .sweep_spec import Trial
 
 RECALL_KS = (1, 5, 10, 25, 50, 100, 250)
-METRIC_COLUMNS = (
-    *(f"recall_at_{k}" for k in RECALL_KS), "precision", "f1", "ncr", "discovered", "rounds", "stopped_because",
-)
-PREDICTED_COLUMNS = (*(f"predicted_recall_at_{k}" for k in RECALL_KS), "predicted_ncr")
 # The items table: column -> pyarrow type name (cells may be null where noted in the README).
 ITEM_COLUMNS = {"trial_key": "string", "item": "string", "true_rank": "int64", "true_frequency": "double",
                 "true_count": "int64", "discovered": "bool", "estimated_count": "double", "predicted": "double"}
