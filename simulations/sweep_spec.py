@@ -84,11 +84,14 @@ class Trial:
     @functools.cached_property
     def population_key(self) -> str:
         """Equal for trials that share a population: same section, codec and seed."""
-        return _digest({
-            "population": self.config["population"],
-            "codec": item_codec(self.config).describe(),
-            "seed": self.population_seed,
-        })
+        return _digest({"vocabulary": self.vocabulary_key, "users": self.config["population"]["users"]})
+
+    @functools.cached_property
+    def vocabulary_key(self) -> str:
+        """Equal for trials whose populations differ at most in size (one encoded vocabulary)."""
+        section = {key: value for key, value in self.config["population"].items() if key != "users"}
+        return _digest({"population": section, "codec": item_codec(self.config).describe(),
+                        "seed": self.population_seed})
 
 
 @dataclass(frozen=True)

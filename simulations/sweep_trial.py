@@ -24,7 +24,7 @@ from fedhh.experiment import Experiment, item_codec
 from fedhh.metrics import Truth, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
 from fedhh.population import Shard
 from fedhh.protocols import ProtocolResult, ServerProtocol
-from fedhh.sources import PopulationSource, make_source
+from fedhh.sources import PopulationSource, SampledSource, make_source
 
 from .analytic import expected_ncr, expected_recall, predicted_discovery, prediction_key
 from .fast import drive
@@ -76,22 +76,31 @@ class Population:
 
 
 class PopulationCache:
-    """The last population built, reused while trials share it."""
+    """The last population built, reused while trials share it; the next population that
+    differs only in size reuses its encoded vocabulary and prefix index."""
 
     def __init__(self) -> None:
         self._population: Population | None = None
+        self._vocabulary_key = ""
 
     def get(self, trial: Trial) -> tuple[Population, float]:
         """The trial's population and the seconds spent building it now (0 when reused)."""
-        if self._population is not None and self._population.key == trial.population_key:
-            return self._population, 0.0
-        self._population = None  # free the previous one before building the next
+        previous = self._population
+        if previous is not None and previous.key == trial.population_key:
+            return previous, 0.0
+        self._population = None  # free the previous users before drawing the next
         started = time.perf_counter()
         config = trial.config
-        source = make_source(config["population"], item_codec(config), trial.population_seed)
+        if previous is not None and isinstance(previous.source, SampledSource) and (
+                self._vocabulary_key == trial.vocabulary_key):
+            source: PopulationSource = previous.source.with_users(int(config["population"]["users"]))
+        else:
+            source = make_source(config["population"], item_codec(config), trial.population_seed)
+        del previous
         shard = source.build_all()
         shard.vocabulary.prefixes.build_all()
         self._population = Population(trial.population_key, source, shard)
+        self._vocabulary_key = trial.vocabulary_key
         return self._population, time.perf_counter() - started
 
 

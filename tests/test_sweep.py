@@ -272,3 +272,21 @@ def test_ray_tasks_give_the_same_tables(tiny: tuple[Path, Path], tmp_path: Path)
     assert results(tmp_path / "ray") == results(one)
     assert results(tmp_path / "ray", "items") == results(one, "items")
     assert np.isfinite([row["recall_at_10"] for row in results(one)]).all()
+
+
+def test_a_resized_population_equals_a_fresh_one(tiny: tuple[Path, Path]) -> None:
+    """The second population size reuses the first one's encoded vocabulary, and draws the same users."""
+    from simulations.sweep_trial import PopulationCache
+
+    sweep, _ = tiny
+    trials = load_sweep(sweep).expand()
+    small, large = (next(t for t in trials if t.values["population.users"] == n) for n in (20_000, 40_000))
+    cache = PopulationCache()
+    first, _ = cache.get(small)
+    second, seconds = cache.get(large)
+    assert seconds > 0 and second.source.vocabulary is first.source.vocabulary
+    fresh = make_source(large.config["population"], Experiment(large.config).codec, large.population_seed).build_all()
+    assert second.source.n_users == fresh.n_users == 40_000
+    for field in ("item_offsets", "item_ids", "item_counts"):
+        assert np.array_equal(getattr(second.shard, field), getattr(fresh, field))
+    assert np.array_equal(second.shard.vocabulary.rows, fresh.vocabulary.rows)
