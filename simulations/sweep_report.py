@@ -154,9 +154,6 @@ class SweepTables:
         return sorted(name for name, values in self.rows.items()
                       if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values))
 
-    def configs(self) -> list[dict[str, Any]]:
-        return [json.loads(text) for text in self.column("config")]
-
 
 def write_report(
     folder: str | Path,

@@ -13,23 +13,8 @@ from fedhh.cli import main
 from simulations.analytic import triehh_rate
 from simulations.sweep_report import SweepTables, build_plot, draw, plan_plots
 
-SWEEP = """
-[population]
-source = "zipf"
-vocabulary = 2000
-item_length = 5
-[protocol]
-max_length = 6
-[privacy]
-delta = 1e-6
-[run]
-top_k = 20
-[sweep]
-trials = 3
-items = 60
-"population.users" = [20_000, 40_000]
-"privacy.epsilon" = [4, 8]
-"""
+from .test_sweep import TINY
+
 PEM = """
 [population]
 source = "zipf"
@@ -57,7 +42,7 @@ items = 40
 def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("report")
     sweep = folder / "study.toml"
-    sweep.write_text(SWEEP, encoding="utf-8")
+    sweep.write_text(TINY, encoding="utf-8")
     output = folder / "out"
     assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 0
     return output
