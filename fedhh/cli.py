@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_oracles_parser(commands)
     add_audit_parser(commands)
+    from simulations.study_cli import add_study_parsers  # sweeps and reports are drivers: simulations/
+
+    add_study_parsers(commands)
     return parser
 
 

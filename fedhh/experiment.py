@@ -78,13 +78,19 @@ EVALUATION_NOTE = (
 class Experiment:
     """Everything a driver needs to run one configured experiment."""
 
-    def __init__(self, config: FedhhConfig) -> None:
+    def __init__(self, config: FedhhConfig, source: PopulationSource | None = None) -> None:
+        """``source``: an already-built population to reuse (sweeps run many trials on one
+        population, drawn with its own seed); it must be encoded with this config's codec."""
         self.config = config
         self.codec = item_codec(config)
         self.protocol = get_protocol(config["protocol"]["name"])
         self.seed = int(config["run"]["seed"])
         self.randomness = KeyedRandomness(self.seed)
-        self.source: PopulationSource = make_source(config["population"], self.codec, self.seed)
+        if source is None:
+            source = make_source(config["population"], self.codec, self.seed)
+        elif source.vocabulary.codec != self.codec:
+            raise ValueError("a reused population must be encoded with the config's [protocol] codec")
+        self.source: PopulationSource = source
         self.n_users = self.source.n_users
         # Solving the privacy target here refuses an impossible run before any round.
         self.privacy: PrivacyReport = self.make_server().privacy_report()

@@ -9,6 +9,7 @@ and sliced.
 
 from __future__ import annotations
 
+import copy
 import csv
 import functools
 from abc import ABC, abstractmethod
@@ -67,6 +68,14 @@ class SampledSource(PopulationSource):
         self.vocabulary, self._candidate_item = Vocabulary.encode(candidates, codec)
         cdf = np.cumsum(probabilities, dtype=np.float64)
         self._cdf = cdf / cdf[-1]
+
+    def with_users(self, n_users: int) -> "SampledSource":
+        """The same distribution over the same encoded vocabulary for ``n_users`` users (sweeps
+        over the population size encode the vocabulary and index its prefixes once); the first
+        ``min(n, n')`` users are the same in both."""
+        resized = copy.copy(self)
+        resized.n_users = n_users
+        return resized
 
     def build_shard(self, shard_index: int, num_shards: int) -> Shard:
         start, stop = shard_bounds(self.n_users, shard_index, num_shards)

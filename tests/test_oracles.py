@@ -465,3 +465,16 @@ def test_unknown_oracle_and_option_names_list_what_is_allowed() -> None:
     with pytest.raises(ValueError, match=r"coefficients must be an integer \[1, 16\], got 0"):
         make_oracle("hm", epsilon=1.0, domain=10, coefficients=0)
     assert set(ORACLE_NAMES) >= {"grr", "de", "sue", "oue", "blh", "olh", "flh", "hr", "hm", "cms", "hcms"}
+
+
+def test_flh_support_without_the_cached_hash_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Candidate sets too large for the cached table are hashed block by block, to the same counts."""
+    from fedhh.oracles import fast_local_hashing
+
+    oracle = make_oracle("flh", epsilon=2.0, domain=1 << 32, seed=3, hash_functions=16)
+    values = np.random.default_rng(0).integers(0, 50, 2000).astype(np.uint64)
+    statistics = oracle.aggregate(oracle.randomize(values, UserRandom(derive_key(1, "flh"), np.arange(2000))))
+    candidates = np.arange(100, dtype=np.uint64)
+    cached = oracle.support(statistics, candidates).counts
+    monkeypatch.setattr(fast_local_hashing, "_CACHED_ENTRIES", 10)  # a sweep's PEM (k = 4) got here
+    assert np.array_equal(oracle.support(statistics, candidates).counts, cached)

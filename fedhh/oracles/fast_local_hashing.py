@@ -164,7 +164,9 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
             if table is not None:
                 hashed = table[:, part]
             else:
-                hashed = hash_expanded(self.multipliers[:, None], self.offsets[:, None], mixed[None, part], self.g)
+                # uint64 buckets: cast, or int64 rows + uint64 would promote to float indices
+                hashed = hash_expanded(self.multipliers[:, None], self.offsets[:, None], mixed[None, part],
+                                       self.g).astype(np.int64)
             counts[part] = flat[rows + hashed].sum(axis=0)
         return Support(counts, statistics.n_users)
 

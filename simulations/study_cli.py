@@ -1,0 +1,95 @@
+"""``fedhh sweep`` and ``fedhh report``: the study commands, registered by :mod:`fedhh.cli`.
+
+Only argument parsing lives at module level; the handlers import the
+sweep and report machinery (numpy, pyarrow, matplotlib, Ray when asked)
+when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+EXIT_INTERRUPTED = 130
+EXIT_INCOMPLETE = 1
+
+
+def add_study_parsers(commands: argparse._SubParsersAction) -> None:
+    """Register ``sweep`` and ``report`` under the top-level subcommands."""
+    sweep = commands.add_parser(
+        "sweep", help="run a grid of experiments (a sweep file) in parallel, resumably, into tables",
+        description="Run every trial of a sweep file on the fast driver and write trials.parquet "
+        "(one row per trial) and items.parquet (per-item discovery) to the output folder. "
+        "Re-running the same command skips the trials already done.",
+    )
+    sweep.add_argument("sweep_file", help="TOML sweep file (a base config and a [sweep] table)")
+    sweep.add_argument("--output", help="results folder (default: results/sweeps/<sweep file name>)")
+    sweep.add_argument("--workers", type=int, help="worker processes (default: the cores available)")
+    sweep.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS") or None,
+                       help="run the trials as Ray tasks on this cluster (default: $RAY_ADDRESS; "
+                       "unset: worker processes on this machine)")
+    sweep.add_argument("--csv", action="store_true", help="also write trials.csv and items.csv")
+    sweep.add_argument("--retry-failed", action="store_true", help="run again the trials that failed before")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.set_defaults(func=_sweep)
+
+    report = commands.add_parser(
+        "report", help="plots (PNG, SVG) and a Markdown summary of a sweep's tables",
+        description="Plot a metric against a swept key, with the mean and 95%% interval over trials and "
+        "the protocols' analytic predictions beside the simulated points. Special axes: --x k (recall of "
+        "the true top K against K) and --x frequency (discovery rate against the item's true frequency).",
+    )
+    report.add_argument("folder", help="a folder written by fedhh sweep")
+    report.add_argument("--x", help="x axis: a swept key or a column, k, or frequency (default: the "
+                        "swept key with the most values)")
+    report.add_argument("--y", help="metric: a column of trials.parquet (recall_at_10, f1, ncr, ...), or "
+                        "discovery (share of the true top items found; see --frequency)")
+    report.add_argument("--hue", help="key drawn as one line per value (default: the next swept key)")
+    report.add_argument("--facet", help="key drawn as one panel per value (default: the next swept key)")
+    report.add_argument("--frequency", type=float,
+                        help="with --y discovery: only items whose true frequency is within a factor "
+                        "1.1 of this share of users")
+    report.add_argument("--output", help="folder for the plots and summary.md (default: FOLDER/report)")
+    report.set_defaults(func=_report)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from fedhh.errors import InputError
+
+    from .sweep import run_sweep
+    from .sweep_spec import load_sweep
+
+    if args.workers is not None and args.workers < 1:
+        raise InputError(f"--workers: must be >= 1, got {args.workers}")
+    spec = load_sweep(args.sweep_file)
+    output = Path(args.output) if args.output else Path("results") / "sweeps" / spec.path.stem
+    console = Console(stderr=True, soft_wrap=True)
+    try:
+        outcome = run_sweep(spec, output, args.workers, args.ray_address, args.csv,
+                            show_progress=not args.quiet, retry_failed=args.retry_failed)
+    except KeyboardInterrupt:
+        console.print(f"interrupted: the finished trials are in {output}; run the same command to resume")
+        return EXIT_INTERRUPTED
+    console.print(
+        f"[bold]sweep[/] {outcome.total} trials: {outcome.computed} run now ({outcome.failed} failed), "
+        f"{outcome.skipped} done before, {outcome.not_run} not run; {outcome.seconds:.1f} s; {outcome.status}"
+    )
+    console.print(f"[bold]tables[/] {outcome.folder / 'trials.parquet'} ({outcome.rows} rows), "
+                  f"{outcome.folder / 'items.parquet'}")
+    if outcome.failed:
+        console.print("some trials failed: see the error column of trials.parquet (--retry-failed runs them again)")
+    console.print(f"next: fedhh report {outcome.folder}")
+    return 0 if outcome.not_run == 0 else EXIT_INCOMPLETE
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .sweep_report import write_report
+
+    written = write_report(args.folder, x=args.x, y=args.y, hue=args.hue, facet=args.facet,
+                           frequency=args.frequency, output=args.output)
+    for path in written:  # one file a line, for scripts
+        print(path)
+    return 0

@@ -1,0 +1,296 @@
+"""A sweep file: a base experiment, the grid of values to try, and its trials, all checked up front.
+
+A sweep is TOML::
+
+    base = "../default.toml"          # optional, relative to this file
+    [population]                      # optional inline sections, applied over the base
+    users = 100_000
+
+    [sweep]
+    trials = 10                       # runs per grid point
+    items = 500                       # true top items whose discovery each trial records
+    "population.users" = [10_000, 100_000, 1_000_000]
+    "privacy.epsilon" = [1, 2, 4, 8]
+
+    [sweep.zip]                       # axes that move together: one axis of paired values
+    "protocol.name" = ["pem", "treehist"]
+    "protocol.oracle" = ["olh", "count-sketch-hadamard"]
+
+(``[[sweep.zip]]`` gives several zipped groups.)  The grid is the product of
+the ``[sweep]`` axes and the zipped groups.  Every grid point is validated
+as a whole config before anything runs, and an error names the key and the
+point, so a typo at the 37th point does not surface an hour in.
+
+Trials: point ``p``'s trial ``i`` runs with the seed derived from the
+point's ``run.seed`` and ``i``; its population is drawn once with the
+point's ``run.seed`` itself and shared by every trial of the point (and by
+every point with the same population), as in the papers' Monte Carlo runs
+over one fixed data set.  Sweeps run on the fast driver in process (the
+transport changes no result), so the transport keys are not swept.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedhh.config import SCHEMA, ConfigError, FedhhConfig, Scalar, build_config
+from fedhh.errors import InputError
+from fedhh.experiment import item_codec
+from fedhh.randomness import derive_key
+
+DEFAULT_TRIALS = 1
+DEFAULT_ITEMS = 500
+RESERVED = ("trials", "items", "zip")
+# A sweep runs every trial on the fast driver in one process: these keys choose a
+# transport (which changes no result) or charge a real deployment's privacy ledger.
+FIXED_KEYS: dict[str, Scalar] = {"run.driver": "fast", "run.backend": "inprocess", "run.shards": 1}
+NOT_SWEPT = (
+    *FIXED_KEYS, "run.federation", "run.round_timeout", "run.connect_timeout", "run.secure_aggregation",
+    "privacy.ledger", "privacy.max_epsilon",
+)
+TRIAL_SEED_PURPOSE = "sweep.trial"
+
+
+class SweepError(InputError):
+    """A sweep file that cannot run; the message names the key (and the grid point)."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of a sweep: a full config (``run.seed`` is the trial's seed) and where it sits in the grid."""
+
+    key: str  # hash of everything that fixes the result
+    point: int  # grid point, 0-based
+    index: int  # trial at that point, 0-based
+    values: dict[str, Scalar]  # the swept keys at this point
+    config: FedhhConfig
+    population_seed: int
+    items: int
+
+    @property
+    def seed(self) -> int:
+        return int(self.config["run"]["seed"])
+
+    @functools.cached_property
+    def population_key(self) -> str:
+        """Equal for trials that share a population: same section, codec and seed."""
+        return _digest({"vocabulary": self.vocabulary_key, "users": self.config["population"]["users"]})
+
+    @functools.cached_property
+    def vocabulary_key(self) -> str:
+        """Equal for trials whose populations differ at most in size (one encoded vocabulary)."""
+        section = {key: value for key, value in self.config["population"].items() if key != "users"}
+        return _digest({"population": section, "codec": item_codec(self.config).describe(),
+                        "seed": self.population_seed})
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A parsed sweep file: the base config, its axes, and how many trials per point."""
+
+    path: Path
+    text: str
+    base_path: Path | None
+    base_text: str
+    base: FedhhConfig
+    axes: dict[str, list[Scalar]]
+    zipped: list[dict[str, list[Scalar]]] = field(default_factory=list)
+    trials: int = DEFAULT_TRIALS
+    items: int = DEFAULT_ITEMS
+
+    @property
+    def swept_keys(self) -> list[str]:
+        """Every key that varies, in file order (the zipped ones last)."""
+        return [*self.axes, *(key for group in self.zipped for key in group)]
+
+    def points(self) -> list[dict[str, Scalar]]:
+        """The grid: one mapping of swept key to value per point."""
+        dimensions: list[list[dict[str, Scalar]]] = [
+            [{key: value} for value in values] for key, values in self.axes.items()
+        ]
+        for group in self.zipped:
+            length = len(next(iter(group.values())))
+            dimensions.append([{key: values[i] for key, values in group.items()} for i in range(length)])
+        return [
+            {key: value for part in combination for key, value in part.items()}
+            for combination in itertools.product(*dimensions)
+        ]
+
+    def expand(self) -> list[Trial]:
+        """Every trial of the grid, each point validated as a full config."""
+        points = self.points()
+        trials: list[Trial] = []
+        for point, values in enumerate(points):
+            where = f"sweep point {point + 1} of {len(points)} ({_describe(values)})"
+            try:
+                config = self.base.with_overrides(values)
+            except ConfigError as error:
+                raise SweepError(f"{where}: {error}") from None
+            population_seed = int(config["run"]["seed"])
+            for index in range(self.trials):
+                trial_config = config.with_overrides({**FIXED_KEYS, "run.seed": trial_seed(population_seed, index)})
+                key = _digest({"config": trial_config.to_dict(), "population_seed": population_seed,
+                               "items": self.items})
+                trials.append(Trial(key, point, index, dict(values), trial_config, population_seed, self.items))
+        _check_distinct(trials, points)
+        return trials
+
+
+def trial_seed(seed: int, index: int) -> int:
+    """The seed of trial ``index`` at a point whose ``run.seed`` is ``seed`` (53 bits: exact in any table)."""
+    return int(derive_key(seed, TRIAL_SEED_PURPOSE, index) >> np.uint64(11))
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read and check a sweep file; every error is a :class:`SweepError` naming the key."""
+    file = Path(path)
+    text = _read(file, "sweep file")
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise SweepError(f"sweep file {str(file)!r} is not valid TOML: {error}") from None
+    sweep = raw.pop("sweep", None)
+    if not isinstance(sweep, Mapping):
+        raise SweepError(f"sweep file {str(file)!r}: needs a [sweep] table (dotted config keys -> lists, trials)")
+    base_name = raw.pop("base", None)
+    base_path: Path | None = None
+    sections: dict[str, Any] = {}
+    base_text = ""
+    if base_name is not None:
+        if not isinstance(base_name, str) or not base_name:
+            raise SweepError(f"base: expected the path of a config file, got {base_name!r}")
+        base_path = (file.parent / base_name).resolve()
+        base_text = _read(base_path, "base")
+        try:
+            sections = tomllib.loads(base_text)
+        except tomllib.TOMLDecodeError as error:
+            raise SweepError(f"base: {str(base_path)!r} is not valid TOML: {error}") from None
+    for section, values in raw.items():  # inline sections override the base, key by key
+        if isinstance(values, Mapping) and isinstance(sections.get(section), Mapping):
+            sections[section] = {**sections[section], **values}
+        else:
+            sections[section] = values
+    try:
+        base = build_config(sections)
+    except ConfigError as error:
+        raise SweepError(f"sweep base config: {error}") from None
+    if base["privacy"]["ledger"]:
+        raise SweepError(
+            "privacy.ledger: a sweep simulates its populations and charges no ledger; remove the key"
+        )
+    trials = _count(sweep.get("trials", DEFAULT_TRIALS), "sweep.trials")
+    items = _count(sweep.get("items", DEFAULT_ITEMS), "sweep.items")
+    axes = {key: _axis(key, values) for key, values in sweep.items() if key not in RESERVED}
+    zipped = [_zip_group(group, index) for index, group in enumerate(_zip_groups(sweep.get("zip")))]
+    seen = set(axes)
+    for group in zipped:
+        for key in group:
+            if key in seen:
+                raise SweepError(f"sweep: {key} is swept twice (in [sweep] and [sweep.zip], or in two zip groups)")
+            seen.add(key)
+    spec = SweepSpec(file.resolve(), text, base_path, base_text, base, axes, zipped, trials, items)
+    spec.expand()  # validates every grid point now, before anything runs
+    return spec
+
+
+def _read(file: Path, what: str) -> str:
+    try:
+        return file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SweepError(f"{what}: {str(file)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SweepError(f"{what}: cannot read {str(file)!r} ({error})") from None
+
+
+def _count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SweepError(f"{name}: expected an integer >= 1, got {value!r}")
+    return value
+
+
+def _axis(key: str, values: Any) -> list[Scalar]:
+    """One swept key's values, each checked alone against the schema (points are checked whole later)."""
+    if "." not in key:
+        raise SweepError(
+            f"sweep.{key}: unknown key; allowed: {list(RESERVED)} or a dotted config key such as "
+            '"privacy.epsilon" (quoted in TOML)'
+        )
+    if key in NOT_SWEPT:
+        raise SweepError(f"sweep: {key} cannot be swept (sweeps run every trial on the fast driver in process, "
+                         f"and charge no ledger); not sweepable: {list(NOT_SWEPT)}")
+    if not isinstance(values, list):
+        raise SweepError(f"sweep: {key}: expected a list of values, got {values!r}")
+    if not values:
+        raise SweepError(f"sweep: {key}: empty list; give at least one value")
+    section, _, name = key.partition(".")
+    if section not in SCHEMA:
+        raise SweepError(f"sweep: {key}: unknown section {section!r}; allowed sections: {list(SCHEMA)}")
+    if name not in SCHEMA[section]:
+        raise SweepError(f"sweep: {key}: unknown key {name!r} in [{section}]; allowed keys: {list(SCHEMA[section])}")
+    checked: list[Scalar] = []
+    for value in values:
+        try:  # the value alone; rules across keys are checked on each whole grid point
+            normalised = SCHEMA[section][name].validate(key, value)
+        except ConfigError as error:
+            raise SweepError(f"sweep: {key} = {value!r}: {error}") from None
+        if normalised in checked:
+            raise SweepError(f"sweep: {key}: value {value!r} appears twice")
+        checked.append(normalised)
+    return checked
+
+
+def _zip_groups(raw: Any) -> list[Mapping[str, Any]]:
+    if raw is None:
+        return []
+    if isinstance(raw, Mapping):
+        return [raw]
+    if isinstance(raw, list) and all(isinstance(group, Mapping) for group in raw):
+        return raw
+    raise SweepError(f"sweep.zip: expected a table (or an array of tables) of equal-length lists, got {raw!r}")
+
+
+def _zip_group(group: Mapping[str, Any], index: int) -> dict[str, list[Scalar]]:
+    if not group:
+        raise SweepError(f"sweep.zip (group {index + 1}): empty table")
+    axes: dict[str, list[Scalar]] = {}
+    for key, values in group.items():
+        if isinstance(values, list) and values:
+            # paired values may repeat (e.g. one oracle for two protocols): check each alone
+            axes[key] = [_axis(key, [value])[0] for value in values]
+        else:
+            axes[key] = _axis(key, values)
+    lengths = {key: len(values) for key, values in axes.items()}
+    if len(set(lengths.values())) > 1:
+        raise SweepError(f"sweep.zip (group {index + 1}): lists must have one length, got {lengths}")
+    return axes
+
+
+def _check_distinct(trials: Sequence[Trial], points: Sequence[dict[str, Scalar]]) -> None:
+    """Two points with the same config would be one experiment counted twice."""
+    first: dict[str, Trial] = {}
+    for trial in trials:
+        other = first.setdefault(trial.key, trial)
+        if other is not trial:
+            raise SweepError(
+                f"sweep: points {other.point + 1} ({_describe(points[other.point])}) and {trial.point + 1} "
+                f"({_describe(points[trial.point])}) are the same experiment; make the values distinct"
+            )
+
+
+def _describe(values: Mapping[str, Scalar]) -> str:
+    return ", ".join(f"{key} = {value!r}" for key, value in values.items()) or "the base config"
+
+
+def _digest(document: Mapping[str, Any]) -> str:
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:20]

@@ -1,0 +1,224 @@
+"""A sweep's output folder: its manifest, one file per finished trial, and the tables built from them.
+
+Layout::
+
+    DIR/sweep.json            manifest: the sweep file (and base) text, grid, runs, versions, machine
+    DIR/trials/<key>.json     one finished trial (its table row and its per-item rows)
+    DIR/trials.parquet        one row per trial (``--csv``: trials.csv too)
+    DIR/items.parquet         per trial, the discovery of each true top item (``--csv``: items.csv)
+
+Every file is written to a temporary name in its folder and renamed into
+place, so a sweep killed at any instant (``kill -9``, a lost machine) leaves
+whole files only: the finished trials are kept and a re-run skips them
+(trials are keyed by a hash of their full config), and the tables are
+rebuilt from the trial files.  fedhh only writes into a folder it created:
+a non-empty folder without the manifest of this sweep file is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedhh import __version__
+from fedhh.errors import InputError
+
+from .sweep_spec import SweepSpec, Trial
+from .sweep_trial import ITEM_COLUMNS, TrialRecord
+
+MANIFEST = "sweep.json"
+TRIALS_DIR = "trials"
+TRIALS_TABLE = "trials"
+ITEMS_TABLE = "items"
+FORMAT = "fedhh-sweep/1"
+
+
+class SweepFolder:
+    """The output folder of one sweep file, claimed for writing."""
+
+    def __init__(self, path: Path, spec: SweepSpec) -> None:
+        self.path = path
+        self.spec = spec
+        self.records = path / TRIALS_DIR
+        self.manifest_path = path / MANIFEST
+
+    @classmethod
+    def claim(cls, path: str | Path, spec: SweepSpec) -> "SweepFolder":
+        """Create the folder, or resume in it if it holds an earlier run of the same sweep file."""
+        folder = Path(path)
+        if folder.exists() and not folder.is_dir():
+            raise InputError(f"--output: {str(folder)!r} is a file; give a folder")
+        if folder.is_dir() and any(folder.iterdir()):
+            manifest = folder / MANIFEST
+            try:
+                previous = json.loads(manifest.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                raise InputError(
+                    f"--output: {str(folder)!r} is not empty and holds no sweep manifest ({MANIFEST}); "
+                    "fedhh writes only into a new or empty folder, or into an earlier run of the same sweep"
+                ) from None
+            if previous.get("format") != FORMAT or previous.get("sweep_file") != str(spec.path):
+                raise InputError(
+                    f"--output: {str(folder)!r} holds a sweep of {previous.get('sweep_file')!r}, not of "
+                    f"{str(spec.path)!r}; choose another folder"
+                )
+        (folder / TRIALS_DIR).mkdir(parents=True, exist_ok=True)
+        return cls(folder, spec)
+
+    # -- trials ---------------------------------------------------------------------------
+
+    def finished(self) -> dict[str, bool]:
+        """Keys of the trials on disk, each with whether it failed."""
+        done: dict[str, bool] = {}
+        for file in self.records.glob("*.json"):
+            try:
+                row = json.loads(file.read_text(encoding="utf-8"))["row"]
+            except (OSError, ValueError, KeyError):
+                continue  # not one of ours (whole files only are renamed into place)
+            done[file.stem] = bool(row.get("error"))
+        return done
+
+    def write_record(self, record: TrialRecord) -> None:
+        _write_atomic(self.records / f"{record.key}.json", lambda handle: handle.write(
+            json.dumps(record.to_dict(), ensure_ascii=False).encode("utf-8")))
+
+    def read_record(self, key: str) -> TrialRecord:
+        return TrialRecord.from_dict(json.loads((self.records / f"{key}.json").read_text(encoding="utf-8")))
+
+    # -- tables ---------------------------------------------------------------------------
+
+    def write_tables(self, trials: Sequence[Trial], csv: bool) -> int:
+        """Rebuild the tables from the finished trials of the grid, in grid order; the row count."""
+        import pyarrow as pa
+
+        done = self.finished()
+        records = [self.read_record(trial.key) for trial in trials if trial.key in done]
+        rows = table_from_rows([record.row for record in records])
+        items = {column: [value for record in records for value in record.items.get(column, [])]
+                 for column in ITEM_COLUMNS}
+        schema = pa.schema([(column, pa.type_for_alias(kind)) for column, kind in ITEM_COLUMNS.items()])
+        tables = {TRIALS_TABLE: rows, ITEMS_TABLE: pa.Table.from_pydict(items, schema=schema)}
+        for name, table in tables.items():
+            _write_table(self.path / f"{name}.parquet", table, "parquet")
+            if csv:
+                _write_table(self.path / f"{name}.csv", table, "csv")
+        return len(records)
+
+    # -- manifest -------------------------------------------------------------------------
+
+    def start_run(self, executor: str, workers: int, todo: int, skipped: int) -> dict[str, Any]:
+        """Record in the manifest that a run of the sweep starts; the run's entry, to finish later."""
+        manifest = self.read_manifest() or self._new_manifest()
+        run = {
+            "started": _now(), "ended": None, "status": "running", "executor": executor, "workers": workers,
+            "to_run": todo, "skipped": skipped, "computed": 0, "failed": 0,
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        }
+        manifest["runs"].append(run)
+        self._write_manifest(manifest)
+        return run
+
+    def end_run(self, run: dict[str, Any], status: str, computed: int, failed: int, rows: int) -> None:
+        manifest = self.read_manifest() or self._new_manifest()
+        run.update(ended=_now(), status=status, computed=computed, failed=failed)
+        manifest["runs"][-1] = run
+        manifest["rows"] = rows
+        manifest["status"] = status
+        self._write_manifest(manifest)
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        try:
+            return dict(json.loads(self.manifest_path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return None
+
+    def _new_manifest(self) -> dict[str, Any]:
+        spec = self.spec
+        return {
+            "format": FORMAT,
+            "sweep_file": str(spec.path),
+            "sweep_text": spec.text,
+            "base_file": str(spec.base_path) if spec.base_path else None,
+            "base_text": spec.base_text,
+            "swept_keys": spec.swept_keys,
+            "axes": spec.axes,
+            "zip": spec.zipped,
+            "trials_per_point": spec.trials,
+            "items": spec.items,
+            "points": len(spec.points()),
+            "trials": len(spec.points()) * spec.trials,
+            "status": "running",
+            "rows": 0,
+            "runs": [],
+            "versions": versions(),
+            "machine": machine(),
+        }
+
+    def _write_manifest(self, manifest: dict[str, Any]) -> None:
+        _write_atomic(self.manifest_path, lambda handle: handle.write(
+            (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")))
+
+
+def table_from_rows(rows: Sequence[dict[str, Any]]) -> Any:
+    """A pyarrow table with one row per dict; columns in first-seen order, missing cells null."""
+    import pyarrow as pa
+
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    return pa.table({name: pa.array([row.get(name) for row in rows]) for name in columns})
+
+
+def _write_table(path: Path, table: Any, kind: str) -> None:
+    import pyarrow.csv
+    import pyarrow.parquet
+
+    def write(handle: Any) -> None:
+        if kind == "parquet":
+            pyarrow.parquet.write_table(table, handle)
+        else:
+            pyarrow.csv.write_csv(table, handle)
+
+    _write_atomic(path, write)
+
+
+def _write_atomic(path: Path, write: Callable[[Any], Any]) -> None:
+    """Write through ``write(binary handle)`` to a temporary file beside ``path``, then rename it."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(temporary, "xb") as handle:  # the usual permissions, unlike mkstemp's 0600
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def versions() -> dict[str, str]:
+    """Versions of what decides a sweep's numbers."""
+    import pyarrow
+    import scipy
+
+    return {"fedhh": __version__, "python": platform.python_version(), "numpy": np.__version__,
+            "scipy": scipy.__version__, "pyarrow": pyarrow.__version__}
+
+
+def machine() -> dict[str, Any]:
+    """The machine a sweep ran on (for timings)."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+    return {"platform": platform.platform(), "machine": platform.machine(), "processor": platform.processor(),
+            "cpus": os.cpu_count(), "memory_gib": round(memory / 2**30, 1)}

@@ -1,0 +1,201 @@
+"""One trial of a sweep, run wherever an executor puts it, and the table rows it yields.
+
+A trial runs the fast driver's loop (:func:`simulations.fast.drive`) in
+process over one shard holding the whole population; the shard count
+changes no result, and a sweep's parallelism is across trials.  The
+population is built once per chunk of trials sharing it
+(:class:`PopulationCache` keeps the last one, so a worker given the next
+chunk of the same population reuses it too).  Metrics come from the
+protocol's result and the population's truth (:mod:`fedhh.metrics`); a
+failure becomes the trial's ``error``, never the sweep's end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedhh.experiment import Experiment, item_codec
+from fedhh.metrics import Truth, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
+from fedhh.population import Shard
+from fedhh.protocols import ProtocolResult, ServerProtocol
+from fedhh.sources import PopulationSource, SampledSource, make_source
+
+from .analytic import expected_ncr, expected_recall, predicted_discovery, prediction_key
+from .fast import drive
+from .sweep_spec import Trial
+
+RECALL_KS = (1, 5, 10, 25, 50, 100, 250)
+# The items table: column -> pyarrow type name (cells may be null where noted in the README).
+ITEM_COLUMNS = {"trial_key": "string", "item": "string", "true_rank": "int64", "true_frequency": "double",
+                "true_count": "int64", "discovered": "bool", "estimated_count": "double", "predicted": "double"}
+
+
+@dataclass
+class TrialRecord:
+    """A finished trial: its row of the trials table and its rows of the items table (by column)."""
+
+    key: str
+    row: dict[str, Any]
+    items: dict[str, list[Any]] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.row.get("error"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "row": self.row, "items": self.items}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrialRecord":
+        return cls(str(data["key"]), dict(data["row"]), dict(data["items"]))
+
+
+@dataclass
+class Population:
+    """A built population: its source, one shard with every user, and (once asked) its truth."""
+
+    key: str
+    source: PopulationSource
+    shard: Shard
+    truth: Truth | None = None
+    predictions: dict[Hashable, np.ndarray | None] = field(default_factory=dict)  # by prediction_key
+
+    def ensure_truth(self, experiment: Experiment) -> float:
+        """Take the truth from the first experiment run on this population; the seconds it took."""
+        if self.truth is not None:
+            return 0.0
+        started = time.perf_counter()
+        self.truth = experiment.truth
+        return time.perf_counter() - started
+
+
+class PopulationCache:
+    """The last population built, reused while trials share it; the next population that
+    differs only in size reuses its encoded vocabulary and prefix index."""
+
+    def __init__(self) -> None:
+        self._population: Population | None = None
+        self._vocabulary_key = ""
+
+    def get(self, trial: Trial) -> tuple[Population, float]:
+        """The trial's population and the seconds spent building it now (0 when reused)."""
+        previous = self._population
+        if previous is not None and previous.key == trial.population_key:
+            return previous, 0.0
+        self._population = None  # free the previous users before drawing the next
+        started = time.perf_counter()
+        config = trial.config
+        if previous is not None and isinstance(previous.source, SampledSource) and (
+                self._vocabulary_key == trial.vocabulary_key):
+            source: PopulationSource = previous.source.with_users(int(config["population"]["users"]))
+        else:
+            source = make_source(config["population"], item_codec(config), trial.population_seed)
+        del previous
+        shard = source.build_all()
+        shard.vocabulary.prefixes.build_all()
+        self._population = Population(trial.population_key, source, shard)
+        self._vocabulary_key = trial.vocabulary_key
+        return self._population, time.perf_counter() - started
+
+
+def run_chunk(trials: Iterable[Trial], cache: PopulationCache | None = None) -> Iterator[TrialRecord]:
+    """Run trials one after the other (a chunk shares one population), yielding each record."""
+    if cache is None:
+        cache = PopulationCache()
+    for trial in trials:
+        yield run_trial(trial, cache)
+
+
+def run_trial(trial: Trial, cache: PopulationCache) -> TrialRecord:
+    """Run one trial; any failure is recorded in the row's ``error``.
+
+    ``wall_s`` is the trial's own time (experiment set-up, rounds, metrics);
+    ``population_s`` the time it spent building its population and truth
+    (0 for every trial after the first on a population).
+    """
+    identity = {"trial_key": trial.key, "point": trial.point, "trial": trial.index, **trial.values,
+                "protocol": trial.config["protocol"]["name"], "seed": trial.seed,
+                "population_seed": trial.population_seed}
+    population_s = 0.0
+    started = time.perf_counter()
+    try:
+        population, population_s = cache.get(trial)
+        started = time.perf_counter()
+        experiment = Experiment(trial.config, source=population.source)
+        truth_s = population.ensure_truth(experiment)
+        population_s += truth_s
+        started += truth_s
+        server = experiment.make_server()
+        shard = population.shard
+        result = drive(server, lambda request: [experiment.respond(request, shard, experiment.randomness)])
+        row, items = _outcome(trial, server, result, population)
+    except Exception as error:  # a trial's failure is data: the sweep goes on
+        row, items = {"error": f"{type(error).__name__}: {error}"}, {}
+    row = {**identity, **row, "wall_s": time.perf_counter() - started, "population_s": population_s,
+           "error": row.get("error", ""), "config": json.dumps(trial.config.to_dict(), sort_keys=True)}
+    return TrialRecord(trial.key, row, items)
+
+
+def _outcome(
+    trial: Trial, server: ServerProtocol, result: ProtocolResult, population: Population
+) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """The trial's metrics row and its per-item rows over the true top items."""
+    truth = population.truth
+    assert truth is not None
+    n_users = population.source.n_users
+    discovered = {found.item for found in result.discoveries}
+    top_k = int(trial.config["run"]["top_k"])
+    privacy = result.privacy
+    row: dict[str, Any] = {
+        "n": n_users,
+        "epsilon": float(privacy.epsilon),
+        "delta": float(privacy.delta),
+        "privacy_model": privacy.model,
+        **{f"param.{name}": _scalar(value) for name, value in result.params.items()},
+        "top_k": top_k,
+        **{f"recall_at_{k}": recall_at_k(discovered, truth, k) for k in RECALL_KS},
+        "precision": precision_at_k(discovered, truth, top_k),
+        "f1": f1_at_k(discovered, truth, top_k),
+        "ncr": ncr_at_k(discovered, truth, top_k),
+        "discovered": len(discovered),
+        "rounds": len(result.trace),
+        "stopped_because": result.stopped_because,
+    }
+    ranked = truth.order[truth.frequency[truth.order] > 0]
+    tracked = ranked[: max(trial.items, max(RECALL_KS), top_k)]
+    memo = (prediction_key(server), tracked.size)
+    if memo not in population.predictions:
+        population.predictions[memo] = predicted_discovery(server, population.shard, truth, tracked)
+    predicted = population.predictions[memo]
+    if predicted is not None:
+        row.update({f"predicted_recall_at_{k}": expected_recall(predicted, k) for k in RECALL_KS})
+        row["predicted_ncr"] = expected_ncr(predicted, top_k)
+    shown = tracked[: trial.items]
+    estimates = {found.item: found.estimated_count for found in result.discoveries}
+    names = [truth.items[i] for i in shown.tolist()]
+    items = {
+        "trial_key": [trial.key] * len(names),
+        "item": names,
+        "true_rank": list(range(1, len(names) + 1)),
+        "true_frequency": (truth.frequency[shown] / n_users).tolist(),
+        "true_count": truth.holders[shown].astype(np.int64).tolist(),
+        "discovered": [name in discovered for name in names],
+        "estimated_count": [estimates.get(name) for name in names],
+        "predicted": predicted[: len(names)].tolist() if predicted is not None else [None] * len(names),
+    }
+    return row, items
+
+
+def _scalar(value: Any) -> Any:
+    """A protocol parameter as a table cell: lists and tables become JSON text."""
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,292 @@
+"""fedhh sweep: the grid, its tables, workers, resume after a real kill, and refused sweep files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from fedhh.cli import main
+from fedhh.experiment import Experiment
+from fedhh.sources import make_source
+from simulations.deployment import descendants
+from simulations.fast import run_fast
+from simulations.sweep import plan_chunks
+from simulations.sweep_spec import load_sweep
+from simulations.sweep_trial import RECALL_KS
+
+TINY = """
+[population]
+source = "zipf"
+vocabulary = 2000
+item_length = 5
+[protocol]
+max_length = 6
+[privacy]
+delta = 1e-6
+[run]
+top_k = 20
+[sweep]
+trials = 2
+items = 50
+"population.users" = [20_000, 40_000]
+"privacy.epsilon" = [4, 8]
+"""
+TIMING = ["wall_s", "population_s"]
+DOCUMENTED = [
+    "trial_key", "point", "trial", "population.users", "privacy.epsilon", "protocol", "seed", "population_seed",
+    "n", "epsilon", "delta", "privacy_model", "param.theta", "param.batch_size", "param.max_rounds", "top_k",
+    *(f"recall_at_{k}" for k in RECALL_KS), "precision", "f1", "ncr", "discovered", "rounds", "stopped_because",
+    *(f"predicted_recall_at_{k}" for k in RECALL_KS), "predicted_ncr", "wall_s", "population_s", "error", "config",
+]
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def results(folder: Path, table: str = "trials") -> list[dict]:
+    rows = pq.read_table(folder / f"{table}.parquet").to_pylist()
+    for row in rows:
+        for column in TIMING:
+            row.pop(column, None)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny sweep file and its results, run once in this process (one worker)."""
+    folder = tmp_path_factory.mktemp("tiny")
+    sweep = write(folder, "tiny.toml", TINY)
+    output = folder / "one-worker"
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet", "--csv"]) == 0
+    return sweep, output
+
+
+def test_tiny_sweep_writes_one_documented_row_per_trial(tiny: tuple[Path, Path]) -> None:
+    _, output = tiny
+    table = pq.read_table(output / "trials.parquet")
+    assert set(DOCUMENTED) <= set(table.column_names)
+    assert all(column.startswith("param.") for column in set(table.column_names) - set(DOCUMENTED))
+    rows = table.to_pylist()
+    assert len(rows) == 2 * 2 * 2 and len({row["trial_key"] for row in rows}) == 8
+    assert sorted((row["population.users"], row["privacy.epsilon"], row["trial"]) for row in rows) == sorted(
+        (n, e, t) for n in (20_000, 40_000) for e in (4.0, 8.0) for t in (0, 1))
+    for row in rows:
+        assert row["error"] == "" and row["n"] == row["population.users"] and row["protocol"] == "triehh"
+        assert row["epsilon"] <= row["privacy.epsilon"] and row["delta"] <= 1e-6
+        assert 0 <= row["recall_at_10"] <= 1 and row["discovered"] > 0 and row["rounds"] >= 2
+        assert json.loads(row["config"])["run"]["seed"] == row["seed"]
+    seeds = {(row["point"], row["trial"]): row["seed"] for row in rows}
+    assert len(set(seeds.values())) == 2  # the trial index, not the point, picks the seed
+    items = pq.read_table(output / "items.parquet").to_pylist()
+    assert len(items) == 8 * 50 and {item["trial_key"] for item in items} == {row["trial_key"] for row in rows}
+    assert (output / "trials.csv").is_file() and (output / "items.csv").is_file()
+    manifest = json.loads((output / "sweep.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "complete" and manifest["trials"] == 8 and "[sweep]" in manifest["sweep_text"]
+    assert {"fedhh", "numpy"} <= set(manifest["versions"]) and manifest["machine"]["cpus"] >= 1
+
+
+def test_trial_metrics_equal_a_direct_run(tiny: tuple[Path, Path]) -> None:
+    """A sweep row holds what fedhh's own run of that config reports (here over 3 shards)."""
+    sweep, output = tiny
+    trial = load_sweep(sweep).expand()[5]
+    row = next(r for r in results(output) if r["trial_key"] == trial.key)
+    population = make_source(trial.config["population"], Experiment(trial.config).codec, trial.population_seed)
+    experiment = Experiment(trial.config, source=population)
+    fast = run_fast(experiment, 3, "inprocess")
+    document = experiment.finish(fast.result, fast.timing, "fast/inprocess")
+    metrics = document["metrics"]
+    assert row["recall_at_10"] == metrics["recall_at_k"]["10"]
+    assert (row["precision"], row["f1"], row["ncr"], row["discovered"]) == (
+        metrics["precision"], metrics["f1"], metrics["ncr"], metrics["discovered"])
+    found = {hit["item"] for hit in document["heavy_hitters"]}
+    items = [i for i in results(output, "items") if i["trial_key"] == trial.key]
+    assert [i["discovered"] for i in items] == [i["item"] in found for i in items]
+
+
+def test_two_workers_give_the_same_tables(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    sweep, one = tiny
+    two = tmp_path / "two-workers"
+    assert main(["sweep", str(sweep), "--output", str(two), "--workers", "2", "--quiet"]) == 0
+    assert results(two) == results(one)
+    assert results(two, "items") == results(one, "items")
+    assert json.loads((two / "sweep.json").read_text())["runs"][0]["executor"] == "processes"
+
+
+def test_each_population_is_built_once_per_chunk(tiny: tuple[Path, Path]) -> None:
+    sweep, output = tiny
+    rows = pq.read_table(output / "trials.parquet").to_pylist()
+    builders = [row for row in rows if row["population_s"] > 0]
+    assert len(builders) == 2  # two population sizes, one worker: each built once
+    chunks = plan_chunks(load_sweep(sweep).expand(), workers=2)
+    assert sorted(len(chunk) for chunk in chunks) == [4, 4]
+    assert all(len({t.population_key for t in chunk}) == 1 for chunk in chunks)
+    assert len(plan_chunks([t for t in load_sweep(sweep).expand() if t.values["population.users"] == 20_000], 2)) == 2
+
+
+def test_rerun_skips_finished_trials(tiny: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    sweep, output = tiny
+    before = {p.name: p.stat().st_mtime_ns for p in (output / "trials").iterdir()}
+    assert main(["sweep", str(sweep), "--output", str(output), "--quiet"]) == 0
+    assert "0 run now" in capsys.readouterr().err
+    assert {p.name: p.stat().st_mtime_ns for p in (output / "trials").iterdir()} == before
+
+
+def running(pid: int) -> bool:
+    """Whether a process runs (a zombie waiting for its reaper does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+SLOW = """
+[population]
+source = "zipf"
+users = 300_000
+vocabulary = 5000
+item_length = 6
+[protocol]
+max_length = 6
+[run]
+top_k = 50
+[sweep]
+trials = 30
+items = 100
+"privacy.epsilon" = [3, 6]
+"""
+
+
+def test_resume_after_kill_recomputes_nothing_and_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    sweep = write(tmp_path, "slow.toml", SLOW)
+    output = tmp_path / "killed"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fedhh.cli", "sweep", str(sweep), "--output", str(output), "--workers", "2", "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list((output / "trials").glob("*.json"))) < 4 and process.poll() is None:
+            assert time.monotonic() < deadline, "the sweep wrote no trials"
+            time.sleep(0.005)
+        workers = descendants(process.pid)
+        process.send_signal(signal.SIGKILL)  # the sweep process alone: its workers must follow it
+        process.wait()
+        assert process.returncode == -signal.SIGKILL, process.stderr.read() if process.stderr else ""
+        gone_by = time.monotonic() + 10
+        while any(map(running, workers)) and time.monotonic() < gone_by:
+            time.sleep(0.05)
+        assert not [pid for pid in workers if running(pid)], "orphaned workers"
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    kept = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (output / "trials").glob("*.json")}
+    assert 4 <= len(kept) < 60, "the kill must land part way"
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 0
+    after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (output / "trials").glob("*.json")}
+    assert all(after[name] == stamp for name, stamp in kept.items()), "finished trials were recomputed"
+    last = json.loads((output / "sweep.json").read_text())["runs"][-1]
+    assert (last["skipped"], last["computed"]) == (len(kept), 60 - len(kept))
+    reference = tmp_path / "uninterrupted"
+    assert main(["sweep", str(sweep), "--output", str(reference), "--workers", "1", "--quiet"]) == 0
+    assert results(output) == results(reference)
+    assert results(output, "items") == results(reference, "items")
+
+
+@pytest.mark.parametrize(
+    ("case", "sweep", "message"),
+    [
+        ("unknown key", '"privacy.epsilonn" = [1, 2]', "privacy.epsilonn"),
+        ("empty list", '"privacy.epsilon" = []', "privacy.epsilon: empty list"),
+        ("bad value", '"privacy.epsilon" = [1, -2]', "privacy.epsilon"),
+        ("bad grid point", '"population.source" = ["zipf", "file"]\n"privacy.epsilon" = [1, 2]',
+         "sweep point 3 of 4 (population.source = 'file', privacy.epsilon = 1.0): population.path"),
+        ("zip lengths", '[sweep.zip]\n"privacy.epsilon" = [1, 2]\n"privacy.delta" = [1e-6]', "one length"),
+        ("transport key", '"run.shards" = [1, 2]', "run.shards cannot be swept"),
+        ("not a list", '"privacy.epsilon" = 4', "expected a list"),
+        ("trials", "trials = 0", "sweep.trials"),
+    ],
+)
+def test_bad_sweep_file_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, sweep: str, message: str
+) -> None:
+    path = write(tmp_path, "bad.toml", f"[sweep]\n{sweep}\n")
+    output = tmp_path / "never"
+    assert main(["sweep", str(path), "--output", str(output), "--quiet"]) == 2
+    error = capsys.readouterr().err
+    assert message in error and len(error.strip().splitlines()) == 1, error
+    assert not output.exists()
+
+
+def test_foreign_folder_is_refused(tiny: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep, output = tiny
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine", encoding="utf-8")
+    assert main(["sweep", str(sweep), "--output", str(foreign), "--quiet"]) == 2
+    assert "no sweep manifest" in capsys.readouterr().err
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+    other = write(tmp_path, "other.toml", TINY)
+    assert main(["sweep", str(other), "--output", str(output), "--quiet"]) == 2
+    assert "holds a sweep of" in capsys.readouterr().err
+
+
+def test_a_failing_trial_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    sweep = write(tmp_path, "refused.toml", TINY.replace("[20_000, 40_000]", "[30, 20_000]"))
+    output = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 0
+    rows = pq.read_table(output / "trials.parquet").to_pylist()
+    failed = [row for row in rows if row["error"]]
+    assert len(rows) == 8 and {row["population.users"] for row in failed} == {30}
+    assert all("PrivacyTargetError" in row["error"] and row["recall_at_10"] is None for row in failed)
+    assert all(row["recall_at_10"] is not None for row in rows if not row["error"])
+
+
+def test_ray_tasks_give_the_same_tables(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    import ray
+
+    from simulations.sweep import run_sweep
+
+    sweep, one = tiny
+    context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                       logging_level="ERROR")
+    try:
+        outcome = run_sweep(load_sweep(sweep), tmp_path / "ray", ray_address=context.address_info["address"],
+                            show_progress=False)
+    finally:
+        ray.shutdown()
+    assert outcome.status == "complete" and outcome.computed == 8
+    assert results(tmp_path / "ray") == results(one)
+    assert results(tmp_path / "ray", "items") == results(one, "items")
+    assert np.isfinite([row["recall_at_10"] for row in results(one)]).all()
+
+
+def test_a_resized_population_equals_a_fresh_one(tiny: tuple[Path, Path]) -> None:
+    """The second population size reuses the first one's encoded vocabulary, and draws the same users."""
+    from simulations.sweep_trial import PopulationCache
+
+    sweep, _ = tiny
+    trials = load_sweep(sweep).expand()
+    small, large = (next(t for t in trials if t.values["population.users"] == n) for n in (20_000, 40_000))
+    cache = PopulationCache()
+    first, _ = cache.get(small)
+    second, seconds = cache.get(large)
+    assert seconds > 0 and second.source.vocabulary is first.source.vocabulary
+    fresh = make_source(large.config["population"], Experiment(large.config).codec, large.population_seed).build_all()
+    assert second.source.n_users == fresh.n_users == 40_000
+    for field in ("item_offsets", "item_ids", "item_counts"):
+        assert np.array_equal(getattr(second.shard, field), getattr(fresh, field))
+    assert np.array_equal(second.shard.vocabulary.rows, fresh.vocabulary.rows)
