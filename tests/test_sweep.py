@@ -106,7 +106,7 @@ def test_trial_metrics_equal_a_direct_run(tiny: tuple[Path, Path]) -> None:
     experiment = Experiment(trial.config, source=population)
     fast = run_fast(experiment, 3, "inprocess")
     document = experiment.finish(fast.result, fast.timing, "fast/inprocess")
-    metrics = document["metrics"]
+    metrics = document["evaluation"]["metrics"]
     assert row["recall_at_10"] == metrics["recall_at_k"]["10"]
     assert (row["precision"], row["f1"], row["ncr"], row["discovered"]) == (
         metrics["precision"], metrics["f1"], metrics["ncr"], metrics["discovered"])
