@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 
 from .errors import InputError
+from .resources import INDEX_BYTES, require_memory
 
 EOS = 0
 PAD = -1
@@ -78,7 +79,7 @@ def get_alphabet(name: str) -> Alphabet:
     try:
         return ALPHABETS[name]
     except KeyError:
-        raise ValueError(
+        raise InputError(
             f"protocol.alphabet: unknown alphabet {name!r}; allowed: {sorted(ALPHABETS)}"
         ) from None
 
@@ -122,17 +123,17 @@ class ItemCodec:
 
     def __post_init__(self) -> None:
         if not 1 <= self.unit_size <= MAX_UNIT_SIZE:
-            raise ValueError(
+            raise InputError(
                 f"protocol.unit_size: must be an integer in 1..{MAX_UNIT_SIZE}, got {self.unit_size}"
             )
         if self.max_length < 1:
-            raise ValueError(f"protocol.max_length: must be >= 1, got {self.max_length}")
+            raise InputError(f"protocol.max_length: must be >= 1, got {self.max_length}")
         if self.overlong not in OVERLONG_POLICIES:
-            raise ValueError(
+            raise InputError(
                 f"protocol.overlong: got {self.overlong!r}; allowed: {list(OVERLONG_POLICIES)}"
             )
         if self.unknown_chars not in UNKNOWN_CHAR_POLICIES:
-            raise ValueError(
+            raise InputError(
                 f"protocol.unknown_chars: got {self.unknown_chars!r}; "
                 f"allowed: {list(UNKNOWN_CHAR_POLICIES)}"
             )
@@ -210,6 +211,12 @@ class ItemCodec:
         """Pack character indices into symbol rows, one row per item."""
         n_items = starts.shape[0]
         width = self.max_symbols * self.unit_size
+        require_memory(
+            n_items * INDEX_BYTES * (width + self.max_rounds),
+            f"protocol.max_length = {self.max_length:,}: encoding {n_items:,} items into rows of "
+            f"{self.max_rounds:,} symbols",
+            "lower protocol.max_length (longer items can be dropped or truncated: protocol.overlong)",
+        )
         chars = np.zeros((n_items, width), dtype=np.int64)
         if n_items:
             column = np.arange(width)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InputError
 from .items import ALPHABETS, ItemCodec, ItemError
 from .population import Shard, Vocabulary, shard_bounds
 from .randomness import UserRandom, derive_key
@@ -112,7 +113,7 @@ def wordfreq_candidates(language: str, size: int, alphabet: str) -> tuple[list[s
     import wordfreq
 
     if language not in wordfreq.available_languages():
-        raise ValueError(
+        raise InputError(
             f"population.language: {language!r} is not in wordfreq; "
             f"allowed: {sorted(wordfreq.available_languages())}"
         )
@@ -168,7 +169,7 @@ def random_strings(count: int, length: int, codec: ItemCodec, seed: int) -> list
     """
     alphabet = codec.alphabet.characters if not codec.alphabet.byte_level else ALPHABETS["ascii"].characters
     if len(alphabet) ** length < 2 * count:
-        raise ValueError(
+        raise InputError(
             f"population.item_length: {length} characters of a {len(alphabet)}-letter alphabet "
             f"give too few distinct strings for population.vocabulary = {count}"
         )
@@ -193,7 +194,7 @@ class FileSource(PopulationSource):
         self.path = path
         users, items = read_user_items(path)
         if not items:
-            raise ValueError(f"population.path: {path!r} has no items")
+            raise InputError(f"population.path: {path!r} has no items")
         user_index, self.n_users = factorize([str(user) for user in users])
         item_index, _ = factorize(items)
         distinct = list(dict.fromkeys(items))
@@ -230,7 +231,7 @@ def read_user_items(path: str) -> tuple[list[Any], list[str]]:
     """(user, item) occurrences from a text, CSV or Parquet file."""
     file = Path(path)
     if not file.is_file():
-        raise ValueError(f"population.path: {path!r} is not a file")
+        raise InputError(f"population.path: {path!r} is not a file")
     suffix = file.suffix.lower()
     if suffix in (".txt", ".text", ""):
         try:
@@ -249,10 +250,10 @@ def read_user_items(path: str) -> tuple[list[Any], list[str]]:
         try:
             table = pyarrow.csv.read_csv(file) if suffix == ".csv" else pyarrow.parquet.read_table(file)
         except Exception as error:  # pyarrow raises many types for malformed files
-            raise ValueError(f"population.path {path!r}: cannot read ({error})") from None
+            raise InputError(f"population.path {path!r}: cannot read ({error})") from None
         missing = {"user", "item"} - set(table.column_names)
         if missing:
-            raise ValueError(
+            raise InputError(
                 f"population.path {path!r}: missing column(s) {sorted(missing)}; "
                 f"needs columns 'user' and 'item', has {table.column_names}"
             )
@@ -261,7 +262,7 @@ def read_user_items(path: str) -> tuple[list[Any], list[str]]:
             if not isinstance(item, str) or item == "":
                 raise ItemError(f"population.path {path!r}: row {row + 1} has an empty or non-text item")
         return table.column("user").to_pylist(), items
-    raise ValueError(
+    raise InputError(
         f"population.path: unsupported file type {suffix!r}; allowed: .txt, .csv, .parquet"
     )
 
@@ -283,7 +284,7 @@ def make_source(population: dict[str, Any], codec: ItemCodec, seed: int) -> Popu
         path = Path(population["path"])
         stamp = path.stat().st_mtime_ns if path.is_file() else -1
         return _cached_file_source(str(path), stamp, codec)
-    raise ValueError(f"population.source: got {source!r}; allowed: ['wordfreq', 'zipf', 'file']")
+    raise InputError(f"population.source: got {source!r}; allowed: ['wordfreq', 'zipf', 'file']")
 
 
 @functools.lru_cache(maxsize=2)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fedhh.cli import main
+from fedhh.results import MARKER, marked_files
 
 SMALL = [
     "--set", 'population.source="zipf"', "--set", "population.users=20000",
@@ -35,8 +36,10 @@ def test_fast_run_writes_the_documented_result(tmp_path: Path) -> None:
     assert len(result["rounds"]) >= 2
     found = {hit["item"] for hit in result["heavy_hitters"]}
     assert {t["item"] for t in result["truth_top"] if t["discovered"]} == found & {t["item"] for t in result["truth_top"]}
-    assert {p.name for p in output.iterdir()} == {"result.json", "heavy_hitters.csv", "rounds.csv", "discovery.png"}
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+    written = {"result.json", "heavy_hitters.csv", "rounds.csv", "discovery.png"}
+    assert {p.name for p in output.iterdir()} == written | {MARKER}
+    assert marked_files(output) == sorted(written)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging or lock left
 
 
 def test_config_file_and_overrides(tmp_path: Path) -> None:

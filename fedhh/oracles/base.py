@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
+from ..errors import InputError
 from .histogram import Histogram
 from .sampling import RandomSource
 
@@ -39,20 +40,20 @@ def check_epsilon(epsilon: Any) -> float:
     """A privacy budget in ``(0, MAX_EPSILON]`` (beyond that ``e^ε`` overflows the mechanisms)."""
     allowed = f"a number in (0, {MAX_EPSILON}]"
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.integer, np.floating)):
-        raise ValueError(f"epsilon must be {allowed}, got {epsilon!r}")
+        raise InputError(f"epsilon must be {allowed}, got {epsilon!r}")
     value = float(epsilon)
     if not (math.isfinite(value) and 0 < value <= MAX_EPSILON):
-        raise ValueError(f"epsilon must be {allowed}, got {epsilon!r}")
+        raise InputError(f"epsilon must be {allowed}, got {epsilon!r}")
     return value
 
 
 def check_domain(domain: Any, maximum: int = MAX_DOMAIN, field: str = "domain") -> int:
     """An integer domain size in ``[2, maximum]``."""
     if isinstance(domain, bool) or not isinstance(domain, (int, np.integer)):
-        raise ValueError(f"{field} must be an integer in [2, {maximum}], got {domain!r}")
+        raise InputError(f"{field} must be an integer in [2, {maximum}], got {domain!r}")
     value = int(domain)
     if not 2 <= value <= maximum:
-        raise ValueError(f"{field} must be an integer in [2, {maximum}], got {value}")
+        raise InputError(f"{field} must be an integer in [2, {maximum}], got {value}")
     return value
 
 
@@ -61,10 +62,10 @@ def check_positive_int(value: Any, field: str, minimum: int = 1, maximum: int | 
     upper = "" if maximum is None else f", {maximum}"
     allowed = f"[{minimum}{upper}]" if maximum is not None else f">= {minimum}"
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{field} must be an integer {allowed}, got {value!r}")
+        raise InputError(f"{field} must be an integer {allowed}, got {value!r}")
     number = int(value)
     if number < minimum or (maximum is not None and number > maximum):
-        raise ValueError(f"{field} must be an integer {allowed}, got {number}")
+        raise InputError(f"{field} must be an integer {allowed}, got {number}")
     return number
 
 
@@ -72,16 +73,16 @@ def check_values(values: Any, domain: int, field: str = "values") -> np.ndarray:
     """A 1-D array of integer values in ``[0, domain)`` as uint64."""
     array = np.asarray(values)
     if array.ndim != 1:
-        raise ValueError(f"{field} must be a 1-D array of integers in [0, {domain}), got shape {array.shape}")
+        raise InputError(f"{field} must be a 1-D array of integers in [0, {domain}), got shape {array.shape}")
     if array.size == 0:
         return np.zeros(0, dtype=np.uint64)
     if not np.issubdtype(array.dtype, np.integer):
-        raise ValueError(f"{field} must be integers in [0, {domain}), got dtype {array.dtype}")
+        raise InputError(f"{field} must be integers in [0, {domain}), got dtype {array.dtype}")
     if np.issubdtype(array.dtype, np.signedinteger) and int(array.min()) < 0:
-        raise ValueError(f"{field} must be in [0, {domain}), got {int(array.min())}")
+        raise InputError(f"{field} must be in [0, {domain}), got {int(array.min())}")
     array = array.astype(np.uint64)
     if domain < MAX_DOMAIN and int(array.max()) >= domain:
-        raise ValueError(f"{field} must be in [0, {domain}), got {int(array.max())}")
+        raise InputError(f"{field} must be in [0, {domain}), got {int(array.max())}")
     return array
 
 

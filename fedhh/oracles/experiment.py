@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
 from .base import check_domain, check_epsilon, check_positive_int
 from .histogram import Histogram
 from .registry import make_oracle
@@ -55,7 +56,7 @@ def run_oracle_experiment(
     domain = check_domain(domain, MAX_EXPERIMENT_DOMAIN)
     users = check_positive_int(users, "users", 1)
     if not (math.isfinite(zipf) and zipf >= 0):
-        raise ValueError(f"zipf must be a finite number >= 0, got {zipf}")
+        raise InputError(f"zipf must be a finite number >= 0, got {zipf}")
     seed = check_positive_int(seed, "seed", 0)
     population_rng = np.random.default_rng([seed, 0])
     counts = zipf_counts(domain, users, zipf, population_rng)

@@ -18,6 +18,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..errors import InputError
 from .base import FrequencyOracle, check_positive_int
 from .direct import DirectEncoding
 from .fast_local_hashing import FastLocalHashing
@@ -54,7 +55,7 @@ def _sketch(
     signed: bool,
 ) -> SketchOracle:
     if inner not in BASE_ORACLES:
-        raise ValueError(f"inner must be one of {sorted(BASE_ORACLES)}, got {inner!r}")
+        raise InputError(f"inner must be one of {sorted(BASE_ORACLES)}, got {inner!r}")
     width = check_positive_int(width, "width", 2, MAX_RANGE)
     inner_domain = width * 2 if signed else width
     inner_oracle = make_oracle(inner, epsilon=epsilon, domain=inner_domain, **dict(inner_options or {}))
@@ -108,9 +109,9 @@ def make_oracle(name: str, *, epsilon: float, domain: int, **options: Any) -> Fr
     """Build the oracle called ``name`` (see the module docstring for options)."""
     builder = BASE_ORACLES.get(name) or SKETCHES.get(name)
     if builder is None:
-        raise ValueError(f"oracle: unknown name {name!r}; allowed: {list(ORACLE_NAMES)}")
+        raise InputError(f"oracle: unknown name {name!r}; allowed: {list(ORACLE_NAMES)}")
     allowed = [option for option in inspect.signature(builder).parameters if option not in ("epsilon", "domain")]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ValueError(f"oracle {name!r}: unknown option(s) {unknown}; allowed: {allowed}")
+        raise InputError(f"oracle {name!r}: unknown option(s) {unknown}; allowed: {allowed}")
     return builder(epsilon=epsilon, domain=domain, **options)

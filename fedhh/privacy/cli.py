@@ -17,6 +17,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import InputError
 from ..results import to_json
 from .audit import DEFAULT_CONFIDENCE, OBSERVABLES, TrieHHAudit, audit_round, audit_run, exact_round_epsilon
 from .ldp_audit import audit_oracle
@@ -84,11 +85,11 @@ def _holder_list(text: str) -> list[int]:
 def _parameters(args: argparse.Namespace) -> TrieHHParameters:
     explicit = (args.theta is not None, args.batch_size is not None)
     if any(explicit) and not all(explicit):
-        raise ValueError("--theta and --batch-size: give both to audit explicit parameters, or neither")
+        raise InputError("--theta and --batch-size: give both to audit explicit parameters, or neither")
     if all(explicit):
         return TrieHHParameters(args.users, args.max_rounds, args.theta, args.batch_size)
     if args.epsilon is None:
-        raise ValueError("--epsilon: required unless --theta and --batch-size are given")
+        raise InputError("--epsilon: required unless --theta and --batch-size are given")
     return solve_triehh(args.users, args.epsilon, args.delta, args.max_rounds)
 
 

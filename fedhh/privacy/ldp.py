@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InputError
 from .report import PrivacyReport
 from .validation import check_epsilon
 
@@ -71,7 +72,7 @@ def _treehist(epsilon: float) -> BudgetSplit:
 
 def _sfp(epsilon: float, fragment_share: float = 0.5) -> BudgetSplit:
     if isinstance(fragment_share, bool) or not isinstance(fragment_share, (int, float)) or not 0 < fragment_share < 1:
-        raise ValueError(f"fragment_share: must be a number in the open interval (0, 1), got {fragment_share!r}")
+        raise InputError(f"fragment_share: must be a number in the open interval (0, 1), got {fragment_share!r}")
     return BudgetSplit(
         "sfp",
         (
@@ -90,7 +91,7 @@ def split_budget(protocol: str, epsilon: float, **options: Any) -> BudgetSplit:
     """The protocol's per-report budgets for a per-user total ``epsilon``."""
     builder = SPLITS.get(protocol)
     if builder is None:
-        raise ValueError(f"protocol.name: no LDP budget split for {protocol!r}; allowed: {sorted(SPLITS)}")
+        raise InputError(f"protocol.name: no LDP budget split for {protocol!r}; allowed: {sorted(SPLITS)}")
     return builder(check_epsilon(epsilon), **options)
 
 

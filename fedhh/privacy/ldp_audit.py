@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
+
 MAX_AUDIT_DOMAIN = 64  # value pairs are enumerated: d^2 x reports
 TOLERANCE = 1e-9
 
@@ -111,9 +113,9 @@ def audit_oracle(
     from fedhh.oracles import make_oracle
 
     if isinstance(domain, bool) or not isinstance(domain, int) or not 2 <= domain <= MAX_AUDIT_DOMAIN:
-        raise ValueError(f"domain: the exact audit enumerates value pairs; must be an integer in 2..{MAX_AUDIT_DOMAIN}, got {domain!r}")
+        raise InputError(f"domain: the exact audit enumerates value pairs; must be an integer in 2..{MAX_AUDIT_DOMAIN}, got {domain!r}")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ValueError(f"samples: must be an integer >= 1 (reports drawn per value), got {samples!r}")
+        raise InputError(f"samples: must be an integer >= 1 (reports drawn per value), got {samples!r}")
     oracle = make_oracle(name, epsilon=epsilon, domain=domain, **options)
     values = np.repeat(np.arange(domain, dtype=np.uint64), samples)
     reports = oracle.randomize(values, np.random.default_rng(seed))

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..errors import InputError
 from .triehh import PrivacyTargetError, solve_triehh, worst_case_discovery_rate
 
 Planner = Callable[..., dict[str, Any]]
@@ -36,7 +37,7 @@ def plan(protocol: str, **target: Any) -> dict[str, Any]:
     """The plan of ``protocol`` for ``target`` (keyword arguments of its planner)."""
     planner = PLANNERS.get(protocol)
     if planner is None:
-        raise ValueError(f"protocol.name: no planner for {protocol!r}; allowed: {sorted(PLANNERS)}")
+        raise InputError(f"protocol.name: no planner for {protocol!r}; allowed: {sorted(PLANNERS)}")
     return planner(**target)
 
 
@@ -54,7 +55,7 @@ def plan_triehh(
     params = solve_triehh(n_users, epsilon, delta, max_rounds)
     for frequency in frequencies:
         if not 0 < frequency <= 1:
-            raise ValueError(f"frequencies: each must be in (0, 1], got {frequency!r}")
+            raise InputError(f"frequencies: each must be in (0, 1], got {frequency!r}")
     holders = [round(f * n_users) for f in frequencies]
     rates = worst_case_discovery_rate(holders, n_users, params.batch_size, params.theta, max_rounds)
     report = params.report()

@@ -60,6 +60,7 @@ import numpy as np
 from scipy.special import ndtr
 from scipy.stats import norm
 
+from ..errors import InputError
 from ..oracles import FrequencyOracle, Histogram
 from ..privacy.validation import check_epsilon, check_positive_int
 from .prefix_encoding import MAX_CANDIDATES, MAX_DOMAIN, ValueSpace
@@ -134,10 +135,10 @@ class UtilityModel:
         check_epsilon(self.epsilon)
         check_positive_int(self.top_k, "protocol.top_k")
         if self.oracle not in PREFIX_ORACLES:
-            raise ValueError(f"protocol.oracle: unknown name {self.oracle!r}; allowed: {list(PREFIX_ORACLES)}")
+            raise InputError(f"protocol.oracle: unknown name {self.oracle!r}; allowed: {list(PREFIX_ORACLES)}")
         frequencies = np.asarray(self.frequencies, dtype=np.float64)
         if frequencies.ndim != 1 or frequencies.size < self.top_k or np.any(frequencies < 0):
-            raise ValueError(
+            raise InputError(
                 f"frequencies: need at least protocol.top_k = {self.top_k} non-negative frequencies, "
                 f"got {frequencies.size}"
             )
@@ -212,7 +213,7 @@ def identification_probability(
 def zipf_frequencies(exponent: float, distinct: int) -> np.ndarray:
     """``f_j ∝ j^-s`` over ``distinct`` values, most frequent first."""
     if not (math.isfinite(exponent) and exponent > 0):
-        raise ValueError(f"zipf exponent: must be a finite number > 0, got {exponent!r}")
+        raise InputError(f"zipf exponent: must be a finite number > 0, got {exponent!r}")
     check_positive_int(distinct, "distinct values")
     weights = np.arange(1, distinct + 1, dtype=np.float64) ** -exponent
     return weights / weights.sum()
@@ -256,7 +257,7 @@ def optimize_pem(
                 if best is None or prediction.f1 > best.f1 + 1e-12:
                     best = prediction
     if best is None:
-        raise ValueError(
+        raise InputError(
             f"protocol.query_limit: {query_limit:,} oracle queries are too few for any design over "
             f"{space.length} units of {space.base} values with {kept} candidates per step"
         )

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ..errors import InputError
 from ..items import ItemCodec
 from ..oracles import FrequencyOracle, LinearVariance, Support
 from ..privacy.ldp import BudgetSplit, ldp_report, split_budget
@@ -96,37 +97,37 @@ class SearchParameters:
         check_positive_int(self.n_users, "population.users")
         check_epsilon(self.epsilon)
         if self.encoding not in ENCODINGS:
-            raise ValueError(f"protocol.encoding: got {self.encoding!r}; allowed: {list(ENCODINGS)}")
+            raise InputError(f"protocol.encoding: got {self.encoding!r}; allowed: {list(ENCODINGS)}")
         check_positive_int(self.start_length, "protocol.start_length", minimum=0)
         if not self.segment_lengths:
-            raise ValueError("protocol.segment_length: at least one level is needed")
+            raise InputError("protocol.segment_length: at least one level is needed")
         for eta in self.segment_lengths:
             check_positive_int(eta, "protocol.segment_length")
         if len(self.shares) != len(self.segment_lengths):
-            raise ValueError(
+            raise InputError(
                 f"group shares: {len(self.shares)} given for {len(self.segment_lengths)} levels; one per level"
             )
         if any(not (math.isfinite(share) and share > 0) for share in self.shares):
-            raise ValueError(f"group shares: each must be a number > 0, got {list(self.shares)}")
+            raise InputError(f"group shares: each must be a number > 0, got {list(self.shares)}")
         if abs(math.fsum(self.shares) - 1) > 1e-9:
-            raise ValueError(f"group shares: must add up to 1, got {math.fsum(self.shares)}")
+            raise InputError(f"group shares: must add up to 1, got {math.fsum(self.shares)}")
         if len(self.segment_lengths) > self.n_users:
-            raise ValueError(
+            raise InputError(
                 f"protocol.segment_length: {len(self.segment_lengths)} levels (groups) for "
                 f"population.users = {self.n_users}; every group needs users, so at most {self.n_users} levels"
             )
         if self.oracle not in PREFIX_ORACLES:
-            raise ValueError(f"protocol.oracle: unknown name {self.oracle!r}; allowed: {list(PREFIX_ORACLES)}")
+            raise InputError(f"protocol.oracle: unknown name {self.oracle!r}; allowed: {list(PREFIX_ORACLES)}")
         check_positive_int(self.candidates_per_step, "protocol.candidates_per_step")
         check_positive_int(self.top_k, "protocol.top_k")
         if self.selection not in SELECTIONS:
-            raise ValueError(f"protocol.selection: got {self.selection!r}; allowed: {list(SELECTIONS)}")
+            raise InputError(f"protocol.selection: got {self.selection!r}; allowed: {list(SELECTIONS)}")
         if not (math.isfinite(self.threshold) and 0 <= self.threshold <= 1):
-            raise ValueError(f"protocol.threshold: must be a fraction of the users in [0, 1], got {self.threshold!r}")
+            raise InputError(f"protocol.threshold: must be a fraction of the users in [0, 1], got {self.threshold!r}")
         if self.postprocess not in postprocessors():
-            raise ValueError(f"protocol.postprocess: got {self.postprocess!r}; allowed: {list(postprocessors())}")
+            raise InputError(f"protocol.postprocess: got {self.postprocess!r}; allowed: {list(postprocessors())}")
         if self.collection not in COLLECTIONS:
-            raise ValueError(f"protocol.collection: got {self.collection!r}; allowed: {list(COLLECTIONS)}")
+            raise InputError(f"protocol.collection: got {self.collection!r}; allowed: {list(COLLECTIONS)}")
         check_positive_int(self.sketch_rows, "protocol.sketch_rows", minimum=0)
         check_positive_int(self.sketch_width, "protocol.sketch_width", minimum=0)
 
@@ -138,13 +139,13 @@ class SearchParameters:
         """Prefix length of each level, checked against the value length ``m``."""
         gamma, etas = self.start_length, self.segment_lengths
         if gamma + etas[0] > value_length:
-            raise ValueError(
+            raise InputError(
                 f"protocol.start_length + protocol.segment_length: γ + η = {gamma} + {etas[0]} exceeds "
                 f"the value length m = {value_length}"
             )
         lengths = gamma + np.cumsum(etas)
         if lengths[-1] != value_length:
-            raise ValueError(
+            raise InputError(
                 f"protocol.segment_length: γ = {gamma} and segments {list(etas)} cover {int(lengths[-1])} "
                 f"units; the levels must end at the value length m = {value_length}"
             )
@@ -156,7 +157,7 @@ def uniform_segments(value_length: int, start_length: int, segment_length: int) 
     check_positive_int(start_length, "protocol.start_length", minimum=0)
     check_positive_int(segment_length, "protocol.segment_length")
     if start_length + segment_length > value_length:
-        raise ValueError(
+        raise InputError(
             f"protocol.start_length + protocol.segment_length: γ + η = {start_length} + {segment_length} "
             f"exceeds the value length m = {value_length}"
         )
@@ -236,7 +237,7 @@ class PrefixSearchServer(ServerProtocol):
         except ValueError as error:
             if str(error).startswith("protocol."):
                 raise
-            raise ValueError(
+            raise InputError(
                 f"protocol.oracle: {self.params.oracle!r} cannot serve prefixes of {length} "
                 f"{self.encoding.unit_name} (domain {self.encoding.domain(length):,}): {error}"
             ) from None
@@ -251,7 +252,7 @@ class PrefixSearchServer(ServerProtocol):
             model = oracle.linear_variance(max(int(round(reports)), 1))
         except NotImplementedError:
             allowed = [name for name, method in postprocessors().items() if not method.needs_noise]
-            raise ValueError(
+            raise InputError(
                 f"protocol.postprocess / protocol.threshold: {self.params.postprocess!r} and the automatic "
                 f"threshold need a noise model, which oracle {oracle.name!r} does not have; use "
                 f"protocol.postprocess in {allowed} and protocol.threshold > 0"
