@@ -1,8 +1,8 @@
 """The processes a run started, found through Linux ``/proc`` and stopped by PID.
 
-fedhh never stops processes by name (``pkill -f``, ``killall``, a
-machine-wide ``ray stop``): on a shared machine those would stop other
-people's SuperLinks and Ray clusters too.  A run stops what it started:
+fedhh never stops processes by name or pattern, nor a whole machine's Ray:
+on a shared machine that would stop other people's SuperLinks and Ray
+clusters too.  A run stops what it started:
 the process groups it created, and the descendants it saw.  A process is
 recognised by its PID *and* its start time, so a PID the kernel has handed
 to someone else since is never signalled.
