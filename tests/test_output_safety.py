@@ -197,7 +197,7 @@ def _write_concurrently(destination: str, writer: int, rounds: int, overwrite: b
         barrier.wait()
         folder = Path(destination) / (f"round-{round_}" if not overwrite else "out")
         try:
-            write_result(folder, {"writer": writer, "round": round_}, overwrite=overwrite)
+            write_result(folder, {"writer": writer, "round": round_}, **({"overwrite": True} if overwrite else {}))
             outcomes.put((round_, writer, "written"))
         except OutputTakenError:
             outcomes.put((round_, writer, "refused"))
