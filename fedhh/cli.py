@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt as interrupt:
         errors.print(
-            f"[bold red]interrupted[/] ({str(interrupt) or 'SIGINT'}): the run stopped; no results were written",
+            f"[bold red]interrupted[/] ({str(interrupt) or 'SIGINT'}): stopped; no results were written",
             highlight=False,
         )
         return exit_status(interrupt)
