@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -35,7 +36,8 @@ from fedhh.config import load_config  # noqa: E402
 from fedhh.experiment import Experiment  # noqa: E402
 from fedhh.prefixes import rows_in  # noqa: E402
 from fedhh.protocols.triehh import SAMPLE_PURPOSE  # noqa: E402
-from simulations.fast import run_fast  # noqa: E402
+from simulations.fast import RayShards, run_fast  # noqa: E402
+from simulations.ray_runtime import ray_runtime  # noqa: E402
 
 FAST = ['run.driver="fast"']
 
@@ -81,8 +83,10 @@ def measure_1m(repeats: int) -> dict:
     figures: dict[str, object] = {"population_build_s": statistics.median(population_times)}
     for backend, shards in (("inprocess", 1), ("inprocess", 8), ("ray", 8)):
         rounds, setups, bares = [], [], []
-        for _ in range(repeats):
-            run = run_fast(experiment, shards, backend)
+        # One Ray for all repeats (run_fast alone would start and stop one each time).
+        with ray_runtime(**RayShards.INIT_ARGS) if backend == "ray" else contextlib.nullcontext():
+            runs = [run_fast(experiment, shards, backend) for _ in range(repeats)]
+        for run in runs:
             rounds.append(run.timing["rounds_s"])
             setups.append(run.timing["setup_s"])
             bares.append(bare_numpy_rounds(experiment, len(run.result.trace)))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import stat
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -50,6 +52,14 @@ class Key:
         if self.check is not None and not self.check(value):
             raise ConfigError(f"{name}: got {value!r}; must be {self.constraint}")
         return value
+
+
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; anything this large is not one
+
+# Shards are the unit of transport: each costs a fixed time per round (a
+# SuperNode's messages, an actor call), so beyond this many they cost more
+# than they split.
+MAX_SHARDS = 1024
 
 
 def _positive(value: float) -> bool:
@@ -111,7 +121,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "seed": Key(int, 0, "seed of every random choice in the simulation", check=lambda v: v >= 0, constraint=">= 0"),
         "driver": Key(str, "flower", "transport", ("flower", "fast")),
         "backend": Key(str, "auto", "fast driver backend (auto: Ray when RAY_ADDRESS names a cluster, else in-process)", ("auto", "inprocess", "ray")),
-        "shards": Key(int, 8, "shards of users (Flower SuperNodes or Ray actors)", check=lambda v: v >= 1, constraint=">= 1"),
+        "shards": Key(int, 8, "shards of users (Flower SuperNodes or Ray actors)", check=lambda v: 1 <= v <= MAX_SHARDS, constraint=f"in 1..{MAX_SHARDS:,} (and at most the number of users)"),
         "top_k": Key(int, 100, "K of the true top-K used by precision, F1 and NCR", check=lambda v: v >= 1, constraint=">= 1"),
         "evaluation": Key(bool, True, "write the exact ground truth (true counts and ranks, metrics) into the result's evaluation section; false for real data, which no guarantee covers there"),
         "federation": Key(str, "shards", "what each Flower SuperNode holds: a shard of the configured population, or one device user's own data (devices: n = population.users)", ("shards", "devices")),
@@ -194,15 +204,50 @@ def parse_override(text: str) -> tuple[str, Scalar]:
     return dotted, value
 
 
+def read_config_text(path: str | Path) -> str:
+    """The text of a config file: a regular file of at most :data:`MAX_CONFIG_BYTES`.
+
+    The file is opened without blocking and checked before anything is
+    read, so a folder, a device such as ``/dev/zero`` or a FIFO is refused
+    at once instead of being read without end or waited on.
+    """
+    name = repr(str(path))
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {name} does not exist") from None
+    except OSError as error:
+        raise ConfigError(f"config file {name} cannot be opened ({error.strerror})") from None
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"config file {name} is {_file_kind(mode)}, not a regular file")
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    finally:
+        os.close(descriptor)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {name} is larger than {MAX_CONFIG_BYTES:,} bytes; a fedhh config is a few lines")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {name} is not valid TOML: {error}") from None
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+    return next((kind for test, kind in kinds if test(mode)), "a special file")
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> FedhhConfig:
     """Read a TOML config (or the defaults) and apply ``section.key=value`` overrides."""
     raw: dict[str, Any] = {}
     if path is not None:
+        text = read_config_text(path)
         try:
-            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file {str(path)!r} does not exist") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
             raise ConfigError(f"config file {str(path)!r} is not valid TOML: {error}") from None
     config = build_config(raw)
     parsed = dict(parse_override(text) for text in overrides or [])

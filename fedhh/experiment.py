@@ -19,10 +19,11 @@ from . import __version__
 from .config import FedhhConfig
 from .items import ItemCodec, get_alphabet
 from .metrics import Truth, utility_metrics
-from .population import Shard
+from .population import Shard, check_shard_count
 from .privacy.report import PrivacyReport
 from .protocols import ClientFunction, Discovery, ProtocolResult, ServerProtocol, get_protocol
 from .randomness import KeyedRandomness
+from .resources import require_population_memory
 from .sources import PopulationSource, make_source
 
 
@@ -92,6 +93,9 @@ class Experiment:
             raise ValueError("a reused population must be encoded with the config's [protocol] codec")
         self.source: PopulationSource = source
         self.n_users = self.source.n_users
+        # What the run will need is checked here, before anything is charged or started.
+        require_population_memory(self.n_users, int(config["population"]["words_per_user"]))
+        check_shard_count(self.n_users, int(config["run"]["shards"]))
         # Solving the privacy target here refuses an impossible run before any round.
         self.privacy: PrivacyReport = self.make_server().privacy_report()
 

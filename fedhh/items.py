@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 
 from .errors import InputError
+from .resources import INDEX_BYTES, require_memory
 
 EOS = 0
 PAD = -1
@@ -224,6 +225,12 @@ class ItemCodec:
         """Pack character indices into symbol rows, one row per item."""
         n_items = starts.shape[0]
         width = self.max_symbols * self.unit_size
+        require_memory(
+            n_items * INDEX_BYTES * (width + self.max_rounds),
+            f"protocol.max_length = {self.max_length:,}: encoding {n_items:,} items into rows of "
+            f"{self.max_rounds:,} symbols",
+            "lower protocol.max_length (longer items can be dropped or truncated: protocol.overlong)",
+        )
         chars = np.zeros((n_items, width), dtype=np.int64)
         if n_items:
             column = np.arange(width)

@@ -18,16 +18,35 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import InputError
 from .items import EncodingReport, ItemCodec
 from .prefixes import PrefixIndex
+
+
+def check_shard_count(n_users: int, num_shards: int) -> int:
+    """Refuse a split of ``n_users`` into ``num_shards`` that leaves a shard without users.
+
+    An empty shard would be a SuperNode or Ray actor with nothing to answer,
+    and each shard costs a fixed time per round whatever it holds; the
+    upper bound for all runs, :data:`fedhh.config.MAX_SHARDS`, is part of the
+    config's validation.
+    """
+    if num_shards < 1:
+        raise InputError(f"run.shards: must be >= 1, got {num_shards}")
+    if num_shards > n_users:
+        raise InputError(
+            f"run.shards: {num_shards:,} shards for a population of {n_users:,} users would leave "
+            f"shards without users; use at most {n_users:,}"
+        )
+    return num_shards
 
 
 def shard_bounds(n_users: int, shard_index: int, num_shards: int) -> tuple[int, int]:
     """Global user-id range ``[start, stop)`` of one shard."""
     if num_shards < 1:
-        raise ValueError(f"run.shards: must be >= 1, got {num_shards}")
+        raise InputError(f"run.shards: must be >= 1, got {num_shards}")
     if not 0 <= shard_index < num_shards:
-        raise ValueError(f"shard index must be in 0..{num_shards - 1}, got {shard_index}")
+        raise InputError(f"shard index must be in 0..{num_shards - 1}, got {shard_index}")
     return shard_index * n_users // num_shards, (shard_index + 1) * n_users // num_shards
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
+from fedhh.errors import InputError
 from fedhh.oracles.base import LinearVariance
 
 DEFAULT_FALSE_POSITIVES = 2.0
@@ -304,4 +305,4 @@ def get_postprocessor(name: str) -> PostProcessor:
     try:
         return POSTPROCESSORS[name]
     except KeyError:
-        raise ValueError(f"postprocess: unknown method {name!r}; allowed: {list(POSTPROCESSORS)}") from None
+        raise InputError(f"postprocess: unknown method {name!r}; allowed: {list(POSTPROCESSORS)}") from None

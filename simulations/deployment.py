@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -39,6 +40,10 @@ from types import TracebackType
 from typing import IO
 
 from fedhh.config import Scalar
+from fedhh.errors import InputError
+from fedhh.interrupts import exit_status, interruptible
+
+from .processes import descendants, processes
 
 LOOPBACK = "127.0.0.1"
 CONNECTION = "local"  # the SuperLink connection's name in $FLWR_HOME/config.toml
@@ -58,44 +63,9 @@ def config_arg(values: Mapping[str, Scalar]) -> str:
     parts = []
     for key, value in values.items():
         if isinstance(value, str) and '"' in value:
-            raise ValueError(f"{key}: Flower's config syntax cannot carry a double quote, got {value!r}")
+            raise InputError(f"{key}: Flower's config syntax cannot carry a double quote, got {value!r}")
         parts.append(f"{key}={json.dumps(value)}")
     return " ".join(parts)
-
-
-@dataclass(frozen=True)
-class _ProcessEntry:
-    pid: int
-    parent: int
-    group: int
-    zombie: bool
-
-
-def _processes() -> list[_ProcessEntry]:
-    """The processes of this machine, from Linux ``/proc``."""
-    entries = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # it ended while we looked
-        entries.append(_ProcessEntry(int(stat.parent.name), int(fields[1]), int(fields[2]), fields[0] == "Z"))
-    return entries
-
-
-def descendants(root: int) -> set[int]:
-    """Every process below ``root``, whatever group or session it moved to."""
-    children: dict[int, list[int]] = {}
-    for entry in _processes():
-        children.setdefault(entry.parent, []).append(entry.pid)
-    found: set[int] = set()
-    stack = [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
 
 
 @dataclass
@@ -160,7 +130,7 @@ class ManagedProcess:
         """Whether a process of its group, or a known descendant, still runs (zombies are gone)."""
         return any(
             not entry.zombie and (entry.group == self.process.pid or entry.pid in self.family)
-            for entry in _processes()
+            for entry in processes()
         )
 
     def tail(self, lines: int = 40) -> str:
@@ -168,17 +138,35 @@ class ManagedProcess:
         return f"--- {self.name} ({self.log}) ---\n" + "\n".join(text.splitlines()[-lines:])
 
 
+COMPLETED = "finished:completed"
+STARTED_RUN = re.compile(r"started run (\d+)")
+
+
 @dataclass
 class RunOutcome:
-    """What ``flwr run --stream`` printed and how it ended."""
+    """What ``flwr run --stream`` printed and how the run ended.
+
+    ``flwr run --stream`` exits 0 even when the ServerApp fails, so the
+    run's own status, as the SuperLink records it (``flwr ls``), is what
+    says whether it succeeded: ``status`` is e.g. ``finished:completed`` or
+    ``finished:failed`` (empty if the run never started), ``details`` the
+    SuperLink's reason.
+    """
 
     returncode: int
     lines: list[str]
     seconds: float
+    run_id: int | None = None
+    status: str = ""
+    details: str = ""
 
     @property
     def output(self) -> str:
         return "\n".join(self.lines)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.returncode == 0 and self.status == COMPLETED
 
 
 @dataclass
@@ -342,7 +330,30 @@ class LocalDeployment:
             managed.log.write_text("\n".join(lines) + "\n", encoding="utf-8")
             managed.stop()
             self.processes.remove(managed)
-        return RunOutcome(process.returncode, lines, time.monotonic() - started)
+        outcome = RunOutcome(process.returncode, lines, time.monotonic() - started)
+        found = next((match for line in lines if (match := STARTED_RUN.search(line))), None)
+        if found is not None:
+            outcome.run_id = int(found.group(1))
+            outcome.status, outcome.details = self.run_status(outcome.run_id)
+        return outcome
+
+    def run_status(self, run_id: int, timeout: float = 30.0) -> tuple[str, str]:
+        """(status, details) of a run as the SuperLink records it (``flwr ls``), once it has finished."""
+        deadline = time.monotonic() + timeout
+        status, details = "", ""
+        while time.monotonic() < deadline:
+            listed = subprocess.run(
+                [str(self._bin / "flwr"), "ls", CONNECTION, "--run-id", str(run_id), "--format", "json"],
+                env=self.env, capture_output=True, text=True, timeout=60,
+            )
+            if listed.returncode == 0:
+                runs = json.loads(listed.stdout).get("runs", [])
+                if runs:
+                    status, details = str(runs[0].get("status", "")), str(runs[0].get("status-details", ""))
+                    if status.startswith("finished"):
+                        break
+            time.sleep(0.5)
+        return status, details
 
 
 def _lines_until(stream: IO[bytes], deadline: float) -> Iterator[str]:
@@ -368,27 +379,79 @@ def _lines_until(stream: IO[bytes], deadline: float) -> Iterator[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one experiment on a SuperLink and N SuperNodes started here, then stop them all."""
+    """Run one experiment on a SuperLink and N SuperNodes started here, then stop them all.
+
+    The config, the results folder and the ledger's budget are checked
+    before any process starts (exit status 2, one line).  The exit status
+    is the run's own: 0 only if the SuperLink recorded it as completed and
+    its result was written; 1 for a failed run; 130 or 143 if stopped by
+    SIGINT or SIGTERM (every process is stopped either way).
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--supernodes", type=int, default=3, help="SuperNodes, one shard each (sets run.shards)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a run-config override, e.g. population.users=100000 (repeatable)")
-    parser.add_argument("--output", default="results/deployment", help="results folder (output-dir)")
+    parser.add_argument("--output", help="results folder, new or empty (default: results/deployment-<time>)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --output if it holds a previous fedhh result (and nothing else)")
     args = parser.parse_args(argv)
     if args.supernodes < 1:
         parser.error("--supernodes must be >= 1")
-    from fedhh.config import parse_override
-    from strategies.server_app import OUTPUT_DIR, PROGRESS
+    if args.overwrite and args.output is None:
+        parser.error("--overwrite replaces the folder named by --output; give --output too")
+    try:
+        with interruptible():
+            return _deploy(args)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as interrupt:
+        print(f"interrupted ({str(interrupt) or 'SIGINT'}): every process was stopped", file=sys.stderr)
+        return exit_status(interrupt)
 
-    run_config: dict[str, Scalar] = dict(parse_override(text) for text in args.overrides)
-    run_config.update({"run.shards": args.supernodes, OUTPUT_DIR: str(Path(args.output).resolve()), PROGRESS: False})
+
+def _deploy(args: argparse.Namespace) -> int:
+    from fedhh.config import load_config
+    from fedhh.experiment import Experiment
+    from fedhh.privacy.charge import check_budget, run_label
+    from fedhh.results import ResultsFolder
+    from strategies.registry import flower_protocol
+    from strategies.server_app import OUTPUT_DIR, OVERWRITE, PROGRESS, RUN_ID
+
+    config = load_config(None, [*args.overrides, f"run.shards={args.supernodes}"])
+    if config["run"]["federation"] != "shards":
+        raise InputError('run.federation: this wrapper starts shard SuperNodes; a "devices" federation is '
+                         "started by hand, one SuperNode per device (see docs/deployment.md)")
+    experiment = Experiment(config)  # population, resources, shards, privacy target
+    flower_protocol(str(config["protocol"]["name"]))
+    if args.output is None:  # a fresh name now; the ServerApp claims the folder itself
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        probe = ResultsFolder.claim_new(Path("results") / f"deployment-{stamp}", field="--output")
+    else:
+        probe = ResultsFolder.claim(args.output, overwrite=args.overwrite, field="--output")
+    output = probe.path
+    probe.release()
+    run_id = run_label(output.name)
+    check_budget(config["privacy"], experiment.privacy, run_id)
+
+    run_config: dict[str, Scalar] = {
+        **config.to_flat(), OUTPUT_DIR: str(output), OVERWRITE: args.overwrite, RUN_ID: run_id, PROGRESS: False,
+    }
     with tempfile.TemporaryDirectory(prefix="fedhh-deployment-") as scratch, LocalDeployment(Path(scratch)) as deployment:
         deployment.start_superlink()
         for index in range(args.supernodes):
             deployment.add_supernode(f"supernode-{index}", {"partition-id": index, "num-partitions": args.supernodes})
+        deployment.wait_for_supernodes(args.supernodes)
         outcome = deployment.run(run_config, on_line=print)
-        print(f"flwr run exited with {outcome.returncode} after {outcome.seconds:.1f} s; results in {args.output}")
-        return outcome.returncode
+    if outcome.succeeded and (output / "result.json").is_file():
+        print(f"run {outcome.run_id} completed after {outcome.seconds:.1f} s; results in {output}")
+        return 0
+    print(
+        f"run {outcome.run_id} did not complete (status {outcome.status or 'unknown'}, flwr run exited with "
+        f"{outcome.returncode}): {outcome.details or 'see the output above'}; no results written",
+        file=sys.stderr,
+    )
+    return 1
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ one process, and connect to a Ray cluster when ``RAY_ADDRESS`` is set.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -17,11 +18,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fedhh.config import FedhhConfig
+from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.population import Shard
+from fedhh.population import Shard, check_shard_count
 from fedhh.protocols import ProtocolResult, Request, Response, ServerProtocol
 
 from .progress import RoundProgress
+from .ray_runtime import ray_runtime
 
 Backend = Literal["inprocess", "ray"]
 
@@ -43,7 +46,7 @@ def choose_backend(requested: str) -> Backend:
     if requested == "auto":
         return "ray" if os.environ.get("RAY_ADDRESS") else "inprocess"
     if requested not in ("inprocess", "ray"):
-        raise ValueError(f"run.backend: got {requested!r}; allowed: ['auto', 'inprocess', 'ray']")
+        raise InputError(f"run.backend: got {requested!r}; allowed: ['auto', 'inprocess', 'ray']")
     return requested  # type: ignore[return-value]
 
 
@@ -106,20 +109,12 @@ class RayShards:
     """
 
     MAX_RESTARTS = 3  # per actor and run; a shard that keeps dying fails the run
+    INIT_ARGS: dict[str, Any] = {"log_to_driver": False, "configure_logging": False, "logging_level": "ERROR"}
 
     def __init__(self, config: FedhhConfig, num_shards: int) -> None:
-        # Opt in to Ray's future accelerator behaviour now (no GPUs here), which
-        # silences its FutureWarning at start-up.
-        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+        """Start one actor per shard; Ray must be running (:func:`~simulations.ray_runtime.ray_runtime`)."""
         import ray
 
-        if not ray.is_initialized():
-            ray.init(
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-                logging_level="ERROR",
-            )
         self._ray = ray
         cpus = max(ray.available_resources().get("CPU", 1.0), 1.0)
         actor_class = ray.remote(ShardHolder).options(
@@ -148,19 +143,19 @@ def run_fast(
 ) -> FastRun:
     """Run the experiment's protocol over ``num_shards`` shards; time setup and rounds apart."""
     chosen = choose_backend(backend)
-    started = time.perf_counter()
-    holders = (
-        InProcessShards(experiment, num_shards)
-        if chosen == "inprocess"
-        else RayShards(experiment.config, num_shards)
-    )
-    try:
+    check_shard_count(experiment.n_users, num_shards)
+    with contextlib.ExitStack() as stack:
+        started = time.perf_counter()
+        if chosen == "inprocess":
+            holders: InProcessShards | RayShards = InProcessShards(experiment, num_shards)
+        else:
+            stack.enter_context(ray_runtime(**RayShards.INIT_ARGS))
+            holders = RayShards(experiment.config, num_shards)
+        stack.callback(holders.close)
         setup = time.perf_counter() - started
         server = experiment.make_server()
         rounds_started = time.perf_counter()
         with RoundProgress(server, enabled=show_progress) as progress:
             result = drive(server, holders.answer, progress.update)
         rounds = time.perf_counter() - rounds_started
-    finally:
-        holders.close()
     return FastRun(result, {"setup_s": setup, "rounds_s": rounds}, chosen)

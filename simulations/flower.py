@@ -13,6 +13,12 @@ Ray and Flower log a lot (Flower also warns that ``run_simulation`` is
 deprecated); unless ``verbose`` is set only their errors are shown, while
 fedhh's own round lines stay visible.  Ray is shut down afterwards if this
 call started it, so a run leaves no Ray processes behind.
+
+An interruption (Ctrl-C, SIGTERM: ``fedhh.interrupts``) arrives in the
+main thread, inside Flower's engine, which then stops its Ray actors; the
+ServerApp, in a thread of its own, is told to stop (its waits for nodes end
+within a poll interval) and waited for, so nothing keeps the process
+alive and no result is written.
 """
 
 from __future__ import annotations
@@ -26,17 +32,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import ray
 from flwr.simulation import run_simulation
 
 from fedhh.config import FedhhConfig
+from fedhh.errors import InputError
 from fedhh.experiment import Experiment
+from fedhh.interrupts import stop_requested
+from fedhh.privacy.charge import check_budget
+from fedhh.results import ResultsFolder
 from strategies.base import LOGGER
 from strategies.client_app import make_client_app
 from strategies.registry import flower_protocol
-from strategies.server_app import OUTPUT_DIR, PROGRESS, make_server_app
+from strategies.server_app import OUTPUT_DIR, OVERWRITE, PROGRESS, RUN_ID, StopHandle, make_server_app
+
+from .ray_runtime import ray_runtime
 
 DEFAULT_NUM_CPUS = 2  # this machine; each virtual SuperNode's ClientApp takes one
+STOP_GRACE = 5.0  # seconds an interrupted ServerApp gets to end (its waits end within 0.1 s)
 
 
 def run_flower_simulation(
@@ -44,6 +56,8 @@ def run_flower_simulation(
     num_supernodes: int | None = None,
     *,
     output_dir: str | Path | None = None,
+    overwrite: bool = False,
+    run_id: str = "",
     show_progress: bool = False,
     verbose: bool = False,
     num_cpus: int = DEFAULT_NUM_CPUS,
@@ -52,49 +66,60 @@ def run_flower_simulation(
 
     ``num_supernodes`` defaults to ``run.shards`` and, when given, replaces
     it (one shard per SuperNode).  The result is written by the ServerApp to
-    ``output_dir/result.json``; without ``output_dir`` it goes to a
-    temporary folder that is removed after it has been read.
+    ``output_dir/result.json`` (replacing a previous fedhh result there only
+    with ``overwrite``); without ``output_dir`` it goes to a temporary
+    folder that is removed after it has been read.  The ServerApp charges
+    ``privacy.ledger`` under ``run_id`` (empty: a name of its own).
     """
     shards = int(config["run"]["shards"]) if num_supernodes is None else num_supernodes
     if shards < 1:
-        raise ValueError(f"num_supernodes must be >= 1, got {shards}")
+        raise InputError(f"num_supernodes must be >= 1, got {shards}")
     if num_cpus < 1:
-        raise ValueError(f"num_cpus must be >= 1, got {num_cpus}")
+        raise InputError(f"num_cpus must be >= 1, got {num_cpus}")
     if config["run"]["federation"] != "shards":
-        raise ValueError(
+        raise InputError(
             "run.federation: a simulation's virtual SuperNodes hold shards of the configured "
             "population; a \"devices\" federation needs real SuperNodes (see docs/deployment.md)"
         )
     config = config.with_overrides({"run.shards": shards, "run.driver": "flower"})
     # Refuse what the ServerApp would refuse (privacy target out of reach, a
-    # protocol without Flower codecs) before Ray starts, not inside its thread.
-    Experiment(config)
+    # protocol without Flower codecs, an output folder that must not be
+    # written, a run over the ledger's budget) before Ray starts, not inside its thread.
+    experiment = Experiment(config)
     flower_protocol(str(config["protocol"]["name"]))
+    if output_dir is not None:
+        ResultsFolder.claim(output_dir, overwrite=overwrite, field="output_dir").release()
+    check_budget(config["privacy"], experiment.privacy, run_id or "this run")
+    stop = StopHandle()
     with tempfile.TemporaryDirectory(prefix="fedhh-flower-") as scratch:
         destination = Path(output_dir) if output_dir is not None else Path(scratch) / "result"
         run_config = {
             **config.to_flat(),
             OUTPUT_DIR: str(destination.resolve()),
             PROGRESS: show_progress,
+            OVERWRITE: overwrite,
+            RUN_ID: run_id,
         }
-        backend_config = {
-            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-            "init_args": {
-                "num_cpus": num_cpus,
-                "logging_level": "INFO" if verbose else "ERROR",
-                "log_to_driver": verbose,
-                "configure_logging": verbose,
-            },
+        init_args = {
+            "num_cpus": num_cpus,
+            "logging_level": "INFO" if verbose else "ERROR",
+            "log_to_driver": verbose,
+            "configure_logging": verbose,
         }
-        with _quiet_unless(verbose), _own_ray():
-            run_simulation(
-                server_app=make_server_app(run_config),
-                client_app=make_client_app(run_config),
-                num_supernodes=shards,
-                backend_name="ray",
-                backend_config=backend_config,
-                verbose_logging=verbose,
-            )
+        backend_config = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": init_args}
+        with _quiet_unless(verbose), ray_runtime(**init_args):
+            try:
+                run_simulation(
+                    server_app=make_server_app(run_config, stop),
+                    client_app=make_client_app(run_config),
+                    num_supernodes=shards,
+                    backend_name="ray",
+                    backend_config=backend_config,
+                    verbose_logging=verbose,
+                )
+            except BaseException:
+                stop.stop(STOP_GRACE)  # the ServerApp's thread outlives Flower's engine otherwise
+                raise
         result_file = destination / "result.json"
         if not result_file.is_file():
             raise RuntimeError(f"the Flower simulation ended without writing {result_file}")
@@ -114,21 +139,20 @@ def _quiet_unless(verbose: bool) -> Iterator[None]:
     saved = flower.level, LOGGER.level
     flower.setLevel(logging.ERROR)
     LOGGER.setLevel(logging.INFO)
+    after_stop = _SilentAfterStop()
+    flower.addFilter(after_stop)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"ray\.")
             yield
     finally:
+        flower.removeFilter(after_stop)
         flower.setLevel(saved[0])
         LOGGER.setLevel(saved[1])
 
 
-@contextlib.contextmanager
-def _own_ray() -> Iterator[None]:
-    """Shut Ray down afterwards if Flower's backend started it inside this call."""
-    started_here = not ray.is_initialized()
-    try:
-        yield
-    finally:
-        if started_here and ray.is_initialized():
-            ray.shutdown()
+class _SilentAfterStop(logging.Filter):
+    """Once the run is being stopped (Ctrl-C, SIGTERM), Flower's errors are the echo of the stop: drop them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not stop_requested()

@@ -15,12 +15,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from fedhh.results import write_result
+from fedhh.results import ResultsFolder, write_result
 
 SHOWN_ITEMS = 30
 
 
-def write_run_outputs(output_dir: str | Path, result: dict[str, Any]) -> Path:
+def write_run_outputs(output_dir: str | Path | ResultsFolder, result: dict[str, Any]) -> Path:
     """Write the results folder; nothing is left behind if any part fails."""
 
     def heavy_hitters_csv(folder: Path) -> None:

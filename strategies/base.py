@@ -29,6 +29,7 @@ SecAgg+ (``strategies.secure``) and single replies are never seen.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterable
@@ -40,12 +41,13 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from fedhh.errors import InputError
 from fedhh.protocols import Request, Response, RoundRecord, ServerProtocol
 from simulations.progress import RoundProgress
 
 from .codec import MessageCodec, MessageDecodeError
-from .errors import FederationError, InvalidReply
-from .exchange import exchange
+from .errors import FederationError, InvalidReply, RunStopped
+from .exchange import exchange, pause
 from .participation import RoundParticipation
 from .secure import SecureAggregation
 from .shards import (
@@ -93,21 +95,26 @@ class ProtocolStrategy(Strategy):
         connect_timeout: float = 120.0,
         secure: SecureAggregation | None = None,
         show_progress: bool = False,
+        stop: threading.Event | None = None,
     ) -> None:
-        """``num_shards``: the split of the users (``run.shards``; a device federation: n)."""
+        """``num_shards``: the split of the users (``run.shards``; a device federation: n).
+
+        ``stop``, once set, ends the run within a poll interval with
+        :class:`~strategies.errors.RunStopped` (the driver was interrupted).
+        """
         if num_shards < 1:
-            raise ValueError(f"run.shards must be >= 1, got {num_shards}")
+            raise InputError(f"run.shards must be >= 1, got {num_shards}")
         if federation not in (SHARDS, DEVICES):
-            raise ValueError(f"run.federation: got {federation!r}; allowed: {[SHARDS, DEVICES]}")
+            raise InputError(f"run.federation: got {federation!r}; allowed: {[SHARDS, DEVICES]}")
         if federation == DEVICES and num_shards != n_users:
-            raise ValueError(f"a device federation has one shard per user: num_shards must be n = {n_users}")
+            raise InputError(f"a device federation has one shard per user: num_shards must be n = {n_users}")
         if request_codec.message_type is not server.request_type:
             raise TypeError(f"{server.name} sends {server.request_type.__name__}, codec is for {request_codec.tag}")
         if response_codec.message_type is not server.response_type:
             raise TypeError(f"{server.name} expects {server.response_type.__name__}, codec is for {response_codec.tag}")
         for name, value in (("run.round_timeout", round_timeout), ("run.connect_timeout", connect_timeout)):
             if not value > 0:
-                raise ValueError(f"{name}: must be > 0 seconds, got {value}")
+                raise InputError(f"{name}: must be > 0 seconds, got {value}")
         self.server = server
         self.request_codec = request_codec
         self.response_codec = response_codec
@@ -118,6 +125,7 @@ class ProtocolStrategy(Strategy):
         self.connect_timeout = connect_timeout
         self.secure = secure
         self.show_progress = show_progress
+        self.stop = stop
         self.federation = Federation(n_users, {})
         self.participation: list[RoundParticipation] = []
         self._pending: _PendingRound | None = None
@@ -278,11 +286,13 @@ class ProtocolStrategy(Strategy):
         with RoundProgress(self.server, enabled=self.show_progress, label=label) as progress:
             server_round = 0
             while server_round < limit and self.server.next_request() is not None:
+                if self.stop is not None and self.stop.is_set():
+                    raise RunStopped(f"the run was stopped before round {server_round + 1}")
                 server_round += 1
                 round_started = time.perf_counter()
                 if self.secure is None:
                     messages = self.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid)
-                    replies, pushed = exchange(grid, list(messages), self.round_timeout)
+                    replies, pushed = exchange(grid, list(messages), self.round_timeout, self.stop)
                     self._count_undelivered(pushed)
                     _, metrics = self.aggregate_train(server_round, replies)
                 else:
@@ -395,7 +405,7 @@ class ProtocolStrategy(Strategy):
         deadline = time.monotonic() + self.connect_timeout
         expected = self.num_shards
         while len(nodes := sorted(grid.get_node_ids())) < expected and time.monotonic() < deadline:
-            time.sleep(0.05)
+            pause(0.05, self.stop)
         if self.federation_mode == SHARDS and len(nodes) != expected:
             raise FederationError(
                 f"{len(nodes)} node(s) connected within {self.connect_timeout:g} s but run.shards = "
@@ -407,7 +417,7 @@ class ProtocolStrategy(Strategy):
             Message(content=RecordDict(), dst_node_id=node, message_type=SHARD_INFO_MESSAGE, group_id="shards")
             for node in nodes
         ]
-        replies, _ = exchange(grid, messages, self.round_timeout)  # each node builds its shard now
+        replies, _ = exchange(grid, messages, self.round_timeout, self.stop)  # each node builds its shard now
         node_of = {message.metadata.message_id: message.metadata.dst_node_id for message in messages}
         infos: dict[int, ShardInfo] = {}
         problems: dict[int, str] = {}

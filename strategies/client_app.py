@@ -36,6 +36,7 @@ from flwr.clientapp import ClientApp
 from flwr.compat.common import recorddict_compat as compat
 
 from fedhh.config import FedhhConfig, Scalar, config_from_flat
+from fedhh.errors import InputError
 from fedhh.experiment import Experiment, item_codec
 from fedhh.population import Shard
 from fedhh.protocols import ClientFunction, Request, Response, get_protocol
@@ -57,13 +58,13 @@ def shard_of(node_config: Mapping[str, Any]) -> tuple[int, int]:
     """(shard index, number of shards) from a node config, with a clear error if absent."""
     missing = [key for key in (PARTITION_ID, NUM_PARTITIONS) if key not in node_config]
     if missing:
-        raise ValueError(
+        raise InputError(
             f"node config lacks {missing}: a fedhh SuperNode needs to know its shard; start it "
             f"with --node-config \"{PARTITION_ID}=0 {NUM_PARTITIONS}=8\" (simulation sets both)"
         )
     index, count = node_config[PARTITION_ID], node_config[NUM_PARTITIONS]
     if not (isinstance(index, int) and isinstance(count, int) and 0 <= index < count):
-        raise ValueError(f"node config: need 0 <= {PARTITION_ID} < {NUM_PARTITIONS}, got {index} and {count}")
+        raise InputError(f"node config: need 0 <= {PARTITION_ID} < {NUM_PARTITIONS}, got {index} and {count}")
     return index, count
 
 
@@ -151,7 +152,7 @@ def make_client_app(run_config: Mapping[str, Scalar] | None = None) -> ClientApp
         """The response as a dense vector, which ``secaggplus_mod`` masks before it leaves."""
         node = data(context)
         if node.flower.dense is None:
-            raise ValueError(f"protocol {node.config['protocol']['name']!r} has no secure-aggregation layout")
+            raise InputError(f"protocol {node.config['protocol']['name']!r} has no secure-aggregation layout")
         fitins = compat.recorddict_to_fitins(message.content, keep_input=True)
         request = request_from_fitins(node.flower.request, fitins)
         dense = node.flower.dense(item_codec(node.config))

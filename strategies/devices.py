@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from fedhh.errors import InputError
 from fedhh.items import ItemCodec
 from fedhh.population import Shard, Vocabulary
 from fedhh.sources import read_user_items
@@ -40,18 +41,18 @@ def device_of(node_config: Mapping[str, Any], n_users: int) -> tuple[int, str]:
     """(user id, data file) from a device's node config, with errors naming the key."""
     missing = [key for key in (USER_ID, DATA_FILE) if key not in node_config]
     if missing:
-        raise ValueError(
+        raise InputError(
             f"node config lacks {missing}: in a run.federation = \"devices\" run every SuperNode is one "
             f"user's device; start it with --node-config '{USER_ID}=0 {DATA_FILE}=\"/path/to/items.txt\"'"
         )
     user_id, data_file = node_config[USER_ID], node_config[DATA_FILE]
     if not isinstance(user_id, int) or isinstance(user_id, bool) or not 0 <= user_id < n_users:
-        raise ValueError(
+        raise InputError(
             f"node config {USER_ID}: must be an integer in 0..{n_users - 1} (population.users = {n_users}), "
             f"got {user_id!r}"
         )
     if not isinstance(data_file, str) or not data_file:
-        raise ValueError(f"node config {DATA_FILE}: must name the user's data file, got {data_file!r}")
+        raise InputError(f"node config {DATA_FILE}: must name the user's data file, got {data_file!r}")
     return user_id, data_file
 
 
@@ -67,11 +68,11 @@ def _device_shard(user_id: int, data_file: str, modified_ns: int, codec: ItemCod
     try:
         users, items = read_user_items(data_file)
         if Path(data_file).suffix.lower() in (".csv", ".parquet", ".pq") and len({str(u) for u in users}) > 1:
-            raise ValueError(f"it holds {len({str(u) for u in users})} users; a device holds one user's items")
+            raise InputError(f"it holds {len({str(u) for u in users})} users; a device holds one user's items")
         distinct = list(dict.fromkeys(items))
         vocabulary, item_id = Vocabulary.encode(distinct, codec)
     except ValueError as error:  # ItemError included: name the node's key, not population.path
-        raise ValueError(f"node config {DATA_FILE} {data_file!r}: {error}") from None
+        raise InputError(f"node config {DATA_FILE} {data_file!r}: {error}") from None
     index = {item: i for i, item in enumerate(distinct)}
     ids = item_id[[index[item] for item in items]] if items else np.zeros(0, dtype=np.int64)
     return Shard.from_pairs(vocabulary, user_id, 1, np.zeros(ids.size, dtype=np.int64), ids)

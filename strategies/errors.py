@@ -9,3 +9,7 @@ class FederationError(RuntimeError):
 
 class InvalidReply(ValueError):
     """A well-formed reply whose content its node (or, summed, its nodes) cannot have produced honestly."""
+
+
+class RunStopped(RuntimeError):
+    """The process driving the run asked it to stop (Ctrl-C or SIGTERM)."""

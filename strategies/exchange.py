@@ -9,21 +9,27 @@ left out: the caller counts those nodes as late.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 
 from flwr.app import Message
 from flwr.serverapp import Grid
 
+from .errors import RunStopped
+
 POLL_INTERVAL = 0.1  # seconds between pulls: one cheap request to the SuperLink each
 
 
-def exchange(grid: Grid, messages: Sequence[Message], timeout: float) -> tuple[list[Message], set[str]]:
+def exchange(
+    grid: Grid, messages: Sequence[Message], timeout: float, stop: threading.Event | None = None
+) -> tuple[list[Message], set[str]]:
     """Push ``messages``, pull replies until all arrived or ``timeout`` seconds passed.
 
     Returns the replies and the ids of the messages that were pushed (each
     message's ``metadata.message_id`` is set by the grid when it is pushed;
-    a message whose id is not in the set could not be delivered).
+    a message whose id is not in the set could not be delivered).  Raises
+    :class:`RunStopped` within one poll interval of ``stop`` being set.
     """
     if not messages:
         return [], set()
@@ -37,5 +43,13 @@ def exchange(grid: Grid, messages: Sequence[Message], timeout: float) -> tuple[l
             pending.discard(reply.metadata.reply_to_message_id)
         if not pending or time.monotonic() >= deadline:
             break
-        time.sleep(min(POLL_INTERVAL, max(deadline - time.monotonic(), 0.0)))
+        pause(min(POLL_INTERVAL, max(deadline - time.monotonic(), 0.0)), stop)
     return replies, pushed
+
+
+def pause(seconds: float, stop: threading.Event | None) -> None:
+    """Sleep ``seconds``, or raise :class:`RunStopped` as soon as ``stop`` is set."""
+    if stop is None:
+        time.sleep(seconds)
+    elif stop.wait(seconds) or stop.is_set():
+        raise RunStopped("the run was stopped while waiting for its nodes")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fedhh.errors import InputError
 from fedhh.items import ItemCodec
 from fedhh.protocols import get_protocol
 
@@ -49,7 +50,7 @@ def flower_protocol(name: str) -> FlowerProtocol:
     try:
         flower = FLOWER_PROTOCOLS[name]
     except KeyError:
-        raise ValueError(
+        raise InputError(
             f"protocol.name: {name!r} has no Flower strategy yet (available on Flower: "
             f"{sorted(FLOWER_PROTOCOLS)}); use run.driver = \"fast\""
         ) from None

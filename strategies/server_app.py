@@ -7,8 +7,18 @@ with ``flwr run --run-config``), plus keys that only the Flower app reads:
 * ``output-dir``: the results folder (``result.json``; for a shards
   federation also CSVs and a plot; written atomically); a relative path is
   relative to the working directory of the process running the ServerApp
-  (for ``flwr run`` on a local SuperLink: where it was started);
-* ``progress``: whether to draw the per-round progress bar.
+  (for ``flwr run`` on a local SuperLink: where it was started).  It is
+  claimed before anything else (``fedhh.results``): a folder that holds
+  anything is refused, unless it holds a previous fedhh result and
+* ``overwrite`` is true;
+* ``progress``: whether to draw the per-round progress bar;
+* ``run-id``: the name under which ``privacy.ledger`` records the run
+  (empty: the results folder's name and Flower's run id).
+
+The ServerApp charges the run to ``privacy.ledger`` itself, once, after
+every check and before round 1 (``fedhh.privacy.charge``), so a run is
+charged and held to ``privacy.max_epsilon`` whichever way it was started:
+``fedhh run``, ``flwr run`` or ``simulations.deployment``.
 
 What the server knows depends on ``run.federation``:
 
@@ -29,8 +39,10 @@ summary says which shards were lost and why the privacy report holds.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +51,9 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat
 from fedhh.experiment import Experiment, item_codec, run_record
+from fedhh.privacy.charge import charge_run
 from fedhh.protocols import ProtocolResult, ServerProtocol, get_protocol
-from fedhh.results import write_result
+from fedhh.results import ResultsFolder, write_result
 from simulations.report import write_run_outputs
 
 from .base import LOGGER, ProtocolStrategy
@@ -51,17 +64,60 @@ from .shards import DEVICES
 
 OUTPUT_DIR = "output-dir"
 PROGRESS = "progress"
+OVERWRITE = "overwrite"
+RUN_ID = "run-id"
 
 
-def run_experiment(grid: Grid, run_config: Mapping[str, Any], context: Context) -> Path:
+@dataclass
+class StopHandle:
+    """How a driver that runs the ServerApp in one of its threads stops it.
+
+    Setting ``requested`` ends the server's waits for its nodes within a
+    poll interval (:class:`~strategies.errors.RunStopped`); ``thread`` is the
+    thread the ServerApp runs in, to wait for it.
+    """
+
+    requested: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def stop(self, timeout: float) -> None:
+        self.requested.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+
+def _app_setting(run_config: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = run_config.get(key, default)
+    if not isinstance(value, kind):
+        raise ConfigError(f"{key}: expected {'true or false' if kind is bool else kind.__name__}, got {value!r}")
+    return value
+
+
+def run_experiment(
+    grid: Grid, run_config: Mapping[str, Any], context: Context, stop: threading.Event | None = None
+) -> Path:
     """Run the configured experiment over the grid's nodes; the path of ``result.json``."""
     output_dir = run_config.get(OUTPUT_DIR)
     if not isinstance(output_dir, str) or not output_dir:
         raise ConfigError(f"{OUTPUT_DIR}: the run config must name the results folder, got {output_dir!r}")
-    show_progress = run_config.get(PROGRESS, False)
-    if not isinstance(show_progress, bool):
-        raise ConfigError(f"{PROGRESS}: expected true or false, got {show_progress!r}")
+    show_progress = _app_setting(run_config, PROGRESS, bool, False)
+    overwrite = _app_setting(run_config, OVERWRITE, bool, False)
+    run_id = _app_setting(run_config, RUN_ID, str, "")
+    claim = ResultsFolder.claim(output_dir, overwrite=overwrite, field=OUTPUT_DIR, overwrite_hint=f"{OVERWRITE}=true")
+    with claim as folder:
+        run_id = run_id or f"{folder.path.name}-flower-run-{context.run_id}"
+        return _run(grid, run_config, context, folder, show_progress, run_id, stop)
 
+
+def _run(
+    grid: Grid,
+    run_config: Mapping[str, Any],
+    context: Context,
+    folder: ResultsFolder,
+    show_progress: bool,
+    run_id: str,
+    stop: threading.Event | None,
+) -> Path:
     started = time.perf_counter()
     config = config_from_flat(run_config)
     run = config["run"]
@@ -97,7 +153,9 @@ def run_experiment(grid: Grid, run_config: Mapping[str, Any], context: Context) 
         connect_timeout=float(run["connect_timeout"]),
         secure=secure,
         show_progress=show_progress,
+        stop=stop,
     )
+    privacy = charge_run(config["privacy"], server.privacy_report(), run_id)  # last, just before round 1
     experiment_s = time.perf_counter() - started
     strategy.start(grid)
     rounds = strategy.round_seconds
@@ -113,9 +171,10 @@ def run_experiment(grid: Grid, run_config: Mapping[str, Any], context: Context) 
     else:
         document = experiment.finish(server.result(), timing, transport="flower")
     add_participation(document, strategy)
+    document["privacy"] = privacy.to_dict()
     write = write_result if experiment is None else write_run_outputs
-    path = write(output_dir, document)
-    LOGGER.info("result written to %s", path.resolve())
+    path = write(folder, document)
+    LOGGER.info("result written to %s", path)
     return path
 
 
@@ -144,18 +203,23 @@ def device_document(config: FedhhConfig, server: ServerProtocol, timing: dict[st
     }
 
 
-def make_server_app(run_config: Mapping[str, Scalar] | None = None) -> ServerApp:
+def make_server_app(run_config: Mapping[str, Scalar] | None = None, stop: StopHandle | None = None) -> ServerApp:
     """The ServerApp; ``run_config``, if given, stands in for the context's run config.
 
     ``flwr run`` hands the run config to ``app`` below; Flower's in-process
-    ``run_simulation`` has no run config, so ``simulations.flower`` binds one.
+    ``run_simulation`` has no run config, so ``simulations.flower`` binds one,
+    and a ``stop`` handle to end the run early.
     """
     bound = dict(run_config) if run_config is not None else None
     server_app = ServerApp()
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
-        run_experiment(grid, context.run_config if bound is None else bound, context)
+        if stop is not None:
+            stop.thread = threading.current_thread()
+        run_experiment(
+            grid, context.run_config if bound is None else bound, context, stop.requested if stop is not None else None
+        )
 
     return server_app
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from fedhh.errors import InputError
 from fedhh.population import shard_bounds
 
 from .codec import MessageCodec
@@ -80,7 +81,7 @@ def admit(infos: Mapping[int, ShardInfo], n_users: int, num_shards: int, mode: s
     claim is invalid or shared with another node and admits the rest.
     """
     if mode not in (SHARDS, DEVICES):
-        raise ValueError(f"run.federation: got {mode!r}; allowed: {[SHARDS, DEVICES]}")
+        raise InputError(f"run.federation: got {mode!r}; allowed: {[SHARDS, DEVICES]}")
     if not infos:
         raise ShardCoverageError("no node answered the shard query")
     if mode == SHARDS:

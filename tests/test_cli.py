@@ -13,6 +13,7 @@ import pytest
 
 from fedhh.cli import build_parser, main
 from fedhh.errors import InputError
+from fedhh.results import MARKER, marked_files
 
 SMALL = [
     "--set", 'population.source="zipf"', "--set", "population.users=20000",
@@ -47,8 +48,10 @@ def test_fast_run_writes_the_documented_result(tmp_path: Path) -> None:
     found = {hit["item"] for hit in result["heavy_hitters"]}
     top = evaluation["truth_top"]
     assert {t["item"] for t in top if t["discovered"]} == found & {t["item"] for t in top}
-    assert {p.name for p in output.iterdir()} == {"result.json", "heavy_hitters.csv", "rounds.csv", "discovery.png"}
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+    written = {"result.json", "heavy_hitters.csv", "rounds.csv", "discovery.png"}
+    assert {p.name for p in output.iterdir()} == written | {MARKER}
+    assert marked_files(output) == sorted(written)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging or lock left
 
 
 def test_evaluation_false_leaves_no_ground_truth_in_the_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

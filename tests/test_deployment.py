@@ -103,7 +103,7 @@ def run_config(config: FedhhConfig, output: Path, **extra: Any) -> dict[str, Any
 
 def run_deployed(deployment: LocalDeployment, config: dict[str, Any], timeout: float = 240.0) -> dict[str, Any]:
     outcome = deployment.run(config, timeout=timeout)
-    assert outcome.returncode == 0, outcome.output + "\n" + deployment.logs()
+    assert outcome.succeeded, f"{outcome.status}: {outcome.details}\n{outcome.output}\n{deployment.logs()}"
     result = Path(config["output-dir"]) / "result.json"
     assert result.is_file(), outcome.output + "\n" + deployment.logs()
     return json.loads(result.read_text(encoding="utf-8"))

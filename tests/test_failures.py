@@ -32,6 +32,7 @@ from fedhh.randomness import KeyedRandomness
 from fedhh.prefixes import rows_in
 from simulations.deployment import LocalDeployment
 from simulations.fast import RayShards, drive, run_fast
+from simulations.ray_runtime import ray_runtime
 from strategies.base import LOGGER
 from strategies.client_app import make_client_app
 from strategies.codec import ARRAYS_RECORD
@@ -83,7 +84,7 @@ def test_deployment_survives_a_crashed_and_a_stalled_supernode(deployment: Local
 
     output = tmp_path / "out"
     outcome = deployment.run({**config.to_flat(), "output-dir": str(output), "progress": False}, on_line=on_line)
-    assert outcome.returncode == 0, outcome.output + deployment.logs()
+    assert outcome.succeeded, f"{outcome.status}: {outcome.details}\n{outcome.output}{deployment.logs()}"
     assert events == ["shard 1 paused, shard 2 killed", "shard 1 resumed"], outcome.output
     document = json.loads((output / "result.json").read_text(encoding="utf-8"))
 
@@ -214,23 +215,21 @@ def test_killed_ray_shard_actor_is_restarted_and_the_result_unchanged() -> None:
     config = load_config(None, SHORT)
     experiment = Experiment(config)
     undisturbed = run_fast(experiment, 1, backend="inprocess").result
-    started_ray = not ray.is_initialized()
-    holders = RayShards(config, 3)
-    try:
-        victim = holders.actors[1]
-        pid = lambda actor: ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))  # noqa: E731
-        before = pid(victim)
+    with ray_runtime(**RayShards.INIT_ARGS):
+        holders = RayShards(config, 3)
+        try:
+            victim = holders.actors[1]
+            pid = lambda actor: ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))  # noqa: E731
+            before = pid(victim)
 
-        def kill_after_round_1(server: Any) -> None:
-            if len(server.trace) == 1:
-                ray.kill(victim, no_restart=False)
+            def kill_after_round_1(server: Any) -> None:
+                if len(server.trace) == 1:
+                    ray.kill(victim, no_restart=False)
 
-        result = drive(experiment.make_server(), holders.answer, kill_after_round_1)
-        assert pid(victim) != before, "the killed actor must have been restarted in a new process"
-    finally:
-        holders.close()
-        if started_ray:
-            ray.shutdown()
+            result = drive(experiment.make_server(), holders.answer, kill_after_round_1)
+            assert pid(victim) != before, "the killed actor must have been restarted in a new process"
+        finally:
+            holders.close()
     assert [d.item for d in result.discoveries] == [d.item for d in undisturbed.discoveries]
     assert [r.to_dict() for r in result.trace] == [r.to_dict() for r in undisturbed.trace]
     assert len(result.trace) == 3

@@ -31,6 +31,7 @@ from flwr.serverapp import ServerApp
 
 from fedhh.config import SCHEMA, FedhhConfig, load_config
 from fedhh.experiment import Experiment
+from fedhh.privacy.ledger import Ledger
 from fedhh.protocols import PROTOCOLS, message_types
 from simulations.fast import run_fast
 from simulations.flower import run_flower_simulation
@@ -185,7 +186,8 @@ def wait_until_healthy(port: int, process: subprocess.Popen[bytes], timeout: flo
 def test_flwr_run_writes_the_same_result(local_superlink: str, reference: dict[str, Any], tmp_path: Path) -> None:
     """`flwr run .` with the pyproject's app tables runs the job and writes result.json."""
     output = tmp_path / "flwr-run"
-    overrides = " ".join(SMALL) + f" run.shards=3 output-dir='{output}' progress=false"
+    ledger = tmp_path / "ledger.json"
+    overrides = " ".join(SMALL) + f" run.shards=3 output-dir='{output}' progress=false privacy.ledger='{ledger}'"
     completed = subprocess.run(
         [
             str(Path(sys.executable).parent / "flwr"), "run", ".", local_superlink, "--stream",
@@ -204,6 +206,24 @@ def test_flwr_run_writes_the_same_result(local_superlink: str, reference: dict[s
     document = json.loads(result_file.read_text(encoding="utf-8"))
     assert document["config"]["run"]["shards"] == 3
     assert flower_view(document) == reference
+    # A bare `flwr run` is charged to the ledger too: by the ServerApp, once.
+    (entry,) = Ledger(ledger).entries
+    assert entry.run_id.startswith("flwr-run-flower-run-")
+    assert document["privacy"]["composition"]["runs"] == 1
+
+
+def test_fedhh_run_on_flower_charges_the_ledger_once(tmp_path: Path) -> None:
+    """The ServerApp charges; the command line around it does not charge again."""
+    from fedhh.cli import main
+
+    ledger = tmp_path / "ledger.json"
+    settings = [*SMALL, "run.shards=2", 'run.driver="flower"', f'privacy.ledger="{ledger}"']
+    output = tmp_path / "day-1"
+    assert main(["run", *[f"--set={setting}" for setting in settings], "--quiet", "--output", str(output)]) == 0
+    (entry,) = Ledger(ledger).entries
+    assert entry.run_id.startswith("day-1@")
+    document = json.loads((output / "result.json").read_text(encoding="utf-8"))
+    assert document["transport"] == "flower" and document["privacy"]["composition"]["runs"] == 1
 
 
 # -- the Flower app's configuration ------------------------------------------------
@@ -215,7 +235,7 @@ def test_pyproject_run_config_mirrors_the_fedhh_defaults() -> None:
     flat = flatten_dict(app["config"])
     defaults = {f"{section}.{key}": spec.default for section, keys in SCHEMA.items() for key, spec in keys.items()}
     assert {key: value for key, value in flat.items() if "." in key} == defaults
-    assert set(flat) - set(defaults) == {"output-dir", "progress"}
+    assert set(flat) - set(defaults) == {"output-dir", "overwrite", "progress", "run-id"}
 
 
 def test_app_components_load() -> None:

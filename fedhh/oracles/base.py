@@ -77,16 +77,16 @@ def check_values(values: Any, domain: int, field: str = "values") -> np.ndarray:
     """A 1-D array of integer values in ``[0, domain)`` as uint64."""
     array = np.asarray(values)
     if array.ndim != 1:
-        raise ValueError(f"{field} must be a 1-D array of integers in [0, {domain}), got shape {array.shape}")
+        raise InputError(f"{field} must be a 1-D array of integers in [0, {domain}), got shape {array.shape}")
     if array.size == 0:
         return np.zeros(0, dtype=np.uint64)
     if not np.issubdtype(array.dtype, np.integer):
-        raise ValueError(f"{field} must be integers in [0, {domain}), got dtype {array.dtype}")
+        raise InputError(f"{field} must be integers in [0, {domain}), got dtype {array.dtype}")
     if np.issubdtype(array.dtype, np.signedinteger) and int(array.min()) < 0:
-        raise ValueError(f"{field} must be in [0, {domain}), got {int(array.min())}")
+        raise InputError(f"{field} must be in [0, {domain}), got {int(array.min())}")
     array = array.astype(np.uint64)
     if domain < MAX_DOMAIN and int(array.max()) >= domain:
-        raise ValueError(f"{field} must be in [0, {domain}), got {int(array.max())}")
+        raise InputError(f"{field} must be in [0, {domain}), got {int(array.max())}")
     return array
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InputError
 from .base import FrequencyOracle, Support, check_kind, check_values
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch, uniform_below
@@ -91,7 +92,7 @@ class HadamardResponse(FrequencyOracle[HadamardResponseReports, HadamardResponse
         self.outputs = self.blocks * self.block_size
         if self.outputs > MAX_OUTPUTS:
             largest = MAX_OUTPUTS - self.blocks  # blocks x (2**64 / blocks - 1) values fit
-            raise ValueError(
+            raise InputError(
                 f"domain must be an integer in [2, {largest}] for hr at epsilon {self.epsilon} "
                 f"(its {self.blocks} blocks of outputs must fit in 64 bits), got {self.domain}"
             )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedhh.errors import InputError
 from fedhh.randomness import splitmix64
 
 _OFFSET_STREAM = np.uint64(0xD1B54A32D192ED03)
@@ -66,7 +67,7 @@ def hash_keys(seeds: np.ndarray, keys: np.ndarray, g: int) -> np.ndarray:
 
 def check_range_size(g: int) -> None:
     if not 2 <= g <= MAX_RANGE:
-        raise ValueError(f"hash range g must be in [2, 2**31], got {g}")
+        raise InputError(f"hash range g must be in [2, 2**31], got {g}")
 
 
 def count_supports(seeds: np.ndarray, buckets: np.ndarray, g: int, candidates: np.ndarray) -> np.ndarray:

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from fedhh.errors import InputError
 from fedhh.randomness import derive_key, splitmix64
 
 from .base import FrequencyOracle, Support, check_kind, check_positive_int
@@ -104,9 +105,9 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         self.rows = check_positive_int(rows, "rows", 1, MAX_ROWS)
         self.width = check_positive_int(width, "width", 2, MAX_RANGE)
         if estimator not in SKETCH_ESTIMATORS:
-            raise ValueError(f"estimator must be one of {list(SKETCH_ESTIMATORS)}, got {estimator!r}")
+            raise InputError(f"estimator must be one of {list(SKETCH_ESTIMATORS)}, got {estimator!r}")
         if signed and estimator == "min":
-            raise ValueError("estimator 'min' needs an unsigned sketch; allowed for signed: ['mean', 'median']")
+            raise InputError("estimator 'min' needs an unsigned sketch; allowed for signed: ['mean', 'median']")
         self.estimator = estimator
         self.signed = bool(signed)
         expected_inner = self.width * (2 if self.signed else 1)

@@ -35,6 +35,7 @@ from typing import Literal
 
 import numpy as np
 
+from ..errors import InputError
 from ..oracles.base import FrequencyOracle, Support, check_kind, check_lengths, check_positive_int
 from ..oracles.hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from ..oracles.sampling import RandomSource, check_rng_batch
@@ -104,9 +105,9 @@ class CountSketchHadamard(FrequencyOracle[CountSketchHadamardReports, CountSketc
         self.hashes = check_positive_int(hashes, "protocol.sketch_rows (hash pairs t)", 1, MAX_HASHES)
         self.width = check_positive_int(width, "protocol.sketch_width (m)", 2, MAX_RANGE)
         if self.width & (self.width - 1):
-            raise ValueError(f"protocol.sketch_width (m): must be a power of two, got {self.width}")
+            raise InputError(f"protocol.sketch_width (m): must be a power of two, got {self.width}")
         if estimator not in ESTIMATORS:
-            raise ValueError(f"estimator must be one of {list(ESTIMATORS)}, got {estimator!r}")
+            raise InputError(f"estimator must be one of {list(ESTIMATORS)}, got {estimator!r}")
         self.estimator = estimator
         self.seed = int(seed)
         base = derive_key(self.seed, "fedhh.protocols.count-sketch-hadamard")

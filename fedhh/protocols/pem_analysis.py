@@ -60,6 +60,7 @@ import numpy as np
 from scipy.special import ndtr
 from scipy.stats import norm
 
+from ..errors import InputError
 from ..oracles import FrequencyOracle, Histogram
 from ..errors import InputError
 from ..privacy.validation import check_epsilon, check_positive_int, check_users

@@ -30,6 +30,7 @@ from typing import Literal
 
 import numpy as np
 
+from ..errors import InputError
 from ..items import PAD, ItemCodec
 from ..oracles.keys import key_rows
 from ..population import Vocabulary
@@ -71,7 +72,7 @@ class PrefixEncoding:
 
     def __post_init__(self) -> None:
         if self.kind not in ENCODINGS:
-            raise ValueError(f"protocol.encoding: got {self.kind!r}; allowed: {list(ENCODINGS)}")
+            raise InputError(f"protocol.encoding: got {self.kind!r}; allowed: {list(ENCODINGS)}")
 
     @property
     def char_bits(self) -> int:
@@ -137,7 +138,7 @@ class PrefixEncoding:
         indices = indices.reshape(symbols.shape[0], -1)[:, : codec.max_length]
         if codec.alphabet.byte_level:
             if np.any(indices == 1):
-                raise ValueError(
+                raise InputError(
                     'protocol.encoding: "bits" pads values with zero bytes, so items of the bytes '
                     'alphabet must not contain the NUL byte; use protocol.encoding = "symbols"'
                 )
@@ -168,7 +169,7 @@ class PrefixEncoding:
         """Every segment of ``units`` units a prefix that has not ended can grow by."""
         count = self.space.segment_count(units)
         if count > MAX_CANDIDATES:
-            raise ValueError(
+            raise InputError(
                 f"protocol.segment_length: a segment of {units} {self.unit_name} has {count:,} values, more "
                 f"than the {MAX_CANDIDATES:,} candidates one level may query"
             )
@@ -199,7 +200,7 @@ class PrefixEncoding:
         per_parent = np.where(ended, 1, segments.shape[0])
         total = int(per_parent.sum())
         if total > MAX_CANDIDATES:
-            raise ValueError(
+            raise InputError(
                 f"protocol.segment_length: extending {parents.shape[0]} prefixes by {units} "
                 f"{self.unit_name} gives {total:,} candidates, more than {MAX_CANDIDATES:,}; "
                 "use shorter segments or fewer protocol.candidates_per_step"

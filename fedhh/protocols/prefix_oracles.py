@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ..errors import InputError
 from ..oracles import ORACLE_NAMES, FrequencyOracle, Support, make_oracle
 from ..oracles.registry import BASE_ORACLES, SKETCHES
 from ..oracles.sketches import SketchOracle
@@ -36,7 +37,7 @@ def build_level_oracle(name: str, epsilon: float, domain: int, seed: int, rows: 
         return CountSketchHadamard(epsilon, domain, hashes=rows or 15, width=width or 1024, seed=seed)
     builder = BASE_ORACLES.get(name) or SKETCHES.get(name)
     if builder is None:
-        raise ValueError(f"protocol.oracle: unknown name {name!r}; allowed: {list(PREFIX_ORACLES)}")
+        raise InputError(f"protocol.oracle: unknown name {name!r}; allowed: {list(PREFIX_ORACLES)}")
     accepted = inspect.signature(builder).parameters
     options: dict[str, int] = {}
     if "seed" in accepted:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ..errors import InputError
 from ..items import ItemCodec
 from ..oracles import FrequencyOracle, LinearVariance, Support
 from ..privacy.ldp import BudgetSplit, ldp_report, split_budget

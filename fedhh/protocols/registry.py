@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import SCHEMA
+from ..errors import InputError
 from ..items import ItemCodec
 from ..privacy.triehh import solve_triehh
 from . import pem, prefix_reports, treehist, triehh
@@ -62,7 +63,7 @@ def get_protocol(name: str) -> ProtocolEntry:
     try:
         return PROTOCOLS[name]
     except KeyError:
-        raise ValueError(f"protocol.name: got {name!r}; allowed: {sorted(PROTOCOLS)}") from None
+        raise InputError(f"protocol.name: got {name!r}; allowed: {sorted(PROTOCOLS)}") from None
 
 
 def message_types() -> dict[str, type[Request] | type[Response]]:

@@ -1,0 +1,78 @@
+"""Ray for the length of one run: started here if needed, shut down afterwards.
+
+Both Ray-backed drivers (the fast driver's shard actors and Flower's
+simulation engine) run inside :func:`ray_runtime`.  If Ray is not running
+yet it is started here, with the given ``ray.init`` arguments, and shut
+down when the run ends, however it ends (an error, Ctrl-C, SIGTERM), so a
+run leaves no Ray processes behind.  A Ray that was already running (a
+cluster named by ``RAY_ADDRESS``, a caller's own session) is left as it is.
+
+``ray.init`` replaces the process's SIGTERM handler with its own
+``sys.exit`` and ``ray.shutdown`` leaves SIGTERM at its default action; the
+handlers installed before (``fedhh.interrupts``) are put back after both,
+so SIGTERM stops a run the same way as Ctrl-C.  A Ray stopped while it was
+still starting up (an early Ctrl-C) can leave its raylet's agents running:
+every process Ray started under this one is recorded, and any of them
+still running after the shutdown is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from fedhh.interrupts import Interrupted, restore_stop_handlers, stop_handlers
+
+from .processes import descendant_identities, stop_leftovers
+
+LEFTOVER_GRACE = 2.0  # seconds a Ray process left after shutdown gets between SIGTERM and SIGKILL
+
+
+@contextlib.contextmanager
+def ray_runtime(**init_args: Any) -> Iterator[None]:
+    """Ray initialised for the body; shut down afterwards, with every process it started, if started here."""
+    # Opt in to Ray's future accelerator behaviour now (no GPUs here), which
+    # silences its FutureWarning at start-up.
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    import ray
+
+    handlers = stop_handlers()
+    started_here = not ray.is_initialized()
+    started: dict[int, int] = {}  # Ray's processes: PID -> start time
+    before = descendant_identities(os.getpid())
+    try:
+        if started_here:
+            if not os.environ.get("RAY_ADDRESS"):
+                # Local workers import fedhh's modules (and a test's) by name: give them this
+                # process's import path, as Flower's own Ray backend does when it starts Ray.
+                python_path = os.pathsep.join([*sys.path, *filter(None, [os.environ.get("PYTHONPATH")])])
+                init_args.setdefault("runtime_env", {"env_vars": {"PYTHONPATH": python_path}})
+            try:
+                ray.init(include_dashboard=False, **init_args)
+            except SystemExit as stopped:  # Ray's own SIGTERM handler, active while it starts
+                if stopped.code == signal.SIGTERM:
+                    raise Interrupted(signal.SIGTERM) from None
+                raise
+            finally:
+                restore_stop_handlers(handlers)
+                started = _new_processes(before)
+        yield
+    finally:
+        if started_here:
+            started.update(_new_processes(before))
+            for pid in list(started):  # and the workers the raylet started since
+                started.update(descendant_identities(pid))
+            if ray.is_initialized():
+                ray.shutdown()
+            restore_stop_handlers(handlers)
+            # A Ray stopped while starting up can orphan its agents: stop what is left, by PID.
+            stop_leftovers(started, LEFTOVER_GRACE)
+
+
+def _new_processes(before: dict[int, int]) -> dict[int, int]:
+    """This process's descendants that were not there ``before`` (Ray's GCS, raylet, agents, workers)."""
+    return {pid: tick for pid, tick in descendant_identities(os.getpid()).items() if before.get(pid) != tick}

@@ -1,0 +1,132 @@
+"""What cannot run is refused before the ledger is charged; only bad input is exit status 2.
+
+* config files that are not regular files (a folder, ``/dev/zero``, a
+  FIFO) or are too large are refused without being read or waited on;
+* shard counts and memory needs a machine cannot meet are refused with the
+  numbers, before the privacy ledger is charged;
+* an error that is not the user's input (a bug) is reported as an internal
+  error with its traceback, exit status 1, never as a user error;
+* ``fedhh --version``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fedhh
+from fedhh.cli import main
+from fedhh.config import MAX_CONFIG_BYTES, MAX_SHARDS
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = [
+    "--set", 'population.source="zipf"', "--set", "population.users=2000", "--set", "population.vocabulary=200",
+    "--set", "population.item_length=3", "--set", "protocol.max_length=3", "--set", "privacy.epsilon=8",
+    "--set", "privacy.delta=1e-4", "--set", 'run.driver="fast"', "--set", "run.shards=2", "--quiet",
+]
+
+
+def fedhh_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fedhh.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fedhh {fedhh.__version__}"
+
+
+# -- config files --------------------------------------------------------------------
+
+
+def test_a_folder_as_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(tmp_path), "--quiet", "--output", str(tmp_path / "out")]) == 2
+    assert f"config file '{tmp_path}' is a folder, not a regular file" in capsys.readouterr().err
+
+
+def test_a_device_as_config_is_refused_without_reading_it() -> None:
+    completed = fedhh_cli("run", "/dev/zero", timeout=30)
+    assert completed.returncode == 2
+    assert "config file '/dev/zero' is a character device, not a regular file" in completed.stderr
+
+
+def test_a_fifo_as_config_is_refused_without_waiting(tmp_path: Path) -> None:
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    completed = fedhh_cli("run", str(fifo), timeout=30)  # no writer ever opens it
+    assert completed.returncode == 2
+    assert "is a FIFO (named pipe), not a regular file" in completed.stderr
+
+
+def test_an_oversized_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "huge.toml"
+    config.write_text("[run]\nseed = 1\n" + "#" * MAX_CONFIG_BYTES + "\n", encoding="utf-8")
+    assert main(["run", str(config), "--quiet", "--output", str(tmp_path / "out")]) == 2
+    assert f"is larger than {MAX_CONFIG_BYTES:,} bytes" in capsys.readouterr().err
+
+
+# -- what the machine cannot run, refused before the ledger is charged -----------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["run.shards=100000"], f"run.shards: got 100000; must be in 1..{MAX_SHARDS:,}"),
+        (["population.users=500", "run.shards=600"], "run.shards: 600 shards for a population of 500 users"),
+        (
+            ["population.users=1000000000000"],
+            "population.users = 1,000,000,000,000: the population (24 bytes a user",
+        ),
+        (
+            ["population.vocabulary=100000", "population.item_length=5", "protocol.max_length=1000000"],
+            "protocol.max_length = 1,000,000: encoding 100,000 items into rows of 1,000,001 symbols needs at least",
+        ),
+    ],
+)
+def test_what_cannot_run_is_refused_with_the_numbers_before_charging(
+    tmp_path: Path, overrides: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = tmp_path / "ledger.json"
+    args = [*SMALL, "--set", f'privacy.ledger="{ledger}"', "--set", "privacy.max_epsilon=100"]
+    for override in overrides:
+        args += ["--set", override]
+    assert main(["run", *args, "--output", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1, error
+    assert "memory" not in message or "more than the" in error
+    assert not ledger.exists() and not (tmp_path / "out").exists()
+
+
+# -- exit statuses ----------------------------------------------------------------------------
+
+
+def test_an_internal_error_is_not_reported_as_bad_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bug that happens to raise ValueError: exit 1 with the traceback, and nothing written."""
+    import simulations.fast
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("an internal invariant failed")
+
+    monkeypatch.setattr(simulations.fast, "drive", broken)
+    output = tmp_path / "out"
+    assert main(["run", *SMALL, "--output", str(output)]) == 1
+    error = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in error and "ValueError: an internal invariant failed" in error
+    assert "internal error" in error and "not a problem with the input" in error
+    assert not output.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_converted_validation_errors_stay_user_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    """Checks deep in the protocol layer are user input too (exit 2), not internal errors."""
+    args = ["run", *SMALL, "--set", 'protocol.name="treehist"', "--set", "protocol.sketch_width=3"]
+    assert main(args) == 2
+    assert "protocol.sketch_width (m): must be a power of two" in capsys.readouterr().err
