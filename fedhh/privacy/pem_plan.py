@@ -2,8 +2,11 @@
 
 Seed 000 §IV-C: under a Zipf assumption on the values and a limit on the
 number of frequency-oracle queries, choose the design whose predicted
-utility (eqs. (4)-(5), :mod:`fedhh.protocols.pem_analysis`) is highest.  The
-guarantee does not depend on the design: every user sends one ε-LDP report.
+utility (eq. (4), :mod:`fedhh.protocols.pem_analysis`) is highest.  Each
+level's survival comes from the order-statistics model over every candidate
+by default; seed 000's eq. (5) is printed beside it for the same design
+(``--model eq5`` optimizes with it).  The guarantee does not depend on the
+design: every user sends one ε-LDP report.
 """
 
 from __future__ import annotations
@@ -19,16 +22,51 @@ from ..protocols.pem_analysis import (
     DEFAULT_DISTINCT_VALUES,
     DEFAULT_QUERY_LIMIT,
     DEFAULT_ZIPF_EXPONENT,
+    EQUATION_5,
+    MODELS,
+    ORDER_STATISTICS,
+    PEMDesign,
+    PEMPrediction,
     UtilityModel,
     optimize_pem,
     zipf_frequencies,
 )
 from ..protocols.prefix_encoding import ValueSpace
+from ..protocols.prefix_search import TOP_K, SearchParameters
 from .ldp import ldp_report, split_budget
 from .plan import register_planner
 from .validation import check_positive_int
 
 DEFAULT_ORACLE = "olh"
+
+
+def pem_prediction(
+    n_users: int,
+    epsilon: float,
+    value_bits: int = 64,
+    top_k: int = 32,
+    oracle: str = DEFAULT_ORACLE,
+    query_limit: int = DEFAULT_QUERY_LIMIT,
+    candidates_per_step: int | None = None,
+    zipf_exponent: float = DEFAULT_ZIPF_EXPONENT,
+    distinct: int = DEFAULT_DISTINCT_VALUES,
+    model: str = ORDER_STATISTICS,
+) -> tuple[UtilityModel, PEMPrediction]:
+    """The optimizer's design for ``value_bits``-bit values and its predicted utility under ``model``."""
+    check_positive_int(value_bits, "--bits")
+    utility = UtilityModel(
+        ValueSpace(value_bits, 2), n_users, epsilon, top_k, oracle,
+        zipf_frequencies(zipf_exponent, max(distinct, top_k)), model=model,
+    )
+    return utility, optimize_pem(utility, query_limit, candidates_per_step)
+
+
+def pem_search_parameters(design: PEMDesign, n_users: int, epsilon: float, oracle: str, top_k: int) -> SearchParameters:
+    """A planned design as the parameters of a PEM run (bits encoding, top-k selection)."""
+    return SearchParameters(
+        "pem", n_users, epsilon, "bits", design.start_length, design.segment_lengths, design.shares, oracle,
+        design.candidates_per_step, top_k, TOP_K,
+    )
 
 
 def plan_pem(
@@ -41,13 +79,12 @@ def plan_pem(
     candidates_per_step: int | None = None,
     zipf_exponent: float = DEFAULT_ZIPF_EXPONENT,
     distinct: int = DEFAULT_DISTINCT_VALUES,
+    model: str = ORDER_STATISTICS,
 ) -> dict[str, Any]:
-    """The optimizer's design for ``m = value_bits`` bit values, its predicted utility and guarantee."""
-    check_positive_int(value_bits, "--bits")
-    model = UtilityModel(
-        ValueSpace(value_bits, 2), n_users, epsilon, top_k, oracle, zipf_frequencies(zipf_exponent, max(distinct, top_k))
-    )
-    prediction = optimize_pem(model, query_limit, candidates_per_step)
+    """The optimizer's design for ``m = value_bits`` bit values, its predicted utility (under
+    ``model``, and under eq. (5) for comparison) and its guarantee."""
+    utility, prediction = pem_prediction(n_users, epsilon, value_bits, top_k, oracle, query_limit,
+                                         candidates_per_step, zipf_exponent, distinct, model)
     design = prediction.design
     split = split_budget("pem", epsilon)
     parameters = {
@@ -56,6 +93,7 @@ def plan_pem(
         "segment_lengths": list(design.segment_lengths),
         "candidates_per_step": design.candidates_per_step,
     }
+    equation_5 = utility.with_model(EQUATION_5).predict(design)
     return {
         "protocol": "pem",
         "n_users": n_users,
@@ -71,9 +109,15 @@ def plan_pem(
         "group_shares": list(design.shares),
         "group_sizes": [round(share * n_users) for share in design.shares],
         "queries": prediction.queries,
+        "utility_model": model,
         "predicted_f1": prediction.f1,
         "predicted_ncr": prediction.ncr,
         "identification_probability": [float(p) for p in prediction.overall],
+        "equation_5": {
+            "predicted_f1": equation_5.f1,
+            "predicted_ncr": equation_5.ncr,
+            "identification_probability": [float(p) for p in equation_5.overall],
+        },
         "model": "local, per-user ε-LDP",
         "privacy": ldp_report(split, oracle, parameters).to_dict(),
     }
@@ -87,7 +131,7 @@ def add_pem_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentP
     pem = plans.add_parser(
         "pem",
         help="γ, η and the group split of PEM from (n, ε, m, k) by its utility analysis",
-        description="Seed 000 §IV-C: maximise the predicted F1 (eqs. (4)-(5)) under a Zipf assumption "
+        description="Seed 000 §IV-C: maximise the predicted F1 (eq. (4)) under a Zipf assumption "
         "and a limit on frequency-oracle queries.",
     )
     pem.add_argument("--users", type=int, required=True, help="population size n")
@@ -102,6 +146,9 @@ def add_pem_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentP
                      help=f"assumed Zipf exponent s, f_j ∝ j^-s (default {DEFAULT_ZIPF_EXPONENT:g})")
     pem.add_argument("--distinct", type=int, default=DEFAULT_DISTINCT_VALUES,
                      help=f"assumed number of distinct values (default {DEFAULT_DISTINCT_VALUES:,})")
+    pem.add_argument("--model", choices=MODELS, default=ORDER_STATISTICS,
+                     help="survival model of a level: order statistics over every candidate (default) or "
+                     "seed 000's eq. (5); the other is printed beside it")
     pem.add_argument("--json", action="store_true", help="print JSON instead of a table")
     pem.set_defaults(func=print_pem_plan)
     return pem
@@ -110,7 +157,7 @@ def add_pem_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentP
 def print_pem_plan(args: argparse.Namespace) -> int:
     plan = plan_pem(
         args.users, args.epsilon, args.bits, args.top_k, args.oracle, args.query_limit, args.candidates,
-        args.zipf, args.distinct,
+        args.zipf, args.distinct, args.model,
     )
     if args.json:
         print(json.dumps(plan, indent=2))
@@ -124,8 +171,10 @@ def print_pem_plan(args: argparse.Namespace) -> int:
     table.add_row("group sizes n[i]", ", ".join(f"{size:,}" for size in plan["group_sizes"]))
     table.add_row("candidates kept |C_i|", str(plan["candidates_per_step"]))
     table.add_row("oracle queries", f"{plan['queries']:,} of {args.query_limit:,}")
-    table.add_row("predicted F1", f"{plan['predicted_f1']:.3f}")
-    table.add_row("predicted NCR", f"{plan['predicted_ncr']:.3f}")
+    table.add_row(f"predicted F1 ({args.model})", f"{plan['predicted_f1']:.3f}")
+    table.add_row(f"predicted NCR ({args.model})", f"{plan['predicted_ncr']:.3f}")
+    if args.model != EQUATION_5:
+        table.add_row("predicted F1 (eq. (5), same design)", f"{plan['equation_5']['predicted_f1']:.3f}")
     console = Console()
     console.print(table)
     console.print(
