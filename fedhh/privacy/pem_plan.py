@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -25,8 +26,6 @@ from ..protocols.pem_analysis import (
     EQUATION_5,
     MODELS,
     ORDER_STATISTICS,
-    PEMDesign,
-    PEMPrediction,
     UtilityModel,
     optimize_pem,
     zipf_frequencies,
@@ -40,32 +39,11 @@ from .validation import check_positive_int
 DEFAULT_ORACLE = "olh"
 
 
-def pem_prediction(
-    n_users: int,
-    epsilon: float,
-    value_bits: int = 64,
-    top_k: int = 32,
-    oracle: str = DEFAULT_ORACLE,
-    query_limit: int = DEFAULT_QUERY_LIMIT,
-    candidates_per_step: int | None = None,
-    zipf_exponent: float = DEFAULT_ZIPF_EXPONENT,
-    distinct: int = DEFAULT_DISTINCT_VALUES,
-    model: str = ORDER_STATISTICS,
-) -> tuple[UtilityModel, PEMPrediction]:
-    """The optimizer's design for ``value_bits``-bit values and its predicted utility under ``model``."""
-    check_positive_int(value_bits, "--bits")
-    utility = UtilityModel(
-        ValueSpace(value_bits, 2), n_users, epsilon, top_k, oracle,
-        zipf_frequencies(zipf_exponent, max(distinct, top_k)), model=model,
-    )
-    return utility, optimize_pem(utility, query_limit, candidates_per_step)
-
-
-def pem_search_parameters(design: PEMDesign, n_users: int, epsilon: float, oracle: str, top_k: int) -> SearchParameters:
-    """A planned design as the parameters of a PEM run (bits encoding, top-k selection)."""
+def pem_search_parameters(plan: Mapping[str, Any]) -> SearchParameters:
+    """A plan of :func:`plan_pem` as the parameters of a PEM run (bits encoding, top-k selection)."""
     return SearchParameters(
-        "pem", n_users, epsilon, "bits", design.start_length, design.segment_lengths, design.shares, oracle,
-        design.candidates_per_step, top_k, TOP_K,
+        "pem", plan["n_users"], plan["epsilon"], "bits", plan["start_length"], tuple(plan["segment_lengths"]),
+        tuple(plan["group_shares"]), plan["oracle"], plan["candidates_per_step"], plan["top_k"], TOP_K,
     )
 
 
@@ -83,8 +61,12 @@ def plan_pem(
 ) -> dict[str, Any]:
     """The optimizer's design for ``m = value_bits`` bit values, its predicted utility (under
     ``model``, and under eq. (5) for comparison) and its guarantee."""
-    utility, prediction = pem_prediction(n_users, epsilon, value_bits, top_k, oracle, query_limit,
-                                         candidates_per_step, zipf_exponent, distinct, model)
+    check_positive_int(value_bits, "--bits")
+    utility = UtilityModel(
+        ValueSpace(value_bits, 2), n_users, epsilon, top_k, oracle,
+        zipf_frequencies(zipf_exponent, max(distinct, top_k)), model=model,
+    )
+    prediction = optimize_pem(utility, query_limit, candidates_per_step)
     design = prediction.design
     split = split_budget("pem", epsilon)
     parameters = {

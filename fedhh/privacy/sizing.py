@@ -40,14 +40,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..protocols.item_discovery import item_discovery
-from ..protocols.pem_analysis import (
-    DEFAULT_DISTINCT_VALUES,
-    DEFAULT_QUERY_LIMIT,
-    DEFAULT_ZIPF_EXPONENT,
-    ORDER_STATISTICS,
-)
 from ..protocols.prefix_encoding import ValueSpace
-from .pem_plan import pem_prediction, pem_search_parameters
+from .pem_plan import pem_search_parameters, plan_pem
 from .plan import plan_triehh
 from .treehist_plan import treehist_parameters
 from .triehh import PrivacyTargetError, solve_triehh
@@ -62,6 +56,8 @@ TRIEHH_DEFINITION = (
     "smallest n at which the worst-case bound (Proposition 1) meets the target, and keeps meeting it "
     "at every larger n"
 )
+PEM_SHOWN = ("start_length", "segment_lengths", "group_shares", "candidates_per_step", "top_k", "oracle",
+             "value_bits", "epsilon", "utility_model", "predicted_f1")
 LDP_DEFINITION = "the analysis meets the target at n and not at n less 1% (bisection over log n)"
 
 
@@ -264,34 +260,21 @@ def size_pem(
     frequency: float,
     discovery: float,
     epsilon: float,
-    value_bits: int = 64,
-    top_k: int = 32,
-    oracle: str = "olh",
-    query_limit: int = DEFAULT_QUERY_LIMIT,
-    candidates_per_step: int | None = None,
-    zipf_exponent: float = DEFAULT_ZIPF_EXPONENT,
-    distinct: int = DEFAULT_DISTINCT_VALUES,
-    model: str = ORDER_STATISTICS,
     on_step: Callable[[int, float], None] | None = None,
+    **design: Any,
 ) -> SizeAnswer:
-    """The population at which the design ``fedhh plan pem`` chooses reports an item of share
-    ``frequency`` with probability ``discovery``."""
+    """The population at which the design ``fedhh plan pem`` chooses (``design``: the options of
+    :func:`plan_pem`) reports an item of share ``frequency`` with probability ``discovery``."""
     check_share(frequency, "--frequency", upper_open=False)
     check_share(discovery, "--discovery")
     check_epsilon(epsilon, "--epsilon")
-    space = ValueSpace(check_positive_int(value_bits, "--bits"), 2)
+    value_bits = check_positive_int(design.get("value_bits", 64), "--bits")
+    space = ValueSpace(value_bits, 2)
 
     def rate(users: int) -> tuple[float, dict[str, Any]]:
-        _, prediction = pem_prediction(users, epsilon, value_bits, top_k, oracle, query_limit, candidates_per_step,
-                                       zipf_exponent, distinct, model)
-        design = prediction.design
-        found = item_discovery(pem_search_parameters(design, users, epsilon, oracle, top_k), space, frequency)
-        return found.probability, {
-            "start_length": design.start_length, "segment_lengths": list(design.segment_lengths),
-            "group_shares": list(design.shares), "candidates_per_step": design.candidates_per_step,
-            "top_k": top_k, "oracle": oracle, "value_bits": value_bits, "epsilon": epsilon,
-            "utility_model": model, "predicted_f1": prediction.f1,
-        }
+        plan = plan_pem(users, epsilon, **design)
+        found = item_discovery(pem_search_parameters(plan), space, frequency)
+        return found.probability, {key: plan[key] for key in PEM_SHOWN}
 
     smallest = max(math.ceil(1 / frequency), value_bits)
     return size_by_analysis("pem", frequency, discovery, rate, smallest, int(frequency**-2), on_step)

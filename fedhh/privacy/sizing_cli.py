@@ -29,6 +29,7 @@ from ..config import load_config
 from ..errors import InputError
 from ..protocols.pem_analysis import DEFAULT_DISTINCT_VALUES, DEFAULT_QUERY_LIMIT, DEFAULT_ZIPF_EXPONENT, MODELS, ORDER_STATISTICS
 from .pem_plan import DEFAULT_ORACLE as PEM_ORACLE
+from .pem_plan import pem_search_parameters, plan_pem
 from .sizing import SizeAnswer, size_pem, size_treehist, size_triehh
 from .treehist_plan import add_treehist_options, treehist_options, treehist_parameters
 
@@ -93,6 +94,15 @@ def _add_pem_options(parser: argparse.ArgumentParser) -> None:
                         help="survival model of the analysis (default order-statistics)")
 
 
+def _pem_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of :func:`plan_pem` from :func:`_add_pem_options`' options."""
+    return {
+        "value_bits": args.bits, "top_k": args.top_k or 32, "oracle": args.oracle, "query_limit": args.query_limit,
+        "candidates_per_step": args.candidates, "zipf_exponent": args.zipf, "distinct": args.distinct,
+        "model": args.model,
+    }
+
+
 def _required(args: argparse.Namespace, names: tuple[str, ...], mode: str) -> None:
     for name in names:
         if getattr(args, name, None) is None:
@@ -134,8 +144,7 @@ def _analytic_answer(args: argparse.Namespace, show: Any) -> SizeAnswer:
     if args.protocol == "triehh":
         return size_triehh(args.frequency, args.discovery, args.epsilon, args.delta, args.max_rounds)
     if args.protocol == "pem":
-        return size_pem(args.frequency, args.discovery, args.epsilon, args.bits, args.top_k or 32, args.oracle,
-                        args.query_limit, args.candidates, args.zipf, args.distinct, args.model, on_step=show)
+        return size_pem(args.frequency, args.discovery, args.epsilon, on_step=show, **_pem_options(args))
     return size_treehist(args.frequency, args.discovery, args.epsilon, on_step=show,
                          **{**treehist_options(args), "top_k": args.top_k or 32})
 
@@ -153,11 +162,7 @@ def _verify(args: argparse.Namespace, answer: SizeAnswer, status: Any) -> dict[s
                              privacy=(args.epsilon, args.delta, args.max_rounds), progress=progress)
     else:
         if args.protocol == "pem":
-            from .pem_plan import pem_prediction, pem_search_parameters
-
-            _, prediction = pem_prediction(answer.users, args.epsilon, args.bits, args.top_k or 32, args.oracle,
-                                           args.query_limit, args.candidates, args.zipf, args.distinct, args.model)
-            search = pem_search_parameters(prediction.design, answer.users, args.epsilon, args.oracle, args.top_k or 32)
+            search = pem_search_parameters(plan_pem(answer.users, args.epsilon, **_pem_options(args)))
         else:
             search = treehist_parameters(answer.users, args.epsilon, **{**treehist_options(args), "top_k": args.top_k or 32})
         result = verify_item(args.protocol, answer.users, args.frequency, answer.discovery, trials, args.seed,

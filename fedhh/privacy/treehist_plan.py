@@ -96,21 +96,12 @@ def detectable_share(params: SearchParameters, space: ValueSpace, probability: f
 
 
 def plan_treehist(
-    n_users: int,
-    epsilon: float,
-    value_bits: int = 64,
-    segment_length: int = 1,
-    top_k: int = 32,
-    oracle: str = DEFAULT_ORACLE,
-    candidates_per_step: int = 32,
-    threshold: float = 0.0,
-    sketch_rows: int = 0,
-    sketch_width: int = 0,
-    frequencies: Sequence[float] = PLAN_FREQUENCIES,
+    n_users: int, epsilon: float, frequencies: Sequence[float] = PLAN_FREQUENCIES, **design: Any
 ) -> dict[str, Any]:
-    """TreeHist's parameters for the target, the guarantee, and what an item can expect (module docstring)."""
-    params = treehist_parameters(n_users, epsilon, value_bits, segment_length, top_k, oracle, candidates_per_step,
-                                 threshold, sketch_rows, sketch_width)
+    """TreeHist's parameters for the target (``design``: the options of :func:`treehist_parameters`),
+    the guarantee, and what an item can expect (module docstring)."""
+    params = treehist_parameters(n_users, epsilon, **design)
+    value_bits = int(params.start_length + sum(params.segment_lengths))
     for frequency in frequencies:
         if not 0 < frequency <= 1:
             raise InputError(f"frequencies: each must be in (0, 1], got {frequency!r}")
@@ -122,10 +113,10 @@ def plan_treehist(
     parameters = {
         "levels": params.levels,
         "segment_lengths": list(params.segment_lengths),
-        "oracle": oracle,
-        "candidates_per_step": candidates_per_step,
-        "top_k": top_k,
-        "threshold": threshold,
+        "oracle": params.oracle,
+        "candidates_per_step": params.candidates_per_step,
+        "top_k": params.top_k,
+        "threshold": params.threshold,
         **({"sketch": {"rows": params.sketch_rows, "width": params.sketch_width}}
            if params.sketch_rows or params.sketch_width else {}),
     }
@@ -144,7 +135,7 @@ def plan_treehist(
         "level_thresholds": [step["threshold"] for step in levels if step["level"] != "final"],
         "expected_candidates": [step["candidates"] for step in levels if step["level"] != "final"],
         "model": "local, per-user ε-LDP",
-        "privacy": ldp_report(split, oracle, parameters).to_dict(),
+        "privacy": ldp_report(split, params.oracle, parameters).to_dict(),
     }
 
 
