@@ -1,7 +1,22 @@
-"""PEM's utility analysis (seed 000 §IV-B, eqs. (4)-(5)) and the parameter optimizer of §IV-C.
+"""PEM's utility analysis (seed 000 §IV-B, eqs. (4)-(5)), a better survival model, and the optimizer of §IV-C.
 
-Eq. (5), the chance that the ``j``-th most frequent value survives level
-``i``, is written there for OLH's support counts.  Here it is written on the
+Eq. (4) weighs, over the top-k values, the product over levels of each
+value's chance to survive the level: ``w_j = 1/k`` gives the expected F1
+(with ``k`` outputs, precision = recall), ``w_j ∝ k + 1 - j`` the expected
+NCR.  Each level's survival comes from one of two models:
+
+* ``order-statistics`` (default, :mod:`fedhh.protocols.selection_model`):
+  value ``j`` survives when fewer than ``|C_i|`` of the *other* candidates --
+  the other values of the assumed population (the most frequent one by
+  one, the tail in bins) and the zero-frequency candidates -- have a larger
+  estimate; each value is a candidate with the probability that its prefix
+  survived the levels before.  It accounts for the values ranked just below
+  ``k``, which compete for the same places (``docs/sizing.md`` compares it
+  with runs);
+* ``eq5``: seed 000's eq. (5), kept for comparison and as the optimizer's
+  cheap screen.
+
+Eq. (5) is written there for OLH's support counts.  Here it is written on the
 estimates, which makes it hold for any oracle with a variance model and
 reduces to eq. (5) for pure oracles (OLH, GRR, ...):
 
@@ -21,18 +36,13 @@ reduces to eq. (5) for pure oracles (OLH, GRR, ...):
   ``k - j + 1`` places; its formula writes ``Φ^-1((k - j)/N)``, which would
   make the ``k``-th value impossible to find.  The text is used here.)
 
-so ``Piden_j[i] = Φ((c_j - T(s_j)) / sd_j)``.  Eq. (4) weighs the products
-over levels: ``w_j = 1/k`` gives the expected F1 (with ``k`` outputs,
-precision = recall), ``w_j ∝ k + 1 - j`` the expected NCR.
-
-The fixed threshold ``T`` is a large-``N_i`` shortcut (the paper: "especially
-safe when N[i] is large").  With very short segments ``N_i`` is close to
-the number of places, every level looks near-certain, and the frequent
-values beyond the top k that really compete for those places are ignored:
-measured on Zipf data, ``η = 1`` finds far fewer values than eq. (5)
-predicts.  The optimizer therefore ranks only designs inside the regime the
-seed validated, with at least ``MIN_BRANCHING`` candidates per kept prefix
-at every level.
+so ``Piden_j[i] = Φ((c_j - T(s_j)) / sd_j)``.  The fixed threshold ``T`` is
+a large-``N_i`` shortcut (the paper: "especially safe when N[i] is
+large"), and it ignores the frequent values beyond the top k: near rank k
+eq. (5) is optimistic, and with very short segments (``N_i`` close to the
+number of places) every level looks near-certain.  The optimizer therefore
+ranks only designs inside the regime the seed validated, with at least
+``MIN_BRANCHING`` candidates per kept prefix at every level.
 
 The variance model comes from the oracle itself (``variance(candidates,
 truth)``), evaluated on the Zipf population the planner assumes; for FLH it
@@ -45,9 +55,10 @@ Optimizer (§IV-C): for every start length γ near ``log_B |C|`` and every
 number of levels ``g``, the segments are as equal as possible (Observation
 2), the groups equal, and the design is kept if its total number of oracle
 queries ``Σ |D_i|`` stays within the limit (and it branches enough, above);
-the best predicted F1 wins.
-Then the group split is refined by moving users between neighbouring
-groups (and to the last one) while the predicted F1 improves.
+the best predicted F1 wins (see :func:`optimize_pem` for how eq. (5)
+screens for the order-statistics model).  Then the group split is refined
+by moving users between neighbouring groups (and to the last one) while the
+predicted F1 improves.
 """
 
 from __future__ import annotations
@@ -57,8 +68,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy.special import ndtr
-from scipy.stats import norm
+from scipy.special import ndtr, ndtri
 
 from ..oracles import FrequencyOracle, Histogram
 from ..privacy.validation import check_epsilon, check_positive_int
@@ -264,7 +274,7 @@ def identification_probability(
     ``others`` zero-frequency candidates are expected to exceed (certain when they cannot fill
     the ``s_j`` places, impossible when no place is left)."""
     tail = np.clip(places / max(others, 1), _TINY, 1 - 1e-12)  # the cases outside are settled below
-    threshold = np.where(places >= others, -np.inf, sd_zero * norm.isf(tail))
+    threshold = np.where(places >= others, -np.inf, -sd_zero * ndtri(tail))
     return np.where(places <= 0, 0.0, ndtr((mean - threshold) / np.maximum(sd, _TINY)))
 
 
