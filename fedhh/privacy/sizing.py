@@ -56,6 +56,7 @@ TRIEHH_DEFINITION = (
     "smallest n at which the worst-case bound (Proposition 1) meets the target, and keeps meeting it "
     "at every larger n"
 )
+COLLISION_ORACLES = ("flh", "cms", "hcms", "count-mean", "count-median", "count-min", "count-sketch")
 PEM_SHOWN = ("start_length", "segment_lengths", "group_shares", "candidates_per_step", "top_k", "oracle",
              "value_bits", "epsilon", "utility_model", "predicted_f1")
 LDP_DEFINITION = "the analysis meets the target at n and not at n less 1% (bisection over log n)"
@@ -195,9 +196,12 @@ def _last_failure_near(family: _TrieHHFamily, discovery: float, crossing: int) -
         width *= 2
 
 
-def _bracket(meets: Callable[[int], bool], start: int, smallest: int, flags: str) -> tuple[int, int]:
+def _bracket(
+    meets: Callable[[int], bool], start: int, smallest: int, flags: str, describe: Callable[[int], str] | None = None
+) -> tuple[int, int]:
     """(a population that fails, a larger one that meets the target): halving from ``start`` while
-    it meets, doubling while it does not.  Below ``smallest`` nothing meets (the protocol cannot run)."""
+    it meets, doubling while it does not.  Below ``smallest`` nothing meets (the protocol cannot run);
+    ``describe(n)`` says what the analysis gives at the largest ``n`` when the target is out of reach."""
     if meets(start):
         high, low = start, max(start // 2, smallest - 1)
         while low >= smallest and meets(low):
@@ -207,8 +211,9 @@ def _bracket(meets: Callable[[int], bool], start: int, smallest: int, flags: str
     while not meets(high):
         low, high = high, high * 2
         if high > MAX_USERS:
+            found = "" if describe is None else f" ({describe(low)})"
             raise InputError(
-                f"{flags}: not reached with up to {MAX_USERS:.0e} users; ask for a larger share, "
+                f"{flags}: not reached with up to {MAX_USERS:.0e} users{found}; ask for a larger share, "
                 "a lower discovery probability or a looser privacy target"
             )
     return low, high
@@ -225,10 +230,11 @@ def size_by_analysis(
     smallest: int,
     start: int,
     on_step: Callable[[int, float], None] | None = None,
+    hint: str = "",
 ) -> SizeAnswer:
     """The population (to ``PRECISION``) at which ``rate(n)`` -- the analysis' discovery probability
     and the parameters it used -- reaches ``discovery``; the search starts at ``start`` users and
-    never goes below ``smallest``."""
+    never goes below ``smallest``.  ``hint`` explains an unreachable target."""
     evaluated: dict[int, tuple[float, dict[str, Any]]] = {}
 
     def evaluate(users: int) -> tuple[float, dict[str, Any]]:
@@ -241,7 +247,11 @@ def size_by_analysis(
     def meets(users: int) -> bool:
         return users >= smallest and evaluate(users)[0] >= discovery
 
-    low, high = _bracket(meets, max(start, smallest), smallest, "--frequency / --discovery")
+    def describe(users: int) -> str:
+        return f"discovery {evaluate(users)[0]:.3g} at {users:,} users{hint}"
+
+    flags = "--frequency / --discovery"
+    low, high = _bracket(meets, max(start, smallest), smallest, flags, describe)
     while True:
         while high - low > max(1, PRECISION * low):
             middle = min(max(int(round(math.sqrt(max(low, 1) * high))), low + 1), high - 1)
@@ -249,7 +259,7 @@ def size_by_analysis(
         below = int(high * (1 - PRECISION))
         if not meets(below):
             break
-        low, high = _bracket(meets, below, smallest, "--frequency / --discovery")  # the design changed between
+        low, high = _bracket(meets, below, smallest, flags, describe)  # the design changed between
     discovered, parameters = evaluate(high)
     below = int(high * (1 - PRECISION))
     return SizeAnswer(protocol, high, frequency, discovery, discovered, below,
@@ -277,7 +287,8 @@ def size_pem(
         return found.probability, {key: plan[key] for key in PEM_SHOWN}
 
     smallest = max(math.ceil(1 / frequency), value_bits)
-    return size_by_analysis("pem", frequency, discovery, rate, smallest, int(frequency**-2), on_step)
+    return size_by_analysis("pem", frequency, discovery, rate, smallest, int(frequency**-2), on_step,
+                            _collision_hint(design.get("oracle", "olh")))
 
 
 def size_treehist(
@@ -305,4 +316,12 @@ def size_treehist(
         }
 
     return size_by_analysis("treehist", frequency, discovery, rate, max(smallest, math.ceil(1 / frequency)),
-                            int(frequency**-2), on_step)
+                            int(frequency**-2), on_step, _collision_hint(design.get("oracle", "")))
+
+
+def _collision_hint(oracle: str) -> str:
+    """Why an oracle with collision variance can fall short in the assumed population at any size."""
+    if oracle not in COLLISION_ORACLES:
+        return ""
+    return (f"; with {oracle}, the users without the item (one heavy empty value) add collision variance that "
+            "grows like the item's count, so no population is enough: try --oracle olh")
