@@ -19,6 +19,9 @@ from fedhh.protocols.prefix_encoding import ValueSpace
 from simulations.sizing import planted_population, size_by_recall, verify_item
 
 
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
 def discovery_at(users: int, frequency: float, epsilon: float, delta: float, max_rounds: int) -> float:
     return plan_triehh(users, epsilon, delta, max_rounds, (frequency,))["worst_case_discovery_rate"][f"{frequency:g}"]
 
@@ -128,6 +131,21 @@ def test_size_by_recall_on_a_population_config(tmp_path: Path) -> None:
     assert answer.seeds == [0, 1] and {step["users"] for step in answer.steps} >= {answer.users, answer.below_users}
 
 
+def test_size_by_recall_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "small.toml"
+    config.write_text(
+        '[population]\nsource = "zipf"\nusers = 20000\nvocabulary = 500\nitem_length = 4\nzipf_exponent = 1.3\n'
+        '[protocol]\nmax_length = 4\n[privacy]\nepsilon = 4.0\ndelta = 1e-8\n',
+        encoding="utf-8",
+    )
+    assert main(["size", "triehh", "--top-k", "5", "--recall", "0.8", "--population", str(config), "--trials", "2",
+                 "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["users"] > 0 and answer["recall"] >= 0.8 and answer["top_k"] == 5
+    assert answer["users"] == size_by_recall(load_config(config), 5, 0.8, 2).users
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["small.toml"]  # nothing written
+
+
 @pytest.mark.parametrize(
     ("arguments", "field"),
     [
@@ -154,6 +172,10 @@ def test_size_by_recall_on_a_population_config(tmp_path: Path) -> None:
         (["plan", "treehist", "--users", "1000", "--epsilon", "2", "--bits", "8", "--segment-length", "9"],
          "--segment-length"),
         (["plan", "treehist", "--users", "1000", "--epsilon", "2", "--threshold", "2"], "--threshold"),
+        (["size", "triehh", "--frequency", "0.01", "--discovery", "0.9", "--epsilon", "4", "--delta", "1e-9",
+          "--max-rounds", "5", "--verify", "--trials", "0"], "--trials"),
+        (["size", "pem", "--top-k", "50", "--recall", "0.9", "--population", str(CONFIGS / "pem-wordfreq.toml")],
+         "--top-k"),
     ],
 )
 def test_bad_input_exits_2_naming_the_field(
