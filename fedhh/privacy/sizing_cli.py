@@ -33,7 +33,7 @@ from .pem_plan import pem_search_parameters, plan_pem
 from .sizing import SizeAnswer, size_pem, size_treehist, size_triehh
 from .treehist_plan import add_treehist_options, treehist_options, treehist_parameters
 
-PROTOCOLS = ("triehh", "pem", "treehist")
+PROTOCOLS = {"triehh": "TrieHH", "pem": "PEM", "treehist": "TreeHist"}
 DEFAULT_TRIALS = {"triehh": 200, "pem": 20, "treehist": 20}  # --verify runs (TrieHH's cost a few ms each)
 DEFAULT_RECALL_TRIALS = 3
 
@@ -48,9 +48,9 @@ def add_size_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentPa
         "--top-k K --recall R --population CONFIG, the population at which runs reach recall@K = R.",
     )
     kinds = size.add_subparsers(dest="sized", required=True)
-    for protocol in PROTOCOLS:
-        parser = kinds.add_parser(protocol, help=f"size a {protocol} deployment",
-                                  description=f"Population needed by {protocol} (see `fedhh size --help`).")
+    for protocol, name in PROTOCOLS.items():
+        parser = kinds.add_parser(protocol, help=f"size a {name} deployment",
+                                  description=f"The population {name} needs (see `fedhh size --help`).")
         parser.add_argument("--frequency", type=float, help="share of users holding the item, in (0, 1]")
         parser.add_argument("--discovery", type=float, help="probability of finding it, in (0, 1)")
         parser.add_argument("--epsilon", type=float, help="target ε > 0 (TrieHH central, PEM/TreeHist per user)")
