@@ -32,6 +32,8 @@ from .oracles.cli import add_oracles_parser
 from .privacy.cli import add_audit_parser
 from .privacy.pem_plan import add_pem_plan_parser
 from .privacy.plan import plan as plan_protocol
+from .privacy.sizing_cli import add_size_parser
+from .privacy.treehist_plan import add_treehist_plan_parser
 from .results import ResultsFolder, to_json
 
 EXIT_FAILURE = 1
@@ -120,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     triehh.add_argument("--json", action="store_true")
     triehh.set_defaults(func=_plan_triehh)
     add_pem_plan_parser(plans)
+    add_treehist_plan_parser(plans)
+    add_size_parser(commands)
 
     add_oracles_parser(commands)
     add_audit_parser(commands)

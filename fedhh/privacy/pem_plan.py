@@ -2,14 +2,18 @@
 
 Seed 000 §IV-C: under a Zipf assumption on the values and a limit on the
 number of frequency-oracle queries, choose the design whose predicted
-utility (eqs. (4)-(5), :mod:`fedhh.protocols.pem_analysis`) is highest.  The
-guarantee does not depend on the design: every user sends one ε-LDP report.
+utility (eq. (4), :mod:`fedhh.protocols.pem_analysis`) is highest.  Each
+level's survival comes from the order-statistics model over every candidate
+by default; seed 000's eq. (5) is printed beside it for the same design
+(``--model eq5`` optimizes with it).  The guarantee does not depend on the
+design: every user sends one ε-LDP report.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -19,11 +23,15 @@ from ..protocols.pem_analysis import (
     DEFAULT_DISTINCT_VALUES,
     DEFAULT_QUERY_LIMIT,
     DEFAULT_ZIPF_EXPONENT,
+    EQUATION_5,
+    MODELS,
+    ORDER_STATISTICS,
     UtilityModel,
     optimize_pem,
     zipf_frequencies,
 )
 from ..protocols.prefix_encoding import ValueSpace
+from ..protocols.prefix_search import TOP_K, SearchParameters
 from ..errors import InputError
 from .ldp import ldp_report, split_budget
 from .plan import register_planner
@@ -32,6 +40,14 @@ from .validation import check_positive_int, check_users
 DEFAULT_ORACLE = "olh"
 MAX_VALUE_BITS = 1024  # the optimizer tries every (γ, g): its time grows with the square of m
 MAX_DISTINCT = 10_000_000  # the assumed frequencies are held (three times) in memory
+
+
+def pem_search_parameters(plan: Mapping[str, Any]) -> SearchParameters:
+    """A plan of :func:`plan_pem` as the parameters of a PEM run (bits encoding, top-k selection)."""
+    return SearchParameters(
+        "pem", plan["n_users"], plan["epsilon"], "bits", plan["start_length"], tuple(plan["segment_lengths"]),
+        tuple(plan["group_shares"]), plan["oracle"], plan["candidates_per_step"], plan["top_k"], TOP_K,
+    )
 
 
 def plan_pem(
@@ -44,8 +60,10 @@ def plan_pem(
     candidates_per_step: int | None = None,
     zipf_exponent: float = DEFAULT_ZIPF_EXPONENT,
     distinct: int = DEFAULT_DISTINCT_VALUES,
+    model: str = ORDER_STATISTICS,
 ) -> dict[str, Any]:
-    """The optimizer's design for ``m = value_bits`` bit values, its predicted utility and guarantee."""
+    """The optimizer's design for ``m = value_bits`` bit values, its predicted utility (under
+    ``model``, and under eq. (5) for comparison) and its guarantee."""
     check_users(n_users)
     split = split_budget("pem", epsilon)
     check_positive_int(value_bits, "--bits", maximum=MAX_VALUE_BITS)
@@ -53,10 +71,11 @@ def plan_pem(
     check_positive_int(distinct, "--distinct", maximum=MAX_DISTINCT)
     if distinct < top_k:
         raise InputError(f"--distinct: the assumed {distinct:,} distinct values are fewer than --top-k = {top_k}")
-    model = UtilityModel(
-        ValueSpace(value_bits, 2), n_users, epsilon, top_k, oracle, zipf_frequencies(zipf_exponent, distinct)
+    utility = UtilityModel(
+        ValueSpace(value_bits, 2), n_users, epsilon, top_k, oracle,
+        zipf_frequencies(zipf_exponent, distinct), model=model,
     )
-    prediction = optimize_pem(model, query_limit, candidates_per_step)
+    prediction = optimize_pem(utility, query_limit, candidates_per_step)
     design = prediction.design
     parameters = {
         "levels": design.levels,
@@ -64,6 +83,7 @@ def plan_pem(
         "segment_lengths": list(design.segment_lengths),
         "candidates_per_step": design.candidates_per_step,
     }
+    equation_5 = utility.with_model(EQUATION_5).predict(design)
     return {
         "protocol": "pem",
         "n_users": n_users,
@@ -79,9 +99,15 @@ def plan_pem(
         "group_shares": list(design.shares),
         "group_sizes": [round(share * n_users) for share in design.shares],
         "queries": prediction.queries,
+        "utility_model": model,
         "predicted_f1": prediction.f1,
         "predicted_ncr": prediction.ncr,
         "identification_probability": [float(p) for p in prediction.overall],
+        "equation_5": {
+            "predicted_f1": equation_5.f1,
+            "predicted_ncr": equation_5.ncr,
+            "identification_probability": [float(p) for p in equation_5.overall],
+        },
         "model": "local, per-user ε-LDP",
         "privacy": ldp_report(split, oracle, parameters).to_dict(),
     }
@@ -95,7 +121,7 @@ def add_pem_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentP
     pem = plans.add_parser(
         "pem",
         help="γ, η and the group split of PEM from (n, ε, m, k) by its utility analysis",
-        description="Seed 000 §IV-C: maximise the predicted F1 (eqs. (4)-(5)) under a Zipf assumption "
+        description="Seed 000 §IV-C: maximise the predicted F1 (eq. (4)) under a Zipf assumption "
         "and a limit on frequency-oracle queries.",
     )
     pem.add_argument("--users", type=int, required=True, help="population size n")
@@ -110,6 +136,9 @@ def add_pem_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentP
                      help=f"assumed Zipf exponent s, f_j ∝ j^-s (default {DEFAULT_ZIPF_EXPONENT:g})")
     pem.add_argument("--distinct", type=int, default=DEFAULT_DISTINCT_VALUES,
                      help=f"assumed number of distinct values (default {DEFAULT_DISTINCT_VALUES:,})")
+    pem.add_argument("--model", choices=MODELS, default=ORDER_STATISTICS,
+                     help="survival model of a level: order statistics over every candidate (default) or "
+                     "seed 000's eq. (5); the other is printed beside it")
     pem.add_argument("--json", action="store_true", help="print JSON instead of a table")
     pem.set_defaults(func=print_pem_plan)
     return pem
@@ -118,7 +147,7 @@ def add_pem_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentP
 def print_pem_plan(args: argparse.Namespace) -> int:
     plan = plan_pem(
         args.users, args.epsilon, args.bits, args.top_k, args.oracle, args.query_limit, args.candidates,
-        args.zipf, args.distinct,
+        args.zipf, args.distinct, args.model,
     )
     if args.json:
         print(json.dumps(plan, indent=2))
@@ -132,8 +161,10 @@ def print_pem_plan(args: argparse.Namespace) -> int:
     table.add_row("group sizes n[i]", ", ".join(f"{size:,}" for size in plan["group_sizes"]))
     table.add_row("candidates kept |C_i|", str(plan["candidates_per_step"]))
     table.add_row("oracle queries", f"{plan['queries']:,} of {args.query_limit:,}")
-    table.add_row("predicted F1", f"{plan['predicted_f1']:.3f}")
-    table.add_row("predicted NCR", f"{plan['predicted_ncr']:.3f}")
+    table.add_row(f"predicted F1 ({args.model})", f"{plan['predicted_f1']:.3f}")
+    table.add_row(f"predicted NCR ({args.model})", f"{plan['predicted_ncr']:.3f}")
+    if args.model != EQUATION_5:
+        table.add_row("predicted F1 (eq. (5), same design)", f"{plan['equation_5']['predicted_f1']:.3f}")
     console = Console()
     console.print(table)
     console.print(

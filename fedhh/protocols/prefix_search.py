@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -369,9 +368,10 @@ class PrefixSearchServer(ServerProtocol):
             return None
         if self.params.threshold > 0:
             return self.params.threshold * self.params.n_users
+        from .selection_model import noise_threshold  # server side only: it loads scipy, which devices never need
+
         noise = self._noise(oracle, share * self.params.n_users, 1.0 / share)
-        tail = 1.0 / max(candidates, 1)
-        return math.sqrt(noise.zero_count) * NormalDist().inv_cdf(1 - min(tail, 0.5))
+        return noise_threshold(math.sqrt(noise.zero_count), candidates)
 
     def _finish_level(self, support: Support) -> dict[str, Any]:
         """Select the survivors of the current level and prepare the next level's candidates."""

@@ -1,0 +1,238 @@
+"""``fedhh size triehh|pem|treehist``: the population a deployment needs.
+
+Two questions, one command per protocol:
+
+* ``--frequency F --discovery P`` (and the privacy target): the smallest
+  population in which an item held by a share F of the users is found with
+  probability P, from the protocol's analysis (:mod:`fedhh.privacy.sizing`);
+  ``--verify`` runs the real protocol a few times at the answer on the
+  population the analysis assumes and prints both;
+* ``--top-k K --recall R --population CONFIG``: the population at which runs
+  of a config's population shape, protocol and privacy reach recall@K = R
+  (:mod:`simulations.sizing`, on the fast driver).
+
+Simulations are imported only when asked for, so the analytic answers stay
+framework-free.  Bad input raises :class:`fedhh.errors.InputError` naming
+the option (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..config import load_config
+from ..errors import InputError
+from ..protocols.pem_analysis import DEFAULT_DISTINCT_VALUES, DEFAULT_QUERY_LIMIT, DEFAULT_ZIPF_EXPONENT, MODELS, ORDER_STATISTICS
+from .pem_plan import DEFAULT_ORACLE as PEM_ORACLE
+from .pem_plan import pem_search_parameters, plan_pem
+from .sizing import SizeAnswer, size_pem, size_treehist, size_triehh
+from .treehist_plan import add_treehist_options, treehist_options, treehist_parameters
+
+PROTOCOLS = {"triehh": "TrieHH", "pem": "PEM", "treehist": "TreeHist"}
+DEFAULT_TRIALS = {"triehh": 200, "pem": 20, "treehist": 20}  # --verify runs (TrieHH's cost a few ms each)
+DEFAULT_RECALL_TRIALS = 3
+
+
+def add_size_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``size triehh|pem|treehist``; each handler is its parser's ``func``."""
+    size = commands.add_parser(
+        "size",
+        help="the population needed to find an item of a given share (or to reach a recall@K)",
+        description="The smallest population for which an item held by --frequency of the users is found "
+        "with probability --discovery, from each protocol's analysis (see docs/sizing.md); or, with "
+        "--top-k K --recall R --population CONFIG, the population at which runs reach recall@K = R.",
+    )
+    kinds = size.add_subparsers(dest="sized", required=True)
+    for protocol, name in PROTOCOLS.items():
+        parser = kinds.add_parser(protocol, help=f"size a {name} deployment",
+                                  description=f"The population {name} needs (see `fedhh size --help`).")
+        parser.add_argument("--frequency", type=float, help="share of users holding the item, in (0, 1]")
+        parser.add_argument("--discovery", type=float, help="probability of finding it, in (0, 1)")
+        parser.add_argument("--epsilon", type=float, help="target ε > 0 (TrieHH central, PEM/TreeHist per user)")
+        if protocol == "triehh":
+            parser.add_argument("--delta", type=float, help="target δ in (0, 1)")
+            parser.add_argument("--max-rounds", type=int,
+                                help="L: rounds, i.e. symbols of the longest item plus the end symbol")
+            parser.add_argument("--top-k", type=int, help="K of recall@K (with --recall and --population)")
+        elif protocol == "pem":
+            _add_pem_options(parser)
+        else:
+            add_treehist_options(parser, top_k_default=None)
+        parser.add_argument("--verify", action="store_true",
+                            help="run the protocol on the assumed population at the answer and print both")
+        parser.add_argument("--trials", type=int,
+                            help=f"runs for --verify (default {DEFAULT_TRIALS[protocol]}) or per population size "
+                            f"with --recall (default {DEFAULT_RECALL_TRIALS})")
+        parser.add_argument("--seed", type=int, default=0, help="first seed of the --verify runs (default 0)")
+        parser.add_argument("--recall", type=float, help="target recall@K, in (0, 1] (with --top-k and --population)")
+        parser.add_argument("--population", metavar="CONFIG", help="TOML config whose population shape is sized")
+        parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                            help="override one value of the --population config (repeatable)")
+        parser.add_argument("--json", action="store_true", help="print JSON (`users` is the answer)")
+        parser.set_defaults(func=run_size, protocol=protocol)
+    return size
+
+
+def _add_pem_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bits", type=int, default=64, help="value length m in bits (default 64)")
+    parser.add_argument("--top-k", type=int,
+                        help="k, values PEM reports (default 32); with --recall: K of recall@K")
+    parser.add_argument("--oracle", default=PEM_ORACLE, help=f"frequency oracle (default {PEM_ORACLE})")
+    parser.add_argument("--candidates", type=int, help="|C_i|, prefixes kept per level (default: k)")
+    parser.add_argument("--query-limit", type=int, default=DEFAULT_QUERY_LIMIT,
+                        help=f"most oracle queries of the optimizer's design (default {DEFAULT_QUERY_LIMIT:,})")
+    parser.add_argument("--zipf", type=float, default=DEFAULT_ZIPF_EXPONENT,
+                        help="Zipf exponent the optimizer assumes (default 1)")
+    parser.add_argument("--distinct", type=int, default=DEFAULT_DISTINCT_VALUES,
+                        help=f"distinct values the optimizer assumes (default {DEFAULT_DISTINCT_VALUES:,})")
+    parser.add_argument("--model", choices=MODELS, default=ORDER_STATISTICS,
+                        help="survival model of the analysis (default order-statistics)")
+
+
+def _pem_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of :func:`plan_pem` from :func:`_add_pem_options`' options."""
+    return {
+        "value_bits": args.bits, "top_k": args.top_k or 32, "oracle": args.oracle, "query_limit": args.query_limit,
+        "candidates_per_step": args.candidates, "zipf_exponent": args.zipf, "distinct": args.distinct,
+        "model": args.model,
+    }
+
+
+def _required(args: argparse.Namespace, names: tuple[str, ...], mode: str) -> None:
+    for name in names:
+        if getattr(args, name, None) is None:
+            raise InputError(f"--{name.replace('_', '-')}: required {mode}")
+
+
+def _forbidden(args: argparse.Namespace, names: tuple[str, ...], mode: str) -> None:
+    for name in names:
+        if getattr(args, name, None) not in (None, False, []):
+            raise InputError(f"--{name.replace('_', '-')}: not used {mode}")
+
+
+def run_size(args: argparse.Namespace) -> int:
+    if args.population is not None or args.recall is not None:
+        return _size_by_recall(args)
+    mode = "with --frequency / --discovery"
+    _required(args, ("frequency", "discovery", "epsilon"), "(the item's share, the probability and ε)")
+    if args.protocol == "triehh":
+        _required(args, ("delta", "max_rounds"), mode)
+        _forbidden(args, ("top_k",), mode + " (TrieHH has no k)")
+    _forbidden(args, ("set",), mode + " (it overrides the --population config)")
+    console = Console(stderr=True)
+    with console.status("sizing...") as status:
+
+        def show(users: int, discovery: float) -> None:
+            status.update(f"n = {users:,}: discovery {discovery:.3f} (target {args.discovery:g})")
+
+        answer = _analytic_answer(args, show)
+        verification = _verify(args, answer, status) if args.verify else None
+    document: dict[str, Any] = {**answer.to_dict(), **({"verification": verification} if verification else {})}
+    if args.json:
+        print(json.dumps(document, indent=2, default=float))
+    else:
+        _print_answer(answer, verification)
+    return 0
+
+
+def _analytic_answer(args: argparse.Namespace, show: Any) -> SizeAnswer:
+    if args.protocol == "triehh":
+        return size_triehh(args.frequency, args.discovery, args.epsilon, args.delta, args.max_rounds)
+    if args.protocol == "pem":
+        return size_pem(args.frequency, args.discovery, args.epsilon, on_step=show, **_pem_options(args))
+    return size_treehist(args.frequency, args.discovery, args.epsilon, on_step=show,
+                         **{**treehist_options(args), "top_k": args.top_k or 32})
+
+
+def _verify(args: argparse.Namespace, answer: SizeAnswer, status: Any) -> dict[str, Any]:
+    from simulations.sizing import verify_item
+
+    trials = args.trials if args.trials is not None else DEFAULT_TRIALS[args.protocol]
+
+    def progress(done: int, total: int) -> None:
+        status.update(f"verifying at n = {answer.users:,}: run {done}/{total}")
+
+    if args.protocol == "triehh":
+        result = verify_item("triehh", answer.users, args.frequency, answer.discovery, trials, args.seed,
+                             privacy=(args.epsilon, args.delta, args.max_rounds), progress=progress)
+    else:
+        if args.protocol == "pem":
+            search = pem_search_parameters(plan_pem(answer.users, args.epsilon, **_pem_options(args)))
+        else:
+            search = treehist_parameters(answer.users, args.epsilon, **{**treehist_options(args), "top_k": args.top_k or 32})
+        result = verify_item(args.protocol, answer.users, args.frequency, answer.discovery, trials, args.seed,
+                             search=search, progress=progress)
+    return result.to_dict()
+
+
+def _print_answer(answer: SizeAnswer, verification: dict[str, Any] | None) -> None:
+    table = Table(title=f"{answer.protocol}: an item held by {answer.frequency:g} of the users, "
+                        f"found with probability {answer.target:g}")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_row("users needed", f"{answer.users:,}")
+    table.add_row(f"discovery at {answer.users:,} (analysis)", f"{answer.discovery:.4f}")
+    table.add_row(f"discovery at {answer.below_users:,} (1% fewer)", f"{answer.below_discovery:.4f}")
+    for key, value in answer.parameters.items():
+        table.add_row(key.replace("_", " "), _shown(value))
+    if verification is not None:
+        low, high = verification["interval"]
+        table.add_row(f"simulated: found in {verification['found']} of {verification['trials']} runs",
+                      f"{verification['rate']:.3f} [{low:.3f}, {high:.3f}]")
+    console = Console()
+    console.print(table)
+    console.print(f"definition: {answer.definition}")
+    if verification is not None and not verification["consistent"]:
+        console.print("[yellow]the analysis lies outside the simulated rate's 95% interval[/]")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return ", ".join(_shown(item) for item in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{key} {_shown(item)}" for key, item in value.items())
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def _size_by_recall(args: argparse.Namespace) -> int:
+    mode = "with --recall / --population"
+    _required(args, ("top_k", "recall", "population"), mode)
+    _forbidden(args, ("frequency", "discovery", "verify"), mode)
+    if args.protocol == "triehh":
+        _forbidden(args, ("max_rounds",), mode + " (L comes from the config's protocol.max_length)")
+    overrides = [*args.set, f'protocol.name="{args.protocol}"', "run.top_k=" + str(args.top_k)]
+    if args.epsilon is not None:
+        overrides.append(f"privacy.epsilon={args.epsilon!r}")
+    if getattr(args, "delta", None) is not None:
+        overrides.append(f"privacy.delta={args.delta!r}")
+    config = load_config(args.population, overrides)
+    from simulations.sizing import size_by_recall
+
+    trials = args.trials if args.trials is not None else DEFAULT_RECALL_TRIALS
+    console = Console(stderr=True)
+    with console.status("sizing by simulation...") as status:
+
+        def show(users: int, recall: float) -> None:
+            status.update(f"n = {users:,}: recall@{args.top_k} {recall:.3f} (target {args.recall:g}, {trials} runs)")
+
+        answer = size_by_recall(config, args.top_k, args.recall, trials, on_step=show)
+    if args.json:
+        print(json.dumps(answer.to_dict(), indent=2, default=float))
+        return 0
+    table = Table(title=f"{answer.protocol}: recall@{answer.top_k} >= {answer.target:g} on {args.population}")
+    table.add_column("users")
+    table.add_column(f"mean recall@{answer.top_k} ({answer.trials} runs)", justify="right")
+    for step in answer.steps:
+        style = "bold green" if step["users"] == answer.users else None
+        table.add_row(f"{step['users']:,}", f"{step['recall']:.3f}", style=style)
+    console = Console()
+    console.print(table)
+    console.print(f"users needed: {answer.users:,} (recall {answer.recall:.3f}); definition: {answer.definition}")
+    return 0

@@ -1,0 +1,252 @@
+"""``fedhh size`` by simulation: the answer of an analysis checked by runs, and recall-based sizing.
+
+* :func:`verify_item`: short runs of the real protocol (server state machine
+  and client function, in process) on the population the analysis assumes --
+  ``round(f n)`` users hold one item of the longest length whose first bit
+  (or symbol) no other value shares, every other user holds nothing -- and
+  the share of runs that report the item, with its Clopper-Pearson interval.
+* :func:`size_by_recall`: the population at which a population of a given
+  shape (a config's ``[population]``, its protocol and privacy) reaches a
+  recall@K, by bisection over ``log n`` with a few runs per point on the
+  fast driver.  Every population size is run with the same seeds
+  (``run.seed + trial``), so the comparison between sizes is not blurred by
+  different random draws.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedhh.config import FedhhConfig
+from fedhh.errors import InputError
+from fedhh.experiment import Experiment
+from fedhh.items import ItemCodec, get_alphabet
+from fedhh.metrics import recall_at_k
+from fedhh.population import Shard, Vocabulary
+from fedhh.privacy.sizing import PRECISION, check_share
+from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh
+from fedhh.protocols import ServerProtocol
+from fedhh.protocols.pem import PEMServer
+from fedhh.protocols.prefix_reports import respond as prefix_respond
+from fedhh.protocols.prefix_search import SearchParameters
+from fedhh.protocols.treehist import TreeHistServer
+from fedhh.protocols.triehh import TrieHHServer
+from fedhh.protocols.triehh import respond as triehh_respond
+from fedhh.randomness import KeyedRandomness
+
+from .fast import drive, run_fast
+
+MAX_SIMULATED_USERS = 50_000_000  # populations are held in memory
+CONFIDENCE = 0.95
+FIRST_CODE = {"lowercase": "z", "ascii": "~", "bytes": "é"}  # a first character whose code starts with a 1 bit
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Runs of the real protocol at ``users``: how often the item was reported."""
+
+    users: int
+    trials: int
+    found: int
+    rate: float
+    interval: tuple[float, float]
+    predicted: float
+    seed: int
+
+    @property
+    def consistent(self) -> bool:
+        """The prediction lies inside the interval of the measured rate."""
+        return self.interval[0] <= self.predicted <= self.interval[1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "interval": list(self.interval), "consistent": self.consistent}
+
+
+def clopper_pearson(found: int, trials: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The exact two-sided interval of a binomial proportion."""
+    from scipy.stats import beta
+
+    tail = (1 - confidence) / 2
+    low = 0.0 if found == 0 else float(beta.ppf(tail, found, trials - found + 1))
+    high = 1.0 if found == trials else float(beta.ppf(1 - tail, found + 1, trials - found))
+    return low, high
+
+
+def planted_item(codec: ItemCodec) -> str:
+    """An item of the codec's full length that shares no first bit or symbol with the empty value."""
+    first = FIRST_CODE[codec.alphabet.name]
+    if codec.alphabet.byte_level:
+        pairs, odd = divmod(codec.max_length, len(first.encode()))
+        return first * pairs + "z" * odd
+    return first * codec.max_length
+
+
+def planted_population(codec: ItemCodec, users: int, holders: int) -> tuple[Shard, str]:
+    """``holders`` of ``users`` hold the planted item; the others hold nothing."""
+    if users > MAX_SIMULATED_USERS:
+        raise InputError(f"--verify: {users:,} users is more than the {MAX_SIMULATED_USERS:,} simulated in memory")
+    item = planted_item(codec)
+    vocabulary, ids = Vocabulary.encode([item], codec)
+    held = np.full(users, -1, dtype=np.int64)
+    held[:holders] = ids[0]
+    return Shard.single_item(vocabulary, 0, held), item
+
+
+def verify_item(
+    protocol: str,
+    users: int,
+    frequency: float,
+    predicted: float,
+    trials: int,
+    seed: int = 0,
+    search: SearchParameters | None = None,
+    privacy: tuple[float, float, int] | None = None,
+    progress: Progress | None = None,
+) -> Verification:
+    """How often ``trials`` runs report the planted item of share ``frequency`` among ``users``.
+
+    ``search`` gives PEM's or TreeHist's parameters (bit values); ``privacy``
+    TrieHH's (ε, δ, L), whose item has ``L - 1`` characters.
+    """
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise InputError(f"--trials: must be an integer >= 1, got {trials!r}")
+    if protocol == "triehh":
+        if privacy is None:
+            raise ValueError("verify_item: TrieHH needs its privacy target (ε, δ, L)")
+        epsilon, delta, max_rounds = privacy
+        if max_rounds < 2:
+            raise InputError(f"--max-rounds: --verify needs an item of at least one character, so L >= 2, got {max_rounds}")
+        codec = ItemCodec(get_alphabet("lowercase"), 1, max_rounds - 1)
+        params = solve_triehh(users, epsilon, delta, max_rounds)
+
+        def server(run_seed: int) -> ServerProtocol:
+            return TrieHHServer(params, codec, run_seed)
+
+        respond = triehh_respond
+    else:
+        if search is None:
+            raise ValueError(f"verify_item: {protocol} needs its search parameters")
+        from fedhh.protocols.item_discovery import bits_codec
+
+        codec = bits_codec(int(sum(search.segment_lengths) + search.start_length))
+        server_class = PEMServer if protocol == "pem" else TreeHistServer
+
+        def server(run_seed: int) -> ServerProtocol:
+            return server_class(search, codec, run_seed)
+
+        respond = prefix_respond
+    shard, item = planted_population(codec, users, int(round(frequency * users)))
+    found = 0
+    for trial in range(trials):
+        run_seed = seed + trial
+        randomness = KeyedRandomness(run_seed)
+        result = drive(server(run_seed), lambda request: [respond(request, shard, randomness)])
+        found += any(discovery.item == item for discovery in result.discoveries)
+        if progress is not None:
+            progress(trial + 1, trials)
+    return Verification(users, trials, found, found / trials, clopper_pearson(found, trials), predicted, seed)
+
+
+# -- recall-based sizing ------------------------------------------------------------------------------
+
+
+@dataclass
+class RecallSize:
+    """The population a config's population shape needs to reach recall@K, and every size tried."""
+
+    protocol: str
+    users: int
+    top_k: int
+    target: float
+    recall: float
+    below_users: int | None
+    below_recall: float | None
+    trials: int
+    seeds: list[int]
+    definition: str
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+RECALL_DEFINITION = (
+    "smallest population found by bisection over log n (to 1%) whose mean recall@K over the trials "
+    "(the same seeds at every size) reaches the target; the largest size tried below it does not"
+)
+
+
+def recall_of(config: FedhhConfig, users: int, top_k: int, seeds: Sequence[int]) -> float:
+    """Mean recall@K of runs of ``config`` at ``users`` users, one per seed (0 where the privacy
+    target cannot be met at that size)."""
+    recalls = []
+    for seed in seeds:
+        sized = config.with_overrides({"population.users": users, "run.seed": seed})
+        try:
+            experiment = Experiment(sized)
+        except PrivacyTargetError:
+            return 0.0
+        run = run_fast(experiment, 1, "inprocess")
+        recalls.append(recall_at_k({d.item for d in run.result.discoveries}, experiment.truth, top_k))
+    return float(np.mean(recalls))
+
+
+def size_by_recall(
+    config: FedhhConfig,
+    top_k: int,
+    recall: float,
+    trials: int,
+    on_step: Callable[[int, float], None] | None = None,
+) -> RecallSize:
+    """The population at which runs of ``config`` reach ``recall`` at ``top_k`` (see :data:`RECALL_DEFINITION`)."""
+    check_share(recall, "--recall", upper_open=False)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise InputError(f"--top-k: must be an integer >= 1, got {top_k!r}")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise InputError(f"--trials: must be an integer >= 1, got {trials!r}")
+    protocol = str(config["protocol"]["name"])
+    if protocol != "triehh" and top_k > int(config["protocol"]["top_k"]):
+        raise InputError(
+            f"--top-k: {protocol} reports protocol.top_k = {config['protocol']['top_k']} values, so recall at "
+            f"K = {top_k} is capped below 1; raise protocol.top_k (--set protocol.top_k={top_k})"
+        )
+    if config["population"]["source"] == "file":
+        raise InputError("--population: a file population has a fixed size; use a wordfreq or zipf population")
+    seeds = [int(config["run"]["seed"]) + trial for trial in range(trials)]
+    steps: list[dict[str, Any]] = []
+    measured: dict[int, float] = {}
+
+    def reaches(users: int) -> bool:
+        if users not in measured:
+            measured[users] = recall_of(config, users, top_k, seeds)
+            steps.append({"users": users, "recall": measured[users]})
+            if on_step is not None:
+                on_step(users, measured[users])
+        return measured[users] >= recall
+
+    start = int(config["population"]["users"])
+    low, high = (max(start // 2, 1), start) if reaches(start) else (start, start * 2)
+    while low < high and reaches(low):
+        low, high = max(low // 2, 1), low
+    while not reaches(high):
+        if high * 2 > MAX_SIMULATED_USERS:
+            raise InputError(
+                f"--recall: recall@{top_k} = {recall:g} not reached with up to {high:,} simulated users "
+                f"(measured {measured[high]:.3f}); ask for a lower recall or a smaller --top-k"
+            )
+        low, high = high, high * 2
+    while high - low > max(1, PRECISION * low):
+        middle = min(max(int(round(math.sqrt(max(low, 1) * high))), low + 1), high - 1)
+        low, high = (low, middle) if reaches(middle) else (middle, high)
+    below = max((users for users in measured if users < high), default=None)
+    return RecallSize(
+        protocol, high, top_k, recall, measured[high], below, None if below is None else measured[below],
+        trials, seeds, RECALL_DEFINITION, sorted(steps, key=lambda step: step["users"]),
+    )

@@ -1,0 +1,187 @@
+"""``fedhh size`` and ``fedhh plan treehist``: answers consistent with the planners and with runs,
+recall-based sizing, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedhh.cli import main
+from fedhh.config import load_config
+from fedhh.privacy.plan import plan_triehh
+from fedhh.privacy.sizing import _TrieHHFamily, size_treehist, size_triehh
+from fedhh.privacy.treehist_plan import plan_treehist, treehist_parameters
+from fedhh.protocols.item_discovery import item_discovery
+from fedhh.protocols.prefix_encoding import ValueSpace
+from simulations.sizing import planted_population, size_by_recall, verify_item
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def discovery_at(users: int, frequency: float, epsilon: float, delta: float, max_rounds: int) -> float:
+    return plan_triehh(users, epsilon, delta, max_rounds, (frequency,))["worst_case_discovery_rate"][f"{frequency:g}"]
+
+
+@pytest.mark.parametrize(
+    ("frequency", "discovery", "epsilon", "delta", "max_rounds"),
+    [(0.001, 0.9, 4.0, 1e-12, 10), (0.01, 0.5, 1.0, 1e-9, 8), (0.002, 0.99, 8.0, 1e-10, 6)],
+)
+def test_size_triehh_agrees_with_plan_triehh(
+    frequency: float, discovery: float, epsilon: float, delta: float, max_rounds: int
+) -> None:
+    """The bound (as `fedhh plan triehh` computes it) meets the target at the answer and not at 1%
+    fewer users, nor at one user fewer; and it meets it at every population in a window above."""
+    answer = size_triehh(frequency, discovery, epsilon, delta, max_rounds)
+    assert discovery_at(answer.users, frequency, epsilon, delta, max_rounds) >= discovery
+    assert discovery_at(int(answer.users * 0.99), frequency, epsilon, delta, max_rounds) < discovery
+    assert discovery_at(answer.users - 1, frequency, epsilon, delta, max_rounds) < discovery
+    assert answer.parameters["theta"] == plan_triehh(answer.users, epsilon, delta, max_rounds)["theta"]
+    family = _TrieHHFamily(frequency, epsilon, delta, max_rounds, answer.parameters["theta"])
+    above = np.arange(answer.users, answer.users + 20 * family.step())
+    assert np.all(family.rates(above) >= discovery)
+
+
+def test_the_rate_is_not_monotone_step_by_step() -> None:
+    """Why the answer is defined over every larger population: between the sizes where m or the
+    holders grow, more users lower the rate."""
+    family = _TrieHHFamily(0.01, 4.0, 1e-12, 10, 15)
+    rates = family.rates(np.arange(200_000, 200_400))
+    assert np.any(np.diff(rates) < 0) and np.any(np.diff(rates) > 0)
+
+
+def test_runs_at_the_answer_find_the_item_as_often_as_asked() -> None:
+    """Real TrieHH runs on a planted population (round(f n) users hold one 4-letter item, the others
+    nothing) at the answered n find the item at least as often as asked: the one-sided binomial
+    tolerance of 300 runs, 3 standard deviations."""
+    frequency, target, epsilon, delta, max_rounds = 0.01, 0.9, 4.0, 1e-8, 5
+    answer = size_triehh(frequency, target, epsilon, delta, max_rounds)
+    runs = verify_item("triehh", answer.users, frequency, answer.discovery, 300, seed=11,
+                       privacy=(epsilon, delta, max_rounds))
+    assert runs.rate >= target - 3 * np.sqrt(target * (1 - target) / runs.trials), runs
+    assert runs.consistent
+
+
+def test_planted_population_holds_one_item_that_shares_no_first_bit() -> None:
+    from fedhh.protocols.item_discovery import bits_codec
+    from fedhh.protocols.prefix_encoding import PrefixEncoding
+
+    for bits in (40, 35, 14):
+        codec = bits_codec(bits)
+        shard, item = planted_population(codec, 1000, 37)
+        assert shard.holders().tolist() == [37] and shard.n_users == 1000
+        units = PrefixEncoding("bits", codec).units(shard.vocabulary)
+        assert units.shape == (1, bits) and units[0, 0] == 1, item
+
+
+def test_treehist_analysis_agrees_with_runs() -> None:
+    """The planted-item analysis of TreeHist (binary tree over 10 bits, count sketch of Hadamard
+    bits) at the population where it predicts 0.5, against 60 real runs: within 3.5 binomial
+    standard deviations plus 0.08 for the model's approximations (expected candidates per level)."""
+    answer = size_treehist(0.1, 0.5, 4.0, value_bits=10)
+    assert 0.5 <= answer.discovery and answer.below_discovery < 0.5
+    runs = verify_item("treehist", answer.users, 0.1, answer.discovery, 60, seed=3,
+                       search=treehist_parameters(answer.users, 4.0, value_bits=10))
+    assert abs(runs.rate - answer.discovery) <= 3.5 * np.sqrt(0.25 / runs.trials) + 0.08, runs
+
+
+def test_plan_treehist_describes_the_run_and_what_it_finds() -> None:
+    plan = plan_treehist(1_000_000, 4.0, value_bits=40, segment_length=4, oracle="olh")
+    assert plan["levels"] == 10 and plan["prefix_lengths"][-1] == 40 and plan["users_per_level"] == 100_000
+    assert plan["budget_split"] == {"prefix at a uniformly chosen level": 2.0, "full string": 2.0}
+    assert plan["privacy"]["epsilon"] == 4.0 and plan["privacy"]["delta"] == 0.0
+    half, most = plan["detectable_share"]["0.5"], plan["detectable_share"]["0.9"]
+    assert 0 < half < most < 1
+    params = treehist_parameters(1_000_000, 4.0, value_bits=40, segment_length=4, oracle="olh")
+    assert item_discovery(params, ValueSpace(40, 2), most).probability == pytest.approx(0.9, abs=0.02)
+    sketch = plan_treehist(1_000_000, 4.0, value_bits=20)
+    assert sketch["oracle"] == "count-sketch-hadamard" and sketch["sketch"] == {"rows": 13, "width": 1024}
+
+
+def test_size_commands_print_json_with_users(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["size", "triehh", "--frequency", "0.001", "--discovery", "0.9", "--epsilon", "4", "--delta", "1e-12",
+                 "--max-rounds", "10", "--json"]) == 0
+    triehh = json.loads(capsys.readouterr().out)
+    assert triehh["users"] == size_triehh(0.001, 0.9, 4.0, 1e-12, 10).users
+    assert main(["size", "treehist", "--frequency", "0.1", "--discovery", "0.9", "--epsilon", "4", "--bits", "10",
+                 "--json"]) == 0
+    treehist = json.loads(capsys.readouterr().out)
+    assert treehist["users"] > 0 and treehist["discovery"] >= 0.9 > treehist["below_discovery"]
+    assert main(["size", "pem", "--frequency", "0.05", "--discovery", "0.5", "--epsilon", "2", "--bits", "10",
+                 "--top-k", "8", "--json"]) == 0
+    pem = json.loads(capsys.readouterr().out)
+    assert pem["users"] > 0 and pem["discovery"] >= 0.5 > pem["below_discovery"]
+    assert pem["parameters"]["utility_model"] == "order-statistics"
+
+
+def test_size_by_recall_on_a_population_config(tmp_path: Path) -> None:
+    """Bisection over simulated runs: the answer reaches the recall, the largest size tried below it
+    does not, and every size used the same seeds."""
+    config = load_config(None, [
+        'population.source="zipf"', "population.users=20000", "population.vocabulary=500",
+        "population.item_length=4", "population.zipf_exponent=1.3", "protocol.max_length=4", "privacy.epsilon=4.0",
+        "privacy.delta=1e-8", 'run.driver="fast"',
+    ])
+    answer = size_by_recall(config, 5, 0.8, 2)
+    assert answer.recall >= 0.8 and answer.below_recall is not None and answer.below_recall < 0.8
+    assert answer.below_users < answer.users <= answer.below_users * 1.011 + 1
+    assert answer.seeds == [0, 1] and {step["users"] for step in answer.steps} >= {answer.users, answer.below_users}
+
+
+def test_size_by_recall_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "small.toml"
+    config.write_text(
+        '[population]\nsource = "zipf"\nusers = 20000\nvocabulary = 500\nitem_length = 4\nzipf_exponent = 1.3\n'
+        '[protocol]\nmax_length = 4\n[privacy]\nepsilon = 4.0\ndelta = 1e-8\n',
+        encoding="utf-8",
+    )
+    assert main(["size", "triehh", "--top-k", "5", "--recall", "0.8", "--population", str(config), "--trials", "2",
+                 "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["users"] > 0 and answer["recall"] >= 0.8 and answer["top_k"] == 5
+    assert answer["users"] == size_by_recall(load_config(config), 5, 0.8, 2).users
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["small.toml"]  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        (["size", "triehh", "--frequency", "0", "--discovery", "0.9", "--epsilon", "4", "--delta", "1e-9",
+          "--max-rounds", "5"], "--frequency"),
+        (["size", "triehh", "--frequency", "0.01", "--discovery", "1.5", "--epsilon", "4", "--delta", "1e-9",
+          "--max-rounds", "5"], "--discovery"),
+        (["size", "triehh", "--frequency", "0.01", "--discovery", "0.9", "--epsilon", "4", "--max-rounds", "5"],
+         "--delta"),
+        (["size", "pem", "--frequency", "0.01", "--discovery", "0.9"], "--epsilon"),
+        (["size", "pem", "--frequency", "0.01", "--discovery", "0.9", "--epsilon", "-1"], "--epsilon"),
+        (["size", "pem", "--frequency", "0.01", "--discovery", "0.9", "--epsilon", "2", "--bits", "0"], "--bits"),
+        (["size", "pem", "--frequency", "0.01", "--discovery", "0.9", "--epsilon", "2", "--oracle", "nope"], "oracle"),
+        (["size", "treehist", "--frequency", "2", "--discovery", "0.9", "--epsilon", "2"], "--frequency"),
+        (["size", "treehist", "--frequency", "0.1", "--discovery", "0.9", "--epsilon", "2", "--segment-length", "0"],
+         "--segment-length"),
+        (["size", "treehist", "--frequency", "0.1", "--discovery", "0.9", "--epsilon", "2", "--oracle", "nope"],
+         "--oracle"),
+        (["size", "treehist", "--top-k", "5", "--recall", "0.9"], "--population"),
+        (["size", "pem", "--top-k", "5", "--recall", "0.9", "--population", "x.toml", "--frequency", "0.1"],
+         "--frequency"),
+        (["plan", "treehist", "--users", "0", "--epsilon", "2"], "--users"),
+        (["plan", "treehist", "--users", "1000", "--epsilon", "0"], "--epsilon"),
+        (["plan", "treehist", "--users", "1000", "--epsilon", "2", "--bits", "8", "--segment-length", "9"],
+         "--segment-length"),
+        (["plan", "treehist", "--users", "1000", "--epsilon", "2", "--threshold", "2"], "--threshold"),
+        (["size", "triehh", "--frequency", "0.01", "--discovery", "0.9", "--epsilon", "4", "--delta", "1e-9",
+          "--max-rounds", "5", "--verify", "--trials", "0"], "--trials"),
+        (["size", "pem", "--top-k", "50", "--recall", "0.9", "--population", str(CONFIGS / "pem-wordfreq.toml")],
+         "--top-k"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_field(
+    arguments: list[str], field: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert field in error and len(error.strip().splitlines()) == 1, error
+    assert not list(tmp_path.iterdir())
