@@ -22,6 +22,7 @@ from ..prefixes import rows_in, sum_histograms
 from ..privacy.report import PrivacyReport
 from ..privacy.triehh import TrieHHParameters
 from ..randomness import KeyedRandomness, RandomnessSource
+from ..sampling import uniform_subset
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
 
 SAMPLE_PURPOSE = "triehh.sample"
@@ -59,6 +60,15 @@ class TrieHHResponse(Response):
             prefixes=prefixes,
             votes=votes,
         )
+
+
+def round_sample(randomness: KeyedRandomness, round_: int, n_users: int, batch_size: int) -> np.ndarray:
+    """The sorted global ids of round ``round_``'s uniform sample without replacement.
+
+    Drawn once per round by the server from (seed, round) alone, so every
+    transport and shard count sees the same sample.
+    """
+    return uniform_subset(randomness.generator(SAMPLE_PURPOSE, round_), n_users, batch_size)
 
 
 def sampled_in_shard(sampled: np.ndarray, shard: Shard) -> np.ndarray:
@@ -168,10 +178,7 @@ class TrieHHServer(ServerProtocol):
             return None
         if self._pending is None:
             round_ = len(self._levels) + 1
-            generator = self._randomness.generator(SAMPLE_PURPOSE, round_)
-            sampled = np.sort(
-                generator.choice(self.params.n_users, self.params.batch_size, replace=False)
-            ).astype(np.int64)
+            sampled = round_sample(self._randomness, round_, self.params.n_users, self.params.batch_size)
             self._pending = TrieHHRequest(round=round_, sampled=sampled, parents=self._extendable())
         return self._pending
 
