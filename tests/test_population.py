@@ -10,9 +10,9 @@ import pyarrow.csv
 import pyarrow.parquet
 import pytest
 
-from fedhh.items import ItemError
+from fedhh.items import ALPHABETS, ItemError
 from fedhh.population import shard_bounds
-from fedhh.sources import FileSource, WordfreqSource, ZipfSource
+from fedhh.sources import FileSource, WordfreqSource, ZipfSource, wordfreq_candidates
 
 from .helpers import lowercase_codec
 
@@ -44,6 +44,37 @@ def test_wordfreq_population_follows_the_real_frequency_list() -> None:
     top = [source.vocabulary.items[i] for i in np.argsort(-holders)[:3]]
     assert top[0] == "the"
     assert set(top) <= {"the", "to", "and", "of"}
+
+
+def selection_word_by_word(language: str, size: int, alphabet: str) -> tuple[list[str], list[float]]:
+    """The selection as first written: every word of wordfreq's dictionary sorted by
+    (-frequency, word) in Python, then tested against the alphabet one by one."""
+    import wordfreq
+
+    table = ALPHABETS[alphabet].index_table()
+    ranked = sorted(wordfreq.get_frequency_dict(language).items(), key=lambda pair: (-pair[1], pair[0]))
+    words: list[str] = []
+    frequencies: list[float] = []
+    for word, frequency in ranked:
+        raw = word.encode("utf-8")
+        if ALPHABETS[alphabet].byte_level or (raw.isascii() and table[np.frombuffer(raw, np.uint8)].all()):
+            words.append(word)
+            frequencies.append(frequency)
+            if len(words) == size:
+                break
+    return words, frequencies
+
+
+@pytest.mark.parametrize(
+    ("language", "size", "alphabet"),
+    [("en", 100_000, "lowercase"), ("fr", 5_000, "ascii"), ("ja", 20_000, "bytes"), ("ms", 10**7, "lowercase")],
+)
+def test_vectorised_wordfreq_selection_equals_the_word_by_word_one(language: str, size: int, alphabet: str) -> None:
+    """Same words in the same order (ties alphabetical), same frequencies to the last bit."""
+    words, frequencies = wordfreq_candidates.__wrapped__(language, size, alphabet)
+    expected_words, expected_frequencies = selection_word_by_word(language, size, alphabet)
+    assert words == expected_words
+    assert frequencies.tolist() == expected_frequencies
 
 
 def test_zipf_source_has_zipf_counts() -> None:
