@@ -19,7 +19,7 @@ from . import __version__
 from .config import FedhhConfig
 from .items import ItemCodec, get_alphabet
 from .metrics import Truth, utility_metrics
-from .population import Shard
+from .population import PopulationCounts, Shard
 from .privacy.report import PrivacyReport
 from .protocols import ClientFunction, ProtocolResult, ServerProtocol, get_protocol
 from .randomness import KeyedRandomness
@@ -70,6 +70,7 @@ class Experiment:
         self.randomness = KeyedRandomness(self.seed)
         self.source: PopulationSource = make_source(config["population"], self.codec, self.seed)
         self.n_users = self.source.n_users
+        self._population_counts: PopulationCounts | None = None
         # Solving the privacy target here refuses an impossible run before any round.
         self.privacy: PrivacyReport = self.make_server().privacy_report()
 
@@ -93,14 +94,27 @@ class Experiment:
     def build_shard(self, shard_index: int, num_shards: int) -> Shard:
         return self.source.build_shard(shard_index, num_shards)
 
+    def set_population_counts(self, counts: PopulationCounts) -> None:
+        """Take the true counts from the shards a driver built (their sum), so that the
+        truth costs no second pass over the population, nor a second copy of it in memory."""
+        if counts.users != self.n_users:
+            raise ValueError(f"the shards' counts cover {counts.users} users, the population has {self.n_users}")
+        self._population_counts = counts
+        self.__dict__.pop("truth", None)
+
+    @property
+    def population_counts(self) -> PopulationCounts:
+        """True counts of the whole population (evaluation only): the drivers' shards' sum, or,
+        in a process that holds no shard, counted chunk by chunk from the source."""
+        if self._population_counts is None:
+            self._population_counts = self.source.population_counts()
+        return self._population_counts
+
     @functools.cached_property
     def truth(self) -> Truth:
         """True item frequencies over the whole population (evaluation only)."""
-        everyone = self.source.build_all()
-        self._users_without_items = int(np.count_nonzero(np.diff(everyone.item_offsets) == 0))
-        return Truth.from_counts(
-            self.source.vocabulary.items, everyone.user_weights(), everyone.holders()
-        )
+        counts = self.population_counts
+        return Truth.from_counts(self.source.vocabulary.items, counts.frequency, counts.holders)
 
     def finish(self, result: ProtocolResult, timing: dict[str, float], transport: str) -> dict[str, Any]:
         """The result document: discovery next to the truth, privacy, parameters, trace."""
@@ -132,7 +146,7 @@ class Experiment:
             "config": self.config.to_dict(),
             "population": {
                 **self.source.describe(),
-                "users_without_items": self._users_without_items,
+                "users_without_items": self.population_counts.users_without_items,
             },
             "heavy_hitters": heavy_hitters,
             "metrics": utility_metrics(discovered, truth, top_k),

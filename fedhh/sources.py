@@ -18,11 +18,14 @@ from typing import Any
 import numpy as np
 
 from .items import ALPHABETS, ItemCodec, ItemError
-from .population import Shard, Vocabulary, shard_bounds
+from .population import PopulationCounts, Shard, Vocabulary, shard_bounds
 from .randomness import UserRandom, derive_key
 
 POPULATION_PURPOSE = "population.items"
 ZIPF_STRINGS_PURPOSE = "population.zipf_strings"
+
+
+TRUTH_CHUNK_USERS = 1 << 20  # users built at a time when the truth is counted without shards
 
 
 class PopulationSource(ABC):
@@ -32,15 +35,32 @@ class PopulationSource(ABC):
     vocabulary: Vocabulary
 
     @abstractmethod
-    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
-        """The users of one shard, with their items."""
+    def build_users(self, start: int, stop: int) -> Shard:
+        """The users with global ids ``[start, stop)``, with their items."""
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """What this population is, for the result file."""
 
+    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
+        """The users of one shard, with their items."""
+        return self.build_users(*shard_bounds(self.n_users, shard_index, num_shards))
+
     def build_all(self) -> Shard:
-        return self.build_shard(0, 1)
+        return self.build_users(0, self.n_users)
+
+    def population_counts(self) -> PopulationCounts:
+        """The true counts of every user, for a process that holds no shard (a Flower server).
+
+        The users are built a chunk at a time and only their counts kept, so
+        memory stays that of one chunk however large the population; a
+        driver that holds shards adds up theirs instead
+        (:meth:`fedhh.experiment.Experiment.set_population_counts`).
+        """
+        return PopulationCounts.combine(
+            self.build_users(start, min(start + TRUTH_CHUNK_USERS, self.n_users)).counts()
+            for start in range(0, self.n_users, TRUTH_CHUNK_USERS)
+        )
 
 
 class SampledSource(PopulationSource):
@@ -62,8 +82,7 @@ class SampledSource(PopulationSource):
         cdf = np.cumsum(probabilities, dtype=np.float64)
         self._cdf = cdf / cdf[-1]
 
-    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
-        start, stop = shard_bounds(self.n_users, shard_index, num_shards)
+    def build_users(self, start: int, stop: int) -> Shard:
         draws = UserRandom(derive_key(self.seed, POPULATION_PURPOSE), np.arange(start, stop))
         picks = []
         for _ in range(self.words_per_user):
@@ -225,8 +244,11 @@ class FileSource(PopulationSource):
             self.vocabulary, 0, self.n_users, user_index, candidate_item[item_index]
         )
 
-    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
-        return self._all.slice(*shard_bounds(self.n_users, shard_index, num_shards))
+    def build_users(self, start: int, stop: int) -> Shard:
+        return self._all.slice(start, stop)
+
+    def population_counts(self) -> PopulationCounts:
+        return self._all.counts()  # the file is in memory already
 
     def describe(self) -> dict[str, Any]:
         return {

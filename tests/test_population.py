@@ -10,8 +10,8 @@ import pyarrow.csv
 import pyarrow.parquet
 import pytest
 
-from fedhh.items import ALPHABETS, ItemError
-from fedhh.population import shard_bounds
+from fedhh.items import ALPHABETS, ItemCodec, ItemError, get_alphabet
+from fedhh.population import PopulationCounts, shard_bounds
 from fedhh.sources import FileSource, WordfreqSource, ZipfSource, wordfreq_candidates
 
 from .helpers import lowercase_codec
@@ -40,7 +40,7 @@ def test_wordfreq_shards_equal_slices_of_the_whole(words_per_user: int) -> None:
 
 def test_wordfreq_population_follows_the_real_frequency_list() -> None:
     source = WordfreqSource(200_000, "en", 5000, 1, lowercase_codec(10), seed=1)
-    holders = source.build_all().holders()
+    holders = source.build_all().counts().holders
     top = [source.vocabulary.items[i] for i in np.argsort(-holders)[:3]]
     assert top[0] == "the"
     assert set(top) <= {"the", "to", "and", "of"}
@@ -79,7 +79,7 @@ def test_vectorised_wordfreq_selection_equals_the_word_by_word_one(language: str
 
 def test_zipf_source_has_zipf_counts() -> None:
     source = ZipfSource(400_000, 1000, 1.1, 6, 1, lowercase_codec(10), seed=2)
-    holders = source.build_all().holders()
+    holders = source.build_all().counts().holders
     expected = 400_000 * np.arange(1, 1001) ** -1.1 / np.sum(np.arange(1, 1001) ** -1.1)
     # rank 1 and rank 10 within 5 binomial standard deviations
     for rank in (0, 9):
@@ -137,3 +137,47 @@ def test_file_errors_name_the_problem(tmp_path: Path) -> None:
     unsupported.write_text("{}", encoding="utf-8")
     with pytest.raises(ValueError, match="unsupported file type"):
         FileSource(str(unsupported), lowercase_codec())
+
+
+# -- the truth, from shards ---------------------------------------------------------------------
+
+
+def counts_word_by_word(shard) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """Per item, the sum of users' local shares as floats and the holders, as first written."""
+    cumulative = np.concatenate(([0], np.cumsum(shard.item_counts)))
+    totals = np.diff(cumulative[shard.item_offsets])
+    owner = np.repeat(np.arange(shard.n_users), np.diff(shard.item_offsets))
+    share = shard.item_counts / totals[owner]
+    size = shard.vocabulary.size
+    return np.bincount(shard.item_ids, weights=share, minlength=size), np.bincount(shard.item_ids, minlength=size)
+
+
+@pytest.mark.parametrize("words_per_user", [1, 3])
+def test_counts_of_shards_add_up_to_the_counts_of_the_whole(words_per_user: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seven shards, and chunks of 1,000 users, give the whole population's counts bit for bit."""
+    source = WordfreqSource(20_000, "en", 2000, words_per_user, lowercase_codec(4), seed=6)  # long words dropped
+    whole = source.build_all()
+    expected = whole.counts()
+    from_shards = PopulationCounts.combine(source.build_shard(i, 7).counts() for i in range(7))
+    monkeypatch.setattr("fedhh.sources.TRUTH_CHUNK_USERS", 1000)
+    for counts in (from_shards, source.population_counts()):
+        assert counts.users == expected.users == 20_000
+        np.testing.assert_array_equal(counts.weight_units, expected.weight_units)
+        np.testing.assert_array_equal(counts.holders, expected.holders)
+        assert counts.users_without_items == expected.users_without_items
+    weights, holders = counts_word_by_word(whole)
+    np.testing.assert_array_equal(expected.holders, holders)
+    assert np.all(np.abs(expected.frequency - weights) <= holders * 2.0**-33 + 1e-9)  # each share within 2**-33
+    assert expected.users_without_items == np.count_nonzero(np.diff(whole.item_offsets) == 0) > 0
+
+
+def test_file_population_counts_are_its_shards_counts(tmp_path: Path) -> None:
+    path = tmp_path / "users.csv"
+    path.write_text("user,item\nu1,moon\nu2,sun\nu1,moon\nu1,star\nu3,sun\nu4,toolongforit\n", encoding="utf-8")
+    source = FileSource(str(path), ItemCodec(get_alphabet("lowercase"), 1, 8, overlong="drop"))
+    counts = source.population_counts()
+    from_shards = PopulationCounts.combine(source.build_shard(i, 3).counts() for i in range(3))
+    np.testing.assert_array_equal(counts.weight_units, from_shards.weight_units)
+    assert source.vocabulary.items == ["moon", "sun", "star"]  # u4's item is too long: dropped
+    np.testing.assert_allclose(counts.frequency, [2 / 3, 2.0, 1 / 3], rtol=0, atol=2**-33)
+    assert counts.holders.tolist() == [1, 2, 1] and counts.users_without_items == 1 and counts.users == 4
