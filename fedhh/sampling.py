@@ -1,4 +1,6 @@
-"""Uniform samples without replacement in time proportional to the sample, not the population.
+"""Fast exact sampling: subsets without replacement, and inverse-CDF draws from a discrete law.
+
+**Subsets.** Uniform samples without replacement in time proportional to the sample, not the population.
 
 ``Generator.choice(n, m, replace=False)`` takes numpy's O(n) path (a
 permutation of the whole population) once ``m > n / 50``: at TrieHH's
@@ -19,6 +21,14 @@ the duplicates stay few).
 
 Cost: about ``m + m^2 / (2n)`` draws and one sort of them, O(m log m); the
 result comes out sorted, which is how TrieHH's requests carry it.
+
+**Inverse CDF.** :class:`InverseCdf` maps uniforms to outcomes exactly as
+``np.searchsorted(cdf, u, side="right")`` does, but most uniforms are
+settled by one lookup in a guide table (Chen and Asau's method): ``u`` in
+``[k / K, (k + 1) / K)`` has its outcome between those of the two ends, and
+the two are equal except in the at most ``outcomes`` cells that hold a
+boundary of the CDF, where the binary search runs on those uniforms only.
+``K`` is a power of two, so ``k = floor(u K)`` and ``k / K`` are exact.
 """
 
 from __future__ import annotations
@@ -72,3 +82,31 @@ def _draws_for(population: int, held: int, size: int) -> int:
     mean = population * math.log((population - held) / (population - size))  # size <= population / 2
     variance = missing * (1 - new_at_end) / new_at_end**2
     return missing + max(0, math.ceil(mean - missing + _MARGIN_SD * math.sqrt(variance))) + _MARGIN_MIN
+
+
+GUIDE_CELLS_PER_OUTCOME = 2  # a small table stays in cache; the binary search then runs on about 1 uniform in 10
+GUIDE_CELLS_MAX = 1 << 20
+_UNSETTLED = -1
+
+
+class InverseCdf:
+    """Outcome ``i`` of a discrete law for each uniform in ``[0, 1)``, given the law's CDF."""
+
+    def __init__(self, cdf: np.ndarray) -> None:
+        self.cdf = np.asarray(cdf, dtype=np.float64)
+        if self.cdf.ndim != 1 or self.cdf.size == 0 or np.any(np.diff(self.cdf) < 0):
+            raise ValueError("cdf must be a non-empty, non-decreasing 1-D array")
+        if self.cdf.size >= 1 << 31:
+            raise ValueError(f"cdf: at most 2**31 - 1 outcomes, got {self.cdf.size}")
+        self._cells = min(1 << (GUIDE_CELLS_PER_OUTCOME * self.cdf.size - 1).bit_length(), GUIDE_CELLS_MAX)
+        ends = np.searchsorted(self.cdf, np.arange(self._cells + 1) / self._cells, side="right")
+        # the outcome of every uniform of a cell, or _UNSETTLED where a CDF boundary splits the cell
+        self._outcome_of_cell = np.where(ends[1:] == ends[:-1], ends[:-1], _UNSETTLED).astype(np.int32)
+
+    def __call__(self, uniforms: np.ndarray) -> np.ndarray:
+        """``np.searchsorted(cdf, uniforms, side="right")``, bit for bit (int64)."""
+        uniforms = np.asarray(uniforms, dtype=np.float64)
+        outcome = self._outcome_of_cell[(uniforms * self._cells).astype(np.intp)].astype(np.int64)
+        unsettled = np.flatnonzero(outcome == _UNSETTLED)
+        outcome[unsettled] = np.searchsorted(self.cdf, uniforms[unsettled], side="right")
+        return outcome

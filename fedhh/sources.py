@@ -20,6 +20,7 @@ import numpy as np
 from .items import ALPHABETS, ItemCodec, ItemError
 from .population import PopulationCounts, Shard, Vocabulary, shard_bounds
 from .randomness import UserRandom, derive_key
+from .sampling import InverseCdf
 
 POPULATION_PURPOSE = "population.items"
 ZIPF_STRINGS_PURPOSE = "population.zipf_strings"
@@ -80,14 +81,14 @@ class SampledSource(PopulationSource):
         self.seed = seed
         self.vocabulary, self._candidate_item = Vocabulary.encode(candidates, codec)
         cdf = np.cumsum(probabilities, dtype=np.float64)
-        self._cdf = cdf / cdf[-1]
+        self._pick = InverseCdf(cdf / cdf[-1])
 
     def build_users(self, start: int, stop: int) -> Shard:
         draws = UserRandom(derive_key(self.seed, POPULATION_PURPOSE), np.arange(start, stop))
         picks = []
         for _ in range(self.words_per_user):
-            candidate = np.searchsorted(self._cdf, draws.random(), side="right")
-            picks.append(self._candidate_item[np.minimum(candidate, self._cdf.size - 1)])
+            candidate = self._pick(draws.random())
+            picks.append(self._candidate_item[np.minimum(candidate, self._candidate_item.size - 1)])
         if self.words_per_user == 1:
             return Shard.single_item(self.vocabulary, start, picks[0])
         local_users = np.tile(np.arange(stop - start), self.words_per_user)

@@ -32,7 +32,7 @@ import numpy as np
 
 from fedhh.randomness import derive_key, splitmix64
 
-from .base import PureOracle, Support, check_kind, check_lengths, check_positive_int
+from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_kind, check_lengths, check_positive_int
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, hash_keys, mix_keys
 from .histogram import Histogram
 from .local_hashing import optimal_range
@@ -127,6 +127,17 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
         cells = reports.functions.astype(np.int64) * self.g + reports.buckets
         table = np.bincount(cells, minlength=self.hash_functions * self.g).reshape(self.hash_functions, self.g)
         return FastLocalHashStatistics(table.astype(np.int64), len(reports))
+
+    def flat_size(self) -> int | None:
+        cells = self.hash_functions * self.g
+        return cells if cells <= FLAT_CELLS_LIMIT else None
+
+    def to_flat(self, statistics: FastLocalHashStatistics) -> tuple[np.ndarray, np.ndarray]:
+        return statistics.table.ravel(), np.array([statistics.n_users], dtype=np.int64)
+
+    def from_flat(self, cells: np.ndarray, reporters: np.ndarray) -> FastLocalHashStatistics:
+        cells, reporters = self._check_flat(cells, reporters, 1)
+        return FastLocalHashStatistics(cells.reshape(self.hash_functions, self.g), int(reporters[0]))
 
     def hash_table(self, candidates: np.ndarray) -> np.ndarray:
         """``H_j(c)`` for every public function ``j`` and candidate ``c`` (``k' x |C|``).
