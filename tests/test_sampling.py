@@ -1,4 +1,5 @@
-"""The round sampler: exact size, sorted distinct ids, and uniform over the subsets of that size.
+"""Sampling: the round sampler (exact size, sorted distinct ids, uniform over the subsets of
+that size) and the guide-table inverse CDF that builds populations (the binary search's draws).
 
 Chi-square tests with fixed seeds; each is shown able to fail by applying it
 to a sampler with a small bias.
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedhh.sampling import uniform_subset
+from fedhh.sampling import InverseCdf, uniform_subset
 
 P_MIN = 1e-4  # a fixed-seed test that passes is far above this; the biased samplers are far below
 
@@ -83,3 +84,24 @@ def test_same_generator_state_gives_the_same_sample() -> None:
 def test_a_sample_larger_than_the_population_is_refused() -> None:
     with pytest.raises(ValueError, match=r"sample size must be in \[0, population = 5\], got 6"):
         uniform_subset(np.random.default_rng(0), 5, 6)
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        np.arange(1, 100_001, dtype=np.float64) ** -1.1,  # a long Zipf tail: many outcomes per guide cell
+        np.ones(7),
+        np.array([0.0, 3.0, 0.0, 0.0, 1.0, 0.0]),  # outcomes of probability 0 are never drawn
+        np.array([1.0]),
+    ],
+)
+def test_inverse_cdf_draws_exactly_what_a_binary_search_finds(weights: np.ndarray) -> None:
+    cdf = np.cumsum(weights)
+    cdf /= cdf[-1]
+    inverse = InverseCdf(cdf)
+    uniforms = np.random.default_rng(5).random(200_000)
+    inner = cdf[cdf < 1]  # every boundary, and the floats just around it
+    edges = np.concatenate([[0.0, np.nextafter(1.0, 0.0)], inner, np.nextafter(inner, 0.0), np.nextafter(inner, 1.0)])
+    for u in (uniforms, edges):
+        np.testing.assert_array_equal(inverse(u), np.searchsorted(cdf, u, side="right"))
+    assert set(np.unique(inverse(uniforms)).tolist()) <= set(np.flatnonzero(weights).tolist())
