@@ -151,29 +151,37 @@ class ItemCodec:
     def radix(self) -> int:
         return self.alphabet.size + 1
 
-    def _to_units(self, item: str, position: int) -> bytes:
+    def _units(self, items: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(code units of all items one after the other, units per item), with C-level loops only.
+
+        Byte alphabets take the UTF-8 bytes.  Character alphabets take the code
+        points, every one beyond ASCII becoming 0xFF, which no character
+        alphabet contains (so such items are reported as having unknown
+        characters, as their UTF-8 bytes would be).
+        """
+        if set(map(type, items)) - {str} or not all(items):
+            for position, item in enumerate(items):
+                _checked_item(item, position)
         try:
-            encoded = item.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise ItemError(
-                f"item at position {position} is not valid Unicode ({error.reason}: "
-                f"{item[error.start:error.end]!r})"
-            ) from None
-        if self.alphabet.byte_level or encoded.isascii():
-            return encoded
-        # Non-ASCII characters are never in a character alphabet: map their bytes
-        # to 0xFF, which no character alphabet contains, so they are reported below.
-        return bytes(b if b < 0x80 else 0xFF for b in encoded)
+            if self.alphabet.byte_level:
+                encoded = list(map(str.encode, items))
+                lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(items))
+                return np.frombuffer(b"".join(encoded), dtype=np.uint8), lengths
+            codes = np.frombuffer("".join(items).encode("utf-32-le"), dtype=np.uint32)
+        except UnicodeEncodeError:
+            for position, item in enumerate(items):
+                _check_unicode(item, position)
+            raise
+        lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+        return np.where(codes < 0x80, codes, 0xFF).astype(np.uint8), lengths
 
     def encode(self, items: list[str]) -> EncodedItems:
         """Encode items (vectorised over their characters) under the policies."""
-        units = [self._to_units(_checked_item(item, position), position) for position, item in enumerate(items)]
-        lengths = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
-        flat = np.frombuffer(b"".join(units), dtype=np.uint8)
+        flat, lengths = self._units(items)
         indices = self.alphabet.index_table()[flat]
-        starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(units) else np.zeros(0, np.int64)
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) if lengths.size else np.zeros(0, np.int64)
 
-        bad_char = np.zeros(len(units), dtype=bool)
+        bad_char = np.zeros(lengths.size, dtype=bool)
         if flat.size:
             bad_positions = np.flatnonzero(indices == 0)
             bad_char[np.searchsorted(starts, bad_positions, side="right") - 1] = True
@@ -247,6 +255,16 @@ class ItemCodec:
             "overlong": self.overlong,
             "unknown_chars": self.unknown_chars,
         }
+
+
+def _check_unicode(item: str, position: int) -> None:
+    try:
+        item.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ItemError(
+            f"item at position {position} is not valid Unicode ({error.reason}: "
+            f"{item[error.start:error.end]!r})"
+        ) from None
 
 
 def _checked_item(item: object, position: int) -> str:

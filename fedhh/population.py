@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .items import EncodingReport, ItemCodec
-from .prefixes import PrefixIndex
+from .prefixes import PrefixIndex, row_keys
 
 
 def shard_bounds(n_users: int, shard_index: int, num_shards: int) -> tuple[int, int]:
@@ -117,15 +117,14 @@ class Vocabulary:
         (possible only under truncation) share one item id.
         """
         encoded = codec.encode(candidates)
-        unique_rows, first, inverse = np.unique(
-            encoded.rows, axis=0, return_index=True, return_inverse=True
-        )
+        # rows as opaque byte strings: an exact unique, many times faster than unique(axis=0)
+        _, first, inverse = np.unique(row_keys(encoded.rows), return_index=True, return_inverse=True)
         order = np.argsort(first, kind="stable")  # keep the candidates' order
         rank = np.empty_like(order)
         rank[order] = np.arange(order.size)
         item_id = np.full(len(candidates), -1, dtype=np.int64)
         item_id[np.flatnonzero(encoded.kept)] = rank[inverse.ravel()]
-        rows = unique_rows[order]
+        rows = encoded.rows[first[order]]
         kept_texts = [candidates[i] for i in np.flatnonzero(encoded.kept).tolist()]
         if codec.overlong == "truncate":
             items = [codec.decode_symbols(row) for row in rows]

@@ -166,8 +166,8 @@ def _spelled_with(words: list[str], ascii_allowed: np.ndarray) -> np.ndarray:
     over the code points of all words at once)."""
     lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
     codes = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32)
-    bad = (codes >= 128) | ~ascii_allowed[np.minimum(codes, 127)]
-    bad_before = np.concatenate(([0], np.cumsum(bad)))
+    allowed = np.append(ascii_allowed, False)  # entry 128: every code point beyond ASCII
+    bad_before = np.concatenate(([0], np.cumsum(~allowed[np.minimum(codes, 128)], dtype=np.int64)))
     ends = np.cumsum(lengths)
     return bad_before[ends] == bad_before[ends - lengths]
 
