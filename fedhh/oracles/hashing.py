@@ -31,6 +31,7 @@ twice as fast (see :func:`count_supports`).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -42,7 +43,7 @@ _BLOCK_PAIRS = 1 << 18  # (report, candidate) pairs per numpy pass: 1 MB of 32-b
 _WIDE = 2048  # from this many candidates a block row holds candidates, below it reports
 _WIDE_TASK = 8192  # candidates per task of a wide decode
 _NARROW_TASK = 1 << 16  # reports per task of a narrow decode
-_THREADED_PAIRS = 1 << 24  # decodes this large are split over the cores
+_THREADED_WORK = 1 << 24  # decodes this large are split over the cores
 MAX_RANGE = 1 << 31
 
 
@@ -123,21 +124,24 @@ def count_supports(seeds: np.ndarray, buckets: np.ndarray, g: int, candidates: n
     if pairs == 0:
         return np.zeros(keys.size, dtype=np.int64)
     if keys.size >= _WIDE:  # tasks: blocks of candidates against every report
-        parts = _slices(keys.size, _WIDE_TASK)
-        return np.concatenate(_run(lambda part: _count_wide(*reports, keys[part]), parts, pairs))
+        parts = slices(keys.size, _WIDE_TASK)
+        return np.concatenate(map_blocks(lambda part: _count_wide(*reports, keys[part]), parts, pairs))
     # tasks: blocks of reports against every candidate
-    parts = _slices(multipliers.size, _NARROW_TASK)
-    results = _run(lambda part: _count_narrow(*(column[part] for column in reports), keys), parts, pairs)
+    parts = slices(multipliers.size, _NARROW_TASK)
+    results = map_blocks(lambda part: _count_narrow(*(column[part] for column in reports), keys), parts, pairs)
     return np.sum(results, axis=0, dtype=np.int64)
 
 
-def _slices(size: int, step: int) -> list[slice]:
+def slices(size: int, step: int) -> list[slice]:
+    """``range(size)`` in consecutive slices of ``step``."""
     return [slice(first, first + step) for first in range(0, size, step)]
 
 
-def _run(task, parts: list[slice], pairs: int) -> list[np.ndarray]:  # noqa: ANN001
-    """``task`` over ``parts``, on every available core when the decode is large enough to pay for threads."""
-    workers = min(len(os.sched_getaffinity(0)), len(parts)) if pairs >= _THREADED_PAIRS else 1
+def map_blocks(task: Callable[[slice], np.ndarray], parts: list[slice], work: int) -> list[np.ndarray]:
+    """``task`` over ``parts`` in order, on every available core when ``work`` (the pairs
+    or hashes evaluated) is large enough to pay for threads: numpy releases the GIL in its
+    passes, so blocks of a decode run in parallel."""
+    workers = min(len(os.sched_getaffinity(0)), len(parts)) if work >= _THREADED_WORK else 1
     if workers <= 1:
         return [task(part) for part in parts]
     with ThreadPoolExecutor(workers) as pool:

@@ -177,8 +177,8 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         mirror symbol in the other half), shaped ``(rows, 1 or 2, candidates)``.
 
         When the inner domain is not much larger than the candidate set, each
-        row decodes all its symbols once (one transform, one cached FLH hash
-        table for every row) and the candidates read their symbols from it.
+        row decodes all its symbols once (one transform, or one pass of FLH's
+        functions) and the candidates read their symbols from it.
         """
         check_kind(self.name, statistics, SketchStatistics, "statistics")
         if len(statistics.rows) != self.rows:

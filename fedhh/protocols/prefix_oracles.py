@@ -50,12 +50,9 @@ def build_level_oracle(name: str, epsilon: float, domain: int, seed: int, rows: 
 
 @functools.lru_cache(maxsize=2)
 def level_oracle(name: str, epsilon: float, domain: int, seed: int, rows: int, width: int) -> FrequencyOracle:
-    """:func:`build_level_oracle`, shared by the shards of one process within a round.
-
-    FLH keeps the hash table of the last candidate set it decoded (up to a
-    few hundred MB), so in-process shards answering the same level hash the
-    candidates once; only the current and the previous level are kept.
-    """
+    """:func:`build_level_oracle`, shared by the shards of one process within a round
+    (expanding FLH's or a sketch's public hash functions once, not once per shard);
+    only the current and the previous level are kept."""
     return build_level_oracle(name, epsilon, domain, seed, rows, width)
 
 

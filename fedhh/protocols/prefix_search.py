@@ -216,7 +216,7 @@ class PrefixSearchServer(ServerProtocol):
     # -- construction helpers -------------------------------------------------------
 
     def level_oracle(self, level: int) -> FrequencyOracle:
-        """The oracle of a level (0-based), built on demand so its hash tables live only while used."""
+        """The oracle of a level (0-based), built on demand (cheap: public parameters only)."""
         return self._oracle(int(self.lengths[level]), self.level_epsilon)
 
     def final_oracle(self) -> FrequencyOracle:
