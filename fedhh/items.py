@@ -236,15 +236,21 @@ class ItemCodec:
 
     def decode_symbols(self, symbols: np.ndarray) -> str:
         """The text of a prefix row (stops at end-of-sequence or padding)."""
-        out = bytearray()
-        for symbol in np.asarray(symbols).tolist():
-            if symbol <= EOS:
-                break
-            for power in range(self.unit_size - 1, -1, -1):
-                index = (symbol // self.radix**power) % self.radix
-                if index:
-                    out.append(self.alphabet.characters[index - 1])
-        return out.decode("utf-8", errors="replace") if self.alphabet.byte_level else out.decode("ascii")
+        return self.decode_rows(np.asarray(symbols, dtype=np.int64)[None, :])[0]
+
+    def decode_rows(self, rows: np.ndarray) -> list[str]:
+        """The text of each prefix row, vectorised over the rows' symbols."""
+        rows = np.asarray(rows, dtype=np.int64)
+        live = np.logical_and.accumulate(rows > EOS, axis=1)  # symbols before end-of-sequence or padding
+        powers = self.radix ** np.arange(self.unit_size - 1, -1, -1, dtype=np.int64)
+        indices = np.where(live[:, :, None], (rows[:, :, None] // powers) % self.radix, 0).reshape(
+            rows.shape[0], rows.shape[1] * self.unit_size
+        )
+        present = indices > 0  # index 0: no character in this place of the unit
+        codes = np.frombuffer(self.alphabet.characters, dtype=np.uint8)[indices[present] - 1].tobytes()
+        ends = np.cumsum(np.count_nonzero(present, axis=1)).tolist()
+        decode = (lambda raw: raw.decode("utf-8", errors="replace")) if self.alphabet.byte_level else bytes.decode
+        return [decode(codes[start:end]) for start, end in zip([0, *ends[:-1]], ends)]
 
     def describe(self) -> dict[str, object]:
         return {

@@ -127,7 +127,7 @@ class Vocabulary:
         rows = encoded.rows[first[order]]
         kept_texts = [candidates[i] for i in np.flatnonzero(encoded.kept).tolist()]
         if codec.overlong == "truncate":
-            items = [codec.decode_symbols(row) for row in rows]
+            items = codec.decode_rows(rows)
         else:
             items = [kept_texts[i] for i in first[order].tolist()]
         return cls(items, rows, codec, encoded.report), item_id

@@ -161,7 +161,8 @@ class TrieHHServer(ServerProtocol):
 
     def progress_note(self) -> str:
         sizes = [int(rows.shape[0]) for rows, _ in self._levels]
-        return f"trie per depth {sizes}, {len(self.discovered())} items complete"
+        complete = sum(int(np.count_nonzero(rows[:, -1] == EOS)) for rows, _ in self._levels)
+        return f"trie per depth {sizes}, {complete} items complete"
 
     @property
     def done(self) -> bool:
@@ -224,10 +225,9 @@ class TrieHHServer(ServerProtocol):
         found = []
         for rows, votes in self._levels:
             complete = rows[:, -1] == EOS
-            for row, support in zip(rows[complete], votes[complete]):
-                found.append(
-                    Discovery(self.codec.decode_symbols(row), tuple(int(s) for s in row), support=int(support))
-                )
+            items = self.codec.decode_rows(rows[complete])
+            for item, row, support in zip(items, rows[complete].tolist(), votes[complete].tolist()):
+                found.append(Discovery(item, tuple(row), support=support))
         return found
 
     def frequent_prefixes(self) -> list[str]:
@@ -238,7 +238,7 @@ class TrieHHServer(ServerProtocol):
             if depth < len(self._levels):
                 children = self._levels[depth][0][:, :depth]
                 open_rows = open_rows[~rows_in(open_rows, children)]
-            leaves.extend(self.codec.decode_symbols(row) for row in open_rows)
+            leaves.extend(self.codec.decode_rows(open_rows))
         return leaves
 
     def result(self) -> ProtocolResult:
