@@ -165,6 +165,16 @@ class Shard:
         """Every user holds at most one item, once: no local-frequency draw is needed."""
         return bool(np.all(np.diff(self.item_offsets) <= 1) and np.all(self.item_counts == 1))
 
+    @functools.cached_property
+    def item_of_user(self) -> np.ndarray:
+        """Each local user's item id, ``-1`` for none (shards of one item per user only): one
+        gather answers "what do these users hold", where the CSR arrays need three."""
+        if not self.one_item_per_user:
+            raise ValueError("item_of_user: some users of this shard hold several items")
+        items = np.full(self.n_users, -1, dtype=np.int32 if self.vocabulary.size < 1 << 31 else np.int64)
+        items[np.diff(self.item_offsets) > 0] = self.item_ids
+        return items
+
     @property
     def stop_user(self) -> int:
         return self.first_user + self.n_users
@@ -175,7 +185,10 @@ class Shard:
         holds = item_ids >= 0
         offsets = np.concatenate(([0], np.cumsum(holds, dtype=np.int64)))
         ids = item_ids[holds].astype(np.int64)
-        return cls(vocabulary, first_user, offsets, ids, np.ones(ids.size, dtype=np.int64))
+        # every count is 1: a read-only view of one value instead of n copies of it
+        shard = cls(vocabulary, first_user, offsets, ids, np.broadcast_to(np.int64(1), ids.shape))
+        shard.one_item_per_user = True  # known by construction: skip the check over every user
+        return shard
 
     @classmethod
     def from_pairs(

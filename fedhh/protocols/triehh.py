@@ -85,12 +85,14 @@ def choose_items(
     Returns (users that hold an item, chosen item id per such user).  The draw
     is keyed by global user id, so it does not depend on sharding.
     """
+    if shard.one_item_per_user:
+        chosen = shard.item_of_user[local_users]
+        holds = chosen >= 0
+        return local_users[holds], chosen[holds]
     starts = shard.item_offsets[local_users]
     ends = shard.item_offsets[local_users + 1]
     holds = ends > starts
     users, starts, ends = local_users[holds], starts[holds], ends[holds]
-    if shard.one_item_per_user:
-        return users, shard.item_ids[starts]
     cumulative = np.concatenate(([0], np.cumsum(shard.item_counts)))
     total = cumulative[ends] - cumulative[starts]
     uniforms = randomness.for_users(purpose, round_, users + shard.first_user).random(users.size)
@@ -112,7 +114,13 @@ def respond(request: TrieHHRequest, shard: Shard, randomness: RandomnessSource) 
     _, chosen = choose_items(shard, local, randomness, CHOICE_PURPOSE, depth)
     prefix_rows, item_to_prefix = shard.vocabulary.prefixes.at(depth)
     prefix_of_vote = item_to_prefix[chosen]
-    voted, votes = np.unique(prefix_of_vote[prefix_of_vote >= 0], return_counts=True)
+    prefix_of_vote = prefix_of_vote[prefix_of_vote >= 0]
+    if prefix_rows.shape[0] <= 4 * prefix_of_vote.size:  # a count per prefix beats sorting the votes
+        tally = np.bincount(prefix_of_vote, minlength=prefix_rows.shape[0])
+        voted = np.flatnonzero(tally)
+        votes = tally[voted]
+    else:
+        voted, votes = np.unique(prefix_of_vote, return_counts=True)
     rows = prefix_rows[voted]
     if depth > 1:
         extends_trie = rows_in(rows[:, :-1], request.parents)
