@@ -1,32 +1,38 @@
 """PEM and TreeHist at scale, and PEM side by side with the survey's reference code.
 
-    /work/venv/bin/python benchmarks/bench_pem.py [--users 1000000] [--epsilon 4] [--top-k 32]
+    python benchmarks/bench_pem.py [--users 1000000] [--epsilon 4] [--top-k 32]
         [--repeats 3] [--subsample 3000] [--reference-runs 5] [--subsample-runs 40]
         [--output results/bench_pem.json] [--no-reference]
 
-Part 1 (fedhh, full scale): ``--users`` users holding one of 100,000 random
-8-byte strings with Zipf(1.1) popularity, i.e. 64-bit values under
-``protocol.encoding = "bits"``.  Each case runs end to end (population,
-protocol, result document) on the fast driver, in-process, in a fresh
-subprocess, so its peak RSS is its own; medians over ``--repeats``:
+Part 1 (fedhh, full scale, ``--users`` users).  Each case runs end to end
+(population, protocol, result document) on the fast driver, in-process, in
+a fresh subprocess, so its peak RSS is its own; medians over ``--repeats``,
+with 1 and with 8 shards run alternately (the issue's target: 8 shards, the
+default, no slower than 1, within 10 %):
 
-* PEM with FLH, ε, k, the optimizer's γ, η and group split (query limit 2^20);
-* TreeHist as seed 003 runs it (count sketch of Hadamard bits, one bit per
-  level, threshold at the noise level), and TreeHist with 4-bit levels.
+* 64-bit values: one of 100,000 random 8-byte strings with Zipf(1.1)
+  popularity under ``protocol.encoding = "bits"``; PEM with FLH and the
+  optimizer's γ, η and group split (query limit 2^20); TreeHist as seed 003
+  runs it (count sketch of Hadamard bits, one bit per level, threshold at the
+  noise level), and TreeHist with FLH and 4-bit levels;
+* the default population (wordfreq English, ``configs/pem-wordfreq.toml``:
+  PEM with FLH);
+* 3-letter words (one of 4,000 random lowercase 3-letter strings, Zipf(1.1):
+  15-bit values): PEM with its default oracle, OLH, and with FLH.
 
 Part 2 (reference): pure-ldp 1.2.0's PEM (seed 004's code) as it ships, with
 OLH.  Its OLH server loops over the whole level domain for every report and
 allocates one float per domain value, so it cannot hold 64-bit values (the
 level of 40-bit prefixes alone needs 8 TiB); its largest workable values are
-16 bits (2^16 per level, about 15-20 ms per user).  So both run the same
+16 bits (2^16 per level, about 10-20 ms per user).  So both run the same
 16-bit data -- a Zipf(1.1) population of random 2-byte strings, a random
 subsample of ``--subsample`` users -- with the same parameters (γ = 4,
 η = 6, |C_i| = k = 32, OLH, ε): pure-ldp ``--reference-runs`` times, fedhh
 ``--subsample-runs`` times.  Reported: per-user cost (pure-ldp: privatise +
 aggregate + find, over the subsample; fedhh: end to end on the same
-subsample, and end to end at full scale from Part 1) and F1 against the
-subsample's true top k, compared as a z-score with fedhh's run-to-run
-spread as the yardstick.
+subsample, and end to end at full scale from Part 1, PEM with OLH on the
+3-letter words) and F1 against the subsample's true top k, compared as a
+z-score with fedhh's run-to-run spread as the yardstick.
 
 Results go to ``--output`` as JSON and to stdout as Markdown tables.
 """
@@ -58,11 +64,22 @@ from fedhh.protocols.prefix_search import SearchParameters, level_shares, unifor
 from fedhh.randomness import KeyedRandomness
 from simulations.fast import drive, run_fast
 
-FULL_CASES: dict[str, list[str]] = {
-    "PEM, FLH, optimizer's design": ['protocol.name="pem"', 'protocol.oracle="flh"'],
-    "TreeHist (seed 003: sketch of Hadamard bits, 1 bit per level)": ['protocol.name="treehist"'],
-    "TreeHist, FLH, 4 bits per level": ['protocol.name="treehist"', 'protocol.oracle="flh"', "protocol.segment_length=4"],
+BITS_64 = "64-bit values"
+WORDFREQ = "wordfreq"
+THREE_LETTERS = "3-letter words"
+# label -> (population, config file or None, overrides)
+FULL_CASES: dict[str, tuple[str, str | None, list[str]]] = {
+    "PEM, FLH, optimizer's design": (BITS_64, None, ['protocol.name="pem"', 'protocol.oracle="flh"']),
+    "TreeHist (seed 003: sketch of Hadamard bits, 1 bit per level)": (BITS_64, None, ['protocol.name="treehist"']),
+    "TreeHist, FLH, 4 bits per level": (
+        BITS_64, None, ['protocol.name="treehist"', 'protocol.oracle="flh"', "protocol.segment_length=4"]
+    ),
+    "PEM, FLH, default population": (WORDFREQ, "configs/pem-wordfreq.toml", []),
+    "PEM, OLH (its default), 3-letter words": (THREE_LETTERS, None, ['protocol.name="pem"']),
+    "PEM, FLH, 3-letter words": (THREE_LETTERS, None, ['protocol.name="pem"', 'protocol.oracle="flh"']),
 }
+OLH_CASE = "PEM, OLH (its default), 3-letter words"
+SHARD_COUNTS = (1, 8)
 REFERENCE_START, REFERENCE_SEGMENT, REFERENCE_BITS = 4, 6, 16
 
 
@@ -77,12 +94,30 @@ def population(users: int, item_bytes: int, vocabulary: int, epsilon: float, top
     ]
 
 
+def three_letter_words(users: int, seed: int) -> list[str]:
+    """Config overrides of 4,000 random lowercase 3-letter strings with Zipf(1.1) popularity (15-bit values)."""
+    return [
+        'population.source="zipf"', f"population.users={users}", "population.vocabulary=4000",
+        "population.item_length=3", "population.zipf_exponent=1.1", "protocol.max_length=3",
+        f"run.seed={seed}", 'run.driver="fast"',
+    ]
+
+
+def case_config(label: str, args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    kind, path, overrides = FULL_CASES[label]
+    if kind == BITS_64:
+        return None, population(args.users, 8, 100_000, args.epsilon, args.top_k, args.seed) + overrides
+    if kind == THREE_LETTERS:
+        return None, three_letter_words(args.users, args.seed) + [f"privacy.epsilon={args.epsilon}"] + overrides
+    return path, [f"population.users={args.users}", f"run.seed={args.seed}", *overrides]
+
+
 # ---------------------------------------------------------------- part 1: one case in a subprocess
-def run_case(overrides: list[str]) -> dict[str, Any]:
+def run_case(path: str | None, overrides: list[str], shards: int) -> dict[str, Any]:
     """One end-to-end fast-driver run (this process), timed, with its peak RSS."""
     wall, cpu = time.perf_counter(), time.process_time()
-    experiment = Experiment(load_config(None, overrides))
-    run = run_fast(experiment, 1, "inprocess")
+    experiment = Experiment(load_config(path, overrides))
+    run = run_fast(experiment, shards, "inprocess")
     document = experiment.finish(run.result, run.timing, "fast/inprocess")
     return {
         "wall_s": time.perf_counter() - wall,
@@ -93,22 +128,35 @@ def run_case(overrides: list[str]) -> dict[str, Any]:
         "ncr": document["evaluation"]["metrics"]["ncr"],
         "discovered": document["evaluation"]["metrics"]["discovered"],
         "prefix_lengths": document["params"]["prefix_lengths"],
+        "oracle": document["params"]["oracle"],
         "rounds": len(document["rounds"]),
     }
 
 
 def full_scale(label: str, args: argparse.Namespace) -> dict[str, Any]:
-    overrides = population(args.users, 8, 100_000, args.epsilon, args.top_k, args.seed) + FULL_CASES[label]
-    runs = []
+    """The case with 1 and with 8 shards, alternating, each run in a fresh subprocess."""
+    path, overrides = case_config(label, args)
+    runs: dict[int, list[dict[str, Any]]] = {shards: [] for shards in SHARD_COUNTS}
     for _ in range(args.repeats):
-        child = subprocess.run(
-            [sys.executable, __file__, "--case-json", json.dumps(overrides)],
-            check=True, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
-        )
-        runs.append(json.loads(child.stdout.strip().splitlines()[-1]))
-    summary = {key: statistics.median(run[key] for run in runs) for key in ("wall_s", "cpu_s", "rounds_s", "peak_rss_mib")}
-    return {"case": label, **summary, **{key: runs[0][key] for key in ("f1", "ncr", "discovered", "prefix_lengths", "rounds")},
-            "us_per_user": summary["wall_s"] / args.users * 1e6, "runs": runs}
+        for shards in SHARD_COUNTS:
+            child = subprocess.run(
+                [sys.executable, __file__, "--case-json", json.dumps([path, overrides, shards])],
+                check=True, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
+            )
+            runs[shards].append(json.loads(child.stdout.strip().splitlines()[-1]))
+    by_shards = {}
+    for shards, results in runs.items():
+        summary = {key: statistics.median(run[key] for run in results) for key in ("wall_s", "cpu_s", "rounds_s", "peak_rss_mib")}
+        by_shards[shards] = {**summary, "us_per_user": summary["wall_s"] / args.users * 1e6, "runs": results}
+    first = runs[SHARD_COUNTS[0]][0]
+    same = all(run["f1"] == first["f1"] and run["discovered"] == first["discovered"] for results in runs.values() for run in results)
+    return {
+        "case": label, "population": FULL_CASES[label][0], "shards": by_shards,
+        "eight_over_one_wall": by_shards[8]["wall_s"] / by_shards[1]["wall_s"],
+        "eight_over_one_rounds": by_shards[8]["rounds_s"] / by_shards[1]["rounds_s"],
+        "same_result_every_run": same,
+        **{key: first[key] for key in ("f1", "ncr", "discovered", "prefix_lengths", "oracle", "rounds")},
+    }
 
 
 # ---------------------------------------------------------------- part 2: the same 16-bit data
@@ -191,18 +239,22 @@ def compare_with_reference(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------- report
 def markdown(document: dict[str, Any]) -> str:
     lines = [
-        f"| n = {document['users']:,}, 64-bit values, ε = {document['epsilon']:g}, k = {document['top_k']} "
-        f"(median of {document['repeats']}) | wall s | CPU s | µs/user | peak RSS MiB | F1 | NCR | levels |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| n = {document['users']:,}, ε = {document['epsilon']:g}, k = {document['top_k']} "
+        f"(median of {document['repeats']}) | population | wall s, 1 shard | wall s, 8 shards | 8 / 1 | "
+        "rounds s, 1 / 8 shards | CPU s (8) | µs/user (8) | peak RSS MiB (8) | F1 | NCR | levels | same result |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in document["full_scale"]:
+        one, eight = row["shards"][1], row["shards"][8]
         lines.append(
-            f"| {row['case']} | {row['wall_s']:.2f} | {row['cpu_s']:.2f} | {row['us_per_user']:.1f} | "
-            f"{row['peak_rss_mib']:.0f} | {row['f1']:.3f} | {row['ncr']:.3f} | {len(row['prefix_lengths'])} |"
+            f"| {row['case']} | {row['population']} | {one['wall_s']:.2f} | {eight['wall_s']:.2f} | "
+            f"{row['eight_over_one_wall']:.2f} | {one['rounds_s']:.2f} / {eight['rounds_s']:.2f} | {eight['cpu_s']:.2f} | "
+            f"{eight['us_per_user']:.1f} | {eight['peak_rss_mib']:.0f} | {row['f1']:.3f} | {row['ncr']:.3f} | "
+            f"{len(row['prefix_lengths'])} | {'yes' if row['same_result_every_run'] else 'NO'} |"
         )
     reference = document.get("reference")
     if reference:
-        pem = document["full_scale"][0]
+        olh = next(row for row in document["full_scale"] if row["case"] == OLH_CASE)["shards"][8]
         lines += [
             "",
             f"| same 16-bit data, {reference['subsample_users']:,} users, γ = 4, η = 6, k = {document['top_k']}, OLH "
@@ -214,8 +266,8 @@ def markdown(document: dict[str, Any]) -> str:
             f"{reference['fedhh_f1_mean']:.3f} ± {reference['fedhh_f1_sd']:.3f} | {document['subsample_runs']} |",
             "",
             f"* per-user cost, same subsample: **{reference['subsample_ratio']:,.0f}x** lower; against fedhh's "
-            f"full-scale 64-bit FLH run ({pem['us_per_user']:.1f} µs/user): "
-            f"**{reference['reference_us_per_user'] / pem['us_per_user']:,.0f}x** lower",
+            f"PEM with OLH on {document['users']:,} users holding 3-letter words ({olh['us_per_user']:.2f} µs/user, "
+            f"whole run): **{reference['reference_us_per_user'] / olh['us_per_user']:,.0f}x** lower",
             f"* F1: fedhh minus pure-ldp, z = {reference['f1_z_fedhh_minus_reference']:+.2f} "
             "(fedhh's run-to-run spread as yardstick)",
         ]
@@ -234,20 +286,23 @@ def main() -> None:
     parser.add_argument("--subsample-runs", type=int, default=40)
     parser.add_argument("--no-reference", action="store_true")
     parser.add_argument("--output", default="results/bench_pem.json")
+    parser.add_argument("--cases", nargs="+", choices=list(FULL_CASES), default=list(FULL_CASES), metavar="CASE",
+                        help="full-scale cases to run (default: all)")
     parser.add_argument("--case-json", help=argparse.SUPPRESS)  # internal: one full-scale case
     args = parser.parse_args()
     if args.case_json:
-        print(json.dumps(run_case(json.loads(args.case_json))))
+        print(json.dumps(run_case(*json.loads(args.case_json))))
         return
     document: dict[str, Any] = {
         "users": args.users, "epsilon": args.epsilon, "top_k": args.top_k, "repeats": args.repeats,
         "subsample_runs": args.subsample_runs,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
                     "load_average": os.getloadavg()},
-        "full_scale": [full_scale(label, args) for label in FULL_CASES],
+        "full_scale": [full_scale(label, args) for label in args.cases],
     }
-    if not args.no_reference:
+    if not args.no_reference and OLH_CASE in args.cases:
         document["reference"] = compare_with_reference(args)
+    document["machine"]["load_average_end"] = os.getloadavg()
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(document, indent=2, default=float), encoding="utf-8")

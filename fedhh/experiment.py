@@ -19,7 +19,7 @@ from . import __version__
 from .config import FedhhConfig
 from .items import ItemCodec, get_alphabet
 from .metrics import Truth, utility_metrics
-from .population import Shard, check_shard_count
+from .population import PopulationCounts, Shard, check_shard_count
 from .privacy.report import PrivacyReport
 from .protocols import ClientFunction, Discovery, ProtocolResult, ServerProtocol, get_protocol
 from .randomness import KeyedRandomness
@@ -96,6 +96,7 @@ class Experiment:
         # What the run will need is checked here, before anything is charged or started.
         require_population_memory(self.n_users, int(config["population"]["words_per_user"]))
         check_shard_count(self.n_users, int(config["run"]["shards"]))
+        self._population_counts: PopulationCounts | None = None
         # Solving the privacy target here refuses an impossible run before any round.
         self.privacy: PrivacyReport = self.make_server().privacy_report()
 
@@ -119,14 +120,27 @@ class Experiment:
     def build_shard(self, shard_index: int, num_shards: int) -> Shard:
         return self.source.build_shard(shard_index, num_shards)
 
+    def set_population_counts(self, counts: PopulationCounts) -> None:
+        """Take the true counts from the shards a driver built (their sum), so that the
+        truth costs no second pass over the population, nor a second copy of it in memory."""
+        if counts.users != self.n_users:
+            raise ValueError(f"the shards' counts cover {counts.users} users, the population has {self.n_users}")
+        self._population_counts = counts
+        self.__dict__.pop("truth", None)
+
+    @property
+    def population_counts(self) -> PopulationCounts:
+        """True counts of the whole population (evaluation only): the drivers' shards' sum, or,
+        in a process that holds no shard, counted chunk by chunk from the source."""
+        if self._population_counts is None:
+            self._population_counts = self.source.population_counts()
+        return self._population_counts
+
     @functools.cached_property
     def truth(self) -> Truth:
         """True item frequencies over the whole population (evaluation only)."""
-        everyone = self.source.build_all()
-        self._users_without_items = int(np.count_nonzero(np.diff(everyone.item_offsets) == 0))
-        return Truth.from_counts(
-            self.source.vocabulary.items, everyone.user_weights(), everyone.holders()
-        )
+        counts = self.population_counts
+        return Truth.from_counts(self.source.vocabulary.items, counts.frequency, counts.holders)
 
     def finish(self, result: ProtocolResult, timing: dict[str, float], transport: str) -> dict[str, Any]:
         """The result document: discovery, privacy, parameters, trace, and (with
@@ -175,5 +189,5 @@ class Experiment:
                 {**truth_of(truth.items[i]), "discovered": truth.items[i] in discovered}
                 for i in truth.order[: max(top_k, TRUTH_SHOWN)].tolist()
             ],
-            "population": {**self.source.describe_data(), "users_without_items": self._users_without_items},
+            "population": {**self.source.describe_data(), "users_without_items": self.population_counts.users_without_items},
         }

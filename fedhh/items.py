@@ -167,28 +167,37 @@ class ItemCodec:
     def radix(self) -> int:
         return self.alphabet.size + 1
 
-    def _to_units(self, item: str, position: int) -> bytes:
+    def _units(self, items: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(code units of all items one after the other, units per item), with C-level loops only.
+
+        Byte alphabets take the UTF-8 bytes.  Character alphabets take the code
+        points, every one beyond ASCII becoming 0xFF, which no character
+        alphabet contains (so such items are reported as having unknown
+        characters, as their UTF-8 bytes would be).
+        """
+        if set(map(type, items)) - {str} or not all(items):
+            for position, item in enumerate(items):
+                _checked_item(item, position)
         try:
-            encoded = item.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise _item_error(
-                item, position, f"is not valid Unicode ({error.reason}: {item[error.start:error.end]!r})"
-            ) from None
-        if self.alphabet.byte_level or encoded.isascii():
-            return encoded
-        # Non-ASCII characters are never in a character alphabet: map their bytes
-        # to 0xFF, which no character alphabet contains, so they are reported below.
-        return bytes(b if b < 0x80 else 0xFF for b in encoded)
+            if self.alphabet.byte_level:
+                encoded = list(map(str.encode, items))
+                lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(items))
+                return np.frombuffer(b"".join(encoded), dtype=np.uint8), lengths
+            codes = np.frombuffer("".join(items).encode("utf-32-le"), dtype=np.uint32)
+        except UnicodeEncodeError:
+            for position, item in enumerate(items):
+                _check_unicode(item, position)
+            raise
+        lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+        return np.where(codes < 0x80, codes, 0xFF).astype(np.uint8), lengths
 
     def encode(self, items: list[str]) -> EncodedItems:
         """Encode items (vectorised over their characters) under the policies."""
-        units = [self._to_units(_checked_item(item, position), position) for position, item in enumerate(items)]
-        lengths = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
-        flat = np.frombuffer(b"".join(units), dtype=np.uint8)
+        flat, lengths = self._units(items)
         indices = self.alphabet.index_table()[flat]
-        starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(units) else np.zeros(0, np.int64)
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) if lengths.size else np.zeros(0, np.int64)
 
-        bad_char = np.zeros(len(units), dtype=bool)
+        bad_char = np.zeros(lengths.size, dtype=bool)
         if flat.size:
             bad_positions = np.flatnonzero(indices == 0)
             bad_char[np.searchsorted(starts, bad_positions, side="right") - 1] = True
@@ -249,15 +258,21 @@ class ItemCodec:
 
     def decode_symbols(self, symbols: np.ndarray) -> str:
         """The text of a prefix row (stops at end-of-sequence or padding)."""
-        out = bytearray()
-        for symbol in np.asarray(symbols).tolist():
-            if symbol <= EOS:
-                break
-            for power in range(self.unit_size - 1, -1, -1):
-                index = (symbol // self.radix**power) % self.radix
-                if index:
-                    out.append(self.alphabet.characters[index - 1])
-        return out.decode("utf-8", errors="replace") if self.alphabet.byte_level else out.decode("ascii")
+        return self.decode_rows(np.asarray(symbols, dtype=np.int64)[None, :])[0]
+
+    def decode_rows(self, rows: np.ndarray) -> list[str]:
+        """The text of each prefix row, vectorised over the rows' symbols."""
+        rows = np.asarray(rows, dtype=np.int64)
+        live = np.logical_and.accumulate(rows > EOS, axis=1)  # symbols before end-of-sequence or padding
+        powers = self.radix ** np.arange(self.unit_size - 1, -1, -1, dtype=np.int64)
+        indices = np.where(live[:, :, None], (rows[:, :, None] // powers) % self.radix, 0).reshape(
+            rows.shape[0], rows.shape[1] * self.unit_size
+        )
+        present = indices > 0  # index 0: no character in this place of the unit
+        codes = np.frombuffer(self.alphabet.characters, dtype=np.uint8)[indices[present] - 1].tobytes()
+        ends = np.cumsum(np.count_nonzero(present, axis=1)).tolist()
+        decode = (lambda raw: raw.decode("utf-8", errors="replace")) if self.alphabet.byte_level else bytes.decode
+        return [decode(codes[start:end]) for start, end in zip([0, *ends[:-1]], ends)]
 
     def describe(self) -> dict[str, object]:
         return {
@@ -268,6 +283,15 @@ class ItemCodec:
             "overlong": self.overlong,
             "unknown_chars": self.unknown_chars,
         }
+
+
+def _check_unicode(item: str, position: int) -> None:
+    try:
+        item.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise _item_error(
+            item, position, f"is not valid Unicode ({error.reason}: {item[error.start:error.end]!r})"
+        ) from None
 
 
 def _checked_item(item: object, position: int) -> str:

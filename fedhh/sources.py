@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import csv
 import functools
+import itertools
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,15 @@ import numpy as np
 
 from .errors import InputError
 from .items import ALPHABETS, ItemCodec, ItemError
-from .population import Shard, Vocabulary, shard_bounds
+from .population import PopulationCounts, Shard, Vocabulary, shard_bounds
 from .randomness import UserRandom, derive_key
+from .sampling import InverseCdf
 
 POPULATION_PURPOSE = "population.items"
 ZIPF_STRINGS_PURPOSE = "population.zipf_strings"
+
+
+TRUTH_CHUNK_USERS = 1 << 20  # users built at a time when the truth is counted without shards
 
 
 class PopulationSource(ABC):
@@ -34,8 +39,8 @@ class PopulationSource(ABC):
     vocabulary: Vocabulary
 
     @abstractmethod
-    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
-        """The users of one shard, with their items."""
+    def build_users(self, start: int, stop: int) -> Shard:
+        """The users with global ids ``[start, stop)``, with their items."""
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:
@@ -46,8 +51,25 @@ class PopulationSource(ABC):
         """What only the users' own data determine (evaluation only: no guarantee covers it)."""
         return {}
 
+    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
+        """The users of one shard, with their items."""
+        return self.build_users(*shard_bounds(self.n_users, shard_index, num_shards))
+
     def build_all(self) -> Shard:
-        return self.build_shard(0, 1)
+        return self.build_users(0, self.n_users)
+
+    def population_counts(self) -> PopulationCounts:
+        """The true counts of every user, for a process that holds no shard (a Flower server).
+
+        The users are built a chunk at a time and only their counts kept, so
+        memory stays that of one chunk however large the population; a
+        driver that holds shards adds up theirs instead
+        (:meth:`fedhh.experiment.Experiment.set_population_counts`).
+        """
+        return PopulationCounts.combine(
+            self.build_users(start, min(start + TRUTH_CHUNK_USERS, self.n_users)).counts()
+            for start in range(0, self.n_users, TRUTH_CHUNK_USERS)
+        )
 
 
 class SampledSource(PopulationSource):
@@ -67,7 +89,7 @@ class SampledSource(PopulationSource):
         self.seed = seed
         self.vocabulary, self._candidate_item = Vocabulary.encode(candidates, codec)
         cdf = np.cumsum(probabilities, dtype=np.float64)
-        self._cdf = cdf / cdf[-1]
+        self._pick = InverseCdf(cdf / cdf[-1])
 
     def with_users(self, n_users: int) -> "SampledSource":
         """The same distribution over the same encoded vocabulary for ``n_users`` users (sweeps
@@ -77,13 +99,12 @@ class SampledSource(PopulationSource):
         resized.n_users = n_users
         return resized
 
-    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
-        start, stop = shard_bounds(self.n_users, shard_index, num_shards)
+    def build_users(self, start: int, stop: int) -> Shard:
         draws = UserRandom(derive_key(self.seed, POPULATION_PURPOSE), np.arange(start, stop))
         picks = []
         for _ in range(self.words_per_user):
-            candidate = np.searchsorted(self._cdf, draws.random(), side="right")
-            picks.append(self._candidate_item[np.minimum(candidate, self._cdf.size - 1)])
+            candidate = self._pick(draws.random())
+            picks.append(self._candidate_item[np.minimum(candidate, self._candidate_item.size - 1)])
         if self.words_per_user == 1:
             return Shard.single_item(self.vocabulary, start, picks[0])
         local_users = np.tile(np.arange(stop - start), self.words_per_user)
@@ -125,6 +146,15 @@ class WordfreqSource(SampledSource):
 
 @functools.lru_cache(maxsize=4)
 def wordfreq_candidates(language: str, size: int, alphabet: str) -> tuple[list[str], np.ndarray]:
+    """The ``size`` most frequent words of ``language`` made only of ``alphabet``'s characters,
+    by decreasing frequency (equal frequencies alphabetically), with their frequencies.
+
+    wordfreq ships its list as frequency buckets, most frequent first, each
+    word in one bucket; so the order comes from the bucket numbers and one
+    sort of the words that make the cut, and the alphabet test runs on all
+    code points as one array: no per-word numpy call and no sort of the
+    whole list (321,180 English words).
+    """
     import wordfreq
 
     if language not in wordfreq.available_languages():
@@ -132,20 +162,30 @@ def wordfreq_candidates(language: str, size: int, alphabet: str) -> tuple[list[s
             f"population.language: {language!r} is not in wordfreq; "
             f"allowed: {sorted(wordfreq.available_languages())}"
         )
+    buckets = wordfreq.get_frequency_list(language)
+    listed = list(itertools.chain.from_iterable(buckets))
+    bucket_of = np.repeat(np.arange(len(buckets)), [len(bucket) for bucket in buckets])
     allowed = ALPHABETS[alphabet]
-    table = allowed.index_table()
-    frequencies = wordfreq.get_frequency_dict(language)
-    ranked = sorted(frequencies.items(), key=lambda pair: (-pair[1], pair[0]))
-    words: list[str] = []
-    weights: list[float] = []
-    for word, frequency in ranked:
-        raw = word.encode("utf-8")
-        if allowed.byte_level or (raw.isascii() and table[np.frombuffer(raw, np.uint8)].all()):
-            words.append(word)
-            weights.append(frequency)
-            if len(words) == size:
-                break
-    return words, np.asarray(weights)
+    keep = np.arange(len(listed)) if allowed.byte_level else np.flatnonzero(
+        _spelled_with(listed, allowed.index_table()[:128] > 0)
+    )
+    if keep.size > size:  # every bucket up to the one of the size-th word, for the ties in that bucket
+        keep = keep[bucket_of[keep] <= bucket_of[keep[size - 1]]]
+    words = np.array([listed[i] for i in keep.tolist()], dtype=str)
+    order = np.lexsort((words, bucket_of[keep]))[:size]
+    frequency_of_bucket = np.array([wordfreq.cB_to_freq(-index) for index in range(len(buckets))])
+    return words[order].tolist(), frequency_of_bucket[bucket_of[keep[order]]]
+
+
+def _spelled_with(words: list[str], ascii_allowed: np.ndarray) -> np.ndarray:
+    """Which words are made only of the ASCII characters that ``ascii_allowed`` marks (vectorised
+    over the code points of all words at once)."""
+    lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    codes = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32)
+    allowed = np.append(ascii_allowed, False)  # entry 128: every code point beyond ASCII
+    bad_before = np.concatenate(([0], np.cumsum(~allowed[np.minimum(codes, 128)], dtype=np.int64)))
+    ends = np.cumsum(lengths)
+    return bad_before[ends] == bad_before[ends - lengths]
 
 
 class ZipfSource(SampledSource):
@@ -228,8 +268,11 @@ class FileSource(PopulationSource):
             self.vocabulary, 0, self.n_users, user_index, candidate_item[item_index]
         )
 
-    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
-        return self._all.slice(*shard_bounds(self.n_users, shard_index, num_shards))
+    def build_users(self, start: int, stop: int) -> Shard:
+        return self._all.slice(start, stop)
+
+    def population_counts(self) -> PopulationCounts:
+        return self._all.counts()  # the file is in memory already
 
     def describe(self) -> dict[str, Any]:
         return {"source": "file", "path": self.path, "users": self.n_users}

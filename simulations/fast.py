@@ -20,7 +20,7 @@ from typing import Any, Literal
 from fedhh.config import FedhhConfig
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.population import Shard, check_shard_count
+from fedhh.population import PopulationCounts, Shard, check_shard_count
 from fedhh.protocols import ProtocolResult, Request, Response, ServerProtocol
 
 from .progress import RoundProgress
@@ -70,6 +70,7 @@ class InProcessShards:
     def __init__(self, experiment: Experiment, num_shards: int) -> None:
         self._experiment = experiment
         self.shards: list[Shard] = [experiment.build_shard(i, num_shards) for i in range(num_shards)]
+        self.counts = PopulationCounts.combine(shard.counts() for shard in self.shards)
         experiment.source.vocabulary.prefixes.build_all()  # one-time, shared by the shards
 
     def answer(self, request: Request) -> list[Response]:
@@ -93,8 +94,9 @@ class ShardHolder:
     def respond(self, request: Request) -> Response:
         return self._experiment.respond(request, self._shard, self._experiment.randomness)
 
-    def ready(self) -> int:
-        return self._shard.n_users
+    def counts(self) -> PopulationCounts:
+        """The shard's true counts; also tells the driver that the shard is placed."""
+        return self._shard.counts()
 
 
 class RayShards:
@@ -124,7 +126,7 @@ class RayShards:
         )
         flat = config.to_flat()
         self.actors = [actor_class.remote(flat, i, num_shards) for i in range(num_shards)]
-        ray.get([actor.ready.remote() for actor in self.actors])
+        self.counts = PopulationCounts.combine(ray.get([actor.counts.remote() for actor in self.actors]))
 
     def answer(self, request: Request) -> list[Response]:
         return self._ray.get([actor.respond.remote(request) for actor in self.actors])
@@ -152,6 +154,7 @@ def run_fast(
             stack.enter_context(ray_runtime(**RayShards.INIT_ARGS))
             holders = RayShards(experiment.config, num_shards)
         stack.callback(holders.close)
+        experiment.set_population_counts(holders.counts)  # the truth from the shards, not a second build
         setup = time.perf_counter() - started
         server = experiment.make_server()
         rounds_started = time.perf_counter()

@@ -19,7 +19,7 @@ from fedhh.protocols import Request, Response, RoundRecord
 from fedhh.protocols.pem import PEMRequest, PEMResponse
 from fedhh.protocols.prefix_encoding import PrefixEncoding
 from fedhh.oracles import FrequencyOracle
-from fedhh.protocols.prefix_oracles import support_bound, support_rows
+from fedhh.protocols.prefix_oracles import counts_size, support_bound
 from fedhh.protocols.prefix_reports import COLLECT, LEVEL, PrefixRequest, PrefixResponse, level_sizes
 from fedhh.protocols.prefix_search import PrefixSearchServer
 from fedhh.protocols.report_table import to_table
@@ -33,8 +33,9 @@ NPY_HEADER_BYTES = 256  # np.save header of one array, generously
 
 # A round asks for the candidates' keys (C of them) of one level, with the
 # public parameters (L levels: their prefix lengths and user shares); the
-# answer is the flattened support counts (S, per sketch row U) or, one-shot,
-# R distinct report rows of W columns with their counts.
+# answer is S counts (the oracle's flat statistics, or the candidates' support
+# counts) with U reporter counts (per sketch row), or, one-shot, R distinct
+# report rows of W columns with their counts.
 REQUEST_ARRAYS = {
     "lengths": ArraySpec("int64", ("levels",), minimum=1),
     "level_bounds": ArraySpec("float64", ("levels+1",), minimum=0.0),
@@ -42,8 +43,8 @@ REQUEST_ARRAYS = {
 }
 REQUEST_MINIMUMS = {"round": 1, "level": -1, "levels": 1, "epsilon": 0.0, "final_epsilon": 0.0}
 RESPONSE_ARRAYS = {
-    "support": ArraySpec("int64", ("S",), minimum=None),  # Hadamard-based supports are signed
-    "support_users": ArraySpec("int64", ("U",)),
+    "counts": ArraySpec("int64", ("S",), minimum=None),  # Hadamard-based counts are signed
+    "reporters": ArraySpec("int64", ("U",)),
     "report_rows": ArraySpec("uint64", ("R", "W")),
     "report_counts": ArraySpec("int64", ("R",), minimum=1),
 }
@@ -82,8 +83,8 @@ class PrefixSearchStrategy(ProtocolStrategy):
         assert isinstance(request, PrefixRequest)
         if request.mode == COLLECT:
             return 8 * shard.users * (report_width(request, self.server) + 1) + 4 * NPY_HEADER_BYTES
-        rows, halves = support_rows(asked_oracle(request, self.server))
-        return 8 * rows * (halves * request.candidates.size + 1) + 4 * NPY_HEADER_BYTES
+        counts, reporters = counts_size(asked_oracle(request, self.server), request.candidates.size)
+        return 8 * (counts + reporters) + 4 * NPY_HEADER_BYTES
 
     def check_response(self, request: Request, response: Response, shard: ShardInfo) -> None:
         assert isinstance(request, PrefixRequest) and isinstance(response, PrefixResponse)
@@ -131,17 +132,17 @@ def check_reply(request: PrefixRequest, response: PrefixResponse, shard: ShardIn
     if response.report_rows.size or response.report_counts.size:
         raise InvalidReply(f"{tag}.report_rows: only a one-shot collection sends reports")
     oracle = asked_oracle(request, server)
-    rows, halves = support_rows(oracle)
-    if response.support_users.size != rows or response.support.size != rows * halves * request.candidates.size:
+    counts, reporters = counts_size(oracle, request.candidates.size)
+    if response.reporters.size != reporters or response.counts.size != counts:
         raise InvalidReply(
-            f"{tag}.support: {response.support.size} counts from {response.support_users.size} row(s), expected "
-            f"{rows * halves * request.candidates.size} for {request.candidates.size} candidates and {rows} row(s)"
+            f"{tag}.counts: {response.counts.size} counts from {response.reporters.size} row(s), expected "
+            f"{counts} from {reporters} for oracle {oracle.name!r} and {request.candidates.size} candidates"
         )
-    if int(response.support_users.sum()) != asked:
-        raise InvalidReply(f"{tag}.support_users: they add up to {int(response.support_users.sum())}, not {asked}")
+    if int(response.reporters.sum()) != asked:
+        raise InvalidReply(f"{tag}.reporters: they add up to {int(response.reporters.sum())}, not {asked}")
     limit = support_bound(oracle) * asked
-    if response.support.size and int(np.abs(response.support).max()) > limit:
-        raise InvalidReply(f"{tag}.support: a count exceeds {limit}, the most {asked} reports can add")
+    if response.counts.size and int(np.abs(response.counts).max()) > limit:
+        raise InvalidReply(f"{tag}.counts: a count exceeds {limit}, the most {asked} reports can add")
 
 
 def asked_oracle(request: PrefixRequest, server: PrefixSearchServer) -> FrequencyOracle:
@@ -155,8 +156,8 @@ def asked_oracle(request: PrefixRequest, server: PrefixSearchServer) -> Frequenc
 def _check_collection(
     request: PrefixRequest, response: PrefixResponse, shard: ShardInfo, server: PrefixSearchServer, tag: str
 ) -> None:
-    if response.support.size or response.support_users.size:
-        raise InvalidReply(f"{tag}.support: a one-shot collection sends reports, not supports")
+    if response.counts.size or response.reporters.size:
+        raise InvalidReply(f"{tag}.counts: a one-shot collection sends reports, not counts")
     width = report_width(request, server)
     if response.report_rows.shape[1] != width:
         raise InvalidReply(f"{tag}.report_rows: rows of {response.report_rows.shape[1]} columns, expected {width}")

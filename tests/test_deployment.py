@@ -30,7 +30,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedhh.config import FedhhConfig, load_config
 from fedhh.experiment import Experiment
 from fedhh.protocols import ProtocolResult
-from fedhh.protocols.triehh import SAMPLE_PURPOSE
+from fedhh.protocols.triehh import round_sample
 from fedhh.randomness import KeyedRandomness
 from simulations.deployment import LocalDeployment
 from simulations.fast import run_fast
@@ -144,7 +144,7 @@ def sampled_users(config: FedhhConfig, rounds: int) -> set[int]:
     return {
         int(user)
         for r in range(1, rounds + 1)
-        for user in randomness.generator(SAMPLE_PURPOSE, r).choice(DEVICE_USERS, params["batch_size"], replace=False)
+        for user in round_sample(randomness, r, DEVICE_USERS, params["batch_size"])
     }
 
 

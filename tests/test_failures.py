@@ -27,7 +27,7 @@ from flwr.clientapp import ClientApp
 from fedhh.config import FedhhConfig, load_config
 from fedhh.experiment import Experiment
 from fedhh.population import shard_bounds
-from fedhh.protocols.triehh import SAMPLE_PURPOSE, TrieHHResponse
+from fedhh.protocols.triehh import TrieHHResponse, round_sample
 from fedhh.randomness import KeyedRandomness
 from fedhh.prefixes import rows_in
 from simulations.deployment import LocalDeployment
@@ -55,8 +55,7 @@ def sampled_in_shard(config: FedhhConfig, round_: int, shard: int, num_shards: i
     """How many of round ``round_``'s sampled users shard ``shard`` holds (the sample depends on the seed only)."""
     experiment = Experiment(config)
     batch = experiment.make_server().result().params["batch_size"]
-    generator = KeyedRandomness(experiment.seed).generator(SAMPLE_PURPOSE, round_)
-    sampled = generator.choice(experiment.n_users, batch, replace=False)
+    sampled = round_sample(KeyedRandomness(experiment.seed), round_, experiment.n_users, batch)
     start, stop = shard_bounds(experiment.n_users, shard, num_shards)
     return int(np.count_nonzero((sampled >= start) & (sampled < stop)))
 

@@ -24,6 +24,9 @@ def test_round_trip_every_alphabet_and_unit_size(alphabet: str, unit: int) -> No
     encoded = c.encode(items)
     assert encoded.report.kept == len(items)
     assert [c.decode_symbols(row) for row in encoded.rows] == items
+    assert c.decode_rows(encoded.rows) == items  # all rows at once
+    prefixes = encoded.rows[:, :2]  # prefix rows of two symbols decode to the items' first characters
+    assert c.decode_rows(prefixes) == [item.encode()[: 2 * unit].decode("utf-8", errors="replace") for item in items]
     assert encoded.rows.shape == (len(items), -(-10 // unit) + 1)
 
 

@@ -24,7 +24,7 @@ from fedhh.oracles.direct import DirectEncoding, DirectReports
 from fedhh.oracles.fast_local_hashing import FastLocalHashing, FastLocalHashReports
 from fedhh.oracles.hadamard_mechanism import HadamardMechanism, HadamardMechanismReports
 from fedhh.oracles.hadamard_response import HadamardResponse, HadamardResponseReports
-from fedhh.oracles.hashing import count_supports, hash_keys
+from fedhh.oracles.hashing import count_supports, hash_keys, local_hash
 from fedhh.oracles.local_hashing import LocalHashing, LocalHashReports
 from fedhh.oracles.registry import ORACLE_NAMES
 from fedhh.oracles.unary import UnaryEncoding, UnaryReports
@@ -150,7 +150,7 @@ def test_local_hashing_keeps_the_hashed_value_with_probability_p(name: str) -> N
     oracle = make_oracle(name, epsilon=2.0, domain=1 << 40)
     users = 50_000
     reports = oracle.randomize(np.full(users, 12345), np.random.default_rng(4))
-    hashed = hash_keys(reports.seeds, np.uint64(12345), oracle.g)
+    hashed = local_hash(reports.seeds, np.uint64(12345), oracle.g)
     kept = np.mean(hashed == reports.buckets)
     se = math.sqrt(oracle.keep_probability * (1 - oracle.keep_probability) / users)
     assert abs(kept - oracle.keep_probability) <= Z * se
@@ -349,19 +349,31 @@ def test_item_keys_are_stable_and_distinct() -> None:
         key_items(["ok", 3])  # type: ignore[list-item]
 
 
-def test_hash_family_is_uniform_and_pairwise_collides_at_one_over_g() -> None:
+@pytest.mark.parametrize("family", [hash_keys, local_hash])  # FLH and sketches; BLH and OLH
+def test_hash_family_is_uniform_and_pairwise_collides_at_one_over_g(family) -> None:  # noqa: ANN001
     """Over 200,000 seeds, consecutive keys fall in each of 7 buckets and
     collide with probability 1/7 (binomial and chi-square tolerances)."""
     seeds = np.random.default_rng(13).integers(0, 2**63, 200_000, dtype=np.uint64)
     g = 7
-    first, second = hash_keys(seeds, np.uint64(0), g), hash_keys(seeds, np.uint64(1), g)
+    first, second = family(seeds, np.uint64(0), g), family(seeds, np.uint64(1), g)
     assert stats.chisquare(np.bincount(first, minlength=g)).pvalue > 1e-6
     collisions = np.mean(first == second)
     assert abs(collisions - 1 / g) <= Z * math.sqrt((1 / g) * (1 - 1 / g) / seeds.size)
-    buckets = np.random.default_rng(14).integers(0, g, seeds.size)
-    candidates = np.arange(20, dtype=np.uint64)
-    brute = (hash_keys(seeds[:, None], candidates[None, :], g) == buckets[:, None]).sum(axis=0)
-    np.testing.assert_array_equal(count_supports(seeds, buckets, g, candidates), brute)
+
+
+@pytest.mark.parametrize(("reports", "candidates", "g"), [(200_000, 20, 7), (3_000, 9_000, 56), (40_000, 3, 2)])
+def test_local_hashing_supports_are_the_brute_force_counts(reports: int, candidates: int, g: int) -> None:
+    """Both block layouts of :func:`count_supports` (few and many candidates) and its threads
+    count exactly the reports whose function sends each candidate into their bucket."""
+    generator = np.random.default_rng(14)
+    seeds = generator.integers(0, 2**63, reports, dtype=np.uint64)
+    buckets = generator.integers(0, g, reports)
+    keys = generator.integers(0, 2**63, candidates, dtype=np.uint64)
+    brute = sum(
+        (local_hash(seeds[first : first + 1000, None], keys[None, :], g) == buckets[first : first + 1000, None]).sum(axis=0)
+        for first in range(0, reports, 1000)
+    )
+    np.testing.assert_array_equal(count_supports(seeds, buckets, g, keys), brute)
 
 
 # ---------------------------------------------------------------- sharding

@@ -20,7 +20,7 @@ from fedhh.privacy.plan import plan
 from fedhh.protocols.pem import PEMServer
 from fedhh.protocols.pem_analysis import PEMDesign, UtilityModel, optimize_pem, zipf_frequencies
 from fedhh.protocols.prefix_encoding import PrefixEncoding, ValueSpace
-from fedhh.protocols.prefix_oracles import PREFIX_ORACLES
+from fedhh.protocols.prefix_oracles import PREFIX_ORACLES, decode_counts
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters, level_shares, uniform_segments
 from fedhh.randomness import KeyedRandomness
@@ -117,12 +117,12 @@ def test_config_choices_name_what_the_protocol_layer_defines() -> None:
 
 
 @pytest.mark.parametrize("extra", [[], ['protocol.oracle="olh"', "population.words_per_user=2"], ['protocol.oracle="hm"']])
-def test_one_and_seven_shards_and_one_shot_give_the_same_run(extra: list[str]) -> None:
+def test_one_and_eight_shards_and_one_shot_give_the_same_run(extra: list[str]) -> None:
     experiment = Experiment(load_config(None, SMALL_RUN + extra))
     one = run_fast(experiment, 1, "inprocess").result
-    seven = run_fast(experiment, 7, "inprocess").result
+    eight = run_fast(experiment, 8, "inprocess").result
     assert len(one.discoveries) >= 10
-    assert run_view(one) == run_view(seven)
+    assert run_view(one) == run_view(eight)
     one_shot = Experiment(load_config(None, [*SMALL_RUN, *extra, 'protocol.collection="one-shot"']))
     collected = run_fast(one_shot, 3, "inprocess").result
     assert run_view(collected)[0] == run_view(one)[0]
@@ -161,8 +161,32 @@ def test_responses_are_additive_across_any_split() -> None:
     whole = respond(request, population, experiment.randomness)
     parts = [respond(request, population.slice(a, b), experiment.randomness) for a, b in [(0, 3), (3, 9000), (9000, 20000)]]
     combined = type(whole).combine(parts)
-    np.testing.assert_array_equal(combined.support, whole.support)
+    np.testing.assert_array_equal(combined.counts, whole.counts)
+    np.testing.assert_array_equal(combined.reporters, whole.reporters)
     assert combined.sampled_users == whole.sampled_users == sum(p.sampled_users for p in parts)
+
+
+@pytest.mark.parametrize("oracle", PREFIX_ORACLES)
+def test_shards_send_counts_that_decode_once_to_the_one_shard_support(oracle: str) -> None:
+    """Every oracle: the 4 shards' summed counts decode to exactly the support of one shard
+    holding everyone, and (oracles with flat statistics) to the sum of the 4 shards' own
+    supports, which is what each shard decoded before."""
+    experiment = Experiment(load_config(None, [*SMALL_RUN, f'protocol.oracle="{oracle}"', "population.users=4000"]))
+    server = experiment.make_server()
+    request = server.next_request()
+    level_oracle = server.level_oracle(request.level)
+    shards = [experiment.build_shard(i, 4) for i in range(4)]
+    parts = [respond(request, shard, experiment.randomness) for shard in shards]
+    whole = respond(request, experiment.build_shard(0, 1), experiment.randomness)
+    combined = type(whole).combine(parts)
+    once = decode_counts(level_oracle, combined.counts, combined.reporters, request.candidates)
+    reference = decode_counts(level_oracle, whole.counts, whole.reporters, request.candidates)
+    np.testing.assert_array_equal(once.counts, reference.counts)
+    np.testing.assert_array_equal(once.n_users, reference.n_users)
+    if level_oracle.flat_size() is not None:
+        assert combined.counts.size == level_oracle.flat_size()  # statistics, whatever the candidates
+        per_shard = [decode_counts(level_oracle, p.counts, p.reporters, request.candidates).counts for p in parts]
+        np.testing.assert_array_equal(once.counts, np.sum(per_shard, axis=0))
 
 
 # -- seed 000's analysis ----------------------------------------------------------------------

@@ -12,9 +12,9 @@ import pyarrow.parquet
 import pytest
 
 from fedhh.errors import InputError
-from fedhh.items import ItemCodec, ItemError, get_alphabet
-from fedhh.population import shard_bounds
-from fedhh.sources import FileSource, WordfreqSource, ZipfSource, read_user_items
+from fedhh.items import ALPHABETS, ItemCodec, ItemError, get_alphabet
+from fedhh.population import PopulationCounts, shard_bounds
+from fedhh.sources import FileSource, WordfreqSource, ZipfSource, read_user_items, wordfreq_candidates
 
 from .helpers import lowercase_codec
 
@@ -42,15 +42,46 @@ def test_wordfreq_shards_equal_slices_of_the_whole(words_per_user: int) -> None:
 
 def test_wordfreq_population_follows_the_real_frequency_list() -> None:
     source = WordfreqSource(200_000, "en", 5000, 1, lowercase_codec(10), seed=1)
-    holders = source.build_all().holders()
+    holders = source.build_all().counts().holders
     top = [source.vocabulary.items[i] for i in np.argsort(-holders)[:3]]
     assert top[0] == "the"
     assert set(top) <= {"the", "to", "and", "of"}
 
 
+def selection_word_by_word(language: str, size: int, alphabet: str) -> tuple[list[str], list[float]]:
+    """The selection as first written: every word of wordfreq's dictionary sorted by
+    (-frequency, word) in Python, then tested against the alphabet one by one."""
+    import wordfreq
+
+    table = ALPHABETS[alphabet].index_table()
+    ranked = sorted(wordfreq.get_frequency_dict(language).items(), key=lambda pair: (-pair[1], pair[0]))
+    words: list[str] = []
+    frequencies: list[float] = []
+    for word, frequency in ranked:
+        raw = word.encode("utf-8")
+        if ALPHABETS[alphabet].byte_level or (raw.isascii() and table[np.frombuffer(raw, np.uint8)].all()):
+            words.append(word)
+            frequencies.append(frequency)
+            if len(words) == size:
+                break
+    return words, frequencies
+
+
+@pytest.mark.parametrize(
+    ("language", "size", "alphabet"),
+    [("en", 100_000, "lowercase"), ("fr", 5_000, "ascii"), ("ja", 20_000, "bytes"), ("ms", 10**7, "lowercase")],
+)
+def test_vectorised_wordfreq_selection_equals_the_word_by_word_one(language: str, size: int, alphabet: str) -> None:
+    """Same words in the same order (ties alphabetical), same frequencies to the last bit."""
+    words, frequencies = wordfreq_candidates.__wrapped__(language, size, alphabet)
+    expected_words, expected_frequencies = selection_word_by_word(language, size, alphabet)
+    assert words == expected_words
+    assert frequencies.tolist() == expected_frequencies
+
+
 def test_zipf_source_has_zipf_counts() -> None:
     source = ZipfSource(400_000, 1000, 1.1, 6, 1, lowercase_codec(10), seed=2)
-    holders = source.build_all().holders()
+    holders = source.build_all().counts().holders
     expected = 400_000 * np.arange(1, 1001) ** -1.1 / np.sum(np.arange(1, 1001) ** -1.1)
     # rank 1 and rank 10 within 5 binomial standard deviations
     for rank in (0, 9):
@@ -205,3 +236,45 @@ def test_a_bad_item_is_reported_at_its_first_occurrence_in_the_file(
         write_table(path, [f"u{i}" for i in range(len(items))], items)
     with pytest.raises(ItemError, match=rf"population.path '.*': {place}: item '{odd}' {re.escape(problem)}"):
         FileSource(str(path), codec)
+# -- the truth, from shards ---------------------------------------------------------------------
+
+
+def counts_word_by_word(shard) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """Per item, the sum of users' local shares as floats and the holders, as first written."""
+    cumulative = np.concatenate(([0], np.cumsum(shard.item_counts)))
+    totals = np.diff(cumulative[shard.item_offsets])
+    owner = np.repeat(np.arange(shard.n_users), np.diff(shard.item_offsets))
+    share = shard.item_counts / totals[owner]
+    size = shard.vocabulary.size
+    return np.bincount(shard.item_ids, weights=share, minlength=size), np.bincount(shard.item_ids, minlength=size)
+
+
+@pytest.mark.parametrize("words_per_user", [1, 3])
+def test_counts_of_shards_add_up_to_the_counts_of_the_whole(words_per_user: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seven shards, and chunks of 1,000 users, give the whole population's counts bit for bit."""
+    source = WordfreqSource(20_000, "en", 2000, words_per_user, lowercase_codec(4), seed=6)  # long words dropped
+    whole = source.build_all()
+    expected = whole.counts()
+    from_shards = PopulationCounts.combine(source.build_shard(i, 7).counts() for i in range(7))
+    monkeypatch.setattr("fedhh.sources.TRUTH_CHUNK_USERS", 1000)
+    for counts in (from_shards, source.population_counts()):
+        assert counts.users == expected.users == 20_000
+        np.testing.assert_array_equal(counts.weight_units, expected.weight_units)
+        np.testing.assert_array_equal(counts.holders, expected.holders)
+        assert counts.users_without_items == expected.users_without_items
+    weights, holders = counts_word_by_word(whole)
+    np.testing.assert_array_equal(expected.holders, holders)
+    assert np.all(np.abs(expected.frequency - weights) <= holders * 2.0**-33 + 1e-9)  # each share within 2**-33
+    assert expected.users_without_items == np.count_nonzero(np.diff(whole.item_offsets) == 0) > 0
+
+
+def test_file_population_counts_are_its_shards_counts(tmp_path: Path) -> None:
+    path = tmp_path / "users.csv"
+    path.write_text("user,item\nu1,moon\nu2,sun\nu1,moon\nu1,star\nu3,sun\nu4,toolongforit\n", encoding="utf-8")
+    source = FileSource(str(path), ItemCodec(get_alphabet("lowercase"), 1, 8, overlong="drop"))
+    counts = source.population_counts()
+    from_shards = PopulationCounts.combine(source.build_shard(i, 3).counts() for i in range(3))
+    np.testing.assert_array_equal(counts.weight_units, from_shards.weight_units)
+    assert source.vocabulary.items == ["moon", "sun", "star"]  # u4's item is too long: dropped
+    np.testing.assert_allclose(counts.frequency, [2 / 3, 2.0, 1 / 3], rtol=0, atol=2**-33)
+    assert counts.holders.tolist() == [1, 2, 1] and counts.users_without_items == 1 and counts.users == 4

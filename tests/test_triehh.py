@@ -154,6 +154,8 @@ def test_ray_actors_give_the_same_run_as_in_process() -> None:
     finally:
         ray.shutdown()
     assert via_ray.backend == "ray"
+    # the actors' shards gave the truth: the whole population's counts
+    np.testing.assert_array_equal(experiment.population_counts.holders, experiment.source.build_all().counts().holders)
     in_process = run_fast(experiment, 1, "inprocess").result
     assert discovery_and_trace(via_ray.result) == discovery_and_trace(in_process)
 

@@ -11,6 +11,15 @@ A frequency oracle is split the way a deployment splits it:
   instead of its reports; ``estimate_support(support)`` turns the summed
   support into unbiased counts.  ``estimate`` chains the two.
 
+Statistics of a fixed size (FLH's table of function x bucket counts, a
+sketch's rows, unary and Hadamard counts) also have a *flat form*: integer
+vectors whose elementwise sum over shards is the flat form of the summed
+statistics (``flat_size``, ``to_flat``, ``from_flat``).  Shards that send
+that form let the server decode once per round instead of once per shard.
+Oracles whose statistics grow with the reports (OLH's are the reports
+themselves) have none; their shards send support counts, whose decoding
+costs each shard only its own reports.
+
 Values are integer keys in ``[0, domain)`` (see :mod:`fedhh.oracles.keys` for
 items of any length); ``domain`` may be as large as ``2**64``, in which case
 only candidate-set queries make sense.
@@ -18,6 +27,7 @@ only candidate-set queries make sense.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -34,6 +44,7 @@ MAX_EPSILON = 50.0
 # Below this, e^ε - 1 (the gap between the report probabilities every estimator
 # divides by) is computed with a relative error above 1e-10, and at 1e-16 it is 0.
 MIN_EPSILON = 1e-6
+FLAT_CELLS_LIMIT = 1 << 20  # statistics above this many cells (8 MB) are not sent in flat form
 
 ReportsT = TypeVar("ReportsT")
 StatisticsT = TypeVar("StatisticsT")
@@ -188,6 +199,30 @@ class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
         """Unbiased count estimate of each candidate value."""
         return self.estimate_support(self.support(statistics, candidates))
 
+    # flat form of the statistics ---------------------------------------------
+    def flat_size(self) -> int | None:
+        """Cells of the statistics' flat form, or ``None`` when there is none of a size
+        independent of the reports (at most :data:`FLAT_CELLS_LIMIT`)."""
+        return None
+
+    def to_flat(self, statistics: StatisticsT) -> tuple[np.ndarray, np.ndarray]:
+        """``(cells, reporters)``: int64 vectors, additive across shards; ``reporters``
+        has one entry per sketch row or hash index where the oracle has them, else one."""
+        raise NotImplementedError(f"{self.name}: statistics have no flat form")
+
+    def from_flat(self, cells: np.ndarray, reporters: np.ndarray) -> StatisticsT:
+        """The statistics whose flat form is ``(cells, reporters)``."""
+        raise NotImplementedError(f"{self.name}: statistics have no flat form")
+
+    def _check_flat(self, cells: np.ndarray, reporters: np.ndarray, users: int) -> tuple[np.ndarray, np.ndarray]:
+        cells, reporters = np.asarray(cells, dtype=np.int64), np.asarray(reporters, dtype=np.int64)
+        if cells.shape != (self.flat_size(),) or reporters.shape != (users,):
+            raise ValueError(
+                f"{self.name}: flat statistics must be {self.flat_size()} cells and {users} reporter count(s), "
+                f"got shapes {cells.shape} and {reporters.shape}"
+            )
+        return cells, reporters
+
     # accuracy --------------------------------------------------------------
     @abstractmethod
     def per_user_variance(self) -> tuple[float, float]:
@@ -213,6 +248,31 @@ class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
     # helpers ---------------------------------------------------------------
     def _values(self, values: Any, field: str = "values") -> np.ndarray:
         return check_values(values, self.domain, field)
+
+
+class HistogramFlatForm:
+    """The flat form of statistics that are a dataclass ``(histogram, n_users)`` with the
+    histogram's keys in ``[0, histogram_size)``: the dense counts (GRR's reported values,
+    Hadamard response's outputs, the Hadamard mechanism's coefficient sums)."""
+
+    name: ClassVar[str]
+    statistics_type: ClassVar[type]
+
+    @property
+    @abstractmethod
+    def histogram_size(self) -> int:
+        """One more than the largest key the statistics' histogram can hold."""
+
+    def flat_size(self) -> int | None:
+        return self.histogram_size if self.histogram_size <= FLAT_CELLS_LIMIT else None
+
+    def to_flat(self, statistics: Any) -> tuple[np.ndarray, np.ndarray]:
+        histogram, n_users = (getattr(statistics, field.name) for field in dataclasses.fields(statistics))
+        return histogram.to_dense(self.histogram_size), np.array([n_users], dtype=np.int64)
+
+    def from_flat(self, cells: np.ndarray, reporters: np.ndarray) -> Any:
+        cells, reporters = self._check_flat(cells, reporters, 1)  # type: ignore[attr-defined]
+        return self.statistics_type(Histogram.from_dense(cells), int(reporters[0]))
 
 
 class PureOracle(FrequencyOracle[ReportsT, StatisticsT]):

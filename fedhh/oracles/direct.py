@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import PureOracle, Support, check_kind, check_values
+from .base import HistogramFlatForm, PureOracle, Support, check_kind, check_values
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch, randomized_response
 
@@ -48,10 +48,15 @@ class DirectStatistics:
         return DirectStatistics(self.reported + other.reported, self.n_users + other.n_users)
 
 
-class DirectEncoding(PureOracle[DirectReports, DirectStatistics]):
+class DirectEncoding(HistogramFlatForm, PureOracle[DirectReports, DirectStatistics]):
     """Generalised randomised response over ``[0, domain)``."""
 
     name = "grr"
+    statistics_type = DirectStatistics
+
+    @property
+    def histogram_size(self) -> int:
+        return self.domain
 
     def __init__(self, epsilon: float, domain: int) -> None:
         super().__init__(epsilon, domain)

@@ -5,8 +5,9 @@ uniformly, independently of the value, so privacy is unchanged).  The server
 then only needs, per function ``j`` and bucket ``y``, how many users reported
 ``(j, y)``: a ``k' x g`` table that is additive across shards.  Supporting a
 candidate ``v`` is ``sum_j table[j, H_j(v)]``, so decoding costs ``O(k' |C|)``
-instead of OLH's ``O(n |C|)``, with the ``k' x |C|`` hash table of the
-candidates computed once and reused.
+instead of OLH's ``O(n |C|)``: the ``k' x |C|`` hashes are computed block by
+block in cache and summed at once, never stored (a table of them is hundreds
+of MB for a PEM level), on every core.
 
 Accuracy (derivation).  Given the ``k'`` functions, a user holding ``u != v``
 supports ``v`` with probability ``q_grr + (p - q_grr) kappa_uv`` where
@@ -24,7 +25,6 @@ share a value and decays as ``1/k'``, which is why FLH approaches OLH as
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
@@ -32,14 +32,14 @@ import numpy as np
 
 from fedhh.randomness import derive_key, splitmix64
 
-from .base import PureOracle, Support, check_kind, check_lengths, check_positive_int
-from .hashing import MAX_RANGE, expand_seeds, hash_expanded, hash_keys, mix_keys
+from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_kind, check_lengths, check_positive_int
+from .hashing import MAX_RANGE, expand_seeds, hash_expanded, hash_keys, map_blocks, mix_keys, slices
 from .histogram import Histogram
 from .local_hashing import optimal_range
 from .sampling import RandomSource, check_rng_batch, randomized_response
 
-_TABLE_ENTRIES = 1 << 24  # hash-table entries evaluated per block
-_CACHED_ENTRIES = 1 << 27
+_BLOCK_ENTRIES = 1 << 17  # (function, candidate) hashes per numpy pass: 1 MB, in cache
+_CANDIDATES_PER_TASK = 2048
 MAX_HASH_FUNCTIONS = 1 << 20
 
 
@@ -95,11 +95,11 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
         with np.errstate(over="ignore"):
             self.function_seeds = splitmix64(base + np.arange(self.hash_functions, dtype=np.uint64))
         self.multipliers, self.offsets = expand_seeds(self.function_seeds)
+        self._row_starts = np.arange(self.hash_functions, dtype=np.uint64) * np.uint64(self.g)  # row j of the flat table
         e = math.exp(self.epsilon)
         self.keep_probability = e / (e + self.g - 1)
         self.p = self.keep_probability
         self.q = 1.0 / self.g
-        self._cached_table: tuple[bytes, np.ndarray] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -128,23 +128,16 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
         table = np.bincount(cells, minlength=self.hash_functions * self.g).reshape(self.hash_functions, self.g)
         return FastLocalHashStatistics(table.astype(np.int64), len(reports))
 
-    def hash_table(self, candidates: np.ndarray) -> np.ndarray:
-        """``H_j(c)`` for every public function ``j`` and candidate ``c`` (``k' x |C|``).
+    def flat_size(self) -> int | None:
+        cells = self.hash_functions * self.g
+        return cells if cells <= FLAT_CELLS_LIMIT else None
 
-        The last table of at most ``2**27`` entries is kept, so estimating the
-        same candidates for many shards or rounds hashes them once.
-        """
-        candidates = self._values(candidates, "candidates")
-        fingerprint = hashlib.blake2b(candidates.tobytes(), digest_size=16).digest()
-        if self._cached_table is not None and self._cached_table[0] == fingerprint:
-            return self._cached_table[1]
-        table = np.empty((self.hash_functions, candidates.shape[0]), dtype=self._bucket_dtype())
-        mixed = mix_keys(candidates)
-        for part in self._candidate_blocks(candidates.shape[0]):
-            table[:, part] = hash_expanded(self.multipliers[:, None], self.offsets[:, None], mixed[None, part], self.g)
-        if table.size <= _CACHED_ENTRIES:
-            self._cached_table = (fingerprint, table)
-        return table
+    def to_flat(self, statistics: FastLocalHashStatistics) -> tuple[np.ndarray, np.ndarray]:
+        return statistics.table.ravel(), np.array([statistics.n_users], dtype=np.int64)
+
+    def from_flat(self, cells: np.ndarray, reporters: np.ndarray) -> FastLocalHashStatistics:
+        cells, reporters = self._check_flat(cells, reporters, 1)
+        return FastLocalHashStatistics(cells.reshape(self.hash_functions, self.g), int(reporters[0]))
 
     def support(self, statistics: FastLocalHashStatistics, candidates: np.ndarray) -> Support:
         check_kind(self.name, statistics, FastLocalHashStatistics, "statistics")
@@ -153,29 +146,31 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
                 f"{self.name}: statistics.table must have shape {(self.hash_functions, self.g)}, "
                 f"got {statistics.table.shape}"
             )
-        candidates = self._values(candidates, "candidates")
-        fits = self.hash_functions * candidates.shape[0] <= _CACHED_ENTRIES
-        table = self.hash_table(candidates) if fits else None
-        mixed = None if fits else mix_keys(candidates)
-        rows = np.arange(self.hash_functions, dtype=np.int64)[:, None] * self.g
-        flat = statistics.table.ravel()
-        counts = np.zeros(candidates.shape[0], dtype=np.int64)
-        for part in self._candidate_blocks(candidates.shape[0]):
-            if table is not None:
-                hashed = table[:, part]
-            else:
-                # uint64 buckets: cast, or int64 rows + uint64 would promote to float indices
-                hashed = hash_expanded(self.multipliers[:, None], self.offsets[:, None], mixed[None, part],
-                                       self.g).astype(np.int64)
-            counts[part] = flat[rows + hashed].sum(axis=0)
-        return Support(counts, statistics.n_users)
+        mixed = mix_keys(self._values(candidates, "candidates"))
+        cells = statistics.table.ravel()
+        parts = slices(mixed.shape[0], _CANDIDATES_PER_TASK)
+        blocks = map_blocks(lambda part: self._support_block(cells, mixed[part]), parts, self.hash_functions * mixed.shape[0])
+        return Support(np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64), statistics.n_users)
 
-    def _candidate_blocks(self, n_candidates: int) -> list[slice]:
-        step = max(1, _TABLE_ENTRIES // self.hash_functions)
-        return [slice(first, first + step) for first in range(0, n_candidates, step)]
-
-    def _bucket_dtype(self) -> type:
-        return np.uint16 if self.g <= 1 << 16 else np.uint32
+    def _support_block(self, cells: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """``sum_j table[j, H_j(c)]`` for a block of mixed candidate keys, the functions taken in
+        groups whose ``H_j(c)`` fit in cache (computed in place, never stored as a whole table)."""
+        rows = max(1, _BLOCK_ENTRIES // keys.shape[0])
+        work = np.empty((rows, keys.shape[0]), dtype=np.uint64)
+        counts = np.zeros(keys.shape[0], dtype=np.int64)
+        shift, g = np.uint64(32), np.uint64(self.g)
+        with np.errstate(over="ignore"):
+            for first in range(0, self.hash_functions, rows):
+                group = slice(first, first + rows)
+                z = work[: self.multipliers[group].shape[0]]
+                np.multiply(self.multipliers[group, None], keys[None, :], out=z)
+                np.add(z, self.offsets[group, None], out=z)
+                np.right_shift(z, shift, out=z)
+                np.multiply(z, g, out=z)
+                np.right_shift(z, shift, out=z)  # H_j(c), as hash_expanded computes it
+                np.add(z, self._row_starts[group, None], out=z)
+                counts += cells[z.view(np.int64)].sum(axis=0)
+        return counts
 
     def variance(self, candidates: np.ndarray, truth: Histogram) -> np.ndarray:
         """OLH's variance plus the hash-choice term (see the module docstring);

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import FrequencyOracle, Support, check_kind, check_lengths, check_positive_int, check_values
+from .base import FrequencyOracle, HistogramFlatForm, Support, check_kind, check_lengths, check_positive_int, check_values
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch, randomized_response, uniform_below
 from .walsh_hadamard import fwht, hadamard_parity, signed_sums
@@ -79,10 +79,15 @@ class HadamardMechanismStatistics:
         return HadamardMechanismStatistics(self.coefficients + other.coefficients, self.n_users + other.n_users)
 
 
-class HadamardMechanism(FrequencyOracle[HadamardMechanismReports, HadamardMechanismStatistics]):
+class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismReports, HadamardMechanismStatistics]):
     """HM(t): ``coefficients`` sampled Hadamard coefficients per user."""
 
     name = "hm"
+    statistics_type = HadamardMechanismStatistics
+
+    @property
+    def histogram_size(self) -> int:
+        return self.rows
 
     def __init__(self, epsilon: float, domain: int, coefficients: int = 1) -> None:
         super().__init__(epsilon, domain)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from .base import FrequencyOracle, Support, check_kind, check_values
+from .base import FrequencyOracle, HistogramFlatForm, Support, check_kind, check_values
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch, uniform_below
 from .walsh_hadamard import fwht, hadamard_parity, signed_sums
@@ -74,10 +74,15 @@ class HadamardResponseStatistics:
         return HadamardResponseStatistics(self.outputs + other.outputs, self.n_users + other.n_users)
 
 
-class HadamardResponse(FrequencyOracle[HadamardResponseReports, HadamardResponseStatistics]):
+class HadamardResponse(HistogramFlatForm, FrequencyOracle[HadamardResponseReports, HadamardResponseStatistics]):
     """Hadamard response with ``blocks`` blocks of ``block_size`` outputs."""
 
     name = "hr"
+    statistics_type = HadamardResponseStatistics
+
+    @property
+    def histogram_size(self) -> int:
+        return self.outputs
     max_domain = (1 << 64) - 1
 
     def __init__(self, epsilon: float, domain: int) -> None:

@@ -1,7 +1,7 @@
 """Local hashing: binary (BLH, ``g = 2``) and optimised (OLH, ``g = round(e^ε) + 1``).
 
 Each user draws a fresh 64-bit seed naming a hash function ``H: [0, d) ->
-[0, g)`` (see :mod:`fedhh.oracles.hashing`) and reports ``(seed, y)`` where
+[0, g)`` (the 32-bit family of :mod:`fedhh.oracles.hashing`) and reports ``(seed, y)`` where
 ``y`` is randomised response over ``[0, g)`` applied to ``H(v)``: ``y = H(v)``
 with probability ``p = e^ε / (e^ε + g - 1)``.  The seed does not depend on
 the value, so the ratio of report probabilities is at most ``e^ε``.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import PureOracle, Support, check_epsilon, check_kind, check_lengths, check_positive_int
-from .hashing import MAX_RANGE, count_supports, hash_keys
+from .hashing import MAX_RANGE, count_supports, local_hash
 from .sampling import RandomSource, check_rng_batch, randomized_response, uniform_words
 
 _SEED_PROBABILITY = 2.0**-64
@@ -80,7 +80,7 @@ class LocalHashing(PureOracle[LocalHashReports, LocalHashReports]):
         n_users = values.shape[0]
         check_rng_batch(rng, n_users)
         seeds = uniform_words(rng, (n_users,))
-        hashed = hash_keys(seeds, values, self.g)
+        hashed = local_hash(seeds, values, self.g)
         return LocalHashReports(seeds, randomized_response(rng, hashed, self.g, self.keep_probability))
 
     def aggregate(self, reports: LocalHashReports) -> LocalHashReports:
@@ -96,7 +96,7 @@ class LocalHashing(PureOracle[LocalHashReports, LocalHashReports]):
         return Support(counts, len(statistics))
 
     def report_probabilities(self, value: int, reports: LocalHashReports) -> np.ndarray:
-        hashed = hash_keys(reports.seeds, np.uint64(value), self.g)
+        hashed = local_hash(reports.seeds, np.uint64(value), self.g)
         grr_other = (1 - self.keep_probability) / (self.g - 1)
         return _SEED_PROBABILITY * np.where(hashed == reports.buckets, self.keep_probability, grr_other)
 

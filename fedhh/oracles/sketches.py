@@ -38,7 +38,7 @@ import numpy as np
 from fedhh.errors import InputError
 from fedhh.randomness import derive_key, splitmix64
 
-from .base import FrequencyOracle, Support, check_kind, check_positive_int
+from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_kind, check_positive_int
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch
@@ -178,8 +178,8 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         mirror symbol in the other half), shaped ``(rows, 1 or 2, candidates)``.
 
         When the inner domain is not much larger than the candidate set, each
-        row decodes all its symbols once (one transform, one cached FLH hash
-        table for every row) and the candidates read their symbols from it.
+        row decodes all its symbols once (one transform, or one pass of FLH's
+        functions) and the candidates read their symbols from it.
         """
         check_kind(self.name, statistics, SketchStatistics, "statistics")
         if len(statistics.rows) != self.rows:
@@ -201,6 +201,20 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
                 counts.append(np.stack([self.inner.support(stats, symbol).counts for symbol in symbols]))
         n_users = np.array([stats.n_users for stats in statistics.rows], dtype=np.int64)
         return Support(np.stack(counts), n_users)
+
+    def flat_size(self) -> int | None:
+        inner = self.inner.flat_size()
+        return None if inner is None or inner * self.rows > FLAT_CELLS_LIMIT else inner * self.rows
+
+    def to_flat(self, statistics: SketchStatistics) -> tuple[np.ndarray, np.ndarray]:
+        """The rows' inner flat forms one after the other, and each row's reporters."""
+        parts = [self.inner.to_flat(row) for row in statistics.rows]
+        return np.concatenate([cells for cells, _ in parts]), np.concatenate([users for _, users in parts])
+
+    def from_flat(self, cells: np.ndarray, reporters: np.ndarray) -> SketchStatistics:
+        cells, reporters = self._check_flat(cells, reporters, self.rows)
+        per_row = cells.reshape(self.rows, -1)
+        return SketchStatistics(tuple(self.inner.from_flat(row, reporters[i : i + 1]) for i, row in enumerate(per_row)))
 
     def estimate_support(self, support: Support) -> np.ndarray:
         if support.counts.ndim != 3 or support.counts.shape[:2] != (self.rows, 1 + self.signed):

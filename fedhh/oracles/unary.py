@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import PureOracle, Support, check_kind, check_lengths
+from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_kind, check_lengths
 from .sampling import RandomSource, check_rng_batch
 
 MAX_UNARY_DOMAIN = 1 << 26
@@ -123,6 +123,16 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
             block = np.unpackbits(reports.bits[first : first + rows_per_block], axis=1, count=self.domain)
             counts += block.sum(axis=0, dtype=np.int64)
         return UnaryStatistics(counts, len(reports))
+
+    def flat_size(self) -> int | None:
+        return self.domain if self.domain <= FLAT_CELLS_LIMIT else None
+
+    def to_flat(self, statistics: UnaryStatistics) -> tuple[np.ndarray, np.ndarray]:
+        return statistics.counts, np.array([statistics.n_users], dtype=np.int64)
+
+    def from_flat(self, cells: np.ndarray, reporters: np.ndarray) -> UnaryStatistics:
+        cells, reporters = self._check_flat(cells, reporters, 1)
+        return UnaryStatistics(cells, int(reporters[0]))
 
     def support(self, statistics: UnaryStatistics, candidates: np.ndarray) -> Support:
         check_kind(self.name, statistics, UnaryStatistics, "statistics")

@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import InputError
-from ..oracles.base import FrequencyOracle, Support, check_kind, check_lengths, check_positive_int
+from ..oracles.base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_kind, check_lengths, check_positive_int
 from ..oracles.hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from ..oracles.sampling import RandomSource, check_rng_batch
 from ..oracles.walsh_hadamard import fwht, hadamard_parity
@@ -171,6 +171,17 @@ class CountSketchHadamard(FrequencyOracle[CountSketchHadamardReports, CountSketc
         buckets, negative = self.cells(index, candidates[None, :])
         counts = columns[index, buckets.astype(np.intp)]
         return Support(np.where(negative, -counts, counts), statistics.users)
+
+    def flat_size(self) -> int | None:
+        cells = self.hashes * self.width
+        return cells if cells <= FLAT_CELLS_LIMIT else None
+
+    def to_flat(self, statistics: CountSketchHadamardStatistics) -> tuple[np.ndarray, np.ndarray]:
+        return statistics.sums.ravel(), statistics.users
+
+    def from_flat(self, cells: np.ndarray, reporters: np.ndarray) -> CountSketchHadamardStatistics:
+        cells, reporters = self._check_flat(cells, reporters, self.hashes)
+        return CountSketchHadamardStatistics(cells.reshape(self.hashes, self.width), reporters)
 
     def estimate_support(self, support: Support) -> np.ndarray:
         if support.counts.ndim != 2 or support.counts.shape[0] != self.hashes:

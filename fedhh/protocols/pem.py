@@ -38,7 +38,7 @@ class PEMRequest(PrefixRequest):
 
 @dataclass(frozen=True)
 class PEMResponse(PrefixResponse):
-    """A shard's support counts for the round's candidates, or its report table."""
+    """A shard's counts for the round (flat statistics or support counts), or its report table."""
 
 
 PEMRequest.response_class = PEMResponse

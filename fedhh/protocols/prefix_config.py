@@ -9,13 +9,14 @@ level from γ = 0.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 from ..items import ItemCodec
 from ..privacy.ldp import split_budget
 from .count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
-from .prefix_encoding import PrefixEncoding
+from .prefix_encoding import PrefixEncoding, ValueSpace
 from .prefix_oracles import AUTO, auto_sketch_shape
 from .prefix_search import ORACLE_PURPOSE, SearchParameters, level_shares, public_seed, uniform_segments
 
@@ -55,22 +56,10 @@ def search_parameters(
         start, segments = 0, uniform_segments(encoding.length, 0, default_segment)
         shares = level_shares(len(segments))
     else:
-        # imported here: the analysis loads scipy, which devices importing this module never need
-        from .pem_analysis import (
-            DEFAULT_DISTINCT_VALUES,
-            DEFAULT_ZIPF_EXPONENT,
-            UtilityModel,
-            optimize_pem,
-            zipf_frequencies,
+        start, segments, shares = optimized_design(
+            encoding.space, n_users, epsilon, top_k, oracle, public_seed(seed, ORACLE_PURPOSE),
+            int(protocol["query_limit"]), candidates,
         )
-
-        model = UtilityModel(
-            encoding.space, n_users, epsilon, top_k, oracle,
-            zipf_frequencies(DEFAULT_ZIPF_EXPONENT, max(DEFAULT_DISTINCT_VALUES, top_k)),
-            oracle_seed=public_seed(seed, ORACLE_PURPOSE),
-        )
-        design = optimize_pem(model, int(protocol["query_limit"]), candidates).design
-        start, segments, shares = design.start_length, design.segment_lengths, design.shares
     return SearchParameters(
         protocol=protocol_name,
         n_users=n_users,
@@ -89,3 +78,26 @@ def search_parameters(
         sketch_rows=rows,
         sketch_width=width,
     )
+
+
+@functools.lru_cache(maxsize=8)
+def optimized_design(
+    space: ValueSpace, n_users: int, epsilon: float, top_k: int, oracle: str, oracle_seed: int,
+    query_limit: int, candidates: int,
+) -> tuple[int, tuple[int, ...], tuple[float, ...]]:
+    """PEM's optimizer (seed 000 §IV-C): (γ, segment lengths, group shares).
+
+    Cached: every server of one experiment (the privacy check when the run is
+    set up, then the server that runs it) asks for the same design, which
+    takes up to a second to find.
+    """
+    # imported here: the analysis loads scipy, which devices importing this module never need
+    from .pem_analysis import DEFAULT_DISTINCT_VALUES, DEFAULT_ZIPF_EXPONENT, UtilityModel, optimize_pem, zipf_frequencies
+
+    model = UtilityModel(
+        space, n_users, epsilon, top_k, oracle,
+        zipf_frequencies(DEFAULT_ZIPF_EXPONENT, max(DEFAULT_DISTINCT_VALUES, top_k)),
+        oracle_seed=oracle_seed,
+    )
+    design = optimize_pem(model, query_limit, candidates).design
+    return design.start_length, design.segment_lengths, design.shares

@@ -51,12 +51,9 @@ def build_level_oracle(name: str, epsilon: float, domain: int, seed: int, rows: 
 
 @functools.lru_cache(maxsize=2)
 def level_oracle(name: str, epsilon: float, domain: int, seed: int, rows: int, width: int) -> FrequencyOracle:
-    """:func:`build_level_oracle`, shared by the shards of one process within a round.
-
-    FLH keeps the hash table of the last candidate set it decoded (up to a
-    few hundred MB), so in-process shards answering the same level hash the
-    candidates once; only the current and the previous level are kept.
-    """
+    """:func:`build_level_oracle`, shared by the shards of one process within a round
+    (expanding FLH's or a sketch's public hash functions once, not once per shard);
+    only the current and the previous level are kept."""
     return build_level_oracle(name, epsilon, domain, seed, rows, width)
 
 
@@ -92,3 +89,27 @@ def restore_support(oracle: FrequencyOracle, counts: np.ndarray, users: np.ndarr
     if isinstance(oracle, CountSketchHadamard):
         return Support(counts.reshape(rows, -1), users)
     return Support(counts, users[0])
+
+
+def shard_counts(oracle: FrequencyOracle, statistics: object, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What a shard sends for its reports' statistics: their flat form where the oracle has
+    one (so the server decodes the sum once), else the candidates' support counts (the
+    shard decodes its own reports).  Either is ``(counts, reporters)``, additive."""
+    if oracle.flat_size() is not None:
+        return oracle.to_flat(statistics)
+    support = oracle.support(statistics, candidates)
+    return support.counts.ravel(), np.atleast_1d(support.n_users)
+
+
+def decode_counts(oracle: FrequencyOracle, counts: np.ndarray, reporters: np.ndarray, candidates: np.ndarray) -> Support:
+    """The candidates' support from the (summed) counts of :func:`shard_counts`."""
+    if oracle.flat_size() is not None:
+        return oracle.support(oracle.from_flat(counts, reporters), candidates)
+    return restore_support(oracle, counts, reporters)
+
+
+def counts_size(oracle: FrequencyOracle, candidates: int) -> tuple[int, int]:
+    """Lengths of ``(counts, reporters)`` a shard sends for ``candidates`` candidates."""
+    rows, halves = support_rows(oracle)
+    flat = oracle.flat_size()
+    return (rows * halves * candidates if flat is None else flat), rows

@@ -14,15 +14,20 @@ reveals nothing.
 Three modes, one message pair:
 
 * ``level`` (interactive): the members of one level answer the candidate
-  prefixes; the shard sends the oracle's support counts, additive;
+  prefixes; the shard sends its reports' statistics in the oracle's flat
+  form (FLH's table, a sketch's rows, ...), which add up over shards so the
+  server decodes once per round, or, for an oracle whose statistics grow
+  with the reports (OLH), the candidates' support counts, which cost each
+  shard only its own reports;
 * ``final`` (TreeHist, interactive): every user's full-value report answers
-  the surviving candidates;
+  the surviving candidates, the same way;
 * ``collect`` (non-interactive, one shot): every user's reports, before any
   candidate is known, as a table of distinct report rows with counts.
 
 The reports are the same in both ways of collecting them (same keys, same
-calls), and support counts are exact integer sums, so a one-shot run and an
-interactive run of one seed decode the same statistics.
+calls), and statistics and support counts are exact integer sums, so a
+one-shot run and an interactive run of one seed, over any number of shards,
+decode the same statistics.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from ..population import Shard
 from ..randomness import RandomnessSource, UserRandom
 from .base import Request, Response
 from .prefix_encoding import PrefixEncoding
-from .prefix_oracles import level_oracle
+from .prefix_oracles import level_oracle, shard_counts
 from .report_table import merge_tables, to_table, distinct_rows
 from .triehh import choose_items
 
@@ -80,10 +85,10 @@ class PrefixRequest(Request):
 
 @dataclass(frozen=True)
 class PrefixResponse(Response):
-    """Support counts of the candidates (level, final) or the report table (collect); additive."""
+    """The reports' counts (level, final) or the report table (collect); additive."""
 
-    support: np.ndarray  # int64 [S]: the oracle's support counts, flattened
-    support_users: np.ndarray  # int64 [U]: reports behind them (per sketch row where the oracle has rows)
+    counts: np.ndarray  # int64 [S]: flat statistics, or support counts (see prefix_oracles.shard_counts)
+    reporters: np.ndarray  # int64 [U]: reports behind them (per sketch row or hash where the oracle has them)
     report_rows: np.ndarray  # uint64 [R, W]: distinct report rows, first column the level
     report_counts: np.ndarray  # int64 [R]
 
@@ -94,7 +99,7 @@ class PrefixResponse(Response):
         rounds = {r.round for r in responses}
         if len(rounds) != 1:
             raise ValueError(f"cannot combine responses of different rounds: {sorted(rounds)}")
-        shapes = {(r.support.shape, r.support_users.shape, r.report_rows.shape[1]) for r in responses}
+        shapes = {(r.counts.shape, r.reporters.shape, r.report_rows.shape[1]) for r in responses}
         if len(shapes) != 1:
             raise ValueError(f"cannot combine responses of different shapes: {sorted(shapes)}")
         first = responses[0]
@@ -105,8 +110,8 @@ class PrefixResponse(Response):
             round=first.round,
             sampled_users=sum(r.sampled_users for r in responses),
             responding_users=sum(r.responding_users for r in responses),
-            support=np.sum([r.support for r in responses], axis=0).astype(np.int64),
-            support_users=np.sum([r.support_users for r in responses], axis=0).astype(np.int64),
+            counts=np.sum([r.counts for r in responses], axis=0, dtype=np.int64),
+            reporters=np.sum([r.reporters for r in responses], axis=0, dtype=np.int64),
             report_rows=rows,
             report_counts=counts,
         )
@@ -165,13 +170,13 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
         return _collect(request, shard, encoding, members, levels, items, randomness)
     oracle, reports = _reports(request, shard, encoding, members, items, randomness, request.mode == FINAL,
                                request.level)
-    support = oracle.support(oracle.aggregate(reports), request.candidates)
+    counts, reporters = shard_counts(oracle, oracle.aggregate(reports), request.candidates)
     return request.response_class(
         round=request.round,
         sampled_users=int(members.size),
         responding_users=int(members.size),
-        support=support.counts.ravel().astype(np.int64),
-        support_users=np.atleast_1d(support.n_users).astype(np.int64),
+        counts=np.asarray(counts, dtype=np.int64),
+        reporters=np.asarray(reporters, dtype=np.int64),
         report_rows=np.zeros((0, 0), dtype=np.uint64),
         report_counts=np.zeros(0, dtype=np.int64),
     )
@@ -202,8 +207,8 @@ def _collect(
         round=request.round,
         sampled_users=int(members.size),
         responding_users=int(members.size),
-        support=np.zeros(0, dtype=np.int64),
-        support_users=np.zeros(0, dtype=np.int64),
+        counts=np.zeros(0, dtype=np.int64),
+        reporters=np.zeros(0, dtype=np.int64),
         report_rows=rows,
         report_counts=counts,
     )

@@ -41,7 +41,7 @@ from ..privacy.validation import check_epsilon, check_positive_int, check_users
 from ..randomness import derive_key
 from .base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
 from .prefix_encoding import ENCODINGS, Encoding, PrefixEncoding
-from .prefix_oracles import PREFIX_ORACLES, build_level_oracle, restore_support
+from .prefix_oracles import PREFIX_ORACLES, build_level_oracle, decode_counts
 from .prefix_reports import COLLECT, FINAL, LEVEL, PrefixRequest, PrefixResponse
 from .report_table import expand, from_table, to_table
 
@@ -218,7 +218,7 @@ class PrefixSearchServer(ServerProtocol):
     # -- construction helpers -------------------------------------------------------
 
     def level_oracle(self, level: int) -> FrequencyOracle:
-        """The oracle of a level (0-based), built on demand so its hash tables live only while used."""
+        """The oracle of a level (0-based), built on demand (cheap: public parameters only)."""
         return self._oracle(int(self.lengths[level]), self.level_epsilon)
 
     def final_oracle(self) -> FrequencyOracle:
@@ -330,16 +330,17 @@ class PrefixSearchServer(ServerProtocol):
         if pending.mode == COLLECT:
             self._absorb_collection(response)
         elif pending.mode == LEVEL:
-            values = self._finish_level(self._support(self.level_oracle(pending.level), response))
+            values = self._finish_level(self._support(self.level_oracle(pending.level), response, pending))
             self._trace.append(RoundRecord(self._rounds, values, {"reporting_users": int(response.responding_users)}))
         else:
-            self._finish_final(self._support(self.final_oracle(), response), response.responding_users)
+            self._finish_final(self._support(self.final_oracle(), response, pending), response.responding_users)
 
     # -- decoding -------------------------------------------------------------------------
 
     @staticmethod
-    def _support(oracle: FrequencyOracle, response: PrefixResponse) -> Support:
-        return restore_support(oracle, response.support, response.support_users)
+    def _support(oracle: FrequencyOracle, response: PrefixResponse, request: PrefixRequest) -> Support:
+        """The round's support, decoded once from the shards' summed counts."""
+        return decode_counts(oracle, response.counts, response.reporters, request.candidates)
 
     def _absorb_collection(self, response: PrefixResponse) -> None:
         """Decode every level (and the final pass) from the one-shot report table."""

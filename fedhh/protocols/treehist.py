@@ -43,7 +43,7 @@ class TreeHistRequest(PrefixRequest):
 
 @dataclass(frozen=True)
 class TreeHistResponse(PrefixResponse):
-    """A shard's support counts for the round's candidates, or its report table."""
+    """A shard's counts for the round (flat statistics or support counts), or its report table."""
 
 
 TreeHistRequest.response_class = TreeHistResponse

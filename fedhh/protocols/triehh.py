@@ -22,6 +22,7 @@ from ..prefixes import rows_in, sum_histograms
 from ..privacy.report import PrivacyReport
 from ..privacy.triehh import TrieHHParameters
 from ..randomness import KeyedRandomness, RandomnessSource
+from ..sampling import uniform_subset
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
 
 SAMPLE_PURPOSE = "triehh.sample"
@@ -61,6 +62,15 @@ class TrieHHResponse(Response):
         )
 
 
+def round_sample(randomness: KeyedRandomness, round_: int, n_users: int, batch_size: int) -> np.ndarray:
+    """The sorted global ids of round ``round_``'s uniform sample without replacement.
+
+    Drawn once per round by the server from (seed, round) alone, so every
+    transport and shard count sees the same sample.
+    """
+    return uniform_subset(randomness.generator(SAMPLE_PURPOSE, round_), n_users, batch_size)
+
+
 def sampled_in_shard(sampled: np.ndarray, shard: Shard) -> np.ndarray:
     """Local indices of the sampled users that this shard holds."""
     lo, hi = np.searchsorted(sampled, [shard.first_user, shard.stop_user])
@@ -75,12 +85,14 @@ def choose_items(
     Returns (users that hold an item, chosen item id per such user).  The draw
     is keyed by global user id, so it does not depend on sharding.
     """
+    if shard.one_item_per_user:
+        chosen = shard.item_of_user[local_users]
+        holds = chosen >= 0
+        return local_users[holds], chosen[holds]
     starts = shard.item_offsets[local_users]
     ends = shard.item_offsets[local_users + 1]
     holds = ends > starts
     users, starts, ends = local_users[holds], starts[holds], ends[holds]
-    if shard.one_item_per_user:
-        return users, shard.item_ids[starts]
     cumulative = np.concatenate(([0], np.cumsum(shard.item_counts)))
     total = cumulative[ends] - cumulative[starts]
     uniforms = randomness.for_users(purpose, round_, users + shard.first_user).random(users.size)
@@ -102,7 +114,13 @@ def respond(request: TrieHHRequest, shard: Shard, randomness: RandomnessSource) 
     _, chosen = choose_items(shard, local, randomness, CHOICE_PURPOSE, depth)
     prefix_rows, item_to_prefix = shard.vocabulary.prefixes.at(depth)
     prefix_of_vote = item_to_prefix[chosen]
-    voted, votes = np.unique(prefix_of_vote[prefix_of_vote >= 0], return_counts=True)
+    prefix_of_vote = prefix_of_vote[prefix_of_vote >= 0]
+    if prefix_rows.shape[0] <= 4 * prefix_of_vote.size:  # a count per prefix beats sorting the votes
+        tally = np.bincount(prefix_of_vote, minlength=prefix_rows.shape[0])
+        voted = np.flatnonzero(tally)
+        votes = tally[voted]
+    else:
+        voted, votes = np.unique(prefix_of_vote, return_counts=True)
     rows = prefix_rows[voted]
     if depth > 1:
         extends_trie = rows_in(rows[:, :-1], request.parents)
@@ -151,7 +169,8 @@ class TrieHHServer(ServerProtocol):
 
     def progress_note(self) -> str:
         sizes = [int(rows.shape[0]) for rows, _ in self._levels]
-        return f"trie per depth {sizes}, {len(self.discovered())} items complete"
+        complete = sum(int(np.count_nonzero(rows[:, -1] == EOS)) for rows, _ in self._levels)
+        return f"trie per depth {sizes}, {complete} items complete"
 
     @property
     def done(self) -> bool:
@@ -168,10 +187,7 @@ class TrieHHServer(ServerProtocol):
             return None
         if self._pending is None:
             round_ = len(self._levels) + 1
-            generator = self._randomness.generator(SAMPLE_PURPOSE, round_)
-            sampled = np.sort(
-                generator.choice(self.params.n_users, self.params.batch_size, replace=False)
-            ).astype(np.int64)
+            sampled = round_sample(self._randomness, round_, self.params.n_users, self.params.batch_size)
             self._pending = TrieHHRequest(round=round_, sampled=sampled, parents=self._extendable())
         return self._pending
 
@@ -217,10 +233,9 @@ class TrieHHServer(ServerProtocol):
         found = []
         for rows, votes in self._levels:
             complete = rows[:, -1] == EOS
-            for row, support in zip(rows[complete], votes[complete]):
-                found.append(
-                    Discovery(self.codec.decode_symbols(row), tuple(int(s) for s in row), support=int(support))
-                )
+            items = self.codec.decode_rows(rows[complete])
+            for item, row, support in zip(items, rows[complete].tolist(), votes[complete].tolist()):
+                found.append(Discovery(item, tuple(row), support=support))
         return found
 
     def frequent_prefixes(self) -> list[str]:
@@ -231,7 +246,7 @@ class TrieHHServer(ServerProtocol):
             if depth < len(self._levels):
                 children = self._levels[depth][0][:, :depth]
                 open_rows = open_rows[~rows_in(open_rows, children)]
-            leaves.extend(self.codec.decode_symbols(row) for row in open_rows)
+            leaves.extend(self.codec.decode_rows(open_rows))
         return leaves
 
     def result(self) -> ProtocolResult:
