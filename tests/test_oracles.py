@@ -479,8 +479,9 @@ def test_unknown_oracle_and_option_names_list_what_is_allowed() -> None:
     assert set(ORACLE_NAMES) >= {"grr", "de", "sue", "oue", "blh", "olh", "flh", "hr", "hm", "cms", "hcms"}
 
 
-def test_flh_support_without_the_cached_hash_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Candidate sets too large for the cached table are hashed block by block, to the same counts."""
+def test_flh_support_in_small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Candidates split over many tasks and functions over many cache blocks give the same counts
+    (a sweep's PEM, k = 4, once failed when the candidates outgrew a cached hash table)."""
     from fedhh.oracles import fast_local_hashing
 
     oracle = make_oracle("flh", epsilon=2.0, domain=1 << 32, seed=3, hash_functions=16)
@@ -488,5 +489,6 @@ def test_flh_support_without_the_cached_hash_table(monkeypatch: pytest.MonkeyPat
     statistics = oracle.aggregate(oracle.randomize(values, UserRandom(derive_key(1, "flh"), np.arange(2000))))
     candidates = np.arange(100, dtype=np.uint64)
     cached = oracle.support(statistics, candidates).counts
-    monkeypatch.setattr(fast_local_hashing, "_CACHED_ENTRIES", 10)  # a sweep's PEM (k = 4) got here
+    monkeypatch.setattr(fast_local_hashing, "_CANDIDATES_PER_TASK", 7)
+    monkeypatch.setattr(fast_local_hashing, "_BLOCK_ENTRIES", 10)
     assert np.array_equal(oracle.support(statistics, candidates).counts, cached)
