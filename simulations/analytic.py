@@ -7,9 +7,11 @@
   are shorter than ``L``, so runs do at least this well.  With several items
   per user the paper gives no bound (a holder votes for the item only with
   its local frequency), and none is predicted here.
-* PEM: the identification probability of seed 000 eqs. (4)-(5), from the
-  run's own design (γ, η, group split, candidates kept) evaluated on the
-  population's true frequencies.  :func:`pem_identification` is the one
+* PEM: the identification probability of each value, from the run's own
+  design (γ, η, group split, candidates kept) evaluated on the population's
+  true frequencies by the utility model of ``fedhh plan pem`` (the
+  order-statistics model of :mod:`fedhh.protocols.selection_model`, which
+  refines seed 000's eq. (5) near rank k).  :func:`pem_identification` is the one
   place that calls the model, so a better one can replace it there.
 * TreeHist: no closed form; nothing is predicted.
 
@@ -60,8 +62,8 @@ def prediction_key(server: ServerProtocol) -> Hashable:
 
 
 def pem_identification(server: PEMServer, shard: Shard, truth: Truth) -> np.ndarray:
-    """Eqs. (4)-(5) of seed 000 for every item: the product over levels of its chance to stay
-    among the kept candidates, for the run's design and the population's true frequencies.
+    """For every item, the product over levels of its chance to stay among the kept candidates
+    (the utility model's default, order statistics), for the run's design and true frequencies.
 
     Users holding no encodable item report the empty value, which competes for
     the candidates' places like any value, so it is part of the frequencies.

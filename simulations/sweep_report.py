@@ -454,7 +454,7 @@ def _triehh_dense(
     return grid, np.array(values)
 
 
-MODEL_LABELS = {"triehh": "TrieHH worst-case bound (Prop. 1)", "pem": "PEM analysis (eqs. (4)-(5))"}
+MODEL_LABELS = {"triehh": "TrieHH worst-case bound (Prop. 1)", "pem": "PEM analysis (order-statistics model)"}
 
 
 def _model_label(tables: SweepTables, rows: np.ndarray) -> str:

@@ -137,7 +137,7 @@ def test_pem_prediction_sits_beside_its_runs(tmp_path: Path) -> None:
     axis = "protocol.name,protocol.oracle"  # a zipped group is one axis
     assert tables.swept == [axis] and plan_plots(tables, None, "ncr", None, None) == [(axis, "ncr", None, None)]
     plot = build_plot(tables, axis, "ncr", None, None)
-    assert plot.model_label == "PEM analysis (eqs. (4)-(5))"
+    assert plot.model_label == "PEM analysis (order-statistics model)"
     assert list(plot.curves[0].x) == [("pem", "olh"), ("treehist", "flh")]
     assert plot.curves[0].model_y[0] == pytest.approx(np.mean([row["predicted_ncr"] for row in pem]))
     assert np.isnan(plot.curves[0].model_y[1])
