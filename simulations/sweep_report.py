@@ -527,7 +527,7 @@ def draw(plot: Plot) -> Any:
             axes.set_xticks(range(len(categories)), [_value(v) for v in categories])
         elif _spans_decades(points):
             axes.set_xscale("log")
-        if points and len(points) <= MARKED // 3:  # few swept values: label each one
+        if points and len(points) <= MARKED // 3 and plot.x != FREQUENCY_AXIS:  # few swept values: label each
             axes.set_xticks(points, [_compact(v) for v in points])
             axes.xaxis.set_minor_locator(NullLocator())
         if _spans_decades([v for c in plot.curves for v in c.mean if np.isfinite(v)], factor=100):
