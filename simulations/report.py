@@ -63,12 +63,13 @@ def plot_discovery(result: dict[str, Any], path: Path, shown_ranks: int = 500) -
     """With an evaluation: true frequency against true rank (log-log), discovered items in
     colour.  Without: what the protocol published, its estimated counts (or supports) by
     output rank; nothing of the truth is drawn."""
-    import matplotlib
+    # A bare Figure (no pyplot: no backend, no global figure list) drawn once, into
+    # margins fixed for these short log-scale labels: tight_layout would draw it twice.
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.2), dpi=120)
+    figure = Figure(figsize=(7, 4.2), dpi=120)
+    figure.subplots_adjust(left=0.11, right=0.97, bottom=0.13, top=0.92)
+    axes = figure.add_subplot()
     evaluation = result.get("evaluation")
     if evaluation is not None:
         found = {h["true_rank"]: h["true_frequency"] for h in evaluation["heavy_hitters"] if h["true_rank"]}
@@ -95,9 +96,7 @@ def plot_discovery(result: dict[str, Any], path: Path, shown_ranks: int = 500) -
         fontsize=10,
     )
     axes.grid(True, which="both", alpha=0.25)
-    figure.tight_layout()
     figure.savefig(path)
-    plt.close(figure)
 
 
 def print_run_report(result: dict[str, Any], output_dir: Path | None, console: Console | None = None) -> None:
