@@ -11,6 +11,7 @@ environment, not of the input, and is reported with its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -49,10 +50,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.overwrite and args.output is None:
         raise InputError("--overwrite: replaces the folder named by --output; give --output too")
     config = load_config(args.config, args.set)
+    from simulations.plot_process import plots_aside
     from simulations.report import print_run_report
     from simulations.run import run_experiment
 
-    with claim_output(args, config) as output:
+    # forked once the output is claimed (a refused run starts nothing) and ended before the claim is
+    # released; Flower's ServerApp draws in its own thread
+    drawing = plots_aside() if config["run"]["driver"] == "fast" else contextlib.nullcontext()
+    with claim_output(args, config) as output, drawing:
         result = run_experiment(config, output, show_progress=not args.quiet)
     if args.json:
         print(to_json(result))

@@ -17,6 +17,8 @@ from rich.table import Table
 
 from fedhh.results import ResultsFolder, write_result
 
+from .plot_process import draw
+
 SHOWN_ITEMS = 30
 
 
@@ -41,7 +43,7 @@ def write_run_outputs(output_dir: str | Path | ResultsFolder, result: dict[str, 
             writer.writerows(rounds)
 
     def discovery_plot(folder: Path) -> None:
-        plot_discovery(result, folder / "discovery.png")
+        draw(plot_discovery, result, folder / "discovery.png")
 
     return write_result(output_dir, result, [heavy_hitters_csv, rounds_csv, discovery_plot])
 
