@@ -63,9 +63,10 @@ def timed(argv: list[str], tree: Path | None, measure_memory: bool) -> dict[str,
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
     command = [sys.executable, "-c", MEASURED, *argv] if measure_memory else [str(FEDHH), *argv]
-    started = time.perf_counter()
-    child = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-    figures = {"wall_s": time.perf_counter() - started}
+    with tempfile.TemporaryDirectory(prefix="fedhh-bench-") as cwd:  # `-c` puts the working folder first on sys.path
+        started = time.perf_counter()
+        child = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, check=True)
+        figures = {"wall_s": time.perf_counter() - started}
     if measure_memory:
         line = next(line for line in child.stderr.splitlines() if line.startswith("BENCH"))
         own, largest_child = (float(value) for value in line.split()[1:])
