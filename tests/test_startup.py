@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +47,17 @@ def test_help_and_usage_errors_load_no_heavy_package(argv: list[str]) -> None:
         "        pass"
     )
     assert loaded_after(code, NOT_FOR_HELP) == []
+
+
+def test_a_fast_run_loads_no_package_it_does_not_use(tmp_path: Path) -> None:
+    """A TrieHH run on the fast driver, in-process: no Flower, Ray, scipy, tables or dp-accounting
+    (no ledger), and no matplotlib either: the plot process draws."""
+    argv = ["run", "--set", 'population.source="zipf"', "--set", "population.users=5000", "--set",
+            "population.vocabulary=500", "--set", "population.item_length=4", "--set", "protocol.max_length=4",
+            "--set", 'run.driver="fast"', "--output", str(tmp_path / "run"), "--quiet", "--json"]
+    code = f"import contextlib, io\nfrom fedhh.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n    assert main({argv!r}) == 0"
+    assert loaded_after(code, (*HEAVY, "scipy")) == []
+    assert (tmp_path / "run" / "discovery.png").stat().st_size > 0
 
 
 def test_help_of_the_program_lists_every_command() -> None:
