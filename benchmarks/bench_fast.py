@@ -15,7 +15,9 @@ Targets (issue 14, speed of the whole run):
   without the import of ``fedhh.cli``, with the share of the rounds.
 
 Each whole run is a fresh process that imports ``fedhh.cli`` and calls its
-``main`` as the ``fedhh`` command does; its peak RSS is its own.
+``main`` as the ``fedhh`` command does; its peak RSS is its own, and that of
+the plot process it forks (:mod:`simulations.plot_process`) is reported
+beside it.
 
 Usage::
 
@@ -58,7 +60,8 @@ import fedhh.cli
 imported = time.perf_counter()
 code = fedhh.cli.main(sys.argv[1:])
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-print("BENCH", imported - started, time.perf_counter() - imported, peak, flush=True)
+plot_process_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+print("BENCH", imported - started, time.perf_counter() - imported, peak, plot_process_peak, flush=True)
 sys.exit(code)
 """
 
@@ -141,13 +144,14 @@ def whole_run(users: int, repeats: int) -> dict[str, Any]:
             child = subprocess.run(command, check=True, capture_output=True, text=True)
             wall = time.perf_counter() - started
             line = next(line for line in child.stdout.splitlines() if line.startswith("BENCH"))
-            import_s, main_s, peak_gib = (float(value) for value in line.split()[1:])
+            import_s, main_s, peak_gib, child_peak_gib = (float(value) for value in line.split()[1:])
             timing = json.loads((output / "result.json").read_text(encoding="utf-8"))["timing_s"]
         runs.append({
             "wall_s": wall, "import_s": import_s, "without_import_s": wall - import_s, "main_s": main_s,
             **{f"{phase}": seconds for phase, seconds in timing.items()},
             "rounds_share": timing["rounds_s"] / wall,
             "peak_rss_gib": peak_gib,
+            "plot_process_peak_rss_gib": child_peak_gib,
         })
     keys = [key for key in runs[0] if isinstance(runs[0][key], float)]
     return {"median": {key: statistics.median(run[key] for run in runs) for key in keys}, "runs": runs}

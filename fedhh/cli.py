@@ -11,29 +11,21 @@ environment, not of the input, and is reported with its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from typing import NamedTuple
 
 from . import __version__
 from .config import FedhhConfig, load_config
 from .errors import InputError
 from .interrupts import exit_status, interruptible
-from .oracles.cli import add_oracles_parser
-from .privacy.cli import add_audit_parser
-from .privacy.pem_plan import add_pem_plan_parser
-from .privacy.plan import plan as plan_protocol
-from .privacy.sizing_cli import add_size_parser
-from .privacy.treehist_plan import add_treehist_plan_parser
 from .results import ResultsFolder, to_json
 
 EXIT_FAILURE = 1
@@ -58,10 +50,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.overwrite and args.output is None:
         raise InputError("--overwrite: replaces the folder named by --output; give --output too")
     config = load_config(args.config, args.set)
+    from simulations.plot_process import plots_aside
     from simulations.report import print_run_report
     from simulations.run import run_experiment
 
-    with claim_output(args, config) as output:
+    # forked once the output is claimed (a refused run starts nothing) and ended before the claim is
+    # released; Flower's ServerApp draws in its own thread
+    drawing = plots_aside() if config["run"]["driver"] == "fast" else contextlib.nullcontext()
+    with claim_output(args, config) as output, drawing:
         result = run_experiment(config, output, show_progress=not args.quiet)
     if args.json:
         print(to_json(result))
@@ -71,6 +67,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _plan_triehh(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .privacy.plan import plan as plan_protocol
+
     plan = plan_protocol(
         "triehh", n_users=args.users, epsilon=args.epsilon, delta=args.delta, max_rounds=args.max_rounds
     )
@@ -93,14 +94,7 @@ def _plan_triehh(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fedhh", description="Federated heavy-hitter discovery with differential privacy."
-    )
-    parser.add_argument("--version", action="version", version=f"fedhh {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    run = commands.add_parser("run", help="run an experiment (default: TrieHH on 1M wordfreq users)")
+def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("config", nargs="?", help="TOML config (defaults apply to missing keys)")
     run.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                      help="override one config value (repeatable)")
@@ -111,7 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print result.json instead of the summary")
     run.set_defaults(func=_run)
 
-    plan = commands.add_parser("plan", help="solve protocol parameters from a privacy target")
+
+def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
+    from .privacy.pem_plan import add_pem_plan_parser
+    from .privacy.treehist_plan import add_treehist_plan_parser
+
     plans = plan.add_subparsers(dest="protocol", required=True)
     triehh = plans.add_parser("triehh", help="θ and batch size m from (n, ε, δ, L)")
     triehh.add_argument("--users", type=int, required=True, help="population size n")
@@ -123,39 +121,110 @@ def build_parser() -> argparse.ArgumentParser:
     triehh.set_defaults(func=_plan_triehh)
     add_pem_plan_parser(plans)
     add_treehist_plan_parser(plans)
-    add_size_parser(commands)
 
-    add_oracles_parser(commands)
-    add_audit_parser(commands)
-    from simulations.study_cli import add_study_parsers  # sweeps and reports are drivers: simulations/
 
-    add_study_parsers(commands)
+def _add_size_arguments(size: argparse.ArgumentParser) -> None:
+    from .privacy.sizing_cli import add_size_arguments
+
+    add_size_arguments(size)
+
+
+def _add_oracles_arguments(oracles: argparse.ArgumentParser) -> None:
+    from .oracles.cli import add_oracles_arguments
+
+    add_oracles_arguments(oracles)
+
+
+def _add_audit_arguments(audit: argparse.ArgumentParser) -> None:
+    from .privacy.cli import add_audit_arguments
+
+    add_audit_arguments(audit)
+
+
+def _add_sweep_arguments(sweep: argparse.ArgumentParser) -> None:
+    from simulations.study_cli import add_sweep_arguments  # sweeps and reports are drivers: simulations/
+
+    add_sweep_arguments(sweep)
+
+
+def _add_report_arguments(report: argparse.ArgumentParser) -> None:
+    from simulations.study_cli import add_report_arguments
+
+    add_report_arguments(report)
+
+
+class Command(NamedTuple):
+    """A subcommand: the line ``fedhh --help`` lists, and what adds its arguments and handler."""
+
+    summary: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+
+
+# Each command's module (and what it imports: numpy, scipy, the protocols, matplotlib) is
+# imported by its ``add_arguments`` only when that command runs, so ``fedhh --help`` and
+# ``fedhh run`` do not pay for the planners' or the audit's imports.
+COMMANDS: dict[str, Command] = {
+    "run": Command("run an experiment (default: TrieHH on 1M wordfreq users)", _add_run_arguments),
+    "plan": Command("solve protocol parameters from a privacy target", _add_plan_arguments),
+    "size": Command("the population needed to find an item of a given share (or to reach a recall@K)",
+                    _add_size_arguments),
+    "oracles": Command("compare the LDP frequency oracles on Zipf data (MSE vs theory, speed)",
+                       _add_oracles_arguments),
+    "audit": Command("measure a lower bound on the ε actually spent (Monte Carlo / exact)", _add_audit_arguments),
+    "sweep": Command("run a grid of experiments (a sweep file) in parallel, resumably, into tables",
+                     _add_sweep_arguments),
+    "report": Command("plots (PNG, SVG) and a Markdown summary of a sweep's tables", _add_report_arguments),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``fedhh`` parser: every command with its arguments, or, given ``only``, just that
+    command's arguments (the others are listed by name and summary; ``""``: none)."""
+    parser = argparse.ArgumentParser(
+        prog="fedhh", description="Federated heavy-hitter discovery with differential privacy."
+    )
+    parser.add_argument("--version", action="version", version=f"fedhh {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, command in COMMANDS.items():
+        subparser = commands.add_parser(name, help=command.summary, description=command.summary)
+        if only is None or only == name:
+            command.add_arguments(subparser)
     return parser
 
 
+def named_command(argv: Sequence[str]) -> str:
+    """The command ``argv`` names: its first word that is not an option (the top level's
+    options, ``--help`` and ``--version``, take no value), or ``""``."""
+    return next((word for word in argv if not word.startswith("-")), "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    errors = Console(stderr=True, soft_wrap=True)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(only=named_command(argv)).parse_args(argv)
     try:
         with interruptible():
             return int(args.func(args))
     except InputError as error:
-        errors.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
+        from rich.markup import escape
+
+        _print_error(f"[bold red]error:[/] {escape(str(error))}")
         return EXIT_USAGE
     except KeyboardInterrupt as interrupt:
-        errors.print(
-            f"[bold red]interrupted[/] ({str(interrupt) or 'SIGINT'}): stopped; no results were written",
-            highlight=False,
-        )
+        _print_error(f"[bold red]interrupted[/] ({str(interrupt) or 'SIGINT'}): stopped; no results were written")
         return exit_status(interrupt)
     except Exception:  # a bug or a failing environment, never the user's input: show where
         traceback.print_exc()
-        errors.print(
+        _print_error(
             f"[bold red]internal error[/] in fedhh {__version__} (not a problem with the input); "
-            "the traceback above says where",
-            highlight=False,
+            "the traceback above says where"
         )
         return EXIT_FAILURE
+
+
+def _print_error(markup: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True, soft_wrap=True).print(markup, highlight=False)
 
 
 def run() -> None:

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
 from fedhh.errors import InputError
 from fedhh.oracles.base import LinearVariance
@@ -96,8 +95,10 @@ def base_cut(
     noise = _checked_noise(noise, "base-cut")
     if not (math.isfinite(false_positives) and false_positives > 0):
         raise ValueError(f"false_positives must be a finite number > 0, got {false_positives}")
+    from scipy.special import ndtri  # here, not at import: scipy costs a run that never cuts ~0.2 s
+
     tail = min(false_positives / values.size, 0.5)
-    threshold = math.sqrt(noise.zero_count) * float(norm.isf(tail))
+    threshold = math.sqrt(noise.zero_count) * -float(ndtri(tail))  # Phi^-1(1 - tail), exact in the far tail
     return np.where(values >= threshold, np.maximum(values, 0.0), 0.0)
 
 

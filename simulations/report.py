@@ -17,6 +17,8 @@ from rich.table import Table
 
 from fedhh.results import ResultsFolder, write_result
 
+from .plot_process import draw
+
 SHOWN_ITEMS = 30
 
 
@@ -41,7 +43,7 @@ def write_run_outputs(output_dir: str | Path | ResultsFolder, result: dict[str, 
             writer.writerows(rounds)
 
     def discovery_plot(folder: Path) -> None:
-        plot_discovery(result, folder / "discovery.png")
+        draw(plot_discovery, result, folder / "discovery.png")
 
     return write_result(output_dir, result, [heavy_hitters_csv, rounds_csv, discovery_plot])
 
@@ -63,12 +65,13 @@ def plot_discovery(result: dict[str, Any], path: Path, shown_ranks: int = 500) -
     """With an evaluation: true frequency against true rank (log-log), discovered items in
     colour.  Without: what the protocol published, its estimated counts (or supports) by
     output rank; nothing of the truth is drawn."""
-    import matplotlib
+    # A bare Figure (no pyplot: no backend, no global figure list) drawn once, into
+    # margins fixed for these short log-scale labels: tight_layout would draw it twice.
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.2), dpi=120)
+    figure = Figure(figsize=(7, 4.2), dpi=120)
+    figure.subplots_adjust(left=0.11, right=0.97, bottom=0.13, top=0.92)
+    axes = figure.add_subplot()
     evaluation = result.get("evaluation")
     if evaluation is not None:
         found = {h["true_rank"]: h["true_frequency"] for h in evaluation["heavy_hitters"] if h["true_rank"]}
@@ -95,9 +98,7 @@ def plot_discovery(result: dict[str, Any], path: Path, shown_ranks: int = 500) -
         fontsize=10,
     )
     axes.grid(True, which="both", alpha=0.25)
-    figure.tight_layout()
     figure.savefig(path)
-    plt.close(figure)
 
 
 def print_run_report(result: dict[str, Any], output_dir: Path | None, console: Console | None = None) -> None:

@@ -1,4 +1,4 @@
-"""``fedhh sweep`` and ``fedhh report``: the study commands, registered by :mod:`fedhh.cli`.
+"""``fedhh sweep`` and ``fedhh report``: the study commands' arguments and handlers, for :mod:`fedhh.cli`.
 
 Only argument parsing lives at module level; the handlers import the
 sweep and report machinery (numpy, pyarrow, matplotlib, Ray when asked)
@@ -15,13 +15,12 @@ EXIT_INTERRUPTED = 130
 EXIT_INCOMPLETE = 1
 
 
-def add_study_parsers(commands: argparse._SubParsersAction) -> None:
-    """Register ``sweep`` and ``report`` under the top-level subcommands."""
-    sweep = commands.add_parser(
-        "sweep", help="run a grid of experiments (a sweep file) in parallel, resumably, into tables",
-        description="Run every trial of a sweep file on the fast driver and write trials.parquet "
+def add_sweep_arguments(sweep: argparse.ArgumentParser) -> None:
+    """The ``sweep`` subcommand's arguments; its handler is the parser's ``func``."""
+    sweep.description = (
+        "Run every trial of a sweep file on the fast driver and write trials.parquet "
         "(one row per trial) and items.parquet (per-item discovery) to the output folder. "
-        "Re-running the same command skips the trials already done.",
+        "Re-running the same command skips the trials already done."
     )
     sweep.add_argument("sweep_file", help="TOML sweep file (a base config and a [sweep] table)")
     sweep.add_argument("--output", help="results folder (default: results/sweeps/<sweep file name>)")
@@ -34,11 +33,13 @@ def add_study_parsers(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.set_defaults(func=_sweep)
 
-    report = commands.add_parser(
-        "report", help="plots (PNG, SVG) and a Markdown summary of a sweep's tables",
-        description="Plot a metric against a swept key, with the mean and 95%% interval over trials and "
+
+def add_report_arguments(report: argparse.ArgumentParser) -> None:
+    """The ``report`` subcommand's arguments; its handler is the parser's ``func``."""
+    report.description = (
+        "Plot a metric against a swept key, with the mean and 95%% interval over trials and "
         "the protocols' analytic predictions beside the simulated points. Special axes: --x k (recall of "
-        "the true top K against K) and --x frequency (discovery rate against the item's true frequency).",
+        "the true top K against K) and --x frequency (discovery rate against the item's true frequency)."
     )
     report.add_argument("folder", help="a folder written by fedhh sweep")
     report.add_argument("--x", help="x axis: a swept key or a column, k, or frequency (default: the "

@@ -14,7 +14,7 @@ import pytest
 
 from fedhh.errors import InputError
 from fedhh.oracles import make_oracle
-from fedhh.oracles.cli import add_oracles_parser
+from fedhh.oracles.cli import add_oracles_arguments
 from fedhh.oracles.experiment import EXPERIMENT_ORACLES, run_oracle_experiment, zipf_counts
 
 Z = 5.0
@@ -92,7 +92,7 @@ def test_hadamard_response_is_the_fastest_to_decode() -> None:
 
 def test_command_prints_json_and_a_table(capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser(prog="fedhh")
-    add_oracles_parser(parser.add_subparsers(dest="command", required=True))
+    add_oracles_arguments(parser.add_subparsers(dest="command", required=True).add_parser("oracles"))
     defaults = parser.parse_args(["oracles"])
     assert (defaults.epsilon, defaults.domain, defaults.users, defaults.zipf, defaults.seed, defaults.json) == (
         4.0, 1024, 100_000, 1.1, 0, False,
@@ -124,7 +124,7 @@ def test_command_prints_json_and_a_table(capsys: pytest.CaptureFixture[str]) -> 
 )
 def test_command_rejects_bad_arguments(arguments: list[str], message: str) -> None:
     parser = argparse.ArgumentParser(prog="fedhh")
-    add_oracles_parser(parser.add_subparsers(dest="command", required=True))
+    add_oracles_arguments(parser.add_subparsers(dest="command", required=True).add_parser("oracles"))
     args = parser.parse_args(["oracles", *arguments])
     with pytest.raises(InputError, match=message):
         args.func(args)

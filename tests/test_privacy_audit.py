@@ -25,7 +25,7 @@ from fedhh.privacy.audit import (
     round_guarantee,
     simulate_runs,
 )
-from fedhh.privacy.cli import add_audit_parser
+from fedhh.privacy.cli import add_audit_arguments
 from fedhh.privacy.triehh import TrieHHParameters, solve_triehh, triehh_delta, triehh_epsilon
 from fedhh.protocols.triehh import TrieHHServer, respond
 from fedhh.randomness import KeyedRandomness
@@ -296,7 +296,7 @@ def test_conditional_audit_catches_a_leaky_bucket_and_a_value_dependent_seed(mon
 # the command-line handlers ------------------------------------------------------------
 def audit_cli(*argv: str) -> tuple[int, object]:
     parser = argparse.ArgumentParser(prog="fedhh")
-    add_audit_parser(parser.add_subparsers(dest="command", required=True))
+    add_audit_arguments(parser.add_subparsers(dest="command", required=True).add_parser("audit"))
     args = parser.parse_args(["audit", *argv])
     return args.func(args), args
 

@@ -18,13 +18,11 @@ from .experiment import run_oracle_experiment
 JSON_FIELDS = ("oracle", "mse", "predicted_variance", "users_per_s")
 
 
-def add_oracles_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register the ``oracles`` subcommand; its handler is the parser's ``func`` default."""
-    parser = subparsers.add_parser(
-        "oracles",
-        help="compare the LDP frequency oracles on Zipf data (MSE vs theory, speed)",
-        description="Every frequency oracle on the same Zipf population at the same epsilon: "
-        "measured MSE over the domain, predicted variance, their ratio, users per second.",
+def add_oracles_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``oracles`` subcommand's arguments; its handler is the parser's ``func`` default."""
+    parser.description = (
+        "Every frequency oracle on the same Zipf population at the same epsilon: "
+        "measured MSE over the domain, predicted variance, their ratio, users per second."
     )
     parser.add_argument("--epsilon", type=float, default=4.0, help="privacy budget ε > 0 (default 4)")
     parser.add_argument("--domain", type=int, default=1024, help="domain size d >= 2 (default 1024)")
@@ -33,7 +31,6 @@ def add_oracles_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of the table")
     parser.set_defaults(func=run_oracles_command)
-    return parser
 
 
 def run_oracles_command(args: argparse.Namespace) -> int:

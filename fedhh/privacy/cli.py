@@ -36,13 +36,9 @@ from .triehh import TrieHHParameters, solve_triehh
 EXIT_VIOLATION = 1
 
 
-def add_audit_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``audit triehh`` and ``audit ldp``; each handler is its parser's ``func``."""
-    audit = subparsers.add_parser(
-        "audit",
-        help="measure a lower bound on the ε actually spent (Monte Carlo / exact)",
-        description="Empirical privacy audits: lower bounds on ε next to the guarantee.",
-    )
+def add_audit_arguments(audit: argparse.ArgumentParser) -> None:
+    """``audit triehh`` and ``audit ldp`` under the ``audit`` subcommand; each handler is its parser's ``func``."""
+    audit.description = "Empirical privacy audits: lower bounds on ε next to the guarantee."
     kinds = audit.add_subparsers(dest="audited", required=True)
 
     triehh = kinds.add_parser(
@@ -84,7 +80,6 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     ldp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     ldp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ldp.set_defaults(func=run_ldp_audit)
-    return audit
 
 
 def _holder_list(text: str) -> list[int]:

@@ -30,9 +30,6 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
-from dp_accounting.pld import common
-from dp_accounting.pld import privacy_loss_distribution as pld_module
-
 from .report import CompositionSummary
 
 Guarantee = tuple[float, float]  # (epsilon, delta) of one run
@@ -91,6 +88,10 @@ def pld_composition(guarantees: Iterable[Guarantee], delta: float, discretizatio
     groups are convolved: a ledger of daily runs with one setting costs one
     self-composition whatever its length.
     """
+    # dp-accounting (and the scipy.signal it loads) costs ~0.5 s at import; only ledgers compose
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld_module
+
     counts = Counter(guarantees)
     if not counts:
         return 0.0

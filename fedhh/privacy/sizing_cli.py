@@ -38,14 +38,12 @@ DEFAULT_TRIALS = {"triehh": 200, "pem": 20, "treehist": 20}  # --verify runs (Tr
 DEFAULT_RECALL_TRIALS = 3
 
 
-def add_size_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``size triehh|pem|treehist``; each handler is its parser's ``func``."""
-    size = commands.add_parser(
-        "size",
-        help="the population needed to find an item of a given share (or to reach a recall@K)",
-        description="The smallest population for which an item held by --frequency of the users is found "
+def add_size_arguments(size: argparse.ArgumentParser) -> None:
+    """``size triehh|pem|treehist`` under the ``size`` subcommand; each handler is its parser's ``func``."""
+    size.description = (
+        "The smallest population for which an item held by --frequency of the users is found "
         "with probability --discovery, from each protocol's analysis (see docs/sizing.md); or, with "
-        "--top-k K --recall R --population CONFIG, the population at which runs reach recall@K = R.",
+        "--top-k K --recall R --population CONFIG, the population at which runs reach recall@K = R."
     )
     kinds = size.add_subparsers(dest="sized", required=True)
     for protocol, name in PROTOCOLS.items():
@@ -75,7 +73,6 @@ def add_size_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentPa
                             help="override one value of the --population config (repeatable)")
         parser.add_argument("--json", action="store_true", help="print JSON (`users` is the answer)")
         parser.set_defaults(func=run_size, protocol=protocol)
-    return size
 
 
 def _add_pem_options(parser: argparse.ArgumentParser) -> None:

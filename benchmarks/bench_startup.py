@@ -1,0 +1,126 @@
+"""Start-up of the ``fedhh`` command: ``fedhh --help`` and the default fast run, whole processes.
+
+Targets (issue 14, speed of the whole run): ``fedhh --help`` under 0.5 s and
+``fedhh run --set run.driver="fast"`` on the default job (TrieHH, 1,000,000
+wordfreq users) at most 1.5 s, wall clock of the whole process as a user
+types it (the ``fedhh`` console script of this environment).
+
+With ``--reference DIR`` (a checkout of an earlier commit, e.g. a temporary
+``git worktree``), the same commands run from that tree too (first on
+``PYTHONPATH``, same interpreter and packages), alternated with the current
+tree's runs so that both see the same load; the medians are reported side
+by side.  Peak RSS is the ``fedhh`` process's own and, separately, that of
+its largest child (the plot process).
+
+Usage::
+
+    python benchmarks/bench_startup.py [--repeats 7] [--reference /tmp/fedhh-before] [--output FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+FEDHH = Path(sys.executable).parent / "fedhh"
+# The fedhh console script, with the peak RSS of the process and of its largest child on stderr.
+MEASURED = """
+import resource, sys
+from fedhh.cli import main
+try:
+    status = main(sys.argv[1:])
+except SystemExit as stop:
+    status = stop.code
+own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+print("BENCH", own, child, file=sys.stderr, flush=True)
+sys.exit(status)
+"""
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def timed(argv: list[str], tree: Path | None, measure_memory: bool) -> dict[str, float]:
+    """Wall seconds of one ``fedhh`` process (and its peak RSS in GiB when ``measure_memory``)."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
+    command = [sys.executable, "-c", MEASURED, *argv] if measure_memory else [str(FEDHH), *argv]
+    with tempfile.TemporaryDirectory(prefix="fedhh-bench-") as cwd:  # `-c` puts the working folder first on sys.path
+        started = time.perf_counter()
+        child = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, check=True)
+        figures = {"wall_s": time.perf_counter() - started}
+    if measure_memory:
+        line = next(line for line in child.stderr.splitlines() if line.startswith("BENCH"))
+        own, largest_child = (float(value) for value in line.split()[1:])
+        figures.update(peak_rss_gib=own, child_peak_rss_gib=largest_child)
+    return figures
+
+
+def default_run(tree: Path | None, measure_memory: bool = False) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="fedhh-bench-") as scratch:
+        return timed(["run", "--set", 'run.driver="fast"', "--quiet", "--output", str(Path(scratch) / "run")],
+                     tree, measure_memory)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--reference", type=Path, help="checkout of an earlier commit, measured alternately")
+    parser.add_argument("--output", default="results/bench_startup.json")
+    args = parser.parse_args()
+    trees: dict[str, Path | None] = {"current": None}
+    if args.reference is not None:
+        trees["reference"] = args.reference.resolve()
+    document: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
+                    "load_average_start": os.getloadavg()},
+        "command": " ".join(sys.argv),
+        "scope": "whole fedhh process (wall clock of the console script)",
+    }
+    for name, tree in trees.items():  # warm the file cache and the bytecode of both trees
+        timed(["--help"], tree, False)
+        default_run(tree)
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
+    for _ in range(args.repeats):
+        for name, tree in trees.items():
+            figures = {"help_s": timed(["--help"], tree, False)["wall_s"]}
+            run = default_run(tree)
+            figures["default_run_s"] = run["wall_s"]
+            for key, value in figures.items():
+                samples[name].setdefault(key, []).append(value)
+    for name, tree in trees.items():  # memory once each: the wrapper adds nothing to the time but a little
+        samples[name].update({key: [value] for key, value in default_run(tree, measure_memory=True).items()
+                              if key != "wall_s"})
+    document["machine"]["load_average_end"] = os.getloadavg()
+    document["median"] = {name: {key: statistics.median(values) for key, values in figures.items()}
+                          for name, figures in samples.items()}
+    document["runs"] = samples
+    if args.reference is not None:
+        document["speedup"] = {key: document["median"]["reference"][key] / document["median"]["current"][key]
+                               for key in ("help_s", "default_run_s")}
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(document, indent=2), encoding="utf-8")
+    print(json.dumps({key: document[key] for key in document if key != "runs"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
