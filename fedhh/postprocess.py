@@ -1,4 +1,4 @@
-"""Consistency post-processing of frequency-oracle estimates (Wang et al., NDSS 2020; seed 002).
+"""Consistency post-processing of frequency-oracle estimates (Wang et al., NDSS 2020; [Wang20]).
 
 An oracle's unbiased estimates can be negative and need not add up to the
 number of users.  Each method below trades some bias for lower error by
@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
 from fedhh.errors import InputError
 from fedhh.oracles.base import LinearVariance
@@ -96,6 +95,8 @@ def base_cut(
     noise = _checked_noise(noise, "base-cut")
     if not (math.isfinite(false_positives) and false_positives > 0):
         raise ValueError(f"false_positives must be a finite number > 0, got {false_positives}")
+    from scipy.stats import norm  # here, not at import: choosing a method needs no scipy.stats
+
     tail = min(false_positives / values.size, 0.5)
     threshold = math.sqrt(noise.zero_count) * float(norm.isf(tail))
     return np.where(values >= threshold, np.maximum(values, 0.0), 0.0)

@@ -1,13 +1,13 @@
 """What the protocols' analyses predict a run finds, to draw beside what the runs found.
 
-* TrieHH: the worst-case discovery rate of Proposition 1 (seed 001), the
+* TrieHH: the worst-case discovery rate of Proposition 1 ([Zhu20]), the
   bound behind ``fedhh plan triehh``: an item held by ``t`` of ``n`` users,
   one item each, sharing no prefix with any other item, needs θ of the ``m``
   sampled users in each of the ``L`` rounds.  Real words share prefixes and
   are shorter than ``L``, so runs do at least this well.  With several items
   per user the paper gives no bound (a holder votes for the item only with
   its local frequency), and none is predicted here.
-* PEM: the identification probability of seed 000 eqs. (4)-(5), from the
+* PEM: the identification probability of [Wang19] eqs. (4)-(5), from the
   run's own design (γ, η, group split, candidates kept) evaluated on the
   population's true frequencies.  :func:`pem_identification` is the one
   place that calls the model, so a better one can replace it there.
@@ -60,7 +60,7 @@ def prediction_key(server: ServerProtocol) -> Hashable:
 
 
 def pem_identification(server: PEMServer, shard: Shard, truth: Truth) -> np.ndarray:
-    """Eqs. (4)-(5) of seed 000 for every item: the product over levels of its chance to stay
+    """Eqs. (4)-(5) of [Wang19] for every item: the product over levels of its chance to stay
     among the kept candidates, for the run's design and the population's true frequencies.
 
     Users holding no encodable item report the empty value, which competes for
