@@ -74,16 +74,16 @@ def codec_cost() -> dict[str, Any]:
     """Encode + decode time and wire size of each round's request and 1/8 response."""
     from fedhh.config import load_config
     from fedhh.experiment import Experiment
-    from strategies.registry import flower_protocol
+    from strategies.codec import codec_for
 
     experiment = Experiment(load_config(None, []))
     server = experiment.make_server()
-    codecs = flower_protocol("triehh")
+    spec = experiment.spec
     shards = [experiment.build_shard(i, 8) for i in range(8)]
     largest: dict[str, Any] = {}
     while (request := server.next_request()) is not None:
         responses = [experiment.respond(request, shard, experiment.randomness) for shard in shards]
-        for name, codec, message in (("request", codecs.request, request), ("response", codecs.response, responses[0])):
+        for name, codec, message in (("request", codec_for(spec.request_type), request), ("response", codec_for(spec.response_type), responses[0])):
             started = time.perf_counter()
             for _ in range(20):
                 record = codec.encode(message)

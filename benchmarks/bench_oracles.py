@@ -10,7 +10,7 @@ over ``--repeats`` fresh runs (OLH and BLH once: their decoding is
 ``users x candidates`` work); unary encodings and the CMS use the shard path
 (Binomial counts), since ``users x d`` bits do not fit in memory.
 
-Part 2 (reference): pure-ldp 1.2.0 (seed 004's code; ``pip install
+Part 2 (reference): pure-ldp 1.2.0 ([Cormode21]'s code; ``pip install
 "pure-ldp==1.2.0" "xxhash<2"`` plus the scikit-learn and statsmodels its
 package import pulls in) runs OLH, FLH, OUE, HR and GRR on a random subsample
 of the same population that it can finish, and fedhh runs the same subsample

@@ -12,7 +12,7 @@ default, no slower than 1, within 10 %):
 
 * 64-bit values: one of 100,000 random 8-byte strings with Zipf(1.1)
   popularity under ``protocol.encoding = "bits"``; PEM with FLH and the
-  optimizer's γ, η and group split (query limit 2^20); TreeHist as seed 003
+  optimizer's γ, η and group split (query limit 2^20); TreeHist as [Bassily17]
   runs it (count sketch of Hadamard bits, one bit per level, threshold at the
   noise level), and TreeHist with FLH and 4-bit levels;
 * the default population (wordfreq English, ``configs/pem-wordfreq.toml``:
@@ -20,7 +20,7 @@ default, no slower than 1, within 10 %):
 * 3-letter words (one of 4,000 random lowercase 3-letter strings, Zipf(1.1):
   15-bit values): PEM with its default oracle, OLH, and with FLH.
 
-Part 2 (reference): pure-ldp 1.2.0's PEM (seed 004's code) as it ships, with
+Part 2 (reference): pure-ldp 1.2.0's PEM ([Cormode21]'s code) as it ships, with
 OLH.  Its OLH server loops over the whole level domain for every report and
 allocates one float per domain value, so it cannot hold 64-bit values (the
 level of 40-bit prefixes alone needs 8 TiB); its largest workable values are
@@ -70,7 +70,7 @@ THREE_LETTERS = "3-letter words"
 # label -> (population, config file or None, overrides)
 FULL_CASES: dict[str, tuple[str, str | None, list[str]]] = {
     "PEM, FLH, optimizer's design": (BITS_64, None, ['protocol.name="pem"', 'protocol.oracle="flh"']),
-    "TreeHist (seed 003: sketch of Hadamard bits, 1 bit per level)": (BITS_64, None, ['protocol.name="treehist"']),
+    "TreeHist ([Bassily17]: sketch of Hadamard bits, 1 bit per level)": (BITS_64, None, ['protocol.name="treehist"']),
     "TreeHist, FLH, 4 bits per level": (
         BITS_64, None, ['protocol.name="treehist"', 'protocol.oracle="flh"', "protocol.segment_length=4"]
     ),

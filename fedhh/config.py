@@ -66,18 +66,10 @@ def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0
 
 
-# Names the protocol layer defines (fedhh.protocols.prefix_oracles, fedhh.postprocess);
-# spelled out so that reading a config imports no numerics.  A test keeps them equal.
-PREFIX_ORACLE_CHOICES: tuple[str, ...] = (
-    "auto", "blh", "cms", "count-mean", "count-median", "count-min", "count-sketch", "de", "flh", "grr",
-    "hcms", "hm", "hr", "olh", "oue", "rappor", "sue", "count-sketch-hadamard",
-)
-POSTPROCESS_CHOICES: tuple[str, ...] = (
-    "base", "base-pos", "post-pos", "base-cut", "norm", "norm-mul", "norm-sub", "norm-cut", "cls", "mle-apx",
-    "power", "power-ns",
-)
-
-SCHEMA: dict[str, dict[str, Key]] = {
+# The sections and keys every run has.  ``[protocol]`` lists here what every
+# protocol reads (the name and the public item codec); each protocol adds its
+# own keys in its spec, and :func:`schema` assembles the whole.
+BASE_SCHEMA: dict[str, dict[str, Key]] = {
     "population": {
         "source": Key(str, "wordfreq", "where users' items come from", ("wordfreq", "zipf", "file")),
         "users": Key(int, 1_000_000, "number of users n (wordfreq, zipf)", check=lambda v: v >= 1, constraint=">= 1"),
@@ -89,26 +81,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "path": Key(str, "", "file source: .txt (one item per line, one user per line), .csv or .parquet (columns user, item)"),
     },
     "protocol": {
-        "name": Key(str, "triehh", "heavy-hitter protocol", ("triehh", "pem", "treehist")),
         "max_length": Key(int, 10, "maximum item length in characters (bytes for the bytes alphabet)", check=lambda v: v >= 1, constraint=">= 1"),
         "unit_size": Key(int, 1, "characters per symbol", check=lambda v: 1 <= v <= 4, constraint="in 1..4"),
         "alphabet": Key(str, "lowercase", "public alphabet", ("lowercase", "ascii", "bytes")),
         "overlong": Key(str, "drop", "items longer than max_length", ("error", "drop", "truncate")),
         "unknown_chars": Key(str, "error", "items with characters outside the alphabet", ("error", "drop")),
-        # PEM and TreeHist (ignored by TrieHH)
-        "encoding": Key(str, "bits", "PEM/TreeHist: values as bit strings (character codes) or as the codec's symbols", ("bits", "symbols")),
-        "oracle": Key(str, "auto", "PEM/TreeHist: frequency oracle of every level (auto: PEM olh, TreeHist count-sketch-hadamard)", PREFIX_ORACLE_CHOICES),
-        "start_length": Key(int, 0, "PEM/TreeHist: γ, units the first level adds to its segment (used when segment_length > 0)", check=lambda v: v >= 0, constraint=">= 0"),
-        "segment_length": Key(int, 0, "PEM/TreeHist: η, units each level adds; 0: PEM's optimizer chooses γ, η and the group split, TreeHist scans one unit per level", check=lambda v: v >= 0, constraint=">= 0 (0: automatic)"),
-        "candidates_per_step": Key(int, 32, "PEM/TreeHist: |C_i|, prefixes kept per level", check=lambda v: v >= 1, constraint=">= 1"),
-        "top_k": Key(int, 32, "PEM/TreeHist: k, values reported at most", check=lambda v: v >= 1, constraint=">= 1"),
-        "selection": Key(str, "auto", "PEM/TreeHist: survivors of a level (auto: PEM top-k, TreeHist threshold)", ("auto", "top-k", "threshold")),
-        "threshold": Key(float, 0.0, "PEM/TreeHist: frequency (share of users) a prefix needs under threshold selection; 0: the noise level", check=lambda v: 0 <= v <= 1, constraint="in [0, 1]"),
-        "postprocess": Key(str, "base-pos", "PEM/TreeHist: consistency post-processing of the reported counts", POSTPROCESS_CHOICES),
-        "collection": Key(str, "interactive", "PEM/TreeHist: one level per round, or every report in one round", ("interactive", "one-shot")),
-        "query_limit": Key(int, 1_048_576, "PEM optimizer: most frequency-oracle queries over all levels", check=lambda v: v >= 1, constraint=">= 1"),
-        "sketch_rows": Key(int, 0, "PEM/TreeHist sketch oracles: rows (TreeHist: hash pairs t); 0: automatic", check=lambda v: v >= 0, constraint=">= 0"),
-        "sketch_width": Key(int, 0, "PEM/TreeHist sketch oracles: width (TreeHist: m, a power of two); 0: automatic", check=lambda v: v >= 0, constraint=">= 0"),
     },
     "privacy": {
         "epsilon": Key(float, 4.0, "target ε", check=_positive, constraint="a finite number > 0"),
@@ -130,6 +107,32 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "secure_aggregation": Key(bool, False, "sum each round's responses with Flower's SecAgg+ so the server sees only sums"),
     },
 }
+
+
+DEFAULT_PROTOCOL = "triehh"
+
+
+def schema() -> dict[str, dict[str, Key]]:
+    """Every section and key a config may hold: :data:`BASE_SCHEMA` with ``protocol.name``
+    choosing among the registered protocols and each protocol's own keys.
+
+    The protocols are imported on the first call, not when this module is
+    (reading the command line needs no numerics).
+    """
+    from .protocols.registry import PROTOCOLS, protocol_keys
+
+    names = tuple(PROTOCOLS)
+    cached = _SCHEMA.get(names)
+    if cached is None:
+        protocol = {"name": Key(str, DEFAULT_PROTOCOL, "heavy-hitter protocol", names), **BASE_SCHEMA["protocol"]}
+        clashes = sorted(set(protocol_keys()) & set(protocol))
+        if clashes:
+            raise ConfigError(f"protocol.{clashes[0]}: a protocol's spec declares a key every protocol has")
+        cached = _SCHEMA[names] = {**BASE_SCHEMA, "protocol": {**protocol, **protocol_keys()}}
+    return cached
+
+
+_SCHEMA: dict[tuple[str, ...], dict[str, dict[str, Key]]] = {}  # by the registered names
 
 
 @dataclass(frozen=True)
@@ -161,11 +164,12 @@ class FedhhConfig:
 
 def _split(dotted: str) -> tuple[str, str]:
     section, _, key = dotted.partition(".")
-    if section not in SCHEMA:
-        raise ConfigError(f"{dotted}: unknown section {section!r}; allowed sections: {list(SCHEMA)}")
-    if key not in SCHEMA[section]:
+    known = schema()
+    if section not in known:
+        raise ConfigError(f"{dotted}: unknown section {section!r}; allowed sections: {list(known)}")
+    if key not in known[section]:
         raise ConfigError(
-            f"{dotted}: unknown key {key!r} in [{section}]; allowed keys: {list(SCHEMA[section])}"
+            f"{dotted}: unknown key {key!r} in [{section}]; allowed keys: {list(known[section])}"
         )
     return section, key
 
@@ -174,15 +178,16 @@ def build_config(raw: Mapping[str, Any]) -> FedhhConfig:
     """Validate a nested mapping (missing keys take their defaults)."""
     if not isinstance(raw, Mapping):
         raise ConfigError(f"config must be a table of sections, got {type(raw).__name__}")
-    sections = {s: {k: key.default for k, key in keys.items()} for s, keys in SCHEMA.items()}
+    known = schema()
+    sections = {s: {k: key.default for k, key in keys.items()} for s, keys in known.items()}
     for section, values in raw.items():
-        if section not in SCHEMA:
-            raise ConfigError(f"unknown section [{section}]; allowed sections: {list(SCHEMA)}")
+        if section not in known:
+            raise ConfigError(f"unknown section [{section}]; allowed sections: {list(known)}")
         if not isinstance(values, Mapping):
             raise ConfigError(f"[{section}] must be a table of keys, got {values!r}")
         for key, value in values.items():
             _split(f"{section}.{key}")
-            sections[section][key] = SCHEMA[section][key].validate(f"{section}.{key}", value)
+            sections[section][key] = known[section][key].validate(f"{section}.{key}", value)
     if sections["privacy"]["max_epsilon"] and not sections["privacy"]["ledger"]:
         raise ConfigError("privacy.max_epsilon: a budget needs privacy.ledger (the file that remembers past runs)")
     if sections["population"]["source"] == "file" and not sections["population"]["path"]:
@@ -259,7 +264,7 @@ def config_from_flat(flat: Mapping[str, Any]) -> FedhhConfig:
     nested: dict[str, dict[str, Any]] = {}
     for dotted, value in flat.items():
         section, _, key = dotted.partition(".")
-        if section in SCHEMA:
+        if section in BASE_SCHEMA:
             _split(dotted)
             nested.setdefault(section, {})[key] = value
     return build_config(nested)

@@ -84,7 +84,7 @@ class Experiment:
         population, drawn with its own seed); it must be encoded with this config's codec."""
         self.config = config
         self.codec = item_codec(config)
-        self.protocol = get_protocol(config["protocol"]["name"])
+        self.spec = get_protocol(config["protocol"]["name"])
         self.seed = int(config["run"]["seed"])
         self.randomness = KeyedRandomness(self.seed)
         if source is None:
@@ -97,23 +97,22 @@ class Experiment:
         require_population_memory(self.n_users, int(config["population"]["words_per_user"]))
         check_shard_count(self.n_users, int(config["run"]["shards"]))
         self._population_counts: PopulationCounts | None = None
-        # Solving the privacy target here refuses an impossible run before any round.
-        self.privacy: PrivacyReport = self.make_server().privacy_report()
+        # Solving the privacy target here refuses an impossible run before any round;
+        # the server built for it is the first one make_server hands out.
+        self._fresh_server: ServerProtocol | None = self._build_server()
+        self.privacy: PrivacyReport = self._fresh_server.privacy_report()
 
     @property
     def respond(self) -> ClientFunction:
-        return self.protocol.respond
-
-    @property
-    def request_type(self) -> type:
-        return self.protocol.request_type
-
-    @property
-    def response_type(self) -> type:
-        return self.protocol.response_type
+        return self.spec.respond
 
     def make_server(self) -> ServerProtocol:
-        return self.protocol.build_server(
+        """A server for one run, in its initial state (built once more for every later call)."""
+        server, self._fresh_server = self._fresh_server, None
+        return server if server is not None else self._build_server()
+
+    def _build_server(self) -> ServerProtocol:
+        return self.spec.build_server(
             self.config["privacy"], self.n_users, self.codec, self.seed, protocol=self.config["protocol"]
         )
 

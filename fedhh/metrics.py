@@ -1,7 +1,7 @@
 """Utility of a discovery against the true heavy hitters (evaluation only).
 
 The truth is computed centrally from the simulated population; no protocol
-ever sees it.  Definitions follow Wang et al. (seed 000, §IV-B):
+ever sees it.  Definitions follow Wang et al. ([Wang19], §IV-B):
 
 * recall@K: share of the true top-K items that were discovered;
 * precision: share of discovered items that are in the true top-K;

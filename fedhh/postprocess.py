@@ -1,4 +1,4 @@
-"""Consistency post-processing of frequency-oracle estimates (Wang et al., NDSS 2020; seed 002).
+"""Consistency post-processing of frequency-oracle estimates (Wang et al., NDSS 2020; [Wang20]).
 
 An oracle's unbiased estimates can be negative and need not add up to the
 number of users.  Each method below trades some bias for lower error by

@@ -1,6 +1,6 @@
 """What the protocols' analyses predict a run finds, to draw beside what the runs found.
 
-* TrieHH: the worst-case discovery rate of Proposition 1 (seed 001), the
+* TrieHH: the worst-case discovery rate of Proposition 1 ([Zhu20]), the
   bound behind ``fedhh plan triehh``: an item held by ``t`` of ``n`` users,
   one item each, sharing no prefix with any other item, needs θ of the ``m``
   sampled users in each of the ``L`` rounds.  Real words share prefixes and
@@ -11,7 +11,7 @@
   design (γ, η, group split, candidates kept) evaluated on the population's
   true frequencies by the utility model of ``fedhh plan pem`` (the
   order-statistics model of :mod:`fedhh.protocols.selection_model`, which
-  refines seed 000's eq. (5) near rank k).  :func:`pem_identification` is the one
+  refines [Wang19]'s eq. (5) near rank k).  :func:`pem_identification` is the one
   place that calls the model, so a better one can replace it there.
 * TreeHist: no closed form; nothing is predicted.
 

@@ -415,7 +415,6 @@ def _deploy(args: argparse.Namespace) -> int:
     from fedhh.experiment import Experiment
     from fedhh.privacy.charge import check_budget, run_label
     from fedhh.results import ResultsFolder
-    from strategies.registry import flower_protocol
     from strategies.server_app import OUTPUT_DIR, OVERWRITE, PROGRESS, RUN_ID
 
     config = load_config(None, [*args.overrides, f"run.shards={args.supernodes}"])
@@ -423,7 +422,6 @@ def _deploy(args: argparse.Namespace) -> int:
         raise InputError('run.federation: this wrapper starts shard SuperNodes; a "devices" federation is '
                          "started by hand, one SuperNode per device (see docs/deployment.md)")
     experiment = Experiment(config)  # population, resources, shards, privacy target
-    flower_protocol(str(config["protocol"]["name"]))
     if args.output is None:  # a fresh name now; the ServerApp claims the folder itself
         stamp = time.strftime("%Y%m%d-%H%M%S")
         probe = ResultsFolder.claim_new(Path("results") / f"deployment-{stamp}", field="--output")

@@ -7,7 +7,10 @@ one virtual SuperNode per shard of users.  Flower 1.41's in-process entry
 point is ``flwr.simulation.run_simulation`` (deprecated in favour of
 ``flwr run``, which needs a SuperLink process, but still supported); it
 gives the apps no run config, so the experiment's config is bound into
-them (``make_server_app`` / ``make_client_app``).
+them (``make_server_app`` / ``make_client_app``).  The ServerApp runs in
+this process: it gets the experiment built and checked here and the
+function that writes the result, so a run builds its population, truth and
+server once and writes its results folder once, in place.
 
 Ray and Flower log a lot (Flower also warns that ``run_simulation`` is
 deprecated); unless ``verbose`` is set only their errors are shown, while
@@ -24,11 +27,9 @@ alive and no result is written.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,12 @@ from fedhh.privacy.charge import check_budget
 from fedhh.results import ResultsFolder
 from strategies.base import LOGGER
 from strategies.client_app import make_client_app
-from strategies.registry import flower_protocol
-from strategies.server_app import OUTPUT_DIR, OVERWRITE, PROGRESS, RUN_ID, StopHandle, make_server_app
+from fedhh.protocols import protocol_module
+from strategies.plugins import PROTOCOL_MODULE
+from strategies.server_app import PROGRESS, RUN_ID, PreparedRun, StopHandle, make_server_app
 
 from .ray_runtime import ray_runtime
+from .report import write_run_outputs
 
 DEFAULT_NUM_CPUS = 2  # this machine; each virtual SuperNode's ClientApp takes one
 STOP_GRACE = 5.0  # seconds an interrupted ServerApp gets to end (its waits end within 0.1 s)
@@ -61,15 +64,19 @@ def run_flower_simulation(
     show_progress: bool = False,
     verbose: bool = False,
     num_cpus: int = DEFAULT_NUM_CPUS,
+    experiment: Experiment | None = None,
+    write: Callable[[dict[str, Any]], Path | None] | None = None,
 ) -> dict[str, Any]:
     """Run ``config`` over ``num_supernodes`` virtual SuperNodes; the result document.
 
     ``num_supernodes`` defaults to ``run.shards`` and, when given, replaces
-    it (one shard per SuperNode).  The result is written by the ServerApp to
+    it (one shard per SuperNode).  The ServerApp runs in this process, so it
+    takes the experiment built and checked here (or ``experiment``, already
+    built by the caller for this config) and hands its result document to
+    ``write``; by default the document is written to
     ``output_dir/result.json`` (replacing a previous fedhh result there only
-    with ``overwrite``); without ``output_dir`` it goes to a temporary
-    folder that is removed after it has been read.  The ServerApp charges
-    ``privacy.ledger`` under ``run_id`` (empty: a name of its own).
+    with ``overwrite``), or nowhere without ``output_dir``.  The ServerApp
+    charges ``privacy.ledger`` under ``run_id`` (empty: a name of its own).
     """
     shards = int(config["run"]["shards"]) if num_supernodes is None else num_supernodes
     if shards < 1:
@@ -81,24 +88,34 @@ def run_flower_simulation(
             "run.federation: a simulation's virtual SuperNodes hold shards of the configured "
             "population; a \"devices\" federation needs real SuperNodes (see docs/deployment.md)"
         )
+    if write is not None and output_dir is not None:
+        raise ValueError("give output_dir or write, not both")
     config = config.with_overrides({"run.shards": shards, "run.driver": "flower"})
-    # Refuse what the ServerApp would refuse (privacy target out of reach, a
-    # protocol without Flower codecs, an output folder that must not be
-    # written, a run over the ledger's budget) before Ray starts, not inside its thread.
-    experiment = Experiment(config)
-    flower_protocol(str(config["protocol"]["name"]))
-    if output_dir is not None:
-        ResultsFolder.claim(output_dir, overwrite=overwrite, field="output_dir").release()
+    # Refuse what the ServerApp would refuse (privacy target out of reach, an
+    # output folder that must not be written, a run over the ledger's budget)
+    # before Ray starts, not inside its thread.
+    if experiment is None or experiment.config != config:
+        experiment = Experiment(config)
     check_budget(config["privacy"], experiment.privacy, run_id or "this run")
+    documents: list[dict[str, Any]] = []
     stop = StopHandle()
-    with tempfile.TemporaryDirectory(prefix="fedhh-flower-") as scratch:
-        destination = Path(output_dir) if output_dir is not None else Path(scratch) / "result"
+    with contextlib.ExitStack() as stack:
+        folder = None
+        if output_dir is not None:
+            folder = stack.enter_context(ResultsFolder.claim(output_dir, overwrite=overwrite, field="output_dir"))
+
+        def deliver(document: dict[str, Any]) -> Path | None:
+            documents.append(document)
+            if write is not None:
+                return write(document)
+            return write_run_outputs(folder, document) if folder is not None else None
+
+        prepared = PreparedRun(experiment, deliver, Path(output_dir).name if output_dir is not None else "result")
         run_config = {
             **config.to_flat(),
-            OUTPUT_DIR: str(destination.resolve()),
             PROGRESS: show_progress,
-            OVERWRITE: overwrite,
             RUN_ID: run_id,
+            PROTOCOL_MODULE: protocol_module(str(config["protocol"]["name"])),
         }
         init_args = {
             "num_cpus": num_cpus,
@@ -110,7 +127,7 @@ def run_flower_simulation(
         with _quiet_unless(verbose), ray_runtime(**init_args):
             try:
                 run_simulation(
-                    server_app=make_server_app(run_config, stop),
+                    server_app=make_server_app(run_config, stop, prepared),
                     client_app=make_client_app(run_config),
                     num_supernodes=shards,
                     backend_name="ray",
@@ -120,10 +137,9 @@ def run_flower_simulation(
             except BaseException:
                 stop.stop(STOP_GRACE)  # the ServerApp's thread outlives Flower's engine otherwise
                 raise
-        result_file = destination / "result.json"
-        if not result_file.is_file():
-            raise RuntimeError(f"the Flower simulation ended without writing {result_file}")
-        return json.loads(result_file.read_text(encoding="utf-8"))
+    if not documents:
+        raise RuntimeError("the Flower simulation ended without a result")
+    return documents[0]
 
 
 @contextlib.contextmanager

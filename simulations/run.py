@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from fedhh.config import ConfigError, FedhhConfig
@@ -37,13 +38,19 @@ def run_experiment(config: FedhhConfig, output: ResultsFolder, show_progress: bo
     if run["driver"] == "flower":
         from .flower import run_flower_simulation
 
-        result = run_flower_simulation(config, show_progress=show_progress, run_id=run_id)
-    else:
-        privacy = charge_run(config["privacy"], experiment.privacy, run_id)
-        fast = run_fast(experiment, run["shards"], run["backend"], show_progress=show_progress)
-        timing = {"population_s": population_s, **fast.timing}
-        result = experiment.finish(fast.result, timing, f"fast/{fast.backend}")
-        result["privacy"] = privacy.to_dict()
+        def write(document: dict[str, Any]) -> Path:
+            document["timing_s"]["total_s"] = time.perf_counter() - started
+            return write_run_outputs(output, document)
+
+        # One experiment (population, truth, privacy solve) and one write, by the ServerApp.
+        return run_flower_simulation(
+            config, experiment=experiment, write=write, show_progress=show_progress, run_id=run_id
+        )
+    privacy = charge_run(config["privacy"], experiment.privacy, run_id)
+    fast = run_fast(experiment, run["shards"], run["backend"], show_progress=show_progress)
+    timing = {"population_s": population_s, **fast.timing}
+    result = experiment.finish(fast.result, timing, f"fast/{fast.backend}")
+    result["privacy"] = privacy.to_dict()
     result["timing_s"]["total_s"] = time.perf_counter() - started
     write_run_outputs(output, result)
     return result

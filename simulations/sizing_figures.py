@@ -7,7 +7,7 @@
   measure it (95% Clopper-Pearson intervals), at n = 50,000, ε = 2, OLH,
   k = 8, one level over Zipf(1.1)-popular values of 3 letters (15 bits,
   2,000 values) and of 2 letters (10 bits, 300 values);
-* ``population-for-discovery.png``: the TrieHH Fig. 4 analog (seed 001):
+* ``population-for-discovery.png``: the TrieHH Fig. 4 analog ([Zhu20]):
   the population needed to find an item of a given share with probability
   0.9, from the worst-case bound, for several ε (δ = 2.3e-12, L = 10 as in
   the authors' code); beside it, TrieHH, PEM and TreeHist at ε = 4 on

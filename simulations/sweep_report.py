@@ -7,14 +7,14 @@ in the same axes and colour, dashed, what the protocol's analysis predicts
 (:mod:`simulations.analytic`).  Keys left out of the three are pooled (the
 title says so).  Two axes come from the per-item table:
 
-* ``--x k``: recall of the true top K against K (seed 001 Figs. 6, 8, 9);
+* ``--x k``: recall of the true top K against K ([Zhu20] Figs. 6, 8, 9);
 * ``--x frequency``: the share of items found against their true
-  frequency, items binned by quarter decades (seed 001 Figs. 5, 7; seed 000
+  frequency, items binned by quarter decades ([Zhu20] Figs. 5, 7; [Wang19]
   Fig. 2), beside TrieHH's worst-case bound at the run's θ, m and L.
 
 ``--y discovery`` is the share of the tracked true top items found, or, with
 ``--frequency F``, of the items whose true frequency is within a factor 1.1
-of F (seed 001 Fig. 3, beside the bound at F over the whole x range).
+of F ([Zhu20] Fig. 3, beside the bound at F over the whole x range).
 Every plot is written as PNG and SVG with the numbers drawn in a CSV beside
 them; ``summary.md`` tables the mean of every headline metric per grid point.
 """

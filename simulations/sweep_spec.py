@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from fedhh.config import SCHEMA, ConfigError, FedhhConfig, Scalar, build_config
+from fedhh.config import ConfigError, FedhhConfig, Scalar, build_config, schema
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
 from fedhh.randomness import derive_key
@@ -233,14 +233,15 @@ def _axis(key: str, values: Any) -> list[Scalar]:
     if not values:
         raise SweepError(f"sweep: {key}: empty list; give at least one value")
     section, _, name = key.partition(".")
-    if section not in SCHEMA:
-        raise SweepError(f"sweep: {key}: unknown section {section!r}; allowed sections: {list(SCHEMA)}")
-    if name not in SCHEMA[section]:
-        raise SweepError(f"sweep: {key}: unknown key {name!r} in [{section}]; allowed keys: {list(SCHEMA[section])}")
+    known = schema()
+    if section not in known:
+        raise SweepError(f"sweep: {key}: unknown section {section!r}; allowed sections: {list(known)}")
+    if name not in known[section]:
+        raise SweepError(f"sweep: {key}: unknown key {name!r} in [{section}]; allowed keys: {list(known[section])}")
     checked: list[Scalar] = []
     for value in values:
         try:  # the value alone; rules across keys are checked on each whole grid point
-            normalised = SCHEMA[section][name].validate(key, value)
+            normalised = known[section][name].validate(key, value)
         except ConfigError as error:
             raise SweepError(f"sweep: {key} = {value!r}: {error}") from None
         if normalised in checked:

@@ -7,12 +7,13 @@ after its ``max_rounds``).  So :class:`ProtocolStrategy` overrides
 ``None``, and maps one protocol round onto Flower's train phase:
 
 * ``configure_train``: the round's request to every admitted node that has
-  something to answer (a protocol may narrow the request per node, e.g.
-  TrieHH sends a device only its own sampling decision);
+  something to answer (the protocol's spec may narrow the request per node,
+  e.g. TrieHH sends a device only its own sampling decision);
 * ``aggregate_train``: classify the replies (see
   ``strategies.participation``), check each one against what its node was
   asked, ``Response.combine`` the valid ones (responses are additive) and
-  ``absorb`` the sum;
+  ``absorb`` the sum (or, with ``run.secure_aggregation``, another
+  aggregation step: :class:`RoundAggregation`);
 * there is no federated evaluation phase (``configure_evaluate`` sends
   nothing): utility is measured on the server against the true counts.
 
@@ -24,6 +25,11 @@ round in which no node at all contributes stops the run, since absorbing
 nothing would end the discovery for a reason that has nothing to do with
 the data.  With ``run.secure_aggregation`` the sum is computed by Flower's
 SecAgg+ (``strategies.secure``) and single replies are never seen.
+
+Everything protocol-specific (messages, per-node requests, reply checks,
+the round's log line, why dropouts keep the privacy report) comes from the
+protocol's :class:`~fedhh.protocols.ProtocolSpec`; this class is the same
+for every protocol.
 """
 
 from __future__ import annotations
@@ -31,10 +37,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from abc import abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.constant import ErrorCode
@@ -42,14 +47,13 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from fedhh.errors import InputError
-from fedhh.protocols import Request, Response, RoundRecord, ServerProtocol
+from fedhh.protocols import InvalidReply, ProtocolSpec, Request, Response, ServerProtocol
 from simulations.progress import RoundProgress
 
-from .codec import MessageCodec, MessageDecodeError
-from .errors import FederationError, InvalidReply, RunStopped
+from .codec import MessageDecodeError, codec_for
+from .errors import FederationError, RunStopped
 from .exchange import exchange, pause
 from .participation import RoundParticipation
-from .secure import SecureAggregation
 from .shards import (
     DEVICES,
     ROUND_MESSAGE,
@@ -79,88 +83,90 @@ class _PendingRound:
     participation: RoundParticipation
 
 
+class RoundAggregation(Protocol):
+    """How one round's responses reach the server: one reply per node, or only their sum."""
+
+    label: str  # for the strategy's summary line
+
+    def run_round(self, strategy: "ProtocolStrategy", server_round: int, grid: Grid) -> MetricRecord | None:
+        """Ask the round's nodes, absorb the sum of what came back, return the round's metrics."""
+
+
+class PlainAggregation:
+    """Every node's reply is decoded and checked on its own, then the server sums them."""
+
+    label = "replies checked one by one"
+
+    def run_round(self, strategy: "ProtocolStrategy", server_round: int, grid: Grid) -> MetricRecord | None:
+        messages = strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid)
+        replies, pushed = exchange(grid, list(messages), strategy.round_timeout, strategy.stop)
+        strategy.count_undelivered(pushed)
+        return strategy.aggregate_train(server_round, replies)[1]
+
+
 class ProtocolStrategy(Strategy):
-    """Run one protocol to completion over the nodes of a Flower federation."""
+    """Run one protocol, described by its spec, to completion over the nodes of a Flower federation."""
 
     def __init__(
         self,
+        spec: ProtocolSpec,
         server: ServerProtocol,
-        request_codec: MessageCodec[Any],
-        response_codec: MessageCodec[Any],
         n_users: int,
         num_shards: int,
         *,
-        federation: str = SHARDS,
+        federation_kind: str = SHARDS,
         round_timeout: float = 120.0,
         connect_timeout: float = 120.0,
-        secure: SecureAggregation | None = None,
+        aggregation: RoundAggregation | None = None,
         show_progress: bool = False,
         stop: threading.Event | None = None,
     ) -> None:
         """``num_shards``: the split of the users (``run.shards``; a device federation: n).
 
-        ``stop``, once set, ends the run within a poll interval with
+        ``aggregation`` sums each round (default :class:`PlainAggregation`;
+        ``strategies.secure.SecureAggregation`` for SecAgg+).  ``stop``, once
+        set, ends the run within a poll interval with
         :class:`~strategies.errors.RunStopped` (the driver was interrupted).
         """
         if num_shards < 1:
             raise InputError(f"run.shards must be >= 1, got {num_shards}")
-        if federation not in (SHARDS, DEVICES):
-            raise InputError(f"run.federation: got {federation!r}; allowed: {[SHARDS, DEVICES]}")
-        if federation == DEVICES and num_shards != n_users:
+        if federation_kind not in (SHARDS, DEVICES):
+            raise InputError(f"run.federation: got {federation_kind!r}; allowed: {[SHARDS, DEVICES]}")
+        if federation_kind == DEVICES and num_shards != n_users:
             raise InputError(f"a device federation has one shard per user: num_shards must be n = {n_users}")
-        if request_codec.message_type is not server.request_type:
-            raise TypeError(f"{server.name} sends {server.request_type.__name__}, codec is for {request_codec.tag}")
-        if response_codec.message_type is not server.response_type:
-            raise TypeError(f"{server.name} expects {server.response_type.__name__}, codec is for {response_codec.tag}")
+        if (server.request_type, server.response_type) != (spec.request_type, spec.response_type):
+            raise TypeError(
+                f"{server.name} exchanges {server.request_type.__name__}/{server.response_type.__name__}, "
+                f"the spec of {spec.name!r} declares {spec.request_type.__name__}/{spec.response_type.__name__}"
+            )
         for name, value in (("run.round_timeout", round_timeout), ("run.connect_timeout", connect_timeout)):
             if not value > 0:
                 raise InputError(f"{name}: must be > 0 seconds, got {value}")
+        self.spec = spec
         self.server = server
-        self.request_codec = request_codec
-        self.response_codec = response_codec
+        self.request_codec = codec_for(spec.request_type)
+        self.response_codec = codec_for(spec.response_type)
         self.n_users = n_users
         self.num_shards = num_shards
-        self.federation_mode = federation
+        self.federation_kind = federation_kind  # run.federation: what each node holds
         self.round_timeout = round_timeout
         self.connect_timeout = connect_timeout
-        self.secure = secure
+        self.aggregation: RoundAggregation = aggregation if aggregation is not None else PlainAggregation()
         self.show_progress = show_progress
         self.stop = stop
-        self.federation = Federation(n_users, {})
+        self.federation = Federation(n_users, {})  # the admitted nodes, once connected
         self.participation: list[RoundParticipation] = []
         self._pending: _PendingRound | None = None
         self.setup_seconds = 0.0
         self.round_seconds: list[float] = []
 
-    # -- protocol-specific hooks ------------------------------------------------
-
-    def request_for(self, request: Request, shard: ShardInfo) -> Request | None:
-        """What one node is asked this round, or ``None`` if it has nothing to answer."""
-        return request
-
-    def check_response(self, request: Request, response: Response, shard: ShardInfo) -> None:
-        """Raise :class:`InvalidReply` if ``response`` is impossible for a node asked ``request``."""
-
-    def reply_budget(self, request: Request, shard: ShardInfo) -> int | None:
-        """Most array bytes an honest reply to ``request`` can carry (``None``: unbounded)."""
-        return None
-
-    @property
-    @abstractmethod
-    def dropout_privacy(self) -> str:
-        """Why the privacy report still holds when some asked users did not answer."""
-
-    def describe_round(self, record: RoundRecord) -> str:
-        """The round's log line; subclasses show what matters for their protocol."""
-        return ", ".join(f"{key} {value}" for key, value in record.values.items())
-
     # -- Strategy interface -----------------------------------------------------
 
     def summary(self) -> None:
         """Log what this strategy will run."""
-        holds = "one device user each" if self.federation_mode == DEVICES else "one shard of users each"
+        holds = "one device user each" if self.federation_kind == DEVICES else "one shard of users each"
         LOGGER.info(
-            "%s: %s over %d shard(s) (%s), %d users, at most %d rounds, round timeout %.0f s%s",
+            "%s: %s over %d shard(s) (%s), %d users, at most %d rounds, round timeout %.0f s, %s",
             type(self).__name__,
             self.server.name,
             self.num_shards,
@@ -168,7 +174,7 @@ class ProtocolStrategy(Strategy):
             self.n_users,
             self.server.max_rounds,
             self.round_timeout,
-            ", SecAgg+ sums" if self.secure is not None else "",
+            self.aggregation.label,
         )
 
     def configure_train(
@@ -178,7 +184,7 @@ class ProtocolStrategy(Strategy):
         request = self.server.next_request()
         if request is None:
             return []
-        asked, participation = self._targets(server_round, request, grid)
+        asked, participation = self.targets(server_round, request, grid)
         encoded: dict[int, RecordDict] = {}  # one encoding per distinct request object
         messages = []
         for node, node_request in asked.items():
@@ -238,7 +244,7 @@ class ProtocolStrategy(Strategy):
                     "round %d: no reply from shard %d (node %d) within %g s", server_round, shard, node, self.round_timeout
                 )
         participation.answered = len(responses)
-        return self._absorb(server_round, pending.request, responses, participation)
+        return None, self.absorb_round(server_round, responses, participation)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -290,13 +296,7 @@ class ProtocolStrategy(Strategy):
                     raise RunStopped(f"the run was stopped before round {server_round + 1}")
                 server_round += 1
                 round_started = time.perf_counter()
-                if self.secure is None:
-                    messages = self.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid)
-                    replies, pushed = exchange(grid, list(messages), self.round_timeout, self.stop)
-                    self._count_undelivered(pushed)
-                    _, metrics = self.aggregate_train(server_round, replies)
-                else:
-                    metrics = self._secure_round(server_round, grid)
+                metrics = self.aggregation.run_round(self, server_round, grid)
                 self.round_seconds.append(time.perf_counter() - round_started)
                 if metrics is not None:
                     result.train_metrics_clientapp[server_round] = metrics
@@ -305,7 +305,7 @@ class ProtocolStrategy(Strategy):
                     "[round %d/%d] %s; %s (%.2f s)",
                     server_round,
                     self.server.max_rounds,
-                    self.describe_round(self.server.trace[-1]),
+                    self.spec.describe_round(self.server.trace[-1]),
                     self.participation[-1].describe(),
                     self.round_seconds[-1],
                 )
@@ -319,7 +319,7 @@ class ProtocolStrategy(Strategy):
 
     # -- internals ----------------------------------------------------------------
 
-    def _targets(
+    def targets(
         self, server_round: int, request: Request, grid: Grid
     ) -> tuple[dict[int, Request], RoundParticipation]:
         """The online nodes to ask and their requests; offline ones are recorded, not asked."""
@@ -327,7 +327,7 @@ class ProtocolStrategy(Strategy):
         online = set(grid.get_node_ids())
         asked: dict[int, Request] = {}
         for node, shard in self.federation.members.items():
-            node_request = self.request_for(request, shard)
+            node_request = self.spec.narrow(request, shard)
             if node_request is None:
                 continue
             if node in online:
@@ -337,7 +337,7 @@ class ProtocolStrategy(Strategy):
         participation.asked = len(asked)
         return asked, participation
 
-    def _count_undelivered(self, pushed: set[str]) -> None:
+    def count_undelivered(self, pushed: set[str]) -> None:
         """A request the grid could not store is a failure of its node, not a late reply."""
         assert self._pending is not None
         pending = self._pending
@@ -354,7 +354,7 @@ class ProtocolStrategy(Strategy):
         """Decode one reply and check it against its node's request, or raise why not."""
         if reply.metadata.src_node_id != node:
             raise InvalidReply(f"the reply claims to come from node {reply.metadata.src_node_id}")
-        budget = self.reply_budget(request, shard)
+        budget = self.spec.reply_budget(request, shard, self.server)
         if budget is not None:
             size = sum(len(array.data) for record in reply.content.array_records.values() for array in record.values())
             if size > budget:
@@ -362,12 +362,12 @@ class ProtocolStrategy(Strategy):
         response = self.response_codec.decode(reply.content)
         if response.round != request.round:
             raise InvalidReply(f"it answers protocol round {response.round}, the request was for {request.round}")
-        self.check_response(request, response, shard)
+        self.spec.check_reply(request, response, shard, self.server)
         return response
 
-    def _absorb(
-        self, server_round: int, request: Request, responses: list[Response], participation: RoundParticipation
-    ) -> tuple[None, MetricRecord]:
+    def absorb_round(
+        self, server_round: int, responses: list[Response], participation: RoundParticipation
+    ) -> MetricRecord:
         """Absorb the sum of the valid responses; refuse a round that nobody answered."""
         members = {shard.shard_index: shard for shard in self.federation.members.values()}
         participation.lost_users = sum(members[index].users for index in participation.lost_shards)
@@ -378,27 +378,7 @@ class ProtocolStrategy(Strategy):
                 f"see the warnings above, and run.round_timeout = {self.round_timeout:g} s"
             )
         self.server.absorb(self.server.response_type.combine(responses))
-        return None, round_metrics(self.server.trace[-1], participation)
-
-    def _secure_round(self, server_round: int, grid: Grid) -> MetricRecord:
-        """One round summed by SecAgg+: the server learns the sum and who contributed, nothing else."""
-        assert self.secure is not None
-        request = self.server.next_request()
-        assert request is not None
-        asked, participation = self._targets(server_round, request, grid)
-        secure_sum = self.secure.aggregate(grid, server_round, request, asked, self.round_timeout)
-        for node in asked:
-            shard = self.federation.members[node].shard_index
-            if node not in secure_sum.contributors:
-                participation.failed.append(shard)  # SecAgg+ does not say why a node dropped out
-            elif secure_sum.rejected_because is not None:
-                participation.rejected.append(shard)
-        if secure_sum.rejected_because is not None:
-            LOGGER.warning("round %d: rejected the secure sum: %s", server_round, secure_sum.rejected_because)
-        responses = [secure_sum.response] if secure_sum.response is not None else []
-        participation.answered = len(secure_sum.contributors) if responses else 0
-        _, metrics = self._absorb(server_round, request, responses, participation)
-        return metrics
+        return round_metrics(self.server.trace[-1], participation)
 
     def _connect(self, grid: Grid) -> None:
         """Wait for the nodes, learn each one's shard, admit them into the federation."""
@@ -406,7 +386,7 @@ class ProtocolStrategy(Strategy):
         expected = self.num_shards
         while len(nodes := sorted(grid.get_node_ids())) < expected and time.monotonic() < deadline:
             pause(0.05, self.stop)
-        if self.federation_mode == SHARDS and len(nodes) != expected:
+        if self.federation_kind == SHARDS and len(nodes) != expected:
             raise FederationError(
                 f"{len(nodes)} node(s) connected within {self.connect_timeout:g} s but run.shards = "
                 f"{expected}: run.shards must equal the number of SuperNodes"
@@ -433,9 +413,9 @@ class ProtocolStrategy(Strategy):
         for node in nodes:
             if node not in infos and node not in problems:
                 problems[node] = f"node {node} did not answer the shard query in time"
-        if problems and self.federation_mode == SHARDS:
+        if problems and self.federation_kind == SHARDS:
             raise FederationError("shard query: " + "; ".join(problems[node] for node in sorted(problems)))
-        self.federation = admit(infos, self.n_users, self.num_shards, self.federation_mode)
+        self.federation = admit(infos, self.n_users, self.num_shards, self.federation_kind)
         for node, problem in sorted({**problems, **self.federation.refused}.items()):
             LOGGER.warning("left out of the federation: %s", problem)
         LOGGER.info(

@@ -39,11 +39,12 @@ from fedhh.config import FedhhConfig, Scalar, config_from_flat
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment, item_codec
 from fedhh.population import Shard
-from fedhh.protocols import ClientFunction, Request, Response, get_protocol
+from fedhh.protocols import ClientFunction, ProtocolSpec, Request, Response, get_protocol
 from fedhh.randomness import RandomnessSource, SecureRandomness
 
+from .codec import codec_for
 from .devices import device_of, device_shard
-from .registry import FlowerProtocol, flower_protocol
+from .plugins import load_protocol_module
 from .secure import masked_reply, request_from_fitins
 from .shards import DEVICES, SHARD_INFO_CODEC, ShardInfo
 
@@ -76,7 +77,7 @@ class NodeData:
     shard: Shard
     respond: ClientFunction
     randomness: RandomnessSource
-    flower: FlowerProtocol
+    spec: ProtocolSpec
     config: FedhhConfig
 
     def answer(self, request: Request) -> Response:
@@ -87,19 +88,18 @@ def node_data(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> 
     """The node's data for this run: a shard of the population, or a device's own user."""
     key = _config_key(run_config)
     config = _config(key)
-    flower = flower_protocol(str(config["protocol"]["name"]))
+    spec = get_protocol(str(config["protocol"]["name"]))
     if config["run"]["federation"] == DEVICES:
         n_users = int(config["population"]["users"])
         user_id, data_file = device_of(node_config, n_users)
         shard = device_shard(user_id, data_file, item_codec(config))
         info = ShardInfo(user_id, n_users, user_id, 1, n_users)
-        respond = get_protocol(str(config["protocol"]["name"])).respond
-        return NodeData(info, shard, respond, SecureRandomness(), flower, config)
+        return NodeData(info, shard, spec.respond, SecureRandomness(), spec, config)
     experiment = _experiment(key)
     index, count = shard_of(node_config)
     shard = _shard(key, index, count)
     info = ShardInfo(index, count, shard.first_user, shard.n_users, experiment.n_users)
-    return NodeData(info, shard, experiment.respond, experiment.randomness, flower, config)
+    return NodeData(info, shard, spec.respond, experiment.randomness, spec, config)
 
 
 def _config_key(run_config: Mapping[str, Any]) -> ConfigKey:
@@ -109,7 +109,9 @@ def _config_key(run_config: Mapping[str, Any]) -> ConfigKey:
 
 @functools.lru_cache(maxsize=2)
 def _config(config_key: ConfigKey) -> FedhhConfig:
-    return config_from_flat(dict(config_key))
+    run_config = dict(config_key)
+    load_protocol_module(run_config)
+    return config_from_flat(run_config)
 
 
 @functools.lru_cache(maxsize=2)
@@ -144,18 +146,18 @@ def make_client_app(run_config: Mapping[str, Scalar] | None = None) -> ClientApp
     def answer_round(message: Message, context: Context) -> Message:
         """The protocol's response of this node's users to the round's request."""
         node = data(context)
-        request = node.flower.request.decode(message.content)
-        return Message(node.flower.response.encode(node.answer(request)), reply_to=message)
+        request = codec_for(node.spec.request_type).decode(message.content)
+        return Message(codec_for(node.spec.response_type).encode(node.answer(request)), reply_to=message)
 
     @client_app.train(mods=[secaggplus_mod])
     def answer_secure_round(message: Message, context: Context) -> Message:
         """The response as a dense vector, which ``secaggplus_mod`` masks before it leaves."""
         node = data(context)
-        if node.flower.dense is None:
-            raise InputError(f"protocol {node.config['protocol']['name']!r} has no secure-aggregation layout")
+        if node.spec.dense is None:
+            raise InputError(f"protocol {node.spec.name!r} has no secure-aggregation layout")
         fitins = compat.recorddict_to_fitins(message.content, keep_input=True)
-        request = request_from_fitins(node.flower.request, fitins)
-        dense = node.flower.dense(item_codec(node.config))
+        request = request_from_fitins(codec_for(node.spec.request_type), fitins)
+        dense = node.spec.dense(item_codec(node.config))
         return masked_reply(message, dense.encode(request, node.answer(request)))
 
     return client_app

@@ -13,112 +13,44 @@ Decoding is strict because a reply comes from another process, possibly
 another machine: a record with the wrong names, the wrong message type,
 missing or extra fields, a scalar of the wrong type, an array of the wrong
 dtype or shape, or a negative count is refused with an error that names the
-field, before the server state machine sees it.  The field types come from
-the dataclass itself; what the dataclass cannot say (array dtype and shape,
-lower bounds) is declared once per message class as :class:`ArraySpec` and
-scalar minimums, next to the protocol's strategy.
+field, before the server state machine sees it.  Everything the codec checks
+is declared once, on the message's own dataclass fields
+(``fedhh.protocols.messages``): there is no per-protocol table here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
-import typing
-from collections.abc import Mapping
-from dataclasses import dataclass
+import functools
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
+from fedhh.protocols.messages import DIMENSION, message_layout
+
 ARRAYS_RECORD = "arrays"
 SCALARS_RECORD = "scalars"
 TYPE_KEY = "@type"
-SCALAR_TYPES: tuple[type, ...] = (bool, int, float, str)
 
 MessageT = TypeVar("MessageT")
-
-# A shape dimension: a literal length, a scalar field of the message with an
-# optional offset ("round", "round-1"), or a free symbol ("K") that must take
-# the same value in every array of the message that names it.
-_DIMENSION = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<sign>[+-])(?P<offset>\d+))?$")
 
 
 class MessageDecodeError(ValueError):
     """A RecordDict that is not a well-formed encoding of the expected message."""
 
 
-@dataclass(frozen=True)
-class ArraySpec:
-    """What an array field must look like on the wire.
-
-    ``shape`` entries are literal lengths, scalar-field expressions such as
-    ``"round-1"``, or free symbols such as ``"K"`` shared between fields.
-    ``minimum`` is the smallest allowed element (``None``: unbounded); ids,
-    symbols and counts are never negative.
-    """
-
-    dtype: str
-    shape: tuple[int | str, ...]
-    minimum: int | float | None = 0
-
-    def __post_init__(self) -> None:
-        np.dtype(self.dtype)  # refuse an unknown dtype name when the spec is declared
-        for dim in self.shape:
-            if isinstance(dim, str) and not _DIMENSION.match(dim):
-                raise ValueError(f"shape dimension {dim!r} is not NAME, NAME-k or NAME+k")
-
-
 class MessageCodec(Generic[MessageT]):
     """Encode and strictly decode one message class."""
 
-    def __init__(
-        self,
-        message_type: type[MessageT],
-        arrays: Mapping[str, ArraySpec],
-        minimums: Mapping[str, int | float] | None = None,
-    ) -> None:
-        """``minimums`` bounds numeric scalars; an int scalar without one must be >= 0."""
-        if not (dataclasses.is_dataclass(message_type) and message_type.__dataclass_params__.frozen):  # type: ignore[attr-defined]
-            raise TypeError(f"{message_type.__name__} is not a frozen dataclass")
+    def __init__(self, message_type: type[MessageT]) -> None:
+        """The codec of ``message_type``, from the wire declarations on its fields."""
+        layout = message_layout(message_type)
         self.message_type = message_type
-        self.tag = message_type.__name__
-        hints = typing.get_type_hints(message_type)
-        fields = [f.name for f in dataclasses.fields(message_type)]
-        array_fields = {name for name in fields if hints[name] is np.ndarray}
-        self.scalar_types: dict[str, type] = {}
-        for name in fields:
-            if name in array_fields:
-                continue
-            if hints[name] not in SCALAR_TYPES:
-                raise TypeError(
-                    f"{self.tag}.{name}: type {hints[name]!r} is neither np.ndarray nor one of "
-                    f"{[t.__name__ for t in SCALAR_TYPES]}"
-                )
-            self.scalar_types[name] = hints[name]
-        if set(arrays) != array_fields:
-            raise TypeError(
-                f"{self.tag}: array specs for {sorted(arrays)} but its array fields are "
-                f"{sorted(array_fields)}"
-            )
-        self.arrays = dict(arrays)
-        self.minimums: dict[str, int | float] = {
-            name: 0 for name, kind in self.scalar_types.items() if kind is int
-        }
-        for name, minimum in (minimums or {}).items():
-            if self.scalar_types.get(name) not in (int, float):
-                raise TypeError(f"{self.tag}: minimum given for {name!r}, which is not a numeric scalar")
-            self.minimums[name] = minimum
-        for name, spec in self.arrays.items():
-            for dim in spec.shape:
-                if isinstance(dim, str):
-                    ref = _DIMENSION.match(dim)
-                    assert ref is not None  # checked by ArraySpec
-                    if ref["offset"] is not None and self.scalar_types.get(ref["name"]) is not int:
-                        raise TypeError(
-                            f"{self.tag}.{name}: dimension {dim!r} offsets {ref['name']!r}, "
-                            "which is not an int field"
-                        )
+        self.tag = layout.tag
+        self.scalar_types = layout.scalars
+        self.minimums = layout.minimums
+        self.arrays = layout.arrays
 
     # -- encoding -------------------------------------------------------------------
 
@@ -196,7 +128,7 @@ class MessageCodec(Generic[MessageT]):
     ) -> int:
         if isinstance(dim, int):
             return dim
-        ref = _DIMENSION.match(dim)
+        ref = DIMENSION.match(dim)
         assert ref is not None
         if ref["name"] in self.scalar_types:
             offset = int(ref["offset"] or 0) * (-1 if ref["sign"] == "-" else 1)
@@ -234,3 +166,9 @@ def _to_numpy(tag: str, name: str, array: Array) -> np.ndarray:
 def _plain_scalar(value: Any) -> Any:
     """numpy scalars (np.int64, np.float64, np.bool_) as the Python values they hold."""
     return value.item() if isinstance(value, np.generic) else value
+
+
+@functools.cache
+def codec_for(message_type: type[MessageT]) -> MessageCodec[MessageT]:
+    """The codec of a message class, built once per process."""
+    return MessageCodec(message_type)

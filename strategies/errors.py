@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from fedhh.protocols import InvalidReply  # raised by the protocols' reply checks
+
+__all__ = ["FederationError", "InvalidReply", "RunStopped"]
+
 
 class FederationError(RuntimeError):
     """The federation cannot run the protocol (too few nodes, or a round nobody answered)."""
-
-
-class InvalidReply(ValueError):
-    """A well-formed reply whose content its node (or, summed, its nodes) cannot have produced honestly."""
 
 
 class RunStopped(RuntimeError):

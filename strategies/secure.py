@@ -21,9 +21,14 @@ client *mod* (``secaggplus_mod``).  What they can carry, and how:
   rounding an integer is exact), weight 1 for every node, and
   ``nodes * Q < 2**32`` (the modulus): the workflow returns the *mean*,
   which times the number of contributors is the integer sum;
-* a sparse histogram has no fixed length, so each protocol lays its
-  response out densely over a public candidate set (:class:`DenseCodec`;
-  TrieHH: every extension of the trie's current level).
+* a sparse histogram has no fixed length, so a protocol's spec lays its
+  response out densely over a public candidate set
+  (:class:`~fedhh.protocols.spec.DenseLayout`; TrieHH: every extension of
+  the trie's current level).
+
+:class:`SecureAggregation` is the strategy's aggregation step
+(``strategies.base.RoundAggregation``) for such runs: the round loop is the
+same, only the way a round's sum reaches the server differs.
 
 What the server learns per round: the sum, and which nodes contributed.
 What it cannot do any more: check one node's reply (a node that lies can
@@ -38,7 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -62,31 +67,16 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid
 
-from fedhh.protocols import Request, Response
+from fedhh.protocols import InvalidReply, Request, Response
+from fedhh.protocols.spec import DenseLayout
 
+from .base import LOGGER, ProtocolStrategy
 from .codec import ARRAYS_RECORD, SCALARS_RECORD, MessageCodec
-from .errors import FederationError, InvalidReply
+from .errors import FederationError
 
 MODULUS = 2**32  # SecAgg+'s modulus range (its largest allowed value)
 RECONSTRUCTION_THRESHOLD = 0.5  # share of a node's neighbours needed to unmask it
 MAX_VECTOR = 1_000_000  # entries of one dense response: 8 MB per node per round
-
-
-class DenseCodec(Protocol):
-    """A protocol's responses as fixed-length integer vectors over public candidates."""
-
-    def length(self, request: Any) -> int:
-        """Entries of the vector answering ``request`` (the same for every node)."""
-
-    def max_entry(self, request: Any) -> int:
-        """The largest entry an honest node asked ``request`` can send."""
-
-    def encode(self, request: Any, response: Any) -> np.ndarray:
-        """A node's response as an int64 vector."""
-
-    def decode(self, request: Any, vector: np.ndarray, contributors: list[Any]) -> Any:
-        """The sum of the responses to ``contributors`` (their requests), from the summed
-        vector, checked (:class:`InvalidReply` if no honest nodes can have sent it)."""
 
 
 def request_to_fitins(codec: MessageCodec[Any], request: Request) -> FitIns:
@@ -124,12 +114,32 @@ class SecureSum:
 
 
 class SecureAggregation:
-    """Runs one SecAgg+ workflow per round and returns only the decoded sum."""
+    """The aggregation step that runs one SecAgg+ workflow per round and sees only the decoded sum."""
 
-    def __init__(self, context: Context, dense: DenseCodec, request_codec: MessageCodec[Any]) -> None:
+    label = "SecAgg+ sums"
+
+    def __init__(self, context: Context, dense: DenseLayout, request_codec: MessageCodec[Any]) -> None:
         self._context = context
         self.dense = dense
         self.request_codec = request_codec
+
+    def run_round(self, strategy: ProtocolStrategy, server_round: int, grid: Grid) -> Any:
+        """One round summed by SecAgg+: the server learns the sum and who contributed, nothing else."""
+        request = strategy.server.next_request()
+        assert request is not None
+        asked, participation = strategy.targets(server_round, request, grid)
+        secure_sum = self.aggregate(grid, server_round, request, asked, strategy.round_timeout)
+        for node in asked:
+            shard = strategy.federation.members[node].shard_index
+            if node not in secure_sum.contributors:
+                participation.failed.append(shard)  # SecAgg+ does not say why a node dropped out
+            elif secure_sum.rejected_because is not None:
+                participation.rejected.append(shard)
+        if secure_sum.rejected_because is not None:
+            LOGGER.warning("round %d: rejected the secure sum: %s", server_round, secure_sum.rejected_because)
+        responses = [secure_sum.response] if secure_sum.response is not None else []
+        participation.answered = len(secure_sum.contributors) if responses else 0
+        return strategy.absorb_round(server_round, responses, participation)
 
     def aggregate(
         self, grid: Grid, server_round: int, request: Request, asked: Mapping[int, Request], timeout: float

@@ -13,7 +13,10 @@ with ``flwr run --run-config``), plus keys that only the Flower app reads:
 * ``overwrite`` is true;
 * ``progress``: whether to draw the per-round progress bar;
 * ``run-id``: the name under which ``privacy.ledger`` records the run
-  (empty: the results folder's name and Flower's run id).
+  (empty: the results folder's name and Flower's run id);
+* ``protocol-module``: a module to import that registers the protocol
+  ``protocol.name`` names, when it is not one of fedhh's own
+  (``strategies.plugins``).
 
 The ServerApp charges the run to ``privacy.ledger`` itself, once, after
 every check and before round 1 (``fedhh.privacy.charge``), so a run is
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,14 +54,17 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat
 from fedhh.experiment import Experiment, item_codec, run_record
+from fedhh.items import ItemCodec
 from fedhh.privacy.charge import charge_run
 from fedhh.protocols import ProtocolResult, ServerProtocol, get_protocol
+from fedhh.protocols.spec import ProtocolSpec
 from fedhh.results import ResultsFolder, write_result
 from simulations.report import write_run_outputs
 
 from .base import LOGGER, ProtocolStrategy
+from .codec import codec_for
 from .participation import participation_summary
-from .registry import flower_protocol
+from .plugins import load_protocol_module
 from .secure import SecureAggregation
 from .shards import DEVICES
 
@@ -93,7 +99,24 @@ def _app_setting(run_config: Mapping[str, Any], key: str, kind: type, default: A
     return value
 
 
-def run_experiment(
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run that a driver in this process has already built and checked.
+
+    The ServerApp then uses its experiment (population, truth, privacy
+    solve: built once) and hands the result document to ``write``, which
+    writes it into the folder the driver claimed (written once, in place),
+    instead of building its own and writing to ``output-dir``.  ``name``
+    names the run in the privacy ledger when the run config's ``run-id`` is
+    empty.
+    """
+
+    experiment: Experiment
+    write: Callable[[dict[str, Any]], Path | None]
+    name: str = "result"
+
+
+def run_on_grid(
     grid: Grid, run_config: Mapping[str, Any], context: Context, stop: threading.Event | None = None
 ) -> Path:
     """Run the configured experiment over the grid's nodes; the path of ``result.json``."""
@@ -106,52 +129,60 @@ def run_experiment(
     claim = ResultsFolder.claim(output_dir, overwrite=overwrite, field=OUTPUT_DIR, overwrite_hint=f"{OVERWRITE}=true")
     with claim as folder:
         run_id = run_id or f"{folder.path.name}-flower-run-{context.run_id}"
-        return _run(grid, run_config, context, folder, show_progress, run_id, stop)
+        load_protocol_module(run_config)
+        config = config_from_flat(run_config)
+        experiment = None if config["run"]["federation"] == DEVICES else Experiment(config)
+        write = write_result if experiment is None else write_run_outputs
+        path = _run(grid, config, experiment, context, lambda document: write(folder, document), show_progress,
+                    run_id, stop)
+        assert path is not None
+        return path
+
+
+def run_prepared(
+    grid: Grid, run_config: Mapping[str, Any], context: Context, prepared: PreparedRun,
+    stop: threading.Event | None = None,
+) -> Path | None:
+    """Run a driver's prepared experiment over the grid's nodes; what ``prepared.write`` returns."""
+    show_progress = _app_setting(run_config, PROGRESS, bool, False)
+    run_id = _app_setting(run_config, RUN_ID, str, "") or f"{prepared.name}-flower-run-{context.run_id}"
+    experiment = prepared.experiment
+    return _run(grid, experiment.config, experiment, context, prepared.write, show_progress, run_id, stop)
 
 
 def _run(
     grid: Grid,
-    run_config: Mapping[str, Any],
+    config: FedhhConfig,
+    experiment: Experiment | None,
     context: Context,
-    folder: ResultsFolder,
+    write: Callable[[dict[str, Any]], Path | None],
     show_progress: bool,
     run_id: str,
     stop: threading.Event | None,
-) -> Path:
+) -> Path | None:
+    """The run itself; ``experiment`` is ``None`` for a device federation (the server holds no data)."""
     started = time.perf_counter()
-    config = config_from_flat(run_config)
     run = config["run"]
-    flower = flower_protocol(str(config["protocol"]["name"]))
-    devices = run["federation"] == DEVICES
+    spec = get_protocol(str(config["protocol"]["name"]))
+    devices = experiment is None
     codec = item_codec(config)
-    if devices:
-        experiment = None
+    if experiment is None:
         n_users = int(config["population"]["users"])
-        server = get_protocol(str(config["protocol"]["name"])).build_server(
+        server = spec.build_server(
             config["privacy"], n_users, codec, int(run["seed"]), protocol=config["protocol"]
         )
     else:
-        experiment = Experiment(config)
         n_users = experiment.n_users
         server = experiment.make_server()
-    secure = None
-    if run["secure_aggregation"]:
-        if flower.dense is None:
-            raise ConfigError(
-                f"run.secure_aggregation: protocol {config['protocol']['name']!r} has no fixed-length "
-                "layout to sum securely; set run.secure_aggregation = false"
-            )
-        secure = SecureAggregation(context, flower.dense(codec), flower.request)
-    strategy = flower.strategy(
+    strategy = ProtocolStrategy(
+        spec,
         server,
-        flower.request,
-        flower.response,
         n_users,
         n_users if devices else int(run["shards"]),
-        federation=str(run["federation"]),
+        federation_kind=str(run["federation"]),
         round_timeout=float(run["round_timeout"]),
         connect_timeout=float(run["connect_timeout"]),
-        secure=secure,
+        aggregation=secure_aggregation(spec, codec, context) if run["secure_aggregation"] else None,
         show_progress=show_progress,
         stop=stop,
     )
@@ -172,10 +203,20 @@ def _run(
         document = experiment.finish(server.result(), timing, transport="flower")
     add_participation(document, strategy)
     document["privacy"] = privacy.to_dict()
-    write = write_result if experiment is None else write_run_outputs
-    path = write(folder, document)
-    LOGGER.info("result written to %s", path)
+    path = write(document)
+    if path is not None:
+        LOGGER.info("result written to %s", path)
     return path
+
+
+def secure_aggregation(spec: ProtocolSpec, codec: ItemCodec, context: Context) -> SecureAggregation:
+    """The SecAgg+ aggregation step of a protocol whose spec lays its responses out densely."""
+    if spec.dense is None:
+        raise ConfigError(
+            f"run.secure_aggregation: protocol {spec.name!r} has no fixed-length layout to sum "
+            "securely; set run.secure_aggregation = false"
+        )
+    return SecureAggregation(context, spec.dense(codec), codec_for(spec.request_type))
 
 
 def add_participation(document: dict[str, Any], strategy: ProtocolStrategy) -> None:
@@ -186,7 +227,7 @@ def add_participation(document: dict[str, Any], strategy: ProtocolStrategy) -> N
         strategy.participation,
         len(strategy.federation.members),
         strategy.federation.missing_users,
-        strategy.dropout_privacy,
+        strategy.spec.dropout_privacy,
     )
 
 
@@ -203,12 +244,17 @@ def device_document(config: FedhhConfig, server: ServerProtocol, timing: dict[st
     }
 
 
-def make_server_app(run_config: Mapping[str, Scalar] | None = None, stop: StopHandle | None = None) -> ServerApp:
+def make_server_app(
+    run_config: Mapping[str, Scalar] | None = None,
+    stop: StopHandle | None = None,
+    prepared: PreparedRun | None = None,
+) -> ServerApp:
     """The ServerApp; ``run_config``, if given, stands in for the context's run config.
 
     ``flwr run`` hands the run config to ``app`` below; Flower's in-process
     ``run_simulation`` has no run config, so ``simulations.flower`` binds one,
-    and a ``stop`` handle to end the run early.
+    a ``stop`` handle to end the run early, and the run it has already
+    prepared (``prepared``: nothing is built or written twice).
     """
     bound = dict(run_config) if run_config is not None else None
     server_app = ServerApp()
@@ -217,9 +263,12 @@ def make_server_app(run_config: Mapping[str, Scalar] | None = None, stop: StopHa
     def main(grid: Grid, context: Context) -> None:
         if stop is not None:
             stop.thread = threading.current_thread()
-        run_experiment(
-            grid, context.run_config if bound is None else bound, context, stop.requested if stop is not None else None
-        )
+        run_config = context.run_config if bound is None else bound
+        requested = stop.requested if stop is not None else None
+        if prepared is None:
+            run_on_grid(grid, run_config, context, requested)
+        else:
+            run_prepared(grid, run_config, context, prepared, requested)
 
     return server_app
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from fedhh.errors import InputError
 from fedhh.population import shard_bounds
+from fedhh.protocols.messages import scalar_field
 
 from .codec import MessageCodec
 
@@ -46,13 +47,13 @@ class ShardInfo:
     """A node's answer to "which users do you hold?"."""
 
     shard_index: int  # a device: its global user id
-    num_shards: int  # a device: n, every user being a shard of one
+    num_shards: int = scalar_field(minimum=1)  # a device: n, every user being a shard of one
     first_user: int
     users: int
     population: int  # n of the population the node's experiment built (a device: n it was told)
 
 
-SHARD_INFO_CODEC: MessageCodec[ShardInfo] = MessageCodec(ShardInfo, arrays={}, minimums={"num_shards": 1})
+SHARD_INFO_CODEC: MessageCodec[ShardInfo] = MessageCodec(ShardInfo)
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,11 @@ from fedhh.randomness import KeyedRandomness
 from simulations.deployment import LocalDeployment
 from simulations.fast import run_fast
 from fedhh.experiment import item_codec
+from fedhh.protocols.registry import protocol_names
+from fedhh.protocols.triehh import TrieHHDense, sampled_of
 from strategies.devices import device_of, device_shard
 from strategies.participation import PARTICIPATION_KEYS
-from strategies.registry import FLOWER_PROTOCOLS
 from strategies.shards import SHARD_INFO_CODEC, ShardInfo, admit
-from strategies.triehh import TrieHHDense, sampled_of
 
 # Short items (at most L = 4 rounds), two per user (keyed Algorithm 3 choices):
 # a few seconds per round with three SuperNodes on two cores.
@@ -115,7 +115,7 @@ def run_deployed(deployment: LocalDeployment, config: dict[str, Any], timeout: f
 def test_every_flower_protocol_has_a_deployment_config() -> None:
     """TreeHist shares PEM's server machinery, reports and codecs (prefix_search,
     prefix_reports); one deployment run of that family keeps the suite short."""
-    assert set(DEPLOYED) | {"treehist"} == set(FLOWER_PROTOCOLS)
+    assert set(DEPLOYED) | {"treehist"} == set(protocol_names(builtin_only=True))
 
 
 @pytest.mark.parametrize("protocol", sorted(DEPLOYED))
@@ -293,7 +293,7 @@ def test_secure_aggregation_server_sees_only_sums(tmp_path: Path) -> None:
     from flwr.simulation import run_simulation
 
     from strategies.client_app import make_client_app
-    from strategies.server_app import run_experiment
+    from strategies.server_app import run_on_grid
 
     config = load_config(None, [*SHARDED, f"run.shards={SUPERNODES}", "run.secure_aggregation=true"])
     flat = run_config(config, tmp_path / "out")
@@ -303,7 +303,7 @@ def test_secure_aggregation_server_sees_only_sums(tmp_path: Path) -> None:
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         grids.append(RecordingGrid(grid))
-        run_experiment(grids[0], flat, context)
+        run_on_grid(grids[0], flat, context)
 
     started_ray = not ray.is_initialized()
     try:

@@ -22,7 +22,7 @@ import simulations.deployment as deployment_module
 from fedhh.config import load_config
 from fedhh.privacy.ledger import BudgetExceededError, Ledger
 from simulations.deployment import main as deploy
-from strategies.server_app import run_experiment
+from strategies.server_app import run_on_grid
 
 # Items of one letter: two rounds (a SuperNode of Flower 1.41 starts a process per message, seconds each here).
 TINY = [
@@ -100,6 +100,6 @@ def test_the_server_app_refuses_a_run_over_budget_before_round_1(tmp_path: Path)
     run_config = {**config.to_flat(), "output-dir": str(tmp_path / "out"), "progress": False}
     context = Context(run_id=7, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
     with pytest.raises(BudgetExceededError, match=r"run 'out-flower-run-7' refused before it starts"):
-        run_experiment(grid=None, run_config=run_config, context=context)  # type: ignore[arg-type]
+        run_on_grid(grid=None, run_config=run_config, context=context)  # type: ignore[arg-type]
     assert not ledger.exists(), "nothing charged"
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("ledger.json")] == [], "no results left"

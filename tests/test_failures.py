@@ -27,7 +27,7 @@ from flwr.clientapp import ClientApp
 from fedhh.config import FedhhConfig, load_config
 from fedhh.experiment import Experiment
 from fedhh.population import shard_bounds
-from fedhh.protocols.triehh import TrieHHResponse, round_sample
+from fedhh.protocols.triehh import TrieHHRequest, TrieHHResponse, round_sample
 from fedhh.randomness import KeyedRandomness
 from fedhh.prefixes import rows_in
 from simulations.deployment import LocalDeployment
@@ -36,7 +36,7 @@ from simulations.ray_runtime import ray_runtime
 from strategies.base import LOGGER
 from strategies.client_app import make_client_app
 from strategies.codec import ARRAYS_RECORD
-from strategies.triehh import REQUEST_CODEC, RESPONSE_CODEC
+from strategies.codec import codec_for
 
 # Three rounds at most (items of two letters), two items per user.
 SHORT = [
@@ -117,17 +117,17 @@ def rogue_client_app(run_config: dict[str, Any]) -> ClientApp:
     @rogue.query("round")
     def answer_round(message: Message, context: Context) -> Message:
         shard = context.node_config["partition-id"]
-        request = REQUEST_CODEC.decode(message.content)
+        request = codec_for(TrieHHRequest).decode(message.content)
         if (request.round, shard) == (3, 2):
             raise RuntimeError("shard 2 crashed while answering")
         reply = honest(message, context)
-        response = RESPONSE_CODEC.decode(reply.content)
-        content = RESPONSE_CODEC.encode(response)
+        response = codec_for(TrieHHResponse).decode(reply.content)
+        content = codec_for(TrieHHResponse).encode(response)
         if (request.round, shard) == (2, 1):  # more votes than sampled users
             extra = response.sampled_users - response.responding_users + 1
             votes = response.votes.copy()
             votes[0] += extra
-            content = RESPONSE_CODEC.encode(
+            content = codec_for(TrieHHResponse).encode(
                 TrieHHResponse(**{**vars(response), "votes": votes, "responding_users": response.responding_users + extra})
             )
         elif (request.round, shard) == (2, 2):  # a vote for a prefix that does not extend the trie
@@ -137,7 +137,7 @@ def rogue_client_app(run_config: dict[str, Any]) -> ClientApp:
             )
             prefixes = np.concatenate([foreign, response.prefixes])
             votes = np.concatenate([[1], response.votes])
-            content = RESPONSE_CODEC.encode(
+            content = codec_for(TrieHHResponse).encode(
                 TrieHHResponse(**{**vars(response), "prefixes": prefixes, "votes": votes, "responding_users": response.responding_users + 1})
             )
         elif (request.round, shard) == (2, 3):  # wrong record names

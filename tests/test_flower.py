@@ -8,6 +8,7 @@ items and the round trace must be identical for any number of SuperNodes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -29,16 +30,18 @@ from flwr.clientapp import ClientApp
 from flwr.common.config import flatten_dict
 from flwr.serverapp import ServerApp
 
-from fedhh.config import SCHEMA, FedhhConfig, load_config
+from fedhh.config import BASE_SCHEMA, DEFAULT_PROTOCOL, FedhhConfig, load_config
 from fedhh.experiment import Experiment
 from fedhh.privacy.ledger import Ledger
-from fedhh.protocols import PROTOCOLS, message_types
+from fedhh.protocols import PROTOCOLS, get_protocol
+from fedhh.protocols.registry import protocol_keys, protocol_names
+from fedhh.protocols.triehh import TrieHHRequest, TrieHHResponse
 from simulations.fast import run_fast
 from simulations.flower import run_flower_simulation
 from strategies.client_app import shard_of
-from strategies.codec import ARRAYS_RECORD, SCALARS_RECORD, TYPE_KEY, MessageCodec, MessageDecodeError
+from strategies.codec import ARRAYS_RECORD, SCALARS_RECORD, TYPE_KEY, MessageCodec, MessageDecodeError, codec_for
 from strategies.participation import PARTICIPATION_KEYS
-from strategies.registry import FLOWER_PROTOCOLS, flower_protocol
+from strategies.plugins import PROTOCOL_MODULE
 from strategies.shards import SHARD_INFO_CODEC, ShardCoverageError, ShardInfo, admit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -233,9 +236,13 @@ def test_pyproject_run_config_mirrors_the_fedhh_defaults() -> None:
     with open(ROOT / "pyproject.toml", "rb") as file:
         app = tomllib.load(file)["tool"]["flwr"]["app"]
     flat = flatten_dict(app["config"])
-    defaults = {f"{section}.{key}": spec.default for section, keys in SCHEMA.items() for key, spec in keys.items()}
+    # The schema of fedhh's own protocols, assembled from their specs (a protocol
+    # registered by a test or a plugin brings its own defaults, not the app's).
+    builtin = {**BASE_SCHEMA, "protocol": {**BASE_SCHEMA["protocol"], **protocol_keys(builtin_only=True)}}
+    defaults = {f"{section}.{key}": spec.default for section, keys in builtin.items() for key, spec in keys.items()}
+    defaults["protocol.name"] = DEFAULT_PROTOCOL
     assert {key: value for key, value in flat.items() if "." in key} == defaults
-    assert set(flat) - set(defaults) == {"output-dir", "overwrite", "progress", "run-id"}
+    assert set(flat) - set(defaults) == {"output-dir", "overwrite", "progress", "run-id", PROTOCOL_MODULE}
 
 
 def test_app_components_load() -> None:
@@ -248,16 +255,17 @@ def test_app_components_load() -> None:
     assert components == {"serverapp": "strategies.server_app:app", "clientapp": "strategies.client_app:app"}
 
 
-def test_every_core_protocol_has_flower_codecs() -> None:
-    carried = {c.tag for p in FLOWER_PROTOCOLS.values() for c in (p.request, p.response)}
-    assert carried == set(message_types())
-    for name in PROTOCOLS:
-        flower_protocol(name)  # raises if the codecs carry other classes than the core's
+def test_every_registered_protocol_has_flower_codecs() -> None:
+    for spec in PROTOCOLS.values():  # the generic codec reads each class's own field declarations
+        for message_type in (spec.request_type, spec.response_type):
+            codec = codec_for(message_type)
+            assert codec.message_type is message_type and codec.tag == message_type.__name__
+            assert set(codec.arrays) | set(codec.scalar_types) == {f.name for f in dataclasses.fields(message_type)}
 
 
 def test_unknown_protocol_is_refused() -> None:
     with pytest.raises(ValueError, match="protocol.name"):
-        flower_protocol("nope")
+        get_protocol("nope")
 
 
 def test_node_config_without_partition_is_refused() -> None:
@@ -298,14 +306,14 @@ def assert_same_message(a: Any, b: Any) -> None:
             assert type(other) is type(value) and other == value
 
 
-@pytest.mark.parametrize("protocol", sorted(FLOWER_PROTOCOLS))
+@pytest.mark.parametrize("protocol", sorted(protocol_names(builtin_only=True)))
 def test_codecs_round_trip_every_message(protocol: str, small_config: FedhhConfig) -> None:
     config = small_config.with_overrides({"protocol.name": protocol})
-    flower = flower_protocol(protocol)
+    spec = get_protocol(protocol)
     messages = round_messages(config)
-    assert {type(m) for m in messages} == {flower.request.message_type, flower.response.message_type}
+    assert {type(m) for m in messages} == {spec.request_type, spec.response_type}
     for message in messages:
-        codec = flower.request if isinstance(message, flower.request.message_type) else flower.response
+        codec = codec_for(type(message))
         decoded = codec.decode(codec.encode(message))
         assert_same_message(decoded, message)
 
@@ -340,7 +348,7 @@ def tampered(record: RecordDict, *, arrays: dict[str, Any] | None = None, scalar
 
 
 def test_codec_rejects_wrong_record_names(triehh_round_3: tuple[Any, Any]) -> None:
-    codec = flower_protocol("triehh").response
+    codec = codec_for(TrieHHResponse)
     good = codec.encode(triehh_round_3[1])
     renamed = RecordDict({"array": good[ARRAYS_RECORD], SCALARS_RECORD: good[SCALARS_RECORD]})
     with pytest.raises(MessageDecodeError, match=r"expected records \['arrays', 'scalars'\], got \['array', 'scalars'\]"):
@@ -354,15 +362,15 @@ def test_codec_rejects_wrong_record_names(triehh_round_3: tuple[Any, Any]) -> No
 
 
 def test_codec_rejects_another_message_type(triehh_round_3: tuple[Any, Any]) -> None:
-    flower = flower_protocol("triehh")
+    request_codec, response_codec = codec_for(TrieHHRequest), codec_for(TrieHHResponse)
     with pytest.raises(MessageDecodeError, match="expected a TrieHHRequest message, the record carries 'TrieHHResponse'"):
-        flower.request.decode(flower.response.encode(triehh_round_3[1]))
+        request_codec.decode(response_codec.encode(triehh_round_3[1]))
     with pytest.raises(MessageDecodeError, match="carries None"):
-        flower.request.decode(tampered(flower.request.encode(triehh_round_3[0]), scalars={TYPE_KEY: None}))
+        request_codec.decode(tampered(request_codec.encode(triehh_round_3[0]), scalars={TYPE_KEY: None}))
 
 
 def test_codec_rejects_missing_and_unexpected_fields(triehh_round_3: tuple[Any, Any]) -> None:
-    codec = flower_protocol("triehh").response
+    codec = codec_for(TrieHHResponse)
     good = codec.encode(triehh_round_3[1])
     with pytest.raises(MessageDecodeError, match=r"array fields missing \['votes'\]"):
         codec.decode(tampered(good, arrays={"votes": None}))
@@ -373,8 +381,8 @@ def test_codec_rejects_missing_and_unexpected_fields(triehh_round_3: tuple[Any, 
 
 
 def test_codec_rejects_negative_counts(triehh_round_3: tuple[Any, Any]) -> None:
-    codec = flower_protocol("triehh").response
-    request_codec = flower_protocol("triehh").request
+    codec = codec_for(TrieHHResponse)
+    request_codec = codec_for(TrieHHRequest)
     response = triehh_round_3[1]
     good = codec.encode(response)
     with pytest.raises(MessageDecodeError, match=r"TrieHHResponse.sampled_users: must be >= 0, got -1"):
@@ -391,7 +399,7 @@ def test_codec_rejects_negative_counts(triehh_round_3: tuple[Any, Any]) -> None:
 
 
 def test_codec_rejects_wrong_shapes(triehh_round_3: tuple[Any, Any]) -> None:
-    codec = flower_protocol("triehh").response
+    codec = codec_for(TrieHHResponse)
     response = triehh_round_3[1]
     good = codec.encode(response)
     k = response.prefixes.shape[0]
@@ -401,14 +409,14 @@ def test_codec_rejects_wrong_shapes(triehh_round_3: tuple[Any, Any]) -> None:
         codec.decode(tampered(good, arrays={"prefixes": response.prefixes[:, :2]}))
     with pytest.raises(MessageDecodeError, match=r"votes: expected 1 dimension"):
         codec.decode(tampered(good, arrays={"votes": response.votes[:, None]}))
-    request_codec = flower_protocol("triehh").request
+    request_codec = codec_for(TrieHHRequest)
     request = triehh_round_3[0]
     with pytest.raises(MessageDecodeError, match=r"parents: axis 1 \(round-1\) must have length 2"):
         request_codec.decode(tampered(request_codec.encode(request), arrays={"parents": request.parents[:, :1]}))
 
 
 def test_codec_rejects_wrong_dtypes_and_scalar_types(triehh_round_3: tuple[Any, Any]) -> None:
-    codec = flower_protocol("triehh").response
+    codec = codec_for(TrieHHResponse)
     response = triehh_round_3[1]
     good = codec.encode(response)
     with pytest.raises(MessageDecodeError, match="votes: expected dtype int64, got float64"):
@@ -426,11 +434,31 @@ def test_codec_rejects_wrong_dtypes_and_scalar_types(triehh_round_3: tuple[Any, 
 
 
 def test_codec_declaration_must_match_the_dataclass() -> None:
-    from fedhh.protocols.triehh import TrieHHResponse
-    from strategies.codec import ArraySpec
+    from dataclasses import dataclass
 
-    with pytest.raises(TypeError, match=r"array specs for \['prefixes'\] but its array fields are \['prefixes', 'votes'\]"):
-        MessageCodec(TrieHHResponse, arrays={"prefixes": ArraySpec("int64", ("K", "round"))})
+    from fedhh.protocols.messages import ArraySpec, array_field, scalar_field
+
+    @dataclass(frozen=True)
+    class Undeclared(TrieHHResponse):
+        weights: np.ndarray = None  # type: ignore[assignment]  # an array without its wire declaration
+
+    with pytest.raises(TypeError, match=r"Undeclared.weights: an array field needs array_field"):
+        MessageCodec(Undeclared)
+
+    @dataclass(frozen=True)
+    class BadOffset(TrieHHResponse):
+        label: str = scalar_field(minimum=0)  # type: ignore[assignment]
+
+    with pytest.raises(TypeError, match=r"minimum given for 'label', which is not a numeric scalar"):
+        MessageCodec(BadOffset)
+
+    @dataclass(frozen=True)
+    class Offsets(TrieHHResponse):
+        rows: np.ndarray = array_field("int64", ("K", "label-1"))
+        label: str = "x"
+
+    with pytest.raises(TypeError, match=r"dimension 'label-1' offsets 'label', which is not an int field"):
+        MessageCodec(Offsets)
     with pytest.raises(ValueError, match="shape dimension"):
         ArraySpec("int64", ("K*2",))
 

@@ -1,5 +1,5 @@
 """The oracle comparison experiment and its command: MSE against theory, and
-the survey's qualitative findings (seed 004 §7) on Zipf(1.1) data."""
+the survey's qualitative findings ([Cormode21] §7) on Zipf(1.1) data."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """PEM: value encodings, invariance to sharding, transport and collection mode, the utility
-analysis of seed 000 (eq. (5)) against measured identification rates, the optimizer against
+analysis of [Wang19] (eq. (5)) against measured identification rates, the optimizer against
 a short segment, the privacy report, the result document, and bad input."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fedhh.cli import main
-from fedhh.config import POSTPROCESS_CHOICES, PREFIX_ORACLE_CHOICES, ConfigError, load_config
+from fedhh.config import ConfigError, load_config, schema
 from fedhh.experiment import Experiment
 from fedhh.postprocess import POSTPROCESSORS
 from fedhh.privacy.pem_plan import add_pem_plan_parser
@@ -109,8 +109,9 @@ def test_pem_reports_k_values_when_k_candidates_exist() -> None:
 
 
 def test_config_choices_name_what_the_protocol_layer_defines() -> None:
-    assert PREFIX_ORACLE_CHOICES == ("auto", *PREFIX_ORACLES)
-    assert POSTPROCESS_CHOICES == tuple(POSTPROCESSORS)
+    keys = schema()["protocol"]
+    assert keys["oracle"].choices == ("auto", *PREFIX_ORACLES)
+    assert keys["postprocess"].choices == tuple(POSTPROCESSORS)
 
 
 # -- invariance -------------------------------------------------------------------------------
@@ -189,7 +190,7 @@ def test_shards_send_counts_that_decode_once_to_the_one_shard_support(oracle: st
         np.testing.assert_array_equal(once.counts, np.sum(per_shard, axis=0))
 
 
-# -- seed 000's analysis ----------------------------------------------------------------------
+# -- [Wang19]'s analysis ----------------------------------------------------------------------
 
 ANALYSIS_POPULATION = [
     'population.source="zipf"', "population.users=100000", "population.vocabulary=10000",

@@ -1,4 +1,4 @@
-"""Consistency post-processing (seed 002): promised constraints, the CLS and
+"""Consistency post-processing ([Wang20]): promised constraints, the CLS and
 MLE-Apx solutions against a generic solver, and the error reductions."""
 
 from __future__ import annotations

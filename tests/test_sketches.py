@@ -1,4 +1,4 @@
-"""Sketch oracles (seed 004 §4, §7.5): privacy, the Count-Mean variance
+"""Sketch oracles ([Cormode21] §4, §7.5): privacy, the Count-Mean variance
 derivation, heavy hitters over 64-bit keys, and input validation."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Every frequency oracle on the same Zipf population: measured error against theory, and speed.
 
-The survey's frequency-estimation experiment (seed 004 §7) in one call: draw
+The survey's frequency-estimation experiment ([Cormode21] §7) in one call: draw
 ``users`` values from a Zipf(``zipf``) law over ``[0, domain)``, privatise
 them with each oracle at the same ε, estimate the whole domain, and report
 the mean squared error over the domain next to the predicted variance (the

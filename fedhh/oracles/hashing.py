@@ -14,7 +14,7 @@ odd multiplier ``a`` and an offset ``b``.  Then:
   ``b`` and the mixed key, ``z = a * key + b (mod 2**32)``, bucket
   ``(z * g) >> 32``.  Two values collide with probability ``1/g`` up to
   O(g / 2**32), plus 2**-32 for keys equal in their top 32 bits (the
-  reference code of seed 004 hashes values to 32 bits with xxhash too).
+  reference code of [Cormode21] hashes values to 32 bits with xxhash too).
 
 Either way ``P[h(v) = h(v')] = 1/g`` to the precision the variance formulas
 use.  Privacy never depends on hash quality: the seed is drawn independently

@@ -9,15 +9,15 @@ users in different groups send disjoint reports, so partitioning users
 costs nothing (parallel composition).  The splits below are those of the
 seeds:
 
-* **PEM** (Wang et al., seed 000): users are partitioned into groups, each
+* **PEM** (Wang et al., [Wang19]): users are partitioned into groups, each
   user reports one prefix once with the whole ε ("divide the population,
   not the budget").
-* **TreeHist** (Bassily et al., seed 003; as run in seed 004): each user
+* **TreeHist** (Bassily et al., [Bassily17]; as run in [Cormode21]): each user
   reports a uniformly chosen prefix level with ε/2 and the full string with
   ε/2.
-* **SFP** (Apple 2017; seed 004): each user reports one fragment tagged with
+* **SFP** (Apple 2017; [Cormode21]): each user reports one fragment tagged with
   a hash of the word with ``fragment_share x ε`` and the whole word with the
-  rest; seed 004 splits evenly.
+  rest; [Cormode21] splits evenly.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Seed 000 §IV-C: under a Zipf assumption on the values and a limit on the
 number of frequency-oracle queries, choose the design whose predicted
 utility (eq. (4), :mod:`fedhh.protocols.pem_analysis`) is highest.  Each
 level's survival comes from the order-statistics model over every candidate
-by default; seed 000's eq. (5) is printed beside it for the same design
+by default; [Wang19]'s eq. (5) is printed beside it for the same design
 (``--model eq5`` optimizes with it).  The guarantee does not depend on the
 design: every user sends one ε-LDP report.
 """
@@ -138,7 +138,7 @@ def add_pem_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentP
                      help=f"assumed number of distinct values (default {DEFAULT_DISTINCT_VALUES:,})")
     pem.add_argument("--model", choices=MODELS, default=ORDER_STATISTICS,
                      help="survival model of a level: order statistics over every candidate (default) or "
-                     "seed 000's eq. (5); the other is printed beside it")
+                     "[Wang19]'s eq. (5); the other is printed beside it")
     pem.add_argument("--json", action="store_true", help="print JSON instead of a table")
     pem.set_defaults(func=print_pem_plan)
     return pem

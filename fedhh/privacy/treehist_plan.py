@@ -1,6 +1,6 @@
 """``fedhh plan treehist``: TreeHist's levels, sketch, threshold and budget split, and what it can find.
 
-What a run of TreeHist (seed 003 §3, as ``fedhh run`` configures it) does
+What a run of TreeHist ([Bassily17] §3, as ``fedhh run`` configures it) does
 with ``n`` users and ``m``-bit values:
 
 * levels: ``ceil(m / η)`` (η = 1: the paper's binary prefix tree), each

@@ -1,4 +1,8 @@
-"""Heavy-hitter protocols: server state machines and client response functions."""
+"""Heavy-hitter protocols: server state machines, client response functions, one spec each.
+
+Importing the package registers the built-in protocols (each module
+registers its own :class:`ProtocolSpec`), in the order their names are listed.
+"""
 
 from .base import (
     ClientFunction,
@@ -9,18 +13,24 @@ from .base import (
     RoundRecord,
     ServerProtocol,
 )
-from .registry import PROTOCOLS, ProtocolEntry, get_protocol, message_types
+from .registry import PROTOCOLS, get_protocol, protocol_module, register_protocol
+from .spec import HeldUsers, InvalidReply, ProtocolSpec
+
+from . import triehh, pem, treehist  # noqa: E402,F401  (registers the built-in protocols, in this order)
 
 __all__ = [
     "ClientFunction",
     "Discovery",
+    "HeldUsers",
+    "InvalidReply",
     "PROTOCOLS",
-    "ProtocolEntry",
     "ProtocolResult",
+    "ProtocolSpec",
     "Request",
     "Response",
     "RoundRecord",
     "ServerProtocol",
     "get_protocol",
-    "message_types",
+    "protocol_module",
+    "register_protocol",
 ]

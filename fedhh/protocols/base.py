@@ -14,8 +14,9 @@ the response of their union.  That is what lets Flower nodes, Ray actors and
 an in-process loop carry the same protocol and get the same result.
 
 Requests and responses are frozen dataclasses whose fields are numpy arrays
-or plain scalars (int, float, str, bool), so any transport can serialise
-them generically (see ``strategies/codec.py``).
+or plain scalars (int, float, str, bool), with their wire shape declared on
+the fields (:mod:`fedhh.protocols.messages`), so any transport can serialise
+and check them generically (see ``strategies/codec.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from ..population import Shard
 from ..privacy.report import PrivacyReport
 from ..randomness import RandomnessSource
+from .messages import scalar_field
 
 ResponseT = TypeVar("ResponseT", bound="Response")
 
@@ -36,14 +38,14 @@ ResponseT = TypeVar("ResponseT", bound="Response")
 class Request:
     """What one round asks of the users; every shard receives the same request."""
 
-    round: int
+    round: int = scalar_field(minimum=1)
 
 
 @dataclass(frozen=True)
 class Response:
     """The additive answer of a batch of users to one request."""
 
-    round: int
+    round: int = scalar_field(minimum=1)
     sampled_users: int  # users of the batch that the request selected
     responding_users: int  # of those, users that contributed to the answer
 

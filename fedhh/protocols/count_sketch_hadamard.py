@@ -1,4 +1,4 @@
-"""TreeHist's frequency oracle: a compressed, noisy count sketch (Bassily et al., seed 003 §3).
+"""TreeHist's frequency oracle: a compressed, noisy count sketch (Bassily et al., [Bassily17] §3).
 
 Public: ``t`` hash pairs ``h_j: V -> [m]``, ``g_j: V -> {+1, -1}`` and the
 ``m x m`` Walsh-Hadamard matrix ``W`` (``m`` a power of two, never stored:

@@ -1,4 +1,4 @@
-"""PEM, the Prefix Extending Method (Wang, Li and Jha; seed 000 §IV).
+"""PEM, the Prefix Extending Method (Wang, Li and Jha; [Wang19] §IV).
 
 Users are split at random into ``g`` groups; group ``i`` reports the prefix
 of length ``γ + η_1 + ... + η_i`` of its value once, with the whole ε,
@@ -13,7 +13,7 @@ the budget": each user sends one report, so each user's guarantee is ε.
 Interactively one group answers per round; in the one-shot collection all
 users report at once and the server runs the levels alone, with the same
 result for the same seed (see :mod:`fedhh.protocols.prefix_reports`).  With
-``protocol.segment_length = 0`` the optimizer of seed 000 §IV-C chooses γ,
+``protocol.segment_length = 0`` the optimizer of [Wang19] §IV-C chooses γ,
 η and the group split (:mod:`fedhh.protocols.pem_analysis`).
 """
 
@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..items import ItemCodec
+from .registry import register_protocol
 from .prefix_config import search_parameters
+from .prefix_nodes import prefix_search_spec
 from .prefix_reports import PrefixRequest, PrefixResponse
 from .prefix_search import TOP_K, PrefixSearchServer
 
-DEFAULT_ORACLE = "olh"  # seed 000 §II-B2
+DEFAULT_ORACLE = "olh"  # [Wang19] §II-B2
 
 
 @dataclass(frozen=True)
@@ -62,3 +64,14 @@ def build_pem(
         default_oracle=DEFAULT_ORACLE, default_selection=TOP_K, default_segment=None,
     )
     return PEMServer(params, codec, seed)
+
+
+SPEC = register_protocol(
+    prefix_search_spec(
+        "pem",
+        "PEM (Wang et al.): users split into groups, each group's prefix through an ε-LDP frequency oracle",
+        build_pem,
+        PEMRequest,
+        PEMResponse,
+    )
+)

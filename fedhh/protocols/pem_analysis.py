@@ -1,4 +1,4 @@
-"""PEM's utility analysis (seed 000 §IV-B, eqs. (4)-(5)), a better survival model, and the optimizer of §IV-C.
+"""PEM's utility analysis ([Wang19] §IV-B, eqs. (4)-(5)), a better survival model, and the optimizer of §IV-C.
 
 Eq. (4) weighs, over the top-k values, the product over levels of each
 value's chance to survive the level: ``w_j = 1/k`` gives the expected F1
@@ -13,7 +13,7 @@ NCR.  Each level's survival comes from one of two models:
   survived the levels before.  It accounts for the values ranked just below
   ``k``, which compete for the same places (``docs/sizing.md`` compares it
   with runs);
-* ``eq5``: seed 000's eq. (5), kept for comparison and as the optimizer's
+* ``eq5``: [Wang19]'s eq. (5), kept for comparison and as the optimizer's
   cheap screen.
 
 Eq. (5) is written there for OLH's support counts.  Here it is written on the
@@ -77,8 +77,8 @@ from .prefix_encoding import MAX_CANDIDATES, MAX_DOMAIN, ValueSpace
 from .prefix_oracles import PREFIX_ORACLES, build_level_oracle
 from .selection_model import LevelCandidates, survival
 
-DEFAULT_QUERY_LIMIT = 1 << 20  # seed 000 §VI-A
-DEFAULT_ZIPF_EXPONENT = 1.0  # seed 000 §IV-C: f_j ∝ 1/j
+DEFAULT_QUERY_LIMIT = 1 << 20  # [Wang19] §VI-A
+DEFAULT_ZIPF_EXPONENT = 1.0  # [Wang19] §IV-C: f_j ∝ 1/j
 DEFAULT_DISTINCT_VALUES = 10_000
 FIT_SCALES = (1_000_000, 2_000_000, 4_000_000)  # reporters at which the variance polynomial is fitted
 MIN_BRANCHING = 8  # candidates per kept prefix at every level, for eq. (5) to be trusted
@@ -355,7 +355,7 @@ def optimize_pem(
 
 def refine_shares(model: UtilityModel, prediction: PEMPrediction) -> PEMPrediction:
     """Coordinate ascent on the group split: move a fraction of a group's users to a
-    neighbouring group or to the last one while the predicted F1 improves (seed 000
+    neighbouring group or to the last one while the predicted F1 improves ([Wang19]
     finds the balanced split near-optimal; leftover bits can make it lopsided)."""
     best = prediction
     levels = best.design.levels

@@ -2,7 +2,7 @@
 
 The two protocols read the same keys and differ in their defaults (the
 ``auto`` values and ``segment_length = 0``): PEM uses OLH, top-k selection
-and the optimizer of seed 000 §IV-C for γ, η and the group split; TreeHist
+and the optimizer of [Wang19] §IV-C for γ, η and the group split; TreeHist
 uses its count sketch of Hadamard bits, threshold pruning and one unit per
 level from γ = 0.
 """
@@ -13,12 +13,32 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from ..config import Key
 from ..items import ItemCodec
+from ..postprocess import POSTPROCESSORS
 from ..privacy.ldp import split_budget
 from .count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
 from .prefix_encoding import PrefixEncoding, ValueSpace
-from .prefix_oracles import AUTO, auto_sketch_shape
+from .prefix_oracles import AUTO, PREFIX_ORACLES, auto_sketch_shape
 from .prefix_search import ORACLE_PURPOSE, SearchParameters, level_shares, public_seed, uniform_segments
+
+
+# The [protocol] keys of a prefix search, declared once for both variants.
+PREFIX_KEYS: dict[str, Key] = {
+    "encoding": Key(str, "bits", "PEM/TreeHist: values as bit strings (character codes) or as the codec's symbols", ("bits", "symbols")),
+    "oracle": Key(str, "auto", "PEM/TreeHist: frequency oracle of every level (auto: PEM olh, TreeHist count-sketch-hadamard)", ("auto", *PREFIX_ORACLES)),
+    "start_length": Key(int, 0, "PEM/TreeHist: γ, units the first level adds to its segment (used when segment_length > 0)", check=lambda v: v >= 0, constraint=">= 0"),
+    "segment_length": Key(int, 0, "PEM/TreeHist: η, units each level adds; 0: PEM's optimizer chooses γ, η and the group split, TreeHist scans one unit per level", check=lambda v: v >= 0, constraint=">= 0 (0: automatic)"),
+    "candidates_per_step": Key(int, 32, "PEM/TreeHist: |C_i|, prefixes kept per level", check=lambda v: v >= 1, constraint=">= 1"),
+    "top_k": Key(int, 32, "PEM/TreeHist: k, values reported at most", check=lambda v: v >= 1, constraint=">= 1"),
+    "selection": Key(str, "auto", "PEM/TreeHist: survivors of a level (auto: PEM top-k, TreeHist threshold)", ("auto", "top-k", "threshold")),
+    "threshold": Key(float, 0.0, "PEM/TreeHist: frequency (share of users) a prefix needs under threshold selection; 0: the noise level", check=lambda v: 0 <= v <= 1, constraint="in [0, 1]"),
+    "postprocess": Key(str, "base-pos", "PEM/TreeHist: consistency post-processing of the reported counts", tuple(POSTPROCESSORS)),
+    "collection": Key(str, "interactive", "PEM/TreeHist: one level per round, or every report in one round", ("interactive", "one-shot")),
+    "query_limit": Key(int, 1_048_576, "PEM optimizer: most frequency-oracle queries over all levels", check=lambda v: v >= 1, constraint=">= 1"),
+    "sketch_rows": Key(int, 0, "PEM/TreeHist sketch oracles: rows (TreeHist: hash pairs t); 0: automatic", check=lambda v: v >= 0, constraint=">= 0"),
+    "sketch_width": Key(int, 0, "PEM/TreeHist sketch oracles: width (TreeHist: m, a power of two); 0: automatic", check=lambda v: v >= 0, constraint=">= 0"),
+}
 
 
 def search_parameters(
@@ -85,7 +105,7 @@ def optimized_design(
     space: ValueSpace, n_users: int, epsilon: float, top_k: int, oracle: str, oracle_seed: int,
     query_limit: int, candidates: int,
 ) -> tuple[int, tuple[int, ...], tuple[float, ...]]:
-    """PEM's optimizer (seed 000 §IV-C): (γ, segment lengths, group shares).
+    """PEM's optimizer ([Wang19] §IV-C): (γ, segment lengths, group shares).
 
     Cached: every server of one experiment (the privacy check when the run is
     set up, then the server that runs it) asks for the same design, which

@@ -5,7 +5,7 @@ prefixes of length ``l`` and the server extends the surviving prefixes by
 every possible next segment.  Both need the same three things, which this
 module gives for the two encodings a config can name:
 
-* ``bits``: seed 000's setting.  Each character becomes a fixed-width code:
+* ``bits``: [Wang19]'s setting.  Each character becomes a fixed-width code:
   its 1-based alphabet index for the text alphabets (5 bits for lowercase,
   7 for ascii) and the byte itself for the bytes alphabet (8 bits); code 0
   marks "no character", so shorter items are padded with zero codes.  A

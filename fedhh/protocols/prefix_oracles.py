@@ -64,8 +64,8 @@ def support_bound(oracle: FrequencyOracle) -> int:
 
 
 def auto_sketch_shape(n_users: int) -> tuple[int, int]:
-    """TreeHist's sketch for ``n`` users: an odd ``t`` near ``ln n`` (seed 003: ``O(log(n/β))``)
-    and a width, the power of two at or above ``sqrt(n)`` (seed 003 §5 uses ``m = sqrt(n)``)."""
+    """TreeHist's sketch for ``n`` users: an odd ``t`` near ``ln n`` ([Bassily17]: ``O(log(n/β))``)
+    and a width, the power of two at or above ``sqrt(n)`` ([Bassily17] §5 uses ``m = sqrt(n)``)."""
     hashes = 2 * int(math.log(max(n_users, 3)) / 2) + 1
     width = 1 << max(1, math.ceil(math.log2(max(math.sqrt(n_users), 2))))
     return min(max(hashes, 3), 31), width

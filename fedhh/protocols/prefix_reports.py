@@ -42,6 +42,7 @@ from ..oracles import FrequencyOracle
 from ..population import Shard
 from ..randomness import RandomnessSource, UserRandom
 from .base import Request, Response
+from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
 from .prefix_oracles import level_oracle, shard_counts
 from .report_table import merge_tables, to_table, distinct_rows
@@ -61,19 +62,19 @@ class PrefixRequest(Request):
     """One round of a prefix search, with every public parameter a device needs to answer it."""
 
     mode: str  # level | final | collect
-    level: int  # the level asked (mode "level"), else -1
-    levels: int
+    level: int = scalar_field(minimum=-1)  # the level asked (mode "level"), else -1
+    levels: int = scalar_field(minimum=1)
     encoding: str
-    lengths: np.ndarray  # int64 [levels]: prefix length (units) each level reports
-    level_bounds: np.ndarray  # float64 [levels + 1]: cumulative share of users per level
+    lengths: np.ndarray = array_field("int64", ("levels",), minimum=1)  # prefix length (units) each level reports
+    level_bounds: np.ndarray = array_field("float64", ("levels+1",), minimum=0.0)  # cumulative share of users per level
     partition_seed: int
     oracle: str
-    epsilon: float  # ε of a level report
-    final_epsilon: float  # ε of the full-value report (0: the protocol has none)
+    epsilon: float = scalar_field(minimum=0.0)  # ε of a level report
+    final_epsilon: float = scalar_field(minimum=0.0)  # ε of the full-value report (0: the protocol has none)
     oracle_seed: int
     sketch_rows: int
     sketch_width: int
-    candidates: np.ndarray  # uint64 [C]: oracle keys of the candidate prefixes
+    candidates: np.ndarray = array_field("uint64", ("C",))  # oracle keys of the candidate prefixes
 
     response_class: ClassVar[type[PrefixResponse]]
 
@@ -87,10 +88,12 @@ class PrefixRequest(Request):
 class PrefixResponse(Response):
     """The reports' counts (level, final) or the report table (collect); additive."""
 
-    counts: np.ndarray  # int64 [S]: flat statistics, or support counts (see prefix_oracles.shard_counts)
-    reporters: np.ndarray  # int64 [U]: reports behind them (per sketch row or hash where the oracle has them)
-    report_rows: np.ndarray  # uint64 [R, W]: distinct report rows, first column the level
-    report_counts: np.ndarray  # int64 [R]
+    # flat statistics, or support counts (see prefix_oracles.shard_counts); Hadamard-based ones are signed
+    counts: np.ndarray = array_field("int64", ("S",), minimum=None)
+    # reports behind them (per sketch row or hash where the oracle has them)
+    reporters: np.ndarray = array_field("int64", ("U",))
+    report_rows: np.ndarray = array_field("uint64", ("R", "W"))  # distinct report rows, first column the level
+    report_counts: np.ndarray = array_field("int64", ("R",), minimum=1)
 
     @classmethod
     def combine(cls: type[ResponseT], responses: Sequence[ResponseT]) -> ResponseT:

@@ -19,7 +19,7 @@ The protocols differ only after the last level:
   half of its budget, and reports the survivors with those estimates.
 
 Estimates of the reported values go through the configured consistency
-post-processing (seed 002) over the candidates estimated together.
+post-processing ([Wang20]) over the candidates estimated together.
 """
 
 from __future__ import annotations
@@ -525,7 +525,7 @@ class PrefixSearchServer(ServerProtocol):
 
 
 def level_shares(levels: int, weights: Sequence[float] | None = None) -> tuple[float, ...]:
-    """Equal shares (seed 000 Observation 2), or shares proportional to ``weights``."""
+    """Equal shares ([Wang19] Observation 2), or shares proportional to ``weights``."""
     if weights is None:
         return (1.0 / levels,) * levels
     total = math.fsum(weights)

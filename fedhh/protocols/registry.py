@@ -1,75 +1,72 @@
-"""The protocols a config can name, with how to build their server side.
+"""The registered protocols, by name: one :class:`~fedhh.protocols.spec.ProtocolSpec` each.
 
-Each entry knows how to turn a validated config (its ``[privacy]`` and
-``[protocol]`` sections, the population size and the item codec) into a
-server state machine with its privacy guarantee, which client function
-answers its requests, and which message classes its transports must carry.
+A protocol module registers its spec once, when it is imported
+(``SPEC = register_protocol(ProtocolSpec(...))``); the built-in ones are
+imported by the package (``fedhh/protocols/__init__.py``).  A protocol
+defined elsewhere (a plugin, a test) registers the same way; a transport
+that runs in other processes imports the module that registered it
+(:func:`protocol_module`, the Flower app's ``protocol-module`` key), so
+every process knows the same protocols.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+import sys
 
-from ..config import SCHEMA
+from ..config import Key
 from ..errors import InputError
-from ..items import ItemCodec
-from ..privacy.triehh import solve_triehh
-from . import pem, prefix_reports, treehist, triehh
-from .base import ClientFunction, Request, Response, ServerProtocol
+from .spec import ProtocolSpec
 
-Section = Mapping[str, Any]
-Builder = Callable[[Section, Section, int, ItemCodec, int], ServerProtocol]
+PROTOCOLS: dict[str, ProtocolSpec] = {}
+_MODULES: dict[str, str] = {}  # protocol name -> the module that registered it
+BUILTIN_PACKAGE = __name__.rpartition(".")[0]  # fedhh.protocols
 
 
-@dataclass(frozen=True)
-class ProtocolEntry:
-    """How to build and answer one protocol."""
+def register_protocol(spec: ProtocolSpec, module: str | None = None) -> ProtocolSpec:
+    """Make ``spec`` selectable as ``protocol.name``; returns it.
 
-    name: str
-    builder: Builder  # (privacy section, protocol section, n_users, codec, seed)
-    respond: ClientFunction
-    request_type: type[Request]
-    response_type: type[Response]
-
-    def build_server(
-        self, privacy: Section, n_users: int, codec: ItemCodec, seed: int, protocol: Section | None = None
-    ) -> ServerProtocol:
-        """The server of one run; ``protocol`` is the config's ``[protocol]`` section
-        (its documented defaults when not given)."""
-        section = protocol if protocol is not None else {key: spec.default for key, spec in SCHEMA["protocol"].items()}
-        return self.builder(privacy, section, n_users, codec, seed)
-
-
-def _build_triehh(privacy: Section, protocol: Section, n_users: int, codec: ItemCodec, seed: int) -> ServerProtocol:
-    params = solve_triehh(n_users, privacy["epsilon"], privacy["delta"], codec.max_rounds)
-    return triehh.TrieHHServer(params, codec, seed)
+    ``module`` is the importable module that registers it (default: the
+    caller's), which other processes of a run import to know it too.  A
+    name registered twice, or a config key declared differently by two
+    protocols, is refused.
+    """
+    if spec.name in PROTOCOLS:
+        raise InputError(f"protocol.name: a protocol named {spec.name!r} is already registered")
+    for key, declared in spec.keys.items():
+        for other in PROTOCOLS.values():
+            if key in other.keys and other.keys[key] != declared:
+                raise InputError(
+                    f"protocol.{key}: {spec.name!r} declares it differently from {other.name!r}; "
+                    "protocols that share a key must share its declaration"
+                )
+    PROTOCOLS[spec.name] = spec
+    _MODULES[spec.name] = module if module is not None else sys._getframe(1).f_globals["__name__"]
+    return spec
 
 
-PROTOCOLS: dict[str, ProtocolEntry] = {
-    "triehh": ProtocolEntry(
-        "triehh", _build_triehh, triehh.respond, triehh.TrieHHRequest, triehh.TrieHHResponse
-    ),
-    "pem": ProtocolEntry("pem", pem.build_pem, prefix_reports.respond, pem.PEMRequest, pem.PEMResponse),
-    "treehist": ProtocolEntry(
-        "treehist", treehist.build_treehist, prefix_reports.respond, treehist.TreeHistRequest,
-        treehist.TreeHistResponse,
-    ),
-}
-
-
-def get_protocol(name: str) -> ProtocolEntry:
+def get_protocol(name: str) -> ProtocolSpec:
     try:
         return PROTOCOLS[name]
     except KeyError:
-        raise InputError(f"protocol.name: got {name!r}; allowed: {sorted(PROTOCOLS)}") from None
+        raise InputError(f"protocol.name: got {name!r}; allowed: {list(PROTOCOLS)}") from None
 
 
-def message_types() -> dict[str, type[Request] | type[Response]]:
-    """Every request and response class by name, for transports' decoders."""
-    types: dict[str, type[Request] | type[Response]] = {}
-    for entry in PROTOCOLS.values():
-        types[entry.request_type.__name__] = entry.request_type
-        types[entry.response_type.__name__] = entry.response_type
-    return types
+def protocol_module(name: str) -> str:
+    """The module that registers protocol ``name`` (empty for a built-in one: always loaded)."""
+    module = _MODULES[get_protocol(name).name]
+    return "" if module.startswith(BUILTIN_PACKAGE + ".") else module
+
+
+def protocol_keys(builtin_only: bool = False) -> dict[str, Key]:
+    """Every registered protocol's own ``[protocol]`` keys, in registration order (shared
+    keys once); ``builtin_only``: those of the protocols that ship with fedhh."""
+    keys: dict[str, Key] = {}
+    for name, spec in PROTOCOLS.items():
+        if not builtin_only or not protocol_module(name):
+            keys.update(spec.keys)
+    return keys
+
+
+def protocol_names(builtin_only: bool = False) -> tuple[str, ...]:
+    return tuple(name for name in PROTOCOLS if not builtin_only or not protocol_module(name))
+

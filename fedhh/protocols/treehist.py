@@ -1,4 +1,4 @@
-"""TreeHist (Bassily, Nissim, Stemmer and Thakurta; seed 003 §3), and its generic form (seed 004 §5).
+"""TreeHist (Bassily, Nissim, Stemmer and Thakurta; [Bassily17] §3), and its generic form ([Cormode21] §5).
 
 Every user is assigned, by public randomness, one level of the prefix tree
 and spends half of its budget on one report of its value's prefix at that
@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..items import ItemCodec
+from .registry import register_protocol
 from .count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
 from .prefix_config import search_parameters
+from .prefix_nodes import prefix_search_spec
 from .prefix_reports import PrefixRequest, PrefixResponse
 from .prefix_search import THRESHOLD, PrefixSearchServer
 
@@ -67,3 +69,14 @@ def build_treehist(
         default_oracle=COUNT_SKETCH_HADAMARD, default_selection=THRESHOLD, default_segment=PAPER_SEGMENT,
     )
     return TreeHistServer(params, codec, seed)
+
+
+SPEC = register_protocol(
+    prefix_search_spec(
+        "treehist",
+        "TreeHist (Bassily et al.): a prefix tree scanned level by level with ε-LDP reports, then a final estimation pass",
+        build_treehist,
+        TreeHistRequest,
+        TreeHistResponse,
+    )
+)

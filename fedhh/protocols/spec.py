@@ -1,0 +1,127 @@
+"""A protocol's spec: everything a driver or a transport needs to know about it, in one object.
+
+A protocol is registered once, with one :class:`ProtocolSpec`
+(:func:`fedhh.protocols.registry.register_protocol`).  The spec declares
+
+* its name and its own ``[protocol]`` config keys with defaults and
+  validation (the config schema is assembled from the specs,
+  :func:`fedhh.config.schema`);
+* how a validated config becomes its server state machine (``build``) and
+  the vectorised client function that answers the server's requests
+  (``respond``);
+* its request and response classes, whose wire layout (dtypes, shapes,
+  lower bounds) is declared on their fields (:mod:`fedhh.protocols.messages`);
+* what a server that cannot trust its nodes needs: how a round's request
+  narrows for one node (``narrow``: a node holding nobody the round asks is
+  not asked), the most bytes an honest reply can carry (``reply_budget``),
+  the check that refuses a reply no honest node could send
+  (``check_reply``), and why the privacy report still holds when some
+  nodes do not answer (``dropout_privacy``);
+* optionally, a fixed-length layout of its responses over public
+  candidates, which secure aggregation needs to sum them (``dense``).
+
+Nothing here knows a transport: ``strategies/`` carries any registered spec
+over Flower, ``simulations/fast.py`` over Ray or in process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from .base import ClientFunction, Request, Response, RoundRecord, ServerProtocol
+
+if TYPE_CHECKING:
+    from ..config import Key
+    from ..items import ItemCodec
+
+Section = Mapping[str, Any]
+# (privacy section, protocol section, n_users, item codec, seed) -> the run's server
+Builder = Callable[[Section, Section, int, "ItemCodec", int], ServerProtocol]
+
+
+class InvalidReply(ValueError):
+    """A well-formed reply whose content its node (or, summed, its nodes) cannot have produced honestly."""
+
+
+class HeldUsers(Protocol):
+    """What the server knows of a node: the global ids ``first_user .. first_user + users - 1`` it holds."""
+
+    @property
+    def first_user(self) -> int: ...
+
+    @property
+    def users(self) -> int: ...
+
+
+class DenseLayout(Protocol):
+    """A protocol's responses as fixed-length integer vectors over public candidates.
+
+    Secure aggregation sums vectors of one public length, so a sparse,
+    additive response is laid out densely for it.
+    """
+
+    def length(self, request: Any) -> int:
+        """Entries of the vector answering ``request`` (the same for every node)."""
+
+    def max_entry(self, request: Any) -> int:
+        """The largest entry an honest node asked ``request`` can send."""
+
+    def encode(self, request: Any, response: Any) -> np.ndarray:
+        """A node's response as an int64 vector."""
+
+    def decode(self, request: Any, vector: np.ndarray, contributors: list[Any]) -> Any:
+        """The sum of the responses to ``contributors`` (their requests), from the summed
+        vector, checked (:class:`InvalidReply` if no honest nodes can have sent it)."""
+
+
+def ask_every_node(request: Request, node: HeldUsers) -> Request | None:
+    """The default narrowing: every node gets the round's request as it is."""
+    return request
+
+
+def accept_any_reply(request: Request, response: Response, node: HeldUsers, server: ServerProtocol) -> None:
+    """The default reply check: the codec's checks of dtypes, shapes and signs only."""
+
+
+def no_reply_budget(request: Request, node: HeldUsers, server: ServerProtocol) -> int | None:
+    """The default reply budget: unbounded (``None``)."""
+    return None
+
+
+def list_round_values(record: RoundRecord) -> str:
+    """The default round log line: the round's published values."""
+    return ", ".join(f"{key} {value}" for key, value in record.values.items())
+
+
+@dataclass(frozen=True)
+class ProtocolSpec:
+    """One protocol, as every driver and transport sees it (see the module docstring)."""
+
+    name: str
+    summary: str  # one line, for help texts and error messages
+    build: Builder
+    respond: ClientFunction
+    request_type: type[Request]
+    response_type: type[Response]
+    dropout_privacy: str  # why the privacy report holds when some asked users do not answer
+    keys: Mapping[str, Key] = field(default_factory=dict)  # its own [protocol] keys
+    narrow: Callable[[Request, HeldUsers], Request | None] = ask_every_node
+    reply_budget: Callable[[Request, HeldUsers, ServerProtocol], int | None] = no_reply_budget
+    check_reply: Callable[[Request, Response, HeldUsers, ServerProtocol], None] = accept_any_reply
+    describe_round: Callable[[RoundRecord], str] = list_round_values
+    dense: Callable[[ItemCodec], DenseLayout] | None = None  # None: no secure aggregation
+
+    def build_server(
+        self, privacy: Section, n_users: int, codec: ItemCodec, seed: int, protocol: Section | None = None
+    ) -> ServerProtocol:
+        """The server of one run; ``protocol`` is the config's ``[protocol]`` section
+        (its documented defaults when not given)."""
+        if protocol is None:
+            from ..config import schema
+
+            protocol = {key: spec.default for key, spec in schema()["protocol"].items()}
+        return self.build(privacy, protocol, n_users, codec, seed)
