@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     from simulations.study_cli import add_study_parsers  # sweeps and reports are drivers: simulations/
 
     add_study_parsers(commands)
+    from simulations.population_cli import add_population_parser  # the builder is a driver too
+
+    add_population_parser(commands)
     return parser
 
 
