@@ -39,7 +39,7 @@ def test_fast_driver_truth_comes_from_its_shards_and_equals_the_whole_population
         assert (counts.users, counts.users_without_items) == (whole.users, whole.users_without_items)
     np.testing.assert_array_equal(experiment.truth.order, reference.truth.order)
     assert reference.finish(run.result, {}, "fast/inprocess") == document
-    assert document["truth_top"][0]["true_count"] == int(whole.holders.max())
+    assert document["evaluation"]["truth_top"][0]["true_count"] == int(whole.holders.max())
 
 
 def test_counts_of_another_population_are_refused() -> None:
