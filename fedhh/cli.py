@@ -58,6 +58,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.overwrite and args.output is None:
         raise InputError("--overwrite: replaces the folder named by --output; give --output too")
     config = load_config(args.config, args.set)
+    if args.ray_address is not None:  # the drivers join the cluster RAY_ADDRESS names (never "auto")
+        os.environ["RAY_ADDRESS"] = args.ray_address
     from simulations.report import print_run_report
     from simulations.run import run_experiment
 
@@ -109,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="replace --output if it holds a previous fedhh result (and nothing else)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--json", action="store_true", help="print result.json instead of the summary")
+    run.add_argument("--ray-address", help="run on this existing Ray cluster (host:port; default: $RAY_ADDRESS; "
+                     "'auto' is refused): the fast driver's shards become actors there (run.backend auto)")
     run.set_defaults(func=_run)
 
     plan = commands.add_parser("plan", help="solve protocol parameters from a privacy target")
