@@ -23,6 +23,7 @@ import math
 import multiprocessing
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,28 @@ def _build_shard(flat_config: tuple[tuple[str, Any], ...], index: int, num_shard
     return shard.counts()
 
 
+def _built_shards(
+    source: PopulationSource,
+    flat: tuple[tuple[str, Any], ...],
+    num_shards: int,
+    workers: int,
+    staging: Path,
+    in_process: bool,
+) -> Iterator[PopulationCounts]:
+    """Build every stored shard into ``staging``; yield each one's counts as it is done."""
+    if in_process:
+        for index in range(num_shards):
+            shard = source.build_shard(index, num_shards)
+            write_shard(staging / shard_file_name(index), shard)
+            yield shard.counts()
+        return
+    context = multiprocessing.get_context("spawn")  # no fork of a process that may run threads
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = [pool.submit(_build_shard, flat, i, num_shards, str(staging)) for i in range(num_shards)]
+        for future in concurrent.futures.as_completed(futures):
+            yield future.result()
+
+
 def build_population(
     config: FedhhConfig,
     output: ResultsFolder,
@@ -102,23 +125,14 @@ def build_population(
     flat = tuple(sorted(config.to_flat().items()))
     from .progress import task_progress
 
+    in_process = workers == 1 or population["source"] == "file"  # a file is parsed here already: no copy per worker
+    total: PopulationCounts | None = None
     with task_progress("building shards", num_shards, enabled=show_progress) as advance:
-        if workers == 1 or population["source"] == "file":  # a file is parsed here already: no copy per worker
-            parts = []
-            for index in range(num_shards):
-                shard = source.build_shard(index, num_shards)
-                write_shard(staging / shard_file_name(index), shard)
-                parts.append(shard.counts())
-                advance()
-        else:
-            context = multiprocessing.get_context("spawn")  # no fork of a process that may run threads
-            with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-                futures = [pool.submit(_build_shard, flat, i, num_shards, str(staging)) for i in range(num_shards)]
-                for future in concurrent.futures.as_completed(futures):
-                    future.result()
-                    advance()
-                parts = [future.result() for future in futures]
-    counts = PopulationCounts.combine(parts)
+        for part in _built_shards(source, flat, num_shards, workers, staging, in_process):
+            total = part if total is None else total + part  # integer counts: the order does not matter
+            advance()
+    assert total is not None  # at least one shard
+    counts = total
     write_vocabulary(staging / VOCABULARY_FILE, source.vocabulary, counts)
     manifest = {
         "format": FORMAT,
