@@ -11,13 +11,14 @@ environment, not of the input, and is reported with its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -54,16 +55,30 @@ def claim_output(args: argparse.Namespace, config: FedhhConfig) -> ResultsFolder
     return ResultsFolder.claim(args.output, overwrite=args.overwrite, field="--output", overwrite_hint="--overwrite")
 
 
+@contextlib.contextmanager
+def ray_address(address: str | None) -> Iterator[None]:
+    """``RAY_ADDRESS`` set to ``--ray-address`` for the length of a run (the drivers join the cluster it
+    names; ``auto`` is refused there), then put back as it was."""
+    previous = os.environ.get("RAY_ADDRESS")
+    if address is not None:
+        os.environ["RAY_ADDRESS"] = address
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("RAY_ADDRESS", None)
+        else:
+            os.environ["RAY_ADDRESS"] = previous
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.overwrite and args.output is None:
         raise InputError("--overwrite: replaces the folder named by --output; give --output too")
     config = load_config(args.config, args.set)
-    if args.ray_address is not None:  # the drivers join the cluster RAY_ADDRESS names (never "auto")
-        os.environ["RAY_ADDRESS"] = args.ray_address
     from simulations.report import print_run_report
     from simulations.run import run_experiment
 
-    with claim_output(args, config) as output:
+    with claim_output(args, config) as output, ray_address(args.ray_address):
         result = run_experiment(config, output, show_progress=not args.quiet)
     if args.json:
         print(to_json(result))

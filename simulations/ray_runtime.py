@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -41,6 +42,7 @@ from .processes import descendant_identities, stop_leftovers
 
 LEFTOVER_GRACE = 2.0  # seconds a Ray process left after shutdown gets between SIGTERM and SIGKILL
 ADDRESS_VARIABLE = "RAY_ADDRESS"
+CONNECT_TIMEOUT = 5.0  # seconds to reach a named cluster's head before it is called unreachable
 
 
 def named_cluster(address: str | None, field: str = f"{ADDRESS_VARIABLE} (or --ray-address)") -> str | None:
@@ -53,7 +55,21 @@ def named_cluster(address: str | None, field: str = f"{ADDRESS_VARIABLE} (or --r
             f"{field}: 'auto' lets Ray join any cluster it finds on this machine, which may not be yours; "
             "name the cluster: its head's address host:port (as `ray start --head` prints it) or ray://host:10001"
         )
+    _require_listening(address, field)
     return address
+
+
+def _require_listening(address: str, field: str) -> None:
+    """Refuse a ``host:port`` where nothing listens (a cluster stopped since): ``ray.init`` would
+    otherwise wait for it for many minutes.  A ``ray://`` address is left to Ray Client."""
+    host, separator, port = address.rpartition(":")
+    if "://" in address or not separator or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
+    except OSError as error:
+        raise InputError(f"{field}: no Ray cluster answers at {address} ({error.strerror or error}); "
+                         "is it running? (`ray status --address` on its head tells)") from None
 
 
 @contextlib.contextmanager

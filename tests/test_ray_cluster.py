@@ -65,6 +65,7 @@ def test_fast_driver_on_a_two_node_cluster_gives_the_single_process_result(
     assert main(["run", *SMALL, "--set", "run.backend=inprocess", "--output", str(tmp_path / "local")]) == 0
     assert main(["run", *SMALL, "--ray-address", cluster, "--output", str(tmp_path / "cluster")]) == 0
     assert not ray.is_initialized()  # the run disconnected; the cluster is still the fixture's
+    assert "RAY_ADDRESS" not in os.environ  # --ray-address named the cluster for that run only
     local, remote = (json.loads((tmp_path / name / "result.json").read_text()) for name in ("local", "cluster"))
     assert remote["transport"] == "fast/ray" and local["transport"] == "fast/inprocess"
     for key in ("heavy_hitters", "rounds", "evaluation", "privacy"):
@@ -108,3 +109,19 @@ def test_ray_address_auto_is_refused(
     assert main([*sweep_args, "--output", str(tmp_path / "sweep")]) == 2
     assert "'auto' lets Ray join any cluster" in capsys.readouterr().err
     assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
+
+
+def test_a_cluster_that_does_not_answer_is_refused_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stale RAY_ADDRESS (a cluster stopped since) would keep ray.init waiting for minutes."""
+    import socket
+
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{unused.getsockname()[1]}"
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    started = time.monotonic()
+    assert main(["run", *SMALL, "--ray-address", address, "--output", str(tmp_path / "run")]) == 2
+    assert f"no Ray cluster answers at {address}" in capsys.readouterr().err
+    assert time.monotonic() - started < 30 and not (tmp_path / "run").exists()

@@ -72,7 +72,7 @@ def test_planted_population_holds_one_item_that_shares_no_first_bit() -> None:
     for bits in (40, 35, 14):
         codec = bits_codec(bits)
         shard, item = planted_population(codec, 1000, 37)
-        assert shard.holders().tolist() == [37] and shard.n_users == 1000
+        assert shard.counts().holders.tolist() == [37] and shard.n_users == 1000
         units = PrefixEncoding("bits", codec).units(shard.vocabulary)
         assert units.shape == (1, bits) and units[0, 0] == 1, item
 
