@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -46,6 +46,22 @@ def claim_output(args: argparse.Namespace, config: FedhhConfig) -> ResultsFolder
     return ResultsFolder.claim(args.output, overwrite=args.overwrite, field="--output", overwrite_hint="--overwrite")
 
 
+@contextlib.contextmanager
+def ray_address(address: str | None) -> Iterator[None]:
+    """``RAY_ADDRESS`` set to ``--ray-address`` for the length of a run (the drivers join the cluster it
+    names; ``auto`` is refused there), then put back as it was."""
+    previous = os.environ.get("RAY_ADDRESS")
+    if address is not None:
+        os.environ["RAY_ADDRESS"] = address
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("RAY_ADDRESS", None)
+        else:
+            os.environ["RAY_ADDRESS"] = previous
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.overwrite and args.output is None:
         raise InputError("--overwrite: replaces the folder named by --output; give --output too")
@@ -57,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     # forked once the output is claimed (a refused run starts nothing) and ended before the claim is
     # released; Flower's ServerApp draws in its own thread
     drawing = plots_aside() if config["run"]["driver"] == "fast" else contextlib.nullcontext()
-    with claim_output(args, config) as output, drawing:
+    with claim_output(args, config) as output, ray_address(args.ray_address), drawing:
         result = run_experiment(config, output, show_progress=not args.quiet)
     if args.json:
         print(to_json(result))
@@ -103,6 +119,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                      help="replace --output if it holds a previous fedhh result (and nothing else)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--json", action="store_true", help="print result.json instead of the summary")
+    run.add_argument("--ray-address", help="run on this existing Ray cluster (host:port; default: $RAY_ADDRESS; "
+                     "'auto' is refused): the fast driver's shards become actors there (run.backend auto)")
     run.set_defaults(func=_run)
 
 
@@ -153,6 +171,12 @@ def _add_report_arguments(report: argparse.ArgumentParser) -> None:
     add_report_arguments(report)
 
 
+def _add_population_arguments(population: argparse.ArgumentParser) -> None:
+    from simulations.population_cli import add_population_arguments  # the builder is a driver too
+
+    add_population_arguments(population)
+
+
 class Command(NamedTuple):
     """A subcommand: the line ``fedhh --help`` lists, and what adds its arguments and handler."""
 
@@ -174,6 +198,7 @@ COMMANDS: dict[str, Command] = {
     "sweep": Command("run a grid of experiments (a sweep file) in parallel, resumably, into tables",
                      _add_sweep_arguments),
     "report": Command("plots (PNG, SVG) and a Markdown summary of a sweep's tables", _add_report_arguments),
+    "population": Command("populations on disk: build once, run from them many times", _add_population_arguments),
 }
 
 

@@ -71,14 +71,14 @@ def _positive(value: float) -> bool:
 # own keys in its spec, and :func:`schema` assembles the whole.
 BASE_SCHEMA: dict[str, dict[str, Key]] = {
     "population": {
-        "source": Key(str, "wordfreq", "where users' items come from", ("wordfreq", "zipf", "file")),
+        "source": Key(str, "wordfreq", "where users' items come from (dataset: a folder written by fedhh population build)", ("wordfreq", "zipf", "file", "dataset")),
         "users": Key(int, 1_000_000, "number of users n (wordfreq, zipf)", check=lambda v: v >= 1, constraint=">= 1"),
         "language": Key(str, "en", "wordfreq language code"),
         "vocabulary": Key(int, 100_000, "distinct candidate items (wordfreq: top words; zipf: random strings)", check=lambda v: v >= 1, constraint=">= 1"),
         "words_per_user": Key(int, 1, "items drawn per user (local frequencies; > 1 uses Algorithm 3)", check=lambda v: v >= 1, constraint=">= 1"),
         "zipf_exponent": Key(float, 1.1, "Zipf exponent s of the synthetic source", check=_positive, constraint="> 0"),
         "item_length": Key(int, 8, "characters per synthetic item", check=lambda v: v >= 1, constraint=">= 1"),
-        "path": Key(str, "", "file source: .txt (one item per line, one user per line), .csv or .parquet (columns user, item)"),
+        "path": Key(str, "", "file source: .txt (one item per line, one user per line), .csv or .parquet (columns user, item); dataset source: the folder written by fedhh population build"),
     },
     "protocol": {
         "max_length": Key(int, 10, "maximum item length in characters (bytes for the bytes alphabet)", check=lambda v: v >= 1, constraint=">= 1"),
@@ -190,8 +190,8 @@ def build_config(raw: Mapping[str, Any]) -> FedhhConfig:
             sections[section][key] = known[section][key].validate(f"{section}.{key}", value)
     if sections["privacy"]["max_epsilon"] and not sections["privacy"]["ledger"]:
         raise ConfigError("privacy.max_epsilon: a budget needs privacy.ledger (the file that remembers past runs)")
-    if sections["population"]["source"] == "file" and not sections["population"]["path"]:
-        raise ConfigError("population.path: required when population.source = \"file\"")
+    if sections["population"]["source"] in ("file", "dataset") and not sections["population"]["path"]:
+        raise ConfigError(f"population.path: required when population.source = \"{sections['population']['source']}\"")
     return FedhhConfig(sections)
 
 

@@ -23,7 +23,6 @@ from .population import PopulationCounts, Shard, check_shard_count
 from .privacy.report import PrivacyReport
 from .protocols import ClientFunction, Discovery, ProtocolResult, ServerProtocol, get_protocol
 from .randomness import KeyedRandomness
-from .resources import require_population_memory
 from .sources import PopulationSource, make_source
 
 
@@ -94,7 +93,7 @@ class Experiment:
         self.source: PopulationSource = source
         self.n_users = self.source.n_users
         # What the run will need is checked here, before anything is charged or started.
-        require_population_memory(self.n_users, int(config["population"]["words_per_user"]))
+        self.source.require_memory(int(config["population"]["words_per_user"]))
         check_shard_count(self.n_users, int(config["run"]["shards"]))
         self._population_counts: PopulationCounts | None = None
         # Solving the privacy target here refuses an impossible run before any round;

@@ -257,3 +257,49 @@ class Shard:
         low = np.bincount(self.item_ids, weights=units & 0xFFFF, minlength=size)
         weight_units = (high.astype(np.int64) << 16) + low.astype(np.int64)
         return PopulationCounts(self.n_users, weight_units, holders, without)
+
+
+class SingleItemShard(Shard):
+    """A shard whose users hold at most one item each, kept as one array of item ids.
+
+    ``item_of_user[u]`` is local user ``u``'s item id, ``-1`` for none: 4
+    bytes a user, where the CSR form needs about 20 (an int64 offset and id
+    per user).  Populations loaded from disk (:mod:`fedhh.population_store`)
+    are held this way, so a loaded shard costs what its file column costs;
+    the CSR arrays are derived only if a caller asks for them.
+    """
+
+    def __init__(self, vocabulary: Vocabulary, first_user: int, item_of_user: np.ndarray) -> None:
+        if item_of_user.ndim != 1:
+            raise ValueError("item_of_user must be a 1-D array of item ids (-1 for none)")
+        self.vocabulary = vocabulary
+        self.first_user = first_user
+        self.__dict__["item_of_user"] = item_of_user  # the cached property's slot: the array itself
+        self.__dict__["one_item_per_user"] = True
+
+    @property
+    def n_users(self) -> int:
+        return int(self.item_of_user.size)
+
+    @functools.cached_property
+    def item_offsets(self) -> np.ndarray:  # type: ignore[override]
+        return np.concatenate(([0], np.cumsum(self.item_of_user >= 0, dtype=np.int64)))
+
+    @functools.cached_property
+    def item_ids(self) -> np.ndarray:  # type: ignore[override]
+        return self.item_of_user[self.item_of_user >= 0].astype(np.int64)
+
+    @functools.cached_property
+    def item_counts(self) -> np.ndarray:  # type: ignore[override]
+        return np.broadcast_to(np.int64(1), self.item_ids.shape)
+
+    def slice(self, start: int, stop: int) -> "SingleItemShard":
+        lo, hi = start - self.first_user, stop - self.first_user
+        if not 0 <= lo <= hi <= self.n_users:
+            raise ValueError(f"users [{start}, {stop}) are not all in this shard")
+        return SingleItemShard(self.vocabulary, start, self.item_of_user[lo:hi])
+
+    def counts(self) -> PopulationCounts:
+        # shifted by one so that "no item" is bin 0: one bincount, no copy of the held items
+        holders = np.bincount(self.item_of_user + 1, minlength=self.vocabulary.size + 1).astype(np.int64)
+        return PopulationCounts(self.n_users, holders[1:] << SHARE_BITS, holders[1:], int(holders[0]))

@@ -2,7 +2,8 @@
 
 Some configs ask for more memory than the machine has: a population of
 10^12 users (the server holds the whole population once, to count the true
-frequencies), or items of a million characters (each vocabulary item
+frequencies; a population built on disk is loaded a shard at a time and
+needs only its largest shard in memory), or items of a million characters (each vocabulary item
 becomes a row of ``max_length`` symbols).  Such a run would charge the
 privacy ledger and then die with a ``MemoryError``.  Instead, the arrays
 fedhh must allocate are counted from the config before they exist, and a
@@ -76,4 +77,18 @@ def require_population_memory(n_users: int, items_per_user: int) -> None:
         f"population.users = {n_users:,}: the population ({per_user} bytes a user for "
         f"{items_per_user} item(s) each, held whole once to count the true frequencies)",
         "use fewer users",
+    )
+
+
+STORED_ITEM_BYTES = 4  # a dataset population's item id per user (int32), as a loaded shard holds it
+
+
+def require_dataset_memory(largest_shard_users: int) -> None:
+    """A population on disk is never held whole: a process loads a stored shard at a time at
+    least, so the largest one is what must fit (``fedhh.population_store``)."""
+    require_memory(
+        largest_shard_users * STORED_ITEM_BYTES,
+        f"population.path: the dataset's largest shard ({largest_shard_users:,} users, "
+        f"{STORED_ITEM_BYTES} bytes a user at least)",
+        "build the population again with more shards (fedhh population build --shards)",
     )

@@ -355,16 +355,31 @@ class ResultsFolder:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def commit(self, result: dict[str, Any], extra_writers: list[Writer] | None = None) -> Path:
-        """Write ``result.json`` and what ``extra_writers`` add, put them in place, release the claim.
+    @property
+    def staging_path(self) -> Path:
+        """The hidden folder this claim writes into before :meth:`commit` puts it in place.
+
+        Large outputs (a population's shard files) are streamed here while
+        they are made, instead of being held until the commit; a claim that
+        is released uncommitted removes them with the rest.
+        """
+        if self._staging is None or self._committed:
+            raise RuntimeError(f"{self.path}: this claim is released or already committed")
+        return self._staging
+
+    def commit(
+        self, result: dict[str, Any], extra_writers: list[Writer] | None = None, document_name: str = RESULT_FILE
+    ) -> Path:
+        """Write ``result`` as ``document_name`` (``result.json``) and what ``extra_writers`` add,
+        with any file already written into :attr:`staging_path`, put them in place, release the claim.
 
         Each writer is called with the staging folder and writes regular
-        files directly into it.  Returns the path of ``result.json``.
+        files directly into it.  Returns the path of the document.
         """
         if self._staging is None or self._committed:
             raise RuntimeError(f"{self.path}: this claim is released or already committed")
         staging = self._staging
-        (staging / RESULT_FILE).write_text(to_json(result) + "\n", encoding="utf-8")
+        (staging / document_name).write_text(to_json(result) + "\n", encoding="utf-8")
         for writer in extra_writers or []:
             writer(staging)
         files = []
@@ -378,7 +393,7 @@ class ResultsFolder:
         self._move_into_place(staging, sorted(files))
         self._committed = True
         self.release()
-        return self.path / RESULT_FILE
+        return self.path / document_name
 
     def _move_into_place(self, staging: Path, files: list[str]) -> None:
         if self._mode == "absent":

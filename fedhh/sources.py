@@ -1,10 +1,12 @@
-"""Where a population's items come from: wordfreq, synthetic Zipf, or a file.
+"""Where a population's items come from: wordfreq, synthetic Zipf, a file, or a built dataset.
 
 Sampled sources (wordfreq, Zipf) never materialise the whole population to
 build one shard: user ``u``'s ``j``-th item is drawn by inverse CDF from a
 uniform keyed by (seed, u, j), so a shard builds only its own users, and any
 shard count yields the same users.  File sources are read once per process
-and sliced.
+and sliced.  Dataset sources (:mod:`fedhh.population_store`) read a
+population written to disk by ``fedhh population build``, a range of users
+at a time.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .errors import InputError
 from .items import ALPHABETS, ItemCodec, ItemError
 from .population import PopulationCounts, Shard, Vocabulary, shard_bounds
 from .randomness import UserRandom, derive_key
+from .resources import require_population_memory
 from .sampling import InverseCdf
 
 POPULATION_PURPOSE = "population.items"
@@ -50,6 +53,10 @@ class PopulationSource(ABC):
     def describe_data(self) -> dict[str, Any]:
         """What only the users' own data determine (evaluation only: no guarantee covers it)."""
         return {}
+
+    def require_memory(self, items_per_user: int) -> None:
+        """Refuse a population this machine cannot hold (:mod:`fedhh.resources`)."""
+        require_population_memory(self.n_users, items_per_user)
 
     def build_shard(self, shard_index: int, num_shards: int) -> Shard:
         """The users of one shard, with their items."""
@@ -451,7 +458,13 @@ def make_source(population: dict[str, Any], codec: ItemCodec, seed: int) -> Popu
         path = Path(population["path"])
         stamp = path.stat().st_mtime_ns if path.is_file() else -1
         return _cached_file_source(str(path), stamp, codec)
-    raise InputError(f"population.source: got {source!r}; allowed: ['wordfreq', 'zipf', 'file']")
+    if source == "dataset":
+        from .population_store import MANIFEST, cached_dataset_source  # the store builds on this module
+
+        manifest = Path(population["path"]) / MANIFEST
+        stamp = manifest.stat().st_mtime_ns if manifest.is_file() else -1
+        return cached_dataset_source(str(population["path"]), stamp, codec)
+    raise InputError(f"population.source: got {source!r}; allowed: ['wordfreq', 'zipf', 'file', 'dataset']")
 
 
 @functools.lru_cache(maxsize=2)

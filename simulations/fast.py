@@ -24,7 +24,7 @@ from fedhh.population import PopulationCounts, Shard, check_shard_count
 from fedhh.protocols import ProtocolResult, Request, Response, ServerProtocol
 
 from .progress import RoundProgress
-from .ray_runtime import ray_runtime
+from .ray_runtime import ADDRESS_VARIABLE, named_cluster, ray_runtime
 
 Backend = Literal["inprocess", "ray"]
 
@@ -37,14 +37,14 @@ class FastRun:
 
 
 def choose_backend(requested: str) -> Backend:
-    """``auto`` uses Ray only when a Ray cluster is named (``RAY_ADDRESS``).
+    """``auto`` uses Ray only when a Ray cluster is named (``RAY_ADDRESS``, never ``auto``).
 
     A round costs O(sampled users), about 3 ms for a million users, so on one
     machine Ray's start-up (seconds) and per-call overhead (ms per actor)
     only pay where the shards live on other machines.
     """
     if requested == "auto":
-        return "ray" if os.environ.get("RAY_ADDRESS") else "inprocess"
+        return "ray" if named_cluster(os.environ.get(ADDRESS_VARIABLE)) else "inprocess"
     if requested not in ("inprocess", "ray"):
         raise InputError(f"run.backend: got {requested!r}; allowed: ['auto', 'inprocess', 'ray']")
     return requested  # type: ignore[return-value]

@@ -1,8 +1,10 @@
-"""A progress bar over a protocol's rounds, shared by every driver."""
+"""Progress bars on stderr: over a protocol's rounds (every driver), and over a count of tasks."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from types import TracebackType
 
 from rich.console import Console
@@ -53,3 +55,16 @@ class RoundProgress:
     ) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+@contextlib.contextmanager
+def task_progress(label: str, total: int, enabled: bool = True) -> Iterator[Callable[[], None]]:
+    """A bar over ``total`` tasks; yields the function that marks one done (a no-op when disabled)."""
+    if not enabled:
+        yield lambda: None
+        return
+    progress = Progress(TextColumn(f"[bold]{label}[/]"), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
+                        console=Console(file=sys.stderr), transient=False)
+    task = progress.add_task("", total=total)
+    with progress:
+        yield lambda: progress.advance(task)

@@ -14,6 +14,15 @@ so SIGTERM stops a run the same way as Ctrl-C.  A Ray stopped while it was
 still starting up (an early Ctrl-C) can leave its raylet's agents running:
 every process Ray started under this one is recorded, and any of them
 still running after the shutdown is stopped by PID.
+
+A cluster is joined only when it is named: ``RAY_ADDRESS`` (or a
+command's ``--ray-address``) must be an address (``host:port``, or
+``ray://host:port`` for Ray Client).  ``auto`` is refused
+(:func:`named_cluster`): with it Ray joins whatever cluster it finds on
+this machine (the last one started here, by anyone), which would run the
+user's population on a cluster they did not choose.  Joining a cluster
+starts no Ray process on this machine, so nothing but the connection is
+undone at the end; the cluster belongs to whoever started it.
 """
 
 from __future__ import annotations
@@ -21,15 +30,46 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+from fedhh.errors import InputError
 from fedhh.interrupts import Interrupted, restore_stop_handlers, stop_handlers
 
 from .processes import descendant_identities, stop_leftovers
 
 LEFTOVER_GRACE = 2.0  # seconds a Ray process left after shutdown gets between SIGTERM and SIGKILL
+ADDRESS_VARIABLE = "RAY_ADDRESS"
+CONNECT_TIMEOUT = 5.0  # seconds to reach a named cluster's head before it is called unreachable
+
+
+def named_cluster(address: str | None, field: str = f"{ADDRESS_VARIABLE} (or --ray-address)") -> str | None:
+    """The cluster address the user named (``None``: none), refusing ``auto``, which names no cluster."""
+    address = (address or "").strip()
+    if not address:
+        return None
+    if address.lower() == "auto":
+        raise InputError(
+            f"{field}: 'auto' lets Ray join any cluster it finds on this machine, which may not be yours; "
+            "name the cluster: its head's address host:port (as `ray start --head` prints it) or ray://host:10001"
+        )
+    _require_listening(address, field)
+    return address
+
+
+def _require_listening(address: str, field: str) -> None:
+    """Refuse a ``host:port`` where nothing listens (a cluster stopped since): ``ray.init`` would
+    otherwise wait for it for many minutes.  A ``ray://`` address is left to Ray Client."""
+    host, separator, port = address.rpartition(":")
+    if "://" in address or not separator or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
+    except OSError as error:
+        raise InputError(f"{field}: no Ray cluster answers at {address} ({error.strerror or error}); "
+                         "is it running? (`ray status --address` on its head tells)") from None
 
 
 @contextlib.contextmanager
@@ -40,32 +80,34 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     import ray
 
+    address = named_cluster(os.environ.get(ADDRESS_VARIABLE))
     handlers = stop_handlers()
     started_here = not ray.is_initialized()
     started: dict[int, int] = {}  # Ray's processes: PID -> start time
     before = descendant_identities(os.getpid())
     try:
         if started_here:
-            if not os.environ.get("RAY_ADDRESS"):
+            if address is None:
                 # Local workers import fedhh's modules (and a test's) by name: give them this
                 # process's import path, as Flower's own Ray backend does when it starts Ray.
                 python_path = os.pathsep.join([*sys.path, *filter(None, [os.environ.get("PYTHONPATH")])])
                 init_args.setdefault("runtime_env", {"env_vars": {"PYTHONPATH": python_path}})
             try:
-                ray.init(include_dashboard=False, **init_args)
+                ray.init(address=address, include_dashboard=False, **init_args)
             except SystemExit as stopped:  # Ray's own SIGTERM handler, active while it starts
                 if stopped.code == signal.SIGTERM:
                     raise Interrupted(signal.SIGTERM) from None
                 raise
             finally:
                 restore_stop_handlers(handlers)
-                started = _new_processes(before)
+                started = _new_processes(before) if address is None else {}
         yield
     finally:
         if started_here:
-            started.update(_new_processes(before))
-            for pid in list(started):  # and the workers the raylet started since
-                started.update(descendant_identities(pid))
+            if address is None:  # a Ray started here: its processes, and the workers its raylet started since
+                started.update(_new_processes(before))
+                for pid in list(started):
+                    started.update(descendant_identities(pid))
             if ray.is_initialized():
                 ray.shutdown()
             restore_stop_handlers(handlers)

@@ -40,6 +40,7 @@ from rich.progress import (
 
 from fedhh.errors import InputError
 
+from .ray_runtime import named_cluster
 from .sweep_spec import SweepSpec, Trial
 from .sweep_store import SweepFolder
 from .sweep_trial import PopulationCache, TrialRecord, run_chunk
@@ -206,6 +207,7 @@ class RayTrials:
 
 
 def make_executor(workers: int, ray_address: str | None) -> InProcessTrials | ProcessTrials | RayTrials:
+    ray_address = named_cluster(ray_address, "--ray-address (or RAY_ADDRESS)")
     if ray_address:
         return RayTrials(ray_address)
     if workers <= 1:
