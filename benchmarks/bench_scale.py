@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -30,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from fedhh.results import remove_result_folder
 
 SHARDS = 8
 
@@ -71,7 +72,7 @@ def measure(protocol: str, users: int, from_disk: bool, repeats: int, work: Path
         output = work / f"run-{protocol}-{users}-{repeat}"
         figures = timed(fedhh("run", *base, *population, "--output", str(output), "--quiet"))
         result = json.loads((output / "result.json").read_text())
-        shutil.rmtree(output)  # ours: written by the run above
+        remove_result_folder(output)
         records.append({**record, **figures, "repeat": repeat, "users_per_s": users / figures["wall_s"],
                         "timing_s": result["timing_s"], "discovered": len(result["heavy_hitters"]),
                         "load_average": os.getloadavg()[0]})
@@ -142,7 +143,9 @@ def main() -> None:
                 out.write_text(json.dumps(records, indent=1) + "\n")
     finally:
         if not args.keep and not args.work:
-            shutil.rmtree(work)  # a temporary folder this run created
+            for built in work.glob("population-*"):
+                remove_result_folder(built)
+            work.rmdir()  # the temporary folder this run created, now empty
     plot(records, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
 

@@ -137,6 +137,17 @@ def _remove_listed(folder: Path, files: list[str]) -> bool:
     return True
 
 
+def remove_result_folder(folder: str | Path) -> None:
+    """Remove a complete folder fedhh wrote (a run's results, a built population): the files its
+    marker lists, the marker, then the folder; anything else there is left, and reported."""
+    folder = Path(folder)
+    files = marked_files(folder)
+    if files is None:
+        raise OutputError(f"{folder}: not a folder fedhh wrote (no {MARKER} marker); nothing removed")
+    if not _remove_listed(folder, files):
+        raise OutputError(f"{folder}: holds files fedhh did not write; they were left there")
+
+
 def _discard_staging(staging: Path) -> None:
     """Remove a staging folder fedhh created (it holds only regular files fedhh wrote)."""
     if marked_files(staging, state="staging") is None:

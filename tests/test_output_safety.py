@@ -26,6 +26,7 @@ from fedhh.results import (
     OutputTakenError,
     ResultsFolder,
     marked_files,
+    remove_result_folder,
     write_result,
 )
 
@@ -178,6 +179,23 @@ def test_a_crashed_run_s_staging_is_cleaned_up_and_a_foreign_one_kept(tmp_path: 
     write_result(tmp_path / "out", {"a": 1})
     assert not crashed.exists()
     assert (lookalike / SENTINEL).read_text() == "not fedhh's"
+
+
+def test_removing_a_result_removes_only_what_fedhh_wrote(tmp_path: Path) -> None:
+    write_result(tmp_path / "done", {"a": 1})
+    remove_result_folder(tmp_path / "done")
+    assert not (tmp_path / "done").exists()
+    unmarked = tmp_path / "theirs"
+    unmarked.mkdir()
+    (unmarked / SENTINEL).write_text("keep")
+    with pytest.raises(OutputError, match="not a folder fedhh wrote"):
+        remove_result_folder(unmarked)
+    write_result(tmp_path / "mixed", {"a": 1})
+    (tmp_path / "mixed" / SENTINEL).write_text("keep")
+    with pytest.raises(OutputError, match="did not write"):
+        remove_result_folder(tmp_path / "mixed")
+    assert (unmarked / SENTINEL).read_text() == (tmp_path / "mixed" / SENTINEL).read_text() == "keep"
+    assert not (tmp_path / "mixed" / "result.json").exists()
 
 
 def test_a_second_claim_of_a_path_in_use_is_refused(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 The cluster (``ray.cluster_utils.Cluster``: a head node and a second node,
 each a raylet with its own object store, in a temporary folder of its own)
 is started and torn down by the test through its own handles; every
-process it started is gone afterwards.  Nothing here runs ``ray stop``.
+process it started is gone afterwards.  Nothing here stops processes by
+name or machine-wide.
 """
 
 from __future__ import annotations
