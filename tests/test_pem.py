@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedhh.cli import main
 from fedhh.config import ConfigError, load_config, schema
 from fedhh.experiment import Experiment
 from fedhh.postprocess import POSTPROCESSORS
@@ -24,6 +23,7 @@ from fedhh.protocols.prefix_oracles import PREFIX_ORACLES, decode_counts
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters, level_shares, uniform_segments
 from fedhh.randomness import KeyedRandomness
+from simulations.cli import main
 from simulations.fast import drive, run_fast
 
 from .helpers import lowercase_codec, population_of

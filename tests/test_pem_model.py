@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from fedhh.cli import main
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
 from fedhh.protocols.pem import PEMServer
@@ -25,6 +24,7 @@ from fedhh.protocols.prefix_encoding import ValueSpace
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters
 from fedhh.randomness import KeyedRandomness
+from simulations.cli import main
 from simulations.fast import drive
 
 RUNS = 40

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from fedhh.cli import main
 from fedhh.config import build_config
 from fedhh.experiment import Experiment
 from fedhh.population import SingleItemShard
 from fedhh.results import ResultsFolder
+from simulations.cli import main
 from simulations.fast import run_fast
 from simulations.population_build import build_population
 

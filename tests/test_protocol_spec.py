@@ -174,7 +174,7 @@ def test_the_spec_alone_makes_a_protocol_selectable() -> None:
 
 
 def test_registered_protocol_runs_through_the_fast_driver_and_fedhh_run_on_flower(tmp_path: Path) -> None:
-    from fedhh.cli import main
+    from simulations.cli import main
 
     experiment = Experiment(load_config(None, [*SMALL, 'protocol.name="counting"', 'run.driver="fast"']))
     fast = run_fast(experiment, 2, backend="inprocess").result

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from fedhh.cli import main
 from fedhh.experiment import Experiment
 from fedhh.sources import make_source
+from simulations.cli import main
 from simulations.deployment import descendants
 from simulations.fast import run_fast
 from simulations.sweep import plan_chunks
@@ -172,7 +172,7 @@ def test_resume_after_kill_recomputes_nothing_and_matches_an_uninterrupted_run(t
     sweep = write(tmp_path, "slow.toml", SLOW)
     output = tmp_path / "killed"
     process = subprocess.Popen(
-        [sys.executable, "-m", "fedhh.cli", "sweep", str(sweep), "--output", str(output), "--workers", "2", "--quiet"],
+        [sys.executable, "-m", "simulations.cli", "sweep", str(sweep), "--output", str(output), "--workers", "2", "--quiet"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )
     try:
