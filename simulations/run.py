@@ -49,7 +49,7 @@ def run_experiment(config: FedhhConfig, output: ResultsFolder, show_progress: bo
     privacy = charge_run(config["privacy"], experiment.privacy, run_id)
     fast = run_fast(experiment, run["shards"], run["backend"], show_progress=show_progress)
     timing = {"population_s": population_s, **fast.timing}
-    result = experiment.finish(fast.result, timing, f"fast/{fast.backend}")
+    result = experiment.finish(fast.result, timing, f"fast/{fast.backend}", counts=fast.counts)
     result["privacy"] = privacy.to_dict()
     result["timing_s"]["total_s"] = time.perf_counter() - started
     write_run_outputs(output, result)

@@ -40,7 +40,7 @@ def test_order_statistics_model_is_closer_to_runs_than_equation_5() -> None:
         'population.source="zipf"', "population.users=50000", "population.vocabulary=300",
         "population.item_length=2", "population.zipf_exponent=1.1", "protocol.max_length=2", "run.seed=0",
     ]))
-    n, shard, truth = population.n_users, population.build_shard(0, 1), population.truth
+    n, shard, truth = population.n_users, population.build_shard(0, 1), population.truth()
     top = [truth.items[i] for i in truth.order[:8]]
     params = SearchParameters("pem", n, 2.0, "bits", 0, (10,), (1.0,), "olh", 8, 8, "top-k")
     found = np.zeros(8)

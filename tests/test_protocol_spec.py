@@ -158,7 +158,7 @@ SPEC = register_protocol(
 
 def truth_above(experiment: Experiment) -> dict[str, int]:
     """The items the protocol must publish: exact holder counts of the whole population."""
-    truth = experiment.truth
+    truth = experiment.truth()
     return {item: int(count) for item, count in zip(truth.items, truth.holders.tolist()) if count >= MIN_COUNT}
 
 

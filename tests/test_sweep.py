@@ -105,7 +105,7 @@ def test_trial_metrics_equal_a_direct_run(tiny: tuple[Path, Path]) -> None:
     population = make_source(trial.config["population"], Experiment(trial.config).codec, trial.population_seed)
     experiment = Experiment(trial.config, source=population)
     fast = run_fast(experiment, 3, "inprocess")
-    document = experiment.finish(fast.result, fast.timing, "fast/inprocess")
+    document = experiment.finish(fast.result, fast.timing, "fast/inprocess", counts=fast.counts)
     metrics = document["evaluation"]["metrics"]
     assert row["recall_at_10"] == metrics["recall_at_k"]["10"]
     assert (row["precision"], row["f1"], row["ncr"], row["discovered"]) == (
