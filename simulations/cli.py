@@ -9,8 +9,11 @@ Exit statuses: 0 success; 2 bad input (a config key or value, an item, a
 privacy target that cannot be met, an output folder that must not be
 written: :class:`fedhh.errors.InputError`), reported as one line naming the
 field, with nothing written; 130 (SIGINT) or 143 (SIGTERM) when a run was
-stopped; 1 for anything else, which is a failure of fedhh or of its
-environment, not of the input, and is reported with its traceback.
+stopped; 1 for a Flower run that failed in its federation, reported as one
+line with the ServerApp's error, whatever Flower returned
+(:class:`simulations.run.FlowerRunFailed`), and for anything else, which is
+a failure of fedhh or of its environment, not of the input, and is reported
+with its traceback.
 """
 
 from __future__ import annotations
@@ -73,13 +76,19 @@ def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set)
     from .plot_process import plots_aside
     from .report import print_run_report
-    from .run import run_experiment
+    from .run import FlowerRunFailed, run_experiment
 
     # forked once the output is claimed (a refused run starts nothing) and ended before the claim is
     # released; Flower's ServerApp draws in its own thread
     drawing = plots_aside() if config["run"]["driver"] == "fast" else contextlib.nullcontext()
-    with claim_output(args, config) as output, ray_address(args.ray_address), drawing:
-        result = run_experiment(config, output, show_progress=not args.quiet)
+    try:
+        with claim_output(args, config) as output, ray_address(args.ray_address), drawing:
+            result = run_experiment(config, output, show_progress=not args.quiet)
+    except FlowerRunFailed as failure:
+        from rich.markup import escape
+
+        _print_error(f"[bold red]error:[/] {escape(str(failure))}; no results were written")
+        return EXIT_FAILURE
     if args.json:
         print(to_json(result))
     else:
