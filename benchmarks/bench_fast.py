@@ -12,9 +12,9 @@ Targets (issue 14, speed of the whole run):
   (numpy's O(n) path at these rates), is reported next to it;
 * the whole ``fedhh run --set run.driver="fast"`` process at 10^7 users
   (and at the default 10^6): at most 4 s and 0.6 GiB peak; reported with and
-  without the import of ``fedhh.cli``, with the share of the rounds.
+  without the import of ``simulations.cli``, with the share of the rounds.
 
-Each whole run is a fresh process that imports ``fedhh.cli`` and calls its
+Each whole run is a fresh process that imports ``simulations.cli`` and calls its
 ``main`` as the ``fedhh`` command does; its peak RSS is its own, and that of
 the plot process it forks (:mod:`simulations.plot_process`) is reported
 beside it.
@@ -56,9 +56,9 @@ FAST = ['run.driver="fast"']
 WHOLE_RUN = """
 import resource, sys, time
 started = time.perf_counter()
-import fedhh.cli
+import simulations.cli
 imported = time.perf_counter()
-code = fedhh.cli.main(sys.argv[1:])
+code = simulations.cli.main(sys.argv[1:])
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 plot_process_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
 print("BENCH", imported - started, time.perf_counter() - imported, peak, plot_process_peak, flush=True)

@@ -118,7 +118,7 @@ def run_case(path: str | None, overrides: list[str], shards: int) -> dict[str, A
     wall, cpu = time.perf_counter(), time.process_time()
     experiment = Experiment(load_config(path, overrides))
     run = run_fast(experiment, shards, "inprocess")
-    document = experiment.finish(run.result, run.timing, "fast/inprocess")
+    document = experiment.finish(run.result, run.timing, "fast/inprocess", counts=run.counts)
     return {
         "wall_s": time.perf_counter() - wall,
         "cpu_s": time.process_time() - cpu,

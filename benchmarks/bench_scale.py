@@ -49,7 +49,7 @@ def timed(command: list[str]) -> dict[str, float]:
 
 
 def fedhh(*args: str) -> list[str]:
-    return [sys.executable, "-m", "fedhh.cli", *args]
+    return [sys.executable, "-m", "simulations.cli", *args]
 
 
 def folder_bytes(folder: Path) -> int:

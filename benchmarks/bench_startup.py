@@ -35,7 +35,7 @@ FEDHH = Path(sys.executable).parent / "fedhh"
 # The fedhh console script, with the peak RSS of the process and of its largest child on stderr.
 MEASURED = """
 import resource, sys
-from fedhh.cli import main
+from simulations.cli import main
 try:
     status = main(sys.argv[1:])
 except SystemExit as stop:

@@ -73,7 +73,7 @@ TRIALS = {"triehh": 100, "pem": 12}
 def run_once(sweep: Path, folder: Path, workers: int, expected: int) -> dict[str, float]:
     started = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "fedhh.cli", "sweep", str(sweep), "--output", str(folder), "--workers", str(workers),
+        [sys.executable, "-m", "simulations.cli", "sweep", str(sweep), "--output", str(folder), "--workers", str(workers),
          "--quiet"],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

@@ -95,7 +95,6 @@ class Experiment:
         # What the run will need is checked here, before anything is charged or started.
         self.source.require_memory(int(config["population"]["words_per_user"]))
         check_shard_count(self.n_users, int(config["run"]["shards"]))
-        self._population_counts: PopulationCounts | None = None
         # Solving the privacy target here refuses an impossible run before any round;
         # the server built for it is the first one make_server hands out.
         self._fresh_server: ServerProtocol | None = self._build_server()
@@ -118,31 +117,38 @@ class Experiment:
     def build_shard(self, shard_index: int, num_shards: int) -> Shard:
         return self.source.build_shard(shard_index, num_shards)
 
-    def set_population_counts(self, counts: PopulationCounts) -> None:
-        """Take the true counts from the shards a driver built (their sum), so that the
-        truth costs no second pass over the population, nor a second copy of it in memory."""
+    @functools.cached_property
+    def population_counts(self) -> PopulationCounts:
+        """True counts of the whole population (evaluation only), counted chunk by chunk from the
+        source: for a process that holds no shard (a driver that built shards has their sum)."""
+        return self.source.population_counts()
+
+    def whole_counts(self, counts: PopulationCounts | None = None) -> PopulationCounts:
+        """``counts``, the sum of the shards a driver built, checked to cover the whole population
+        (so the truth costs no second pass over it, nor a second copy in memory); without them,
+        :attr:`population_counts`."""
+        if counts is None:
+            return self.population_counts
         if counts.users != self.n_users:
             raise ValueError(f"the shards' counts cover {counts.users} users, the population has {self.n_users}")
-        self._population_counts = counts
-        self.__dict__.pop("truth", None)
+        return counts
 
-    @property
-    def population_counts(self) -> PopulationCounts:
-        """True counts of the whole population (evaluation only): the drivers' shards' sum, or,
-        in a process that holds no shard, counted chunk by chunk from the source."""
-        if self._population_counts is None:
-            self._population_counts = self.source.population_counts()
-        return self._population_counts
-
-    @functools.cached_property
-    def truth(self) -> Truth:
-        """True item frequencies over the whole population (evaluation only)."""
-        counts = self.population_counts
+    def truth(self, counts: PopulationCounts | None = None) -> Truth:
+        """True item frequencies over the whole population (evaluation only), from the shards'
+        ``counts`` or, without them, from the source (:meth:`whole_counts`)."""
+        counts = self.whole_counts(counts)
         return Truth.from_counts(self.source.vocabulary.items, counts.frequency, counts.holders)
 
-    def finish(self, result: ProtocolResult, timing: dict[str, float], transport: str) -> dict[str, Any]:
+    def finish(
+        self,
+        result: ProtocolResult,
+        timing: dict[str, float],
+        transport: str,
+        counts: PopulationCounts | None = None,
+    ) -> dict[str, Any]:
         """The result document: discovery, privacy, parameters, trace, and (with
-        ``run.evaluation``) the evaluation against the truth."""
+        ``run.evaluation``) the evaluation against the truth, taken from the
+        ``counts`` of the shards the driver built if it has them (:meth:`whole_counts`)."""
         document = {
             "protocol": result.protocol,
             "seed": self.seed,
@@ -153,17 +159,21 @@ class Experiment:
             **run_record(result, timing),
         }
         if self.config["run"]["evaluation"]:
-            document["evaluation"] = self.evaluate(document["heavy_hitters"])
+            document["evaluation"] = self.evaluate(document["heavy_hitters"], counts)
         return document
 
-    def evaluate(self, heavy_hitters: list[dict[str, Any]]) -> dict[str, Any]:
+    def evaluate(
+        self, heavy_hitters: list[dict[str, Any]], counts: PopulationCounts | None = None
+    ) -> dict[str, Any]:
         """Everything a result says about the true population, in one place.
 
         ``heavy_hitters`` are the published discoveries; each gets its true
-        rank, count and frequency, in the same order.  None of this is
-        covered by a privacy guarantee (see the privacy block's ``coverage``).
+        rank, count and frequency, in the same order.  ``counts`` as for
+        :meth:`finish`.  None of this is covered by a privacy guarantee (see
+        the privacy block's ``coverage``).
         """
-        truth = self.truth
+        counts = self.whole_counts(counts)
+        truth = self.truth(counts)
         rank = truth.rank_of()
         index = {item: i for i, item in enumerate(truth.items)}
         discovered = {hit["item"] for hit in heavy_hitters}
@@ -187,5 +197,5 @@ class Experiment:
                 {**truth_of(truth.items[i]), "discovered": truth.items[i] in discovered}
                 for i in truth.order[: max(top_k, TRUTH_SHOWN)].tolist()
             ],
-            "population": {**self.source.describe_data(), "users_without_items": self.population_counts.users_without_items},
+            "population": {**self.source.describe_data(), "users_without_items": counts.users_without_items},
         }

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedhh.errors import InputError
 from fedhh.oracles.base import LinearVariance
 
 DEFAULT_FALSE_POSITIVES = 2.0
@@ -300,10 +299,3 @@ POSTPROCESSORS: dict[str, PostProcessor] = {
         PostProcessor("power-ns", True, True, True, power_norm_sub),
     )
 }
-
-
-def get_postprocessor(name: str) -> PostProcessor:
-    try:
-        return POSTPROCESSORS[name]
-    except KeyError:
-        raise InputError(f"postprocess: unknown method {name!r}; allowed: {list(POSTPROCESSORS)}") from None

@@ -70,8 +70,8 @@ class PopulationSource(ABC):
 
         The users are built a chunk at a time and only their counts kept, so
         memory stays that of one chunk however large the population; a
-        driver that holds shards adds up theirs instead
-        (:meth:`fedhh.experiment.Experiment.set_population_counts`).
+        driver that holds shards adds up theirs instead and hands the sum
+        to :meth:`fedhh.experiment.Experiment.finish`.
         """
         return PopulationCounts.combine(
             self.build_users(start, min(start + TRUTH_CHUNK_USERS, self.n_users)).counts()

@@ -31,9 +31,13 @@ Backend = Literal["inprocess", "ray"]
 
 @dataclass
 class FastRun:
+    """A finished run, with the true counts of the shards it built (their sum: the truth of the
+    evaluation, :meth:`fedhh.experiment.Experiment.finish`, at no second pass over the population)."""
+
     result: ProtocolResult
     timing: dict[str, float]
     backend: str
+    counts: PopulationCounts
 
 
 def choose_backend(requested: str) -> Backend:
@@ -154,11 +158,10 @@ def run_fast(
             stack.enter_context(ray_runtime(**RayShards.INIT_ARGS))
             holders = RayShards(experiment.config, num_shards)
         stack.callback(holders.close)
-        experiment.set_population_counts(holders.counts)  # the truth from the shards, not a second build
         setup = time.perf_counter() - started
         server = experiment.make_server()
         rounds_started = time.perf_counter()
         with RoundProgress(server, enabled=show_progress) as progress:
             result = drive(server, holders.answer, progress.update)
         rounds = time.perf_counter() - rounds_started
-    return FastRun(result, {"setup_s": setup, "rounds_s": rounds}, chosen)
+    return FastRun(result, {"setup_s": setup, "rounds_s": rounds}, chosen, holders.counts)

@@ -1,4 +1,4 @@
-"""``fedhh population build``: registered by :mod:`fedhh.cli`; the builder is imported when it runs."""
+"""``fedhh population build``: registered by :mod:`simulations.cli`; the builder is imported when it runs."""
 
 from __future__ import annotations
 

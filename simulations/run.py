@@ -15,6 +15,12 @@ from .fast import run_fast
 from .report import write_run_outputs
 
 
+class FlowerRunFailed(RuntimeError):
+    """A Flower run that started and failed in its federation: the ServerApp's error (nodes that did
+    not answer, a round nobody answered).  Neither bad input (exit status 2) nor a bug in fedhh (a
+    traceback): a run that did not complete, reported as one line with exit status 1."""
+
+
 def run_experiment(config: FedhhConfig, output: ResultsFolder, show_progress: bool = True) -> dict[str, Any]:
     """Run ``config`` and write its results into the claimed ``output``; returns the result document.
 
@@ -42,14 +48,19 @@ def run_experiment(config: FedhhConfig, output: ResultsFolder, show_progress: bo
             document["timing_s"]["total_s"] = time.perf_counter() - started
             return write_run_outputs(output, document)
 
+        from strategies.errors import FederationError
+
         # One experiment (population, truth, privacy solve) and one write, by the ServerApp.
-        return run_flower_simulation(
-            config, experiment=experiment, write=write, show_progress=show_progress, run_id=run_id
-        )
+        try:
+            return run_flower_simulation(
+                config, experiment=experiment, write=write, show_progress=show_progress, run_id=run_id
+            )
+        except FederationError as error:
+            raise FlowerRunFailed(f"the Flower run failed in its ServerApp: {error}") from error
     privacy = charge_run(config["privacy"], experiment.privacy, run_id)
     fast = run_fast(experiment, run["shards"], run["backend"], show_progress=show_progress)
     timing = {"population_s": population_s, **fast.timing}
-    result = experiment.finish(fast.result, timing, f"fast/{fast.backend}")
+    result = experiment.finish(fast.result, timing, f"fast/{fast.backend}", counts=fast.counts)
     result["privacy"] = privacy.to_dict()
     result["timing_s"]["total_s"] = time.perf_counter() - started
     write_run_outputs(output, result)

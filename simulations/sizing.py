@@ -194,7 +194,7 @@ def recall_of(config: FedhhConfig, users: int, top_k: int, seeds: Sequence[int])
         except PrivacyTargetError:
             return 0.0
         run = run_fast(experiment, 1, "inprocess")
-        recalls.append(recall_at_k({d.item for d in run.result.discoveries}, experiment.truth, top_k))
+        recalls.append(recall_at_k({d.item for d in run.result.discoveries}, experiment.truth(run.counts), top_k))
     return float(np.mean(recalls))
 
 

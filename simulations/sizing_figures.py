@@ -56,7 +56,7 @@ def pem_case(letters: int, distinct: int, runs: int) -> dict[str, Any]:
         f"population.item_length={letters}", "population.zipf_exponent=1.1", f"protocol.max_length={letters}",
         "run.seed=0",
     ]))
-    shard, truth, bits = population.build_shard(0, 1), population.truth, 5 * letters
+    shard, truth, bits = population.build_shard(0, 1), population.truth(), 5 * letters
     top = [truth.items[i] for i in truth.order[:SHOWN_RANKS]]
     params = SearchParameters("pem", PEM_USERS, PEM_EPSILON, "bits", 0, (bits,), (1.0,), "olh", PEM_TOP_K,
                               PEM_TOP_K, "top-k")

@@ -1,4 +1,4 @@
-"""``fedhh sweep`` and ``fedhh report``: the study commands' arguments and handlers, for :mod:`fedhh.cli`.
+"""``fedhh sweep`` and ``fedhh report``: the study commands' arguments and handlers, for :mod:`simulations.cli`.
 
 Only argument parsing lives at module level; the handlers import the
 sweep and report machinery (numpy, pyarrow, matplotlib, Ray when asked)

@@ -71,8 +71,7 @@ class Population:
         if self.truth is not None:
             return 0.0
         started = time.perf_counter()
-        experiment.set_population_counts(self.shard.counts())  # the shard holds everyone: no second build
-        self.truth = experiment.truth
+        self.truth = experiment.truth(self.shard.counts())  # the shard holds everyone: no second build
         return time.perf_counter() - started
 
 

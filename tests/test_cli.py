@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fedhh.cli import build_parser, main
 from fedhh.errors import InputError
 from fedhh.results import MARKER, marked_files
+from simulations.cli import build_parser, main
 
 SMALL = [
     "--set", 'population.source="zipf"', "--set", "population.users=20000",
@@ -170,7 +170,7 @@ def test_bad_input_fails_cleanly_without_results(
 
 def test_console_script_exit_code(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "fedhh.cli", "plan", "triehh", "--users", "10", "--epsilon", "1",
+        [sys.executable, "-m", "simulations.cli", "plan", "triehh", "--users", "10", "--epsilon", "1",
          "--delta", "1e-6", "--max-rounds", "5"],
         capture_output=True, text=True, check=False,
     )

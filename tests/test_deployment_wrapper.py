@@ -85,11 +85,13 @@ def test_the_wrapper_charges_the_ledger_once_and_enforces_the_budget(
 
 
 def test_a_failed_run_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """No node can answer within 0.1 ms: the ServerApp fails, and so does the wrapper."""
+    """No node can answer within 0.1 ms: the ServerApp fails, and so does the wrapper, with the
+    ServerApp's error (``flwr run --stream`` itself exits 0)."""
     output = tmp_path / "out"
     assert deploy(["--supernodes", "1", "--output", str(output), *overrides("run.round_timeout=0.0001")]) == 1
     error = capsys.readouterr().err
     assert "did not complete (status finished:failed" in error and "no results written" in error
+    assert "shard query: node" in error and "did not answer the shard query in time" in error, error
     assert not output.exists()
 
 

@@ -217,7 +217,7 @@ def test_flwr_run_writes_the_same_result(local_superlink: str, reference: dict[s
 
 def test_fedhh_run_on_flower_charges_the_ledger_once(tmp_path: Path) -> None:
     """The ServerApp charges; the command line around it does not charge again."""
-    from fedhh.cli import main
+    from simulations.cli import main
 
     ledger = tmp_path / "ledger.json"
     settings = [*SMALL, "run.shards=2", 'run.driver="flower"', f'privacy.ledger="{ledger}"']

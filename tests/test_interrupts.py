@@ -75,7 +75,7 @@ def test_one_signal_stops_a_flower_run_and_everything_it_started(
     output = tmp_path / "results" / "run"
     env = {**os.environ, "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "fedhh.cli", *RUN, "--output", str(output)],
+        [sys.executable, "-m", "simulations.cli", *RUN, "--output", str(output)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:

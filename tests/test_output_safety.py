@@ -18,8 +18,6 @@ from typing import Any
 
 import pytest
 
-from fedhh import cli
-from fedhh.cli import main
 from fedhh.results import (
     MARKER,
     OutputError,
@@ -29,6 +27,8 @@ from fedhh.results import (
     remove_result_folder,
     write_result,
 )
+from simulations import cli
+from simulations.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [
@@ -258,7 +258,7 @@ def test_four_processes_writing_one_path_never_fail_or_lose_a_result_silently(tm
 
 def test_two_runs_with_one_output_one_succeeds_the_other_is_refused(tmp_path: Path) -> None:
     output = tmp_path / "out"
-    command = [sys.executable, "-m", "fedhh.cli", "run", *SMALL, "--output", str(output)]
+    command = [sys.executable, "-m", "simulations.cli", "run", *SMALL, "--output", str(output)]
     runs = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     statuses = sorted((run.wait(timeout=120), run.stderr.read()) for run in runs if run.stderr is not None)
     assert [status for status, _ in statuses] == [0, 2], statuses

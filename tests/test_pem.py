@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedhh.cli import main
 from fedhh.config import ConfigError, load_config, schema
 from fedhh.experiment import Experiment
 from fedhh.postprocess import POSTPROCESSORS
@@ -24,6 +23,7 @@ from fedhh.protocols.prefix_oracles import PREFIX_ORACLES, decode_counts
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters, level_shares, uniform_segments
 from fedhh.randomness import KeyedRandomness
+from simulations.cli import main
 from simulations.fast import drive, run_fast
 
 from .helpers import lowercase_codec, population_of
@@ -100,7 +100,7 @@ def test_pem_reports_k_values_when_k_candidates_exist() -> None:
     result = run_fast(experiment, 1, backend="inprocess").result
     assert len(result.discoveries) == 16 and "" not in {d.item for d in result.discoveries}
     assert result.stopped_because == "all 1 levels done"
-    assert experiment.truth.holders.size > 16  # k candidates exist
+    assert experiment.truth().holders.size > 16  # k candidates exist
     # When fewer than k can be found, the result says why.
     few = Experiment(config.with_overrides({"protocol.selection": "threshold", "protocol.threshold": 0.01}))
     short = run_fast(few, 1, backend="inprocess").result
@@ -200,7 +200,7 @@ ANALYSIS_POPULATION = [
 
 @pytest.fixture(scope="module")
 def zipf_15() -> Experiment:
-    """Seed 000 §V: n = 100,000 values, Zipf(1.5), random values; m = 25 bits (5 letters)."""
+    """[Wang19] §V: n = 100,000 values, Zipf(1.5), random values; m = 25 bits (5 letters)."""
     return Experiment(load_config(None, ANALYSIS_POPULATION))
 
 
@@ -210,7 +210,7 @@ def test_measured_identification_agrees_with_equation_5(zipf_15: Experiment) -> 
     eq. (5) predicts, within 3.5 binomial standard deviations (plus one run of slack); the same
     data rejects the model without FLH's hash-choice variance, so the check has power."""
     n, runs = zipf_15.n_users, 60
-    shard, truth = zipf_15.build_shard(0, 1), zipf_15.truth
+    shard, truth = zipf_15.build_shard(0, 1), zipf_15.truth()
     top = [truth.items[i] for i in truth.order[:32]]
     params = pem_parameters(n, 1.0, 25, 5, 10, "flh")
     found = np.zeros(32)
@@ -235,7 +235,7 @@ def test_optimizer_beats_a_short_segment_in_measured_f1() -> None:
     """§IV-C on data that follows the optimizer's assumption, Zipf(1) (ε = 4, k = 32, FLH): its
     design (queries within 2^17) finds more of the true top 32 than η = 2, beyond run-to-run noise."""
     population = Experiment(load_config(None, [*ANALYSIS_POPULATION, "population.zipf_exponent=1.0"]))
-    n, shard, truth = population.n_users, population.build_shard(0, 1), population.truth
+    n, shard, truth = population.n_users, population.build_shard(0, 1), population.truth()
     top = {truth.items[i] for i in truth.order[:32]}
     model = UtilityModel(ValueSpace(25, 2), n, 4.0, 32, "flh", zipf_frequencies(1.0, 10_000))
     chosen = optimize_pem(model, query_limit=1 << 17).design

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from fedhh.cli import main
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
 from fedhh.protocols.pem import PEMServer
@@ -25,6 +24,7 @@ from fedhh.protocols.prefix_encoding import ValueSpace
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters
 from fedhh.randomness import KeyedRandomness
+from simulations.cli import main
 from simulations.fast import drive
 
 RUNS = 40
@@ -40,7 +40,7 @@ def test_order_statistics_model_is_closer_to_runs_than_equation_5() -> None:
         'population.source="zipf"', "population.users=50000", "population.vocabulary=300",
         "population.item_length=2", "population.zipf_exponent=1.1", "protocol.max_length=2", "run.seed=0",
     ]))
-    n, shard, truth = population.n_users, population.build_shard(0, 1), population.truth
+    n, shard, truth = population.n_users, population.build_shard(0, 1), population.truth()
     top = [truth.items[i] for i in truth.order[:8]]
     params = SearchParameters("pem", n, 2.0, "bits", 0, (10,), (1.0,), "olh", 8, 8, "top-k")
     found = np.zeros(8)

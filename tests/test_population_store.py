@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from fedhh.cli import main
 from fedhh.config import build_config
 from fedhh.experiment import Experiment
 from fedhh.population import SingleItemShard
 from fedhh.results import ResultsFolder
+from simulations.cli import main
 from simulations.fast import run_fast
 from simulations.population_build import build_population
 
@@ -41,7 +41,7 @@ def build(tmp_path: Path, population: dict[str, Any], stored_shards: int, seed: 
 def outcome(config: Any) -> dict[str, Any]:
     experiment = Experiment(config)
     run = run_fast(experiment, int(config["run"]["shards"]), "inprocess")
-    document = experiment.finish(run.result, {}, "fast")
+    document = experiment.finish(run.result, {}, "fast", counts=run.counts)
     # what describes the source differs (a dataset also names its vocabulary); what it holds must not
     evaluation = document["evaluation"]
     evaluation["population"] = evaluation["population"]["users_without_items"]

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
+from fedhh.config import ConfigError, load_config
 from fedhh.oracles import LinearVariance, make_oracle
 from fedhh.postprocess import (
     POSTPROCESSORS,
     base_cut,
     constrained_least_squares,
-    get_postprocessor,
     mle_apx,
     norm_cut,
     norm_sub,
@@ -44,7 +44,7 @@ INSTANCES = noisy_instances()
 
 @pytest.mark.parametrize("name", list(POSTPROCESSORS))
 def test_promised_constraints_hold(name: str) -> None:
-    method = get_postprocessor(name)
+    method = POSTPROCESSORS[name]
     for estimates, total, noise in INSTANCES:
         result = method(estimates, total, noise)
         assert result.shape == estimates.shape
@@ -59,7 +59,7 @@ def test_promised_constraints_hold(name: str) -> None:
 @pytest.mark.parametrize("name", [n for n, m in POSTPROCESSORS.items() if not (m.non_negative and m.sums_to_total)])
 def test_constraints_not_promised_are_really_not_guaranteed(name: str) -> None:
     """The attributes are honest: a method that does not promise a constraint breaks it somewhere."""
-    method = get_postprocessor(name)
+    method = POSTPROCESSORS[name]
     results = [method(e, t, n) for e, t, n in INSTANCES]
     if not method.non_negative:
         assert any(r.min() < 0 for r in results)
@@ -70,7 +70,7 @@ def test_constraints_not_promised_are_really_not_guaranteed(name: str) -> None:
 def test_base_pos_never_increases_a_values_squared_error() -> None:
     for estimates, total, _ in INSTANCES:
         truth = np.maximum(estimates - np.random.default_rng(1).normal(0, 1, estimates.size), 0)
-        clipped = get_postprocessor("base-pos")(estimates, total)
+        clipped = POSTPROCESSORS["base-pos"](estimates, total)
         assert np.all((clipped - truth) ** 2 <= (estimates - truth) ** 2)
 
 
@@ -137,7 +137,7 @@ def test_base_cut_keeps_about_the_chosen_number_of_false_positives() -> None:
     assert abs(np.mean(survivors) - 3.0) <= Z * math.sqrt(3.0 / 200)
 
 
-def test_consistency_reduces_error_on_zipf_data_as_in_seed_002() -> None:
+def test_consistency_reduces_error_on_zipf_data_as_in_wang20() -> None:
     """OLH at ε = 1 on 100,000 Zipf(1.1) users over 1,024 values (estimates
     drawn from the oracle's normal approximation, 20 runs): Base-Pos roughly
     halves the MSE, Norm-Sub, MLE-Apx, Base-Cut, Power and PowerNS cut it at
@@ -170,9 +170,9 @@ def test_bad_input_is_rejected_with_the_field_named() -> None:
     with pytest.raises(ValueError, match=r"estimates must be finite"):
         norm_sub(np.array([1.0, np.nan]), 1.0)
     with pytest.raises(ValueError, match=r"mle-apx: noise must be given"):
-        get_postprocessor("mle-apx")(np.array([1.0, 2.0]), 3.0)
-    with pytest.raises(ValueError, match=r"unknown method 'norm_sub'; allowed: \[.*'norm-sub'.*\]"):
-        get_postprocessor("norm_sub")
+        POSTPROCESSORS["mle-apx"](np.array([1.0, 2.0]), 3.0)
+    with pytest.raises(ConfigError, match=r"protocol.postprocess: got 'norm_sub'; allowed values: \[.*'norm-sub'.*\]"):
+        load_config(None, ['protocol.name="pem"', 'protocol.postprocess="norm_sub"'])
 
 
 def posterior_by_quadrature(x: float, alpha: float, lowest: float, total: float, noise: LinearVariance) -> tuple[float, float]:
@@ -211,7 +211,7 @@ def test_power_posterior_mean_is_accurate_to_well_under_its_standard_deviation()
     estimates = truth + rng.normal(0, np.sqrt(noise.variance(truth)))
     probes = np.array([-900.0, -50.0, 0.0, 150.0, 420.0, 900.0, 2_500.0, 17_800.0, 18_300.0, 41_000.0, 97_000.0])
     values = np.concatenate([estimates, probes])
-    processed = get_postprocessor("power")(values, float(users), noise)
+    processed = POSTPROCESSORS["power"](values, float(users), noise)
     sigma = math.sqrt(noise.zero_count)
     alpha = float(1 + np.sum(values > 3 * sigma) / np.sum(np.log(values[values > 3 * sigma] / (3 * sigma))))
     for x, found in zip(probes, processed[-probes.size:], strict=True):

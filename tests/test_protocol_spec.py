@@ -158,7 +158,7 @@ SPEC = register_protocol(
 
 def truth_above(experiment: Experiment) -> dict[str, int]:
     """The items the protocol must publish: exact holder counts of the whole population."""
-    truth = experiment.truth
+    truth = experiment.truth()
     return {item: int(count) for item, count in zip(truth.items, truth.holders.tolist()) if count >= MIN_COUNT}
 
 
@@ -174,7 +174,7 @@ def test_the_spec_alone_makes_a_protocol_selectable() -> None:
 
 
 def test_registered_protocol_runs_through_the_fast_driver_and_fedhh_run_on_flower(tmp_path: Path) -> None:
-    from fedhh.cli import main
+    from simulations.cli import main
 
     experiment = Experiment(load_config(None, [*SMALL, 'protocol.name="counting"', 'run.driver="fast"']))
     fast = run_fast(experiment, 2, backend="inprocess").result

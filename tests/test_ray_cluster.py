@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from fedhh.cli import main
+from simulations.cli import main
 from simulations.processes import descendant_identities
 
 SMALL = ["--set", "run.driver=fast", "--set", "population.users=30000", "--set", "population.vocabulary=3000",

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 import fedhh
-from fedhh.cli import main
 from fedhh.config import MAX_CONFIG_BYTES, MAX_SHARDS
+from simulations.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [
@@ -32,7 +32,7 @@ SMALL = [
 
 def fedhh_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "fedhh.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "simulations.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
     )
 
 

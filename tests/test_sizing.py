@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedhh.cli import main
 from fedhh.config import load_config
 from fedhh.privacy.plan import plan_triehh
 from fedhh.privacy.sizing import _TrieHHFamily, size_treehist, size_triehh
 from fedhh.privacy.treehist_plan import plan_treehist, treehist_parameters
 from fedhh.protocols.item_discovery import item_discovery
 from fedhh.protocols.prefix_encoding import ValueSpace
+from simulations.cli import main
 from simulations.sizing import planted_population, size_by_recall, verify_item
 
 
@@ -115,6 +115,19 @@ def test_size_commands_print_json_with_users(capsys: pytest.CaptureFixture[str])
     pem = json.loads(capsys.readouterr().out)
     assert pem["users"] > 0 and pem["discovery"] >= 0.5 > pem["below_discovery"]
     assert pem["parameters"]["utility_model"] == "order-statistics"
+
+
+def test_size_verify_from_the_command_line_runs_the_protocol(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--verify`` runs the simulations the command line hands to ``fedhh size``: the same runs as
+    :func:`verify_item` at the answer, seed for seed."""
+    assert main(["size", "triehh", "--frequency", "0.01", "--discovery", "0.9", "--epsilon", "4", "--delta", "1e-8",
+                 "--max-rounds", "5", "--verify", "--trials", "20", "--seed", "7", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    answer = size_triehh(0.01, 0.9, 4.0, 1e-8, 5)
+    runs = verify_item("triehh", answer.users, 0.01, answer.discovery, 20, seed=7, privacy=(4.0, 1e-8, 5))
+    assert document["users"] == answer.users
+    assert document["verification"] == json.loads(json.dumps(runs.to_dict(), default=float))
+    assert document["verification"]["trials"] == 20 and document["verification"]["seed"] == 7
 
 
 def test_size_by_recall_on_a_population_config(tmp_path: Path) -> None:

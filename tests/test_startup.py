@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fedhh.cli import COMMANDS, build_parser, named_command
+from simulations.cli import COMMANDS, build_parser, named_command
 
 # Each costs 0.2-1 s at import on the project's machines.
 HEAVY = ("flwr", "ray", "scipy.stats", "matplotlib", "pandas", "pyarrow", "dp_accounting")
@@ -33,13 +33,13 @@ def loaded_after(code: str, names: tuple[str, ...]) -> list[str]:
 
 
 def test_importing_the_cli_loads_no_heavy_package() -> None:
-    assert loaded_after("import fedhh.cli", NOT_FOR_HELP) == []
+    assert loaded_after("import simulations.cli", NOT_FOR_HELP) == []
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["sweep", "--help"], []])
 def test_help_and_usage_errors_load_no_heavy_package(argv: list[str]) -> None:
     code = (
-        "import contextlib, io\nfrom fedhh.cli import main\n"
+        "import contextlib, io\nfrom simulations.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
         "    try:\n"
         f"        main({argv!r})\n"
@@ -55,14 +55,14 @@ def test_a_fast_run_loads_no_package_it_does_not_use(tmp_path: Path) -> None:
     argv = ["run", "--set", 'population.source="zipf"', "--set", "population.users=5000", "--set",
             "population.vocabulary=500", "--set", "population.item_length=4", "--set", "protocol.max_length=4",
             "--set", 'run.driver="fast"', "--output", str(tmp_path / "run"), "--quiet", "--json"]
-    code = f"import contextlib, io\nfrom fedhh.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n    assert main({argv!r}) == 0"
+    code = f"import contextlib, io\nfrom simulations.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n    assert main({argv!r}) == 0"
     assert loaded_after(code, (*HEAVY, "scipy")) == []
     assert (tmp_path / "run" / "discovery.png").stat().st_size > 0
 
 
 def test_help_of_the_program_lists_every_command() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "fedhh.cli", "--help"], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-m", "simulations.cli", "--help"], capture_output=True, text=True, timeout=120, check=True
     )
     for name, command in COMMANDS.items():
         assert name in completed.stdout

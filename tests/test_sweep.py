@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from fedhh.cli import main
 from fedhh.experiment import Experiment
 from fedhh.sources import make_source
+from simulations.cli import main
 from simulations.deployment import descendants
 from simulations.fast import run_fast
 from simulations.sweep import plan_chunks
@@ -105,7 +105,7 @@ def test_trial_metrics_equal_a_direct_run(tiny: tuple[Path, Path]) -> None:
     population = make_source(trial.config["population"], Experiment(trial.config).codec, trial.population_seed)
     experiment = Experiment(trial.config, source=population)
     fast = run_fast(experiment, 3, "inprocess")
-    document = experiment.finish(fast.result, fast.timing, "fast/inprocess")
+    document = experiment.finish(fast.result, fast.timing, "fast/inprocess", counts=fast.counts)
     metrics = document["evaluation"]["metrics"]
     assert row["recall_at_10"] == metrics["recall_at_k"]["10"]
     assert (row["precision"], row["f1"], row["ncr"], row["discovered"]) == (
@@ -172,7 +172,7 @@ def test_resume_after_kill_recomputes_nothing_and_matches_an_uninterrupted_run(t
     sweep = write(tmp_path, "slow.toml", SLOW)
     output = tmp_path / "killed"
     process = subprocess.Popen(
-        [sys.executable, "-m", "fedhh.cli", "sweep", str(sweep), "--output", str(output), "--workers", "2", "--quiet"],
+        [sys.executable, "-m", "simulations.cli", "sweep", str(sweep), "--output", str(output), "--workers", "2", "--quiet"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )
     try:

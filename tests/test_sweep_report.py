@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from fedhh.cli import main
 from simulations.analytic import triehh_rate
+from simulations.cli import main
 from simulations.sweep_report import SweepTables, build_plot, draw, plan_plots
 
 from .test_sweep import TINY

@@ -122,7 +122,7 @@ def test_heavy_values_are_found_light_ones_are_not_and_counts_are_unbiased(plant
 
 
 def test_generic_variant_with_any_oracle_per_level(planted_population: Shard) -> None:
-    """Seed 004's hierarchical search: OLH at every level, ε/2 + ε/2, the same guarantee in spirit."""
+    """The hierarchical search of [Cormode21]: OLH at every level, ε/2 + ε/2, the same guarantee in spirit."""
     params = treehist_parameters(planted_population.n_users, "olh")
     server = TreeHistServer(params, planted_population.vocabulary.codec, 3)
     randomness = KeyedRandomness(3)

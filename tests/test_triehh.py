@@ -32,7 +32,7 @@ def star_sun_moon() -> Shard:
 
 
 def test_hand_checkable_trie_when_everyone_votes() -> None:
-    """Seed 001's Figure 1 population with every user sampled and θ = 4:
+    """The population of [Zhu20] Fig. 1 with every user sampled and θ = 4:
     's' (7 votes) and 'm' (4) grow, 'st' (3) does not, and exactly sun$ and moon$ complete."""
     server = run_triehh([star_sun_moon()], theta=4, batch_size=15, seed=0)
     result = server.result()
@@ -155,7 +155,7 @@ def test_ray_actors_give_the_same_run_as_in_process() -> None:
         ray.shutdown()
     assert via_ray.backend == "ray"
     # the actors' shards gave the truth: the whole population's counts
-    np.testing.assert_array_equal(experiment.population_counts.holders, experiment.source.build_all().counts().holders)
+    np.testing.assert_array_equal(via_ray.counts.holders, experiment.source.build_all().counts().holders)
     in_process = run_fast(experiment, 1, "inprocess").result
     assert discovery_and_trace(via_ray.result) == discovery_and_trace(in_process)
 

@@ -29,15 +29,15 @@ def test_fast_driver_truth_comes_from_its_shards_and_equals_the_whole_population
     experiment = Experiment(config)
     monkeypatch.setattr(experiment.source, "population_counts", refuse_a_second_build)
     run = run_fast(experiment, 8, "inprocess")
-    document = experiment.finish(run.result, {}, "fast/inprocess")
+    document = experiment.finish(run.result, {}, "fast/inprocess", counts=run.counts)
 
     reference = Experiment(config)  # holds no shard: counts the population itself
     whole = reference.source.build_all().counts()
-    for counts in (experiment.population_counts, reference.population_counts):
+    for counts in (run.counts, reference.population_counts):
         np.testing.assert_array_equal(counts.weight_units, whole.weight_units)
         np.testing.assert_array_equal(counts.holders, whole.holders)
         assert (counts.users, counts.users_without_items) == (whole.users, whole.users_without_items)
-    np.testing.assert_array_equal(experiment.truth.order, reference.truth.order)
+    np.testing.assert_array_equal(experiment.truth(run.counts).order, reference.truth().order)
     assert reference.finish(run.result, {}, "fast/inprocess") == document
     assert document["evaluation"]["truth_top"][0]["true_count"] == int(whole.holders.max())
 
@@ -46,4 +46,7 @@ def test_counts_of_another_population_are_refused() -> None:
     experiment = Experiment(load_config(None, RUN))
     other = Experiment(load_config(None, [*RUN, "population.users=29999"]))
     with pytest.raises(ValueError, match="cover 29999 users, the population has 30000"):
-        experiment.set_population_counts(other.population_counts)
+        experiment.truth(other.population_counts)
+    run = run_fast(experiment, 2, "inprocess")
+    with pytest.raises(ValueError, match="cover 29999 users, the population has 30000"):
+        experiment.finish(run.result, {}, "fast/inprocess", counts=other.population_counts)

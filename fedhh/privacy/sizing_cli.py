@@ -11,15 +11,16 @@ Two questions, one command per protocol:
   of a config's population shape, protocol and privacy reach recall@K = R
   (:mod:`simulations.sizing`, on the fast driver).
 
-Simulations are imported only when asked for, so the analytic answers stay
-framework-free.  Bad input raises :class:`fedhh.errors.InputError` naming
-the option (exit status 2).
+The simulations are drivers, above this module: the command line hands them
+in (:func:`add_size_arguments`), so nothing here imports them.  Bad input
+raises :class:`fedhh.errors.InputError` naming the option (exit status 2).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -38,8 +39,14 @@ DEFAULT_TRIALS = {"triehh": 200, "pem": 20, "treehist": 20}  # --verify runs (Tr
 DEFAULT_RECALL_TRIALS = 3
 
 
-def add_size_arguments(size: argparse.ArgumentParser) -> None:
-    """``size triehh|pem|treehist`` under the ``size`` subcommand; each handler is its parser's ``func``."""
+def add_size_arguments(
+    size: argparse.ArgumentParser, *, verify_item: Callable[..., Any], size_by_recall: Callable[..., Any]
+) -> None:
+    """``size triehh|pem|treehist`` under the ``size`` subcommand; each handler is its parser's ``func``.
+
+    ``verify_item`` and ``size_by_recall`` run the protocols for ``--verify`` and
+    ``--recall`` (:mod:`simulations.sizing`'s functions of those names).
+    """
     size.description = (
         "The smallest population for which an item held by --frequency of the users is found "
         "with probability --discovery, from each protocol's analysis (see docs/sizing.md); or, with "
@@ -72,7 +79,7 @@ def add_size_arguments(size: argparse.ArgumentParser) -> None:
         parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                             help="override one value of the --population config (repeatable)")
         parser.add_argument("--json", action="store_true", help="print JSON (`users` is the answer)")
-        parser.set_defaults(func=run_size, protocol=protocol)
+        parser.set_defaults(func=run_size, protocol=protocol, verify_item=verify_item, size_by_recall=size_by_recall)
 
 
 def _add_pem_options(parser: argparse.ArgumentParser) -> None:
@@ -147,8 +154,7 @@ def _analytic_answer(args: argparse.Namespace, show: Any) -> SizeAnswer:
 
 
 def _verify(args: argparse.Namespace, answer: SizeAnswer, status: Any) -> dict[str, Any]:
-    from simulations.sizing import verify_item
-
+    verify_item = args.verify_item
     trials = args.trials if args.trials is not None else DEFAULT_TRIALS[args.protocol]
 
     def progress(done: int, total: int) -> None:
@@ -210,8 +216,7 @@ def _size_by_recall(args: argparse.Namespace) -> int:
     if getattr(args, "delta", None) is not None:
         overrides.append(f"privacy.delta={args.delta!r}")
     config = load_config(args.population, overrides)
-    from simulations.sizing import size_by_recall
-
+    size_by_recall = args.size_by_recall
     trials = args.trials if args.trials is not None else DEFAULT_RECALL_TRIALS
     console = Console(stderr=True)
     with console.status("sizing by simulation...") as status:

@@ -1,11 +1,19 @@
 """The ``fedhh`` command line: run experiments, plan parameters, compare oracles.
 
+It sits on top of every layer (simulations -> strategies -> fedhh), so the
+core never imports a driver: the commands that run protocols hand the
+drivers down (``fedhh size`` gets :mod:`simulations.sizing`'s runs).  Each
+command's module is imported only when that command runs.
+
 Exit statuses: 0 success; 2 bad input (a config key or value, an item, a
 privacy target that cannot be met, an output folder that must not be
 written: :class:`fedhh.errors.InputError`), reported as one line naming the
 field, with nothing written; 130 (SIGINT) or 143 (SIGTERM) when a run was
-stopped; 1 for anything else, which is a failure of fedhh or of its
-environment, not of the input, and is reported with its traceback.
+stopped; 1 for a Flower run that failed in its federation, reported as one
+line with the ServerApp's error, whatever Flower returned
+(:class:`simulations.run.FlowerRunFailed`), and for anything else, which is
+a failure of fedhh or of its environment, not of the input, and is reported
+with its traceback.
 """
 
 from __future__ import annotations
@@ -22,11 +30,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from . import __version__
-from .config import FedhhConfig, load_config
-from .errors import InputError
-from .interrupts import exit_status, interruptible
-from .results import ResultsFolder, to_json
+from fedhh import __version__
+from fedhh.config import FedhhConfig, load_config
+from fedhh.errors import InputError
+from fedhh.interrupts import exit_status, interruptible
+from fedhh.results import ResultsFolder, to_json
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -66,15 +74,21 @@ def _run(args: argparse.Namespace) -> int:
     if args.overwrite and args.output is None:
         raise InputError("--overwrite: replaces the folder named by --output; give --output too")
     config = load_config(args.config, args.set)
-    from simulations.plot_process import plots_aside
-    from simulations.report import print_run_report
-    from simulations.run import run_experiment
+    from .plot_process import plots_aside
+    from .report import print_run_report
+    from .run import FlowerRunFailed, run_experiment
 
     # forked once the output is claimed (a refused run starts nothing) and ended before the claim is
     # released; Flower's ServerApp draws in its own thread
     drawing = plots_aside() if config["run"]["driver"] == "fast" else contextlib.nullcontext()
-    with claim_output(args, config) as output, ray_address(args.ray_address), drawing:
-        result = run_experiment(config, output, show_progress=not args.quiet)
+    try:
+        with claim_output(args, config) as output, ray_address(args.ray_address), drawing:
+            result = run_experiment(config, output, show_progress=not args.quiet)
+    except FlowerRunFailed as failure:
+        from rich.markup import escape
+
+        _print_error(f"[bold red]error:[/] {escape(str(failure))}; no results were written")
+        return EXIT_FAILURE
     if args.json:
         print(to_json(result))
     else:
@@ -86,7 +100,7 @@ def _plan_triehh(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .privacy.plan import plan as plan_protocol
+    from fedhh.privacy.plan import plan as plan_protocol
 
     plan = plan_protocol(
         "triehh", n_users=args.users, epsilon=args.epsilon, delta=args.delta, max_rounds=args.max_rounds
@@ -125,8 +139,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 
 def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
-    from .privacy.pem_plan import add_pem_plan_parser
-    from .privacy.treehist_plan import add_treehist_plan_parser
+    from fedhh.privacy.pem_plan import add_pem_plan_parser
+    from fedhh.privacy.treehist_plan import add_treehist_plan_parser
 
     plans = plan.add_subparsers(dest="protocol", required=True)
     triehh = plans.add_parser("triehh", help="θ and batch size m from (n, ε, δ, L)")
@@ -142,37 +156,39 @@ def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
 
 
 def _add_size_arguments(size: argparse.ArgumentParser) -> None:
-    from .privacy.sizing_cli import add_size_arguments
+    from fedhh.privacy.sizing_cli import add_size_arguments
 
-    add_size_arguments(size)
+    from .sizing import size_by_recall, verify_item  # the runs behind --verify and --recall
+
+    add_size_arguments(size, verify_item=verify_item, size_by_recall=size_by_recall)
 
 
 def _add_oracles_arguments(oracles: argparse.ArgumentParser) -> None:
-    from .oracles.cli import add_oracles_arguments
+    from fedhh.oracles.cli import add_oracles_arguments
 
     add_oracles_arguments(oracles)
 
 
 def _add_audit_arguments(audit: argparse.ArgumentParser) -> None:
-    from .privacy.cli import add_audit_arguments
+    from fedhh.privacy.cli import add_audit_arguments
 
     add_audit_arguments(audit)
 
 
 def _add_sweep_arguments(sweep: argparse.ArgumentParser) -> None:
-    from simulations.study_cli import add_sweep_arguments  # sweeps and reports are drivers: simulations/
+    from .study_cli import add_sweep_arguments
 
     add_sweep_arguments(sweep)
 
 
 def _add_report_arguments(report: argparse.ArgumentParser) -> None:
-    from simulations.study_cli import add_report_arguments
+    from .study_cli import add_report_arguments
 
     add_report_arguments(report)
 
 
 def _add_population_arguments(population: argparse.ArgumentParser) -> None:
-    from simulations.population_cli import add_population_arguments  # the builder is a driver too
+    from .population_cli import add_population_arguments
 
     add_population_arguments(population)
 

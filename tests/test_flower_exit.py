@@ -1,0 +1,35 @@
+"""A Flower run that fails is reported as one: a non-zero exit with the ServerApp's error.
+
+The ServerApp fails for real: no node can answer its shard query within
+``run.round_timeout`` = 0.1 ms, so the federation never starts.  The other
+entry point that launches Flower, ``python -m simulations.deployment``
+(``flwr run`` against a real SuperLink, which exits 0 for a failed run), is
+checked the same way in ``tests/test_deployment_wrapper.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulations.cli import main
+
+# Items of one letter: the run would take two rounds.
+TINY = [
+    'population.source="zipf"', "population.users=4000", "population.vocabulary=10", "population.item_length=1",
+    "protocol.max_length=1", "privacy.epsilon=6.0", "privacy.delta=1e-6", 'run.driver="flower"', "run.shards=1",
+]
+
+
+def test_fedhh_run_on_flower_exits_1_with_the_server_apps_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "run"
+    settings = [*TINY, "run.round_timeout=0.0001"]
+    assert main(["run", *[f"--set={setting}" for setting in settings], "--quiet", "--output", str(output)]) == 1
+    error = " ".join(capsys.readouterr().err.split())
+    assert "error: the Flower run failed in its ServerApp: shard query: node" in error, error
+    assert "did not answer the shard query in time; no results were written" in error, error
+    assert "Traceback" not in error and "internal error" not in error, "a failed federation is not a bug in fedhh"
+    assert not output.exists()
