@@ -204,6 +204,30 @@ def render() -> str:
         "",
         _docstring(prefix_encoding),
         "",
+        "## Answering a PEM or TreeHist level round",
+        "",
+        "In mode `level` a request asks the users whose level is `level`, and only a node holding some of "
+        "them receives it. Levels are public: user `u`'s level is the `i` with `level_bounds[i] <= U(u) < "
+        "level_bounds[i+1]` (clipped to `0..levels-1`), where `U(u) = (splitmix64(splitmix64(u XOR "
+        "partition_seed)) >> 11) / 2^53`, all in unsigned 64-bit arithmetic, and `splitmix64(x)` is "
+        "`z = x + 0x9E3779B97F4A7C15; z = (z XOR (z >> 30)) * 0xBF58476D1CE4E5B9; "
+        "z = (z XOR (z >> 27)) * 0x94D049BB133111EB; return z XOR (z >> 31)` (`fedhh.randomness`). "
+        "Each asked user takes its value's first `lengths[level]` units (a user without an item: the empty "
+        "value, all units 0) and its key: the units' integer value, most significant unit first, when "
+        "`B^length <= 2^64` (`B` = 2 for bits), else fedhh's 64-bit hash of the units "
+        "(`fedhh.oracles.keys.key_rows`). It reports the key through the oracle `oracle` at ε = `epsilon`.",
+        "",
+        "The reply: `sampled_users` = `responding_users` = the number of asked users the node holds "
+        "(the server recomputes it from the levels and refuses any other number). For `olh` and `blh`, "
+        "whose statistics are the reports themselves, `counts[j]` is how many of the node's reports "
+        "support `candidates[j]` (the report's hash of the candidate is its reported bucket) and "
+        "`reporters` = `[number of reports]`; since the node counts the supports itself, it may use any "
+        "hash family, drawn fresh per report from its own randomness (OLH: `g = round(e^ε) + 1` buckets, "
+        "the true bucket kept with probability `e^ε / (e^ε + g - 1)`, otherwise another bucket uniformly). "
+        "For the other oracles `counts` holds the oracle's flat statistics, which the server decodes with "
+        "fedhh's public hash functions seeded by `oracle_seed`: their exact hashing is not part of this "
+        "version of the document, so a third-party client should use `olh` or `blh`.",
+        "",
     ]
     return "\n".join(parts).rstrip() + "\n"
 
