@@ -60,6 +60,7 @@ class VersionMismatch(MessageDecodeError):
 
 
 def version_text(version: tuple[int, int] = CONTRACT_VERSION) -> str:
+    """A version as it travels, ``"MAJOR.MINOR"``."""
     return f"{version[0]}.{version[1]}"
 
 
@@ -204,7 +205,7 @@ def attach_notice(content: RecordDict, reason: str) -> RecordDict:
 
 def notice_of(content: RecordDict) -> str | None:
     """The reason a message's notice carries, if it has one."""
-    record = content.get(NOTICE_RECORD) if NOTICE_RECORD in content else None
+    record = content.get(NOTICE_RECORD)
     if isinstance(record, ConfigRecord) and isinstance(record.get(REASON_KEY), str):
         return str(record[REASON_KEY])
     return None
