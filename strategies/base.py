@@ -50,7 +50,7 @@ from fedhh.errors import InputError
 from fedhh.protocols import InvalidReply, ProtocolSpec, Request, Response, ServerProtocol
 from simulations.progress import RoundProgress
 
-from .codec import MessageDecodeError, codec_for
+from .codec import MessageDecodeError, attach_notice, codec_for
 from .errors import FederationError, RunStopped
 from .exchange import exchange, pause
 from .participation import RoundParticipation
@@ -59,9 +59,11 @@ from .shards import (
     ROUND_MESSAGE,
     SHARD_INFO_CODEC,
     SHARD_INFO_MESSAGE,
+    SHARD_QUERY_CODEC,
     SHARDS,
     Federation,
     ShardInfo,
+    ShardQuery,
     admit,
 )
 
@@ -157,6 +159,7 @@ class ProtocolStrategy(Strategy):
         self.federation = Federation(n_users, {})  # the admitted nodes, once connected
         self.participation: list[RoundParticipation] = []
         self._pending: _PendingRound | None = None
+        self._notices: dict[int, str] = {}  # node -> why its last reply was refused, told with its next request
         self.setup_seconds = 0.0
         self.round_seconds: list[float] = []
 
@@ -191,6 +194,8 @@ class ProtocolStrategy(Strategy):
             content = encoded.get(id(node_request))
             if content is None:
                 content = encoded[id(node_request)] = self.request_codec.encode(node_request)
+            if node in self._notices:
+                content = attach_notice(content, self._notices.pop(node))
             messages.append(
                 Message(
                     content=content,
@@ -225,6 +230,7 @@ class ProtocolStrategy(Strategy):
             shard = self.federation.members[node]
             if reply.has_error():
                 participation.failed.append(shard.shard_index)
+                participation.reasons[shard.shard_index] = last_line(reply.error.reason)
                 LOGGER.warning(
                     "round %d: shard %d (node %d) failed: %s", server_round, shard.shard_index, node, last_line(reply.error.reason)
                 )
@@ -233,6 +239,8 @@ class ProtocolStrategy(Strategy):
                 responses.append(self._accept(reply, node, pending.asked[node], shard))
             except (MessageDecodeError, InvalidReply) as error:
                 participation.rejected.append(shard.shard_index)
+                participation.reasons[shard.shard_index] = str(error)
+                self._notices[node] = f"round {server_round}: the server refused your reply: {error}"
                 LOGGER.warning(
                     "round %d: rejected the reply of shard %d (node %d): %s", server_round, shard.shard_index, node, error
                 )
@@ -394,7 +402,7 @@ class ProtocolStrategy(Strategy):
         if not nodes:
             raise FederationError(f"no device connected within run.connect_timeout = {self.connect_timeout:g} s")
         messages = [
-            Message(content=RecordDict(), dst_node_id=node, message_type=SHARD_INFO_MESSAGE, group_id="shards")
+            Message(content=SHARD_QUERY_CODEC.encode(ShardQuery()), dst_node_id=node, message_type=SHARD_INFO_MESSAGE, group_id="shards")
             for node in nodes
         ]
         replies, _ = exchange(grid, messages, self.round_timeout, self.stop)  # each node builds its shard now

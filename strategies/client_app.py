@@ -20,19 +20,26 @@ every message, so there each message rebuilds them).
 Three message types arrive (see ``strategies.shards``): the shard query
 before round 1, one request per round, and, with
 ``run.secure_aggregation``, the four SecAgg+ stages of a round (Flower
-``train`` messages, handled by ``secaggplus_mod`` around the answer).
+``train`` messages, handled by ``secaggplus_mod`` around the answer).  Every
+message is decoded against the contract version this code speaks
+(``strategies.codec``): one it cannot decode makes the handler raise, so
+the server receives an error reply carrying the reason; a request that
+tells the node its previous reply was refused is logged with the server's
+reason (``docs/messages.md``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from flwr.app import Context, Message
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import Mod
 from flwr.compat.common import recorddict_compat as compat
 
 from fedhh.config import FedhhConfig, Scalar, config_from_flat
@@ -42,15 +49,16 @@ from fedhh.population import Shard
 from fedhh.protocols import ClientFunction, ProtocolSpec, Request, Response, get_protocol
 from fedhh.randomness import RandomnessSource, SecureRandomness
 
-from .codec import codec_for
+from .codec import codec_for, notice_of
 from .devices import device_of, device_shard
 from .plugins import load_protocol_module
 from .secure import masked_reply, request_from_fitins
-from .shards import DEVICES, SHARD_INFO_CODEC, ShardInfo
+from .shards import DEVICES, SHARD_INFO_CODEC, SHARD_QUERY_CODEC, ShardInfo
 
 PARTITION_ID = "partition-id"
 NUM_PARTITIONS = "num-partitions"
 SHARD_CACHE_SIZE = 64  # a Ray actor may serve every node of a federation
+LOGGER = logging.getLogger("fedhh.client")
 
 ConfigKey = tuple[tuple[str, Scalar], ...]
 
@@ -124,15 +132,16 @@ def _shard(config_key: ConfigKey, index: int, count: int) -> Shard:
     return _experiment(config_key).build_shard(index, count)
 
 
-def make_client_app(run_config: Mapping[str, Scalar] | None = None) -> ClientApp:
+def make_client_app(run_config: Mapping[str, Scalar] | None = None, mods: Sequence[Mod] = ()) -> ClientApp:
     """The ClientApp; ``run_config``, if given, stands in for the context's run config.
 
     Under ``flwr run`` the nodes get the run config from Flower (``app``
     below).  Flower's in-process ``run_simulation`` gives nodes an empty run
     config, so ``simulations.flower`` binds the experiment's config here.
+    ``mods``: Flower mods wrapped around every handler (outermost first).
     """
     bound = dict(run_config) if run_config is not None else None
-    client_app = ClientApp()
+    client_app = ClientApp(mods=list(mods))
 
     def data(context: Context) -> NodeData:
         return node_data(context.run_config if bound is None else bound, context.node_config)
@@ -140,6 +149,7 @@ def make_client_app(run_config: Mapping[str, Scalar] | None = None) -> ClientApp
     @client_app.query("shard")
     def describe_shard(message: Message, context: Context) -> Message:
         """Build this node's shard (cached) and say which users it holds."""
+        SHARD_QUERY_CODEC.decode(message.content)  # refuses a query in a contract version this node cannot read
         return Message(SHARD_INFO_CODEC.encode(data(context).info), reply_to=message)
 
     @client_app.query("round")
@@ -147,6 +157,9 @@ def make_client_app(run_config: Mapping[str, Scalar] | None = None) -> ClientApp
         """The protocol's response of this node's users to the round's request."""
         node = data(context)
         request = codec_for(node.spec.request_type).decode(message.content)
+        notice = notice_of(message.content)
+        if notice is not None:
+            LOGGER.warning("the server refused a reply of this node: %s", notice)
         return Message(codec_for(node.spec.response_type).encode(node.answer(request)), reply_to=message)
 
     @client_app.train(mods=[secaggplus_mod])

@@ -6,8 +6,11 @@ numpy arrays or plain scalars.  On the wire it becomes one Flower
 
 * ``"arrays"``: an ``ArrayRecord`` with one ``Array`` per array field;
 * ``"scalars"``: a ``ConfigRecord`` with one entry per scalar field, plus the
-  type tag under ``"@type"`` (not a Python identifier, so it cannot clash
-  with a field name).
+  type tag under ``"@type"`` and the contract version the sender speaks under
+  ``"@version"`` (neither is a Python identifier, so neither can clash with a
+  field name);
+* optionally ``"notice"``: a ``ConfigRecord`` whose ``"reason"`` tells a node
+  why the server refused its previous reply (see :func:`attach_notice`).
 
 Decoding is strict because a reply comes from another process, possibly
 another machine: a record with the wrong names, the wrong message type,
@@ -16,6 +19,14 @@ dtype or shape, or a negative count is refused with an error that names the
 field, before the server state machine sees it.  Everything the codec checks
 is declared once, on the message's own dataclass fields
 (``fedhh.protocols.messages``): there is no per-protocol table here.
+
+Versions (``docs/messages.md``, "Compatibility"): the contract is versioned
+``MAJOR.MINOR``.  A minor version may only add fields, which a receiver of an
+older minor ignores; anything else (a field removed, renamed, retyped or
+reshaped, a new meaning) is a new major version.  So a message of the same
+major version is decoded strictly, except that a newer minor's fields this
+side does not know are ignored; a message of another major version, or with
+no version, is refused with a reason naming both versions.
 """
 
 from __future__ import annotations
@@ -31,13 +42,37 @@ from fedhh.protocols.messages import DIMENSION, message_layout
 
 ARRAYS_RECORD = "arrays"
 SCALARS_RECORD = "scalars"
+NOTICE_RECORD = "notice"
 TYPE_KEY = "@type"
+VERSION_KEY = "@version"
+REASON_KEY = "reason"
+CONTRACT_VERSION = (1, 0)  # (major, minor) of the message contract this code speaks
 
 MessageT = TypeVar("MessageT")
 
 
 class MessageDecodeError(ValueError):
     """A RecordDict that is not a well-formed encoding of the expected message."""
+
+
+class VersionMismatch(MessageDecodeError):
+    """A message in a contract version this side cannot decode (another major version, or none)."""
+
+
+def version_text(version: tuple[int, int] = CONTRACT_VERSION) -> str:
+    """A version as it travels, ``"MAJOR.MINOR"``."""
+    return f"{version[0]}.{version[1]}"
+
+
+def parse_version(value: Any) -> tuple[int, int]:
+    """``"MAJOR.MINOR"`` as a pair; :class:`VersionMismatch` for anything else."""
+    major, dot, minor = value.partition(".") if isinstance(value, str) else ("", "", "")
+    if not (dot and major.isdigit() and minor.isdigit()):
+        raise VersionMismatch(
+            f"the message carries contract version {value!r}; expected \"MAJOR.MINOR\" "
+            f"(this side speaks {version_text()})"
+        )
+    return int(major), int(minor)
 
 
 class MessageCodec(Generic[MessageT]):
@@ -62,7 +97,7 @@ class MessageCodec(Generic[MessageT]):
         scalars = {name: _plain_scalar(values[name]) for name in self.scalar_types}
         arrays = {name: np.asarray(values[name]) for name in self.arrays}
         self._check(scalars, arrays, what="cannot encode")
-        config = ConfigRecord({TYPE_KEY: self.tag, **scalars})
+        config = ConfigRecord({TYPE_KEY: self.tag, VERSION_KEY: version_text(), **scalars})
         array_record = ArrayRecord({name: Array(np.ascontiguousarray(a)) for name, a in arrays.items()})
         return RecordDict({ARRAYS_RECORD: array_record, SCALARS_RECORD: config})
 
@@ -70,7 +105,7 @@ class MessageCodec(Generic[MessageT]):
 
     def decode(self, content: RecordDict) -> MessageT:
         """The message a RecordDict carries; :class:`MessageDecodeError` if malformed."""
-        names = set(content.keys())
+        names = set(content.keys()) - {NOTICE_RECORD}
         if names != {ARRAYS_RECORD, SCALARS_RECORD}:
             raise MessageDecodeError(
                 f"{self.tag}: expected records {sorted([ARRAYS_RECORD, SCALARS_RECORD])}, "
@@ -86,9 +121,14 @@ class MessageCodec(Generic[MessageT]):
         tag = config.get(TYPE_KEY)
         if tag != self.tag:
             raise MessageDecodeError(f"expected a {self.tag} message, the record carries {tag!r}")
-        scalars = {key: value for key, value in config.items() if key != TYPE_KEY}
+        newer_minor = _newer_minor(self.tag, config.get(VERSION_KEY))
+        scalars = {key: value for key, value in config.items() if key not in (TYPE_KEY, VERSION_KEY)}
+        array_names = set(array_record.keys())
+        if newer_minor:  # fields a later minor version added: optional by the compatibility rule
+            scalars = {key: value for key, value in scalars.items() if key in self.scalar_types}
+            array_names &= set(self.arrays)
         _check_names(self.tag, "scalar", set(scalars), set(self.scalar_types))
-        _check_names(self.tag, "array", set(array_record.keys()), set(self.arrays))
+        _check_names(self.tag, "array", array_names, set(self.arrays))
         arrays = {name: _to_numpy(self.tag, name, array_record[name]) for name in self.arrays}
         self._check(scalars, arrays, what="malformed")
         return self.message_type(**scalars, **arrays)
@@ -141,6 +181,34 @@ def _symbol_origin(dim: int | str, symbols: dict[str, tuple[int, str]]) -> str:
         size, field = symbols[dim]
         return f" ({dim} = {size} from field {field!r})"
     return ""
+
+
+def _newer_minor(tag: str, value: Any) -> bool:
+    """Whether a message's version is a newer minor of this side's major; refuses any other major."""
+    if value is None:
+        raise VersionMismatch(f"{tag}: the message carries no contract version (this side speaks {version_text()})")
+    major, minor = parse_version(value)
+    if major != CONTRACT_VERSION[0]:
+        raise VersionMismatch(
+            f"{tag}: the message speaks contract version {major}.{minor}, this side {version_text()}; "
+            f"only major version {CONTRACT_VERSION[0]} can be decoded"
+        )
+    return minor > CONTRACT_VERSION[1]
+
+
+def attach_notice(content: RecordDict, reason: str) -> RecordDict:
+    """``content`` with a notice telling its receiver why its previous reply was refused."""
+    noticed = RecordDict(dict(content.items()))
+    noticed[NOTICE_RECORD] = ConfigRecord({REASON_KEY: reason})
+    return noticed
+
+
+def notice_of(content: RecordDict) -> str | None:
+    """The reason a message's notice carries, if it has one."""
+    record = content.get(NOTICE_RECORD)
+    if isinstance(record, ConfigRecord) and isinstance(record.get(REASON_KEY), str):
+        return str(record[REASON_KEY])
+    return None
 
 
 def _check_names(tag: str, kind: str, got: set[str], expected: set[str]) -> None:

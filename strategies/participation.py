@@ -33,6 +33,7 @@ PARTICIPATION_KEYS: tuple[str, ...] = (
     "rejected_shards",
     "lost_shards",
     "lost_users",
+    "refusals",
 )
 
 
@@ -48,6 +49,7 @@ class RoundParticipation:
     failed: list[int] = field(default_factory=list)
     rejected: list[int] = field(default_factory=list)
     lost_users: int = 0  # users held by the shards that did not contribute
+    reasons: dict[int, str] = field(default_factory=dict)  # shard -> why its reply failed or was refused
 
     @property
     def lost_shards(self) -> list[int]:
@@ -64,6 +66,7 @@ class RoundParticipation:
             sorted(self.rejected),
             self.lost_shards,
             self.lost_users,
+            [f"shard {shard}: {reason}" for shard, reason in sorted(self.reasons.items())],
         )
         return dict(zip(PARTICIPATION_KEYS, values))
 

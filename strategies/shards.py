@@ -43,13 +43,21 @@ class ShardCoverageError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class ShardQuery:
+    """The server's question before round 1, "which users do you hold?" (it carries only the envelope)."""
+
+
+SHARD_QUERY_CODEC: MessageCodec[ShardQuery] = MessageCodec(ShardQuery)
+
+
+@dataclass(frozen=True)
 class ShardInfo:
     """A node's answer to "which users do you hold?"."""
 
     shard_index: int  # a device: its global user id
     num_shards: int = scalar_field(minimum=1)  # a device: n, every user being a shard of one
-    first_user: int
-    users: int
+    first_user: int  # the global id of the node's first user
+    users: int  # how many users the node holds: ids first_user .. first_user + users - 1
     population: int  # n of the population the node's experiment built (a device: n it was told)
 
 

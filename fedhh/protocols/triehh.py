@@ -42,15 +42,15 @@ class TrieHHRequest(Request):
     """Round ``r``: who is sampled, and the trie's extendable depth-(r-1) prefixes."""
 
     sampled: np.ndarray = array_field("int64", ("m",))  # sorted global user ids
-    parents: np.ndarray = array_field("int64", ("K", "round-1"))
+    parents: np.ndarray = array_field("int64", ("K", "round-1"))  # the trie's depth-(round-1) prefixes, as symbol rows
 
 
 @dataclass(frozen=True)
 class TrieHHResponse(Response):
     """Votes per depth-r prefix (a sparse, additive histogram)."""
 
-    prefixes: np.ndarray = array_field("int64", ("K", "round"))
-    votes: np.ndarray = array_field("int64", ("K",))
+    prefixes: np.ndarray = array_field("int64", ("K", "round"))  # distinct voted depth-round prefixes, symbol rows
+    votes: np.ndarray = array_field("int64", ("K",))  # votes for each prefix (at least 1 in an honest reply)
 
     @classmethod
     def combine(cls, responses: Sequence["TrieHHResponse"]) -> "TrieHHResponse":
@@ -111,6 +111,16 @@ def choose_items(
 
 def respond(request: TrieHHRequest, shard: Shard, randomness: RandomnessSource) -> TrieHHResponse:
     """The votes of a shard's sampled users for depth-``round`` prefixes.
+
+    What each user does (a device is a shard of one user): if its global id
+    is in ``sampled``, it picks one of its items (with one item, that item;
+    with several, item ``i`` with probability its local frequency) and takes
+    the item's first ``round`` symbols (the symbol row of ``fedhh.items``,
+    end symbol included).  It votes for that prefix if the prefix exists (the
+    item did not end before symbol ``round``) and, from round 2 on, its first
+    ``round - 1`` symbols are a row of ``parents``.  The reply lists each
+    distinct voted prefix once with its number of votes; ``sampled_users``
+    counts the sampled users, ``responding_users`` the votes.
 
     Work is proportional to the shard's sampled users, not to the vocabulary:
     the chosen items are mapped to their prefixes through the vocabulary's
