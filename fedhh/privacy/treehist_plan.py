@@ -34,10 +34,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import InputError
-from ..protocols.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
+from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
+from ..oracles.count_sketch_hadamard import auto_sketch_shape
+from ..oracles.registry import ORACLE_NAMES
 from ..protocols.item_discovery import item_discovery
 from ..protocols.prefix_encoding import ValueSpace
-from ..protocols.prefix_oracles import PREFIX_ORACLES, auto_sketch_shape
 from ..protocols.prefix_search import THRESHOLD, SearchParameters, level_shares, uniform_segments
 from .ldp import ldp_report, split_budget
 from .plan import PLAN_FREQUENCIES, register_planner
@@ -66,8 +67,8 @@ def treehist_parameters(
             raise InputError(f"{flag}: must be an integer >= 1, got {value!r}")
     if segment_length > value_bits:
         raise InputError(f"--segment-length: at most --bits = {value_bits}, got {segment_length}")
-    if oracle not in PREFIX_ORACLES:
-        raise InputError(f"--oracle: unknown name {oracle!r}; allowed: {list(PREFIX_ORACLES)}")
+    if oracle not in ORACLE_NAMES:
+        raise InputError(f"--oracle: unknown name {oracle!r}; allowed: {list(ORACLE_NAMES)}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
         raise InputError(f"--threshold: must be a share of the users in [0, 1] (0: the noise level), got {threshold!r}")
     check_epsilon(epsilon, "--epsilon")
