@@ -39,6 +39,7 @@ from fedhh.protocols import (
     Response,
     RoundRecord,
     ServerProtocol,
+    load_tool,
     protocol_module,
     register_protocol,
 )
@@ -152,8 +153,14 @@ SPEC = register_protocol(
         response_type=CountResponse,
         dropout_privacy="none to keep: the protocol has no guarantee",
         check_reply=check_counts,  # type: ignore[arg-type]
+        planner=f"{__name__}:plan_counting",
     )
 )
+
+
+def plan_counting(n_users: int) -> dict[str, int]:
+    """``fedhh plan counting``'s answer: the most items a run can publish."""
+    return {"n_users": n_users, "most_items": n_users // MIN_COUNT}
 
 
 def truth_above(experiment: Experiment) -> dict[str, int]:
@@ -171,6 +178,21 @@ def test_the_spec_alone_makes_a_protocol_selectable() -> None:
         register_protocol(SPEC)
     with pytest.raises(ConfigError, match=r"protocol.name: got 'nope'; allowed values: \[.*'counting'\]"):
         load_config(None, ['protocol.name="nope"'])
+
+
+def test_the_spec_names_the_planner_and_the_budget_split() -> None:
+    """The planner is found through the spec alone; an LDP protocol's budget split is its spec's, and
+    a protocol without one (no LDP reports) has none to split."""
+    from fedhh.privacy.plan import plan
+    from fedhh.protocols import split_budget
+
+    assert plan("counting", n_users=1000) == {"n_users": 1000, "most_items": 1000 // MIN_COUNT}
+    assert SPEC.budget is None and PROTOCOLS["treehist"].budget is not None
+    with pytest.raises(ValueError, match=r"no LDP budget split for 'counting'; allowed: \['pem', 'treehist'\]"):
+        split_budget("counting", 1.0)
+    for name, spec in PROTOCOLS.items():  # every built-in planner loads from its reference
+        if spec.planner is not None and name != "counting":
+            assert callable(load_tool(spec.planner, name))
 
 
 def test_registered_protocol_runs_through_the_fast_driver_and_fedhh_run_on_flower(tmp_path: Path) -> None:

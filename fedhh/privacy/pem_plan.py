@@ -33,8 +33,8 @@ from ..protocols.pem_analysis import (
 from ..protocols.prefix_encoding import ValueSpace
 from ..protocols.prefix_search import TOP_K, SearchParameters
 from ..errors import InputError
-from .ldp import ldp_report, split_budget
-from .plan import register_planner
+from ..protocols.registry import split_budget
+from .ldp import ldp_report
 from .validation import check_positive_int, check_users
 
 DEFAULT_ORACLE = "olh"
@@ -111,9 +111,6 @@ def plan_pem(
         "model": "local, per-user ε-LDP",
         "privacy": ldp_report(split, oracle, parameters).to_dict(),
     }
-
-
-register_planner("pem", plan_pem)
 
 
 def add_pem_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -40,8 +40,9 @@ from ..oracles.registry import ORACLE_NAMES
 from ..protocols.item_discovery import item_discovery
 from ..protocols.prefix_encoding import ValueSpace
 from ..protocols.prefix_search import THRESHOLD, SearchParameters, level_shares, uniform_segments
-from .ldp import ldp_report, split_budget
-from .plan import PLAN_FREQUENCIES, register_planner
+from ..protocols.registry import split_budget
+from .ldp import ldp_report
+from .plan import PLAN_FREQUENCIES
 from .validation import check_epsilon, check_positive_int
 
 DEFAULT_ORACLE = COUNT_SKETCH_HADAMARD
@@ -138,9 +139,6 @@ def plan_treehist(
         "model": "local, per-user ε-LDP",
         "privacy": ldp_report(split, params.oracle, parameters).to_dict(),
     }
-
-
-register_planner("treehist", plan_treehist)
 
 
 def add_treehist_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentParser:

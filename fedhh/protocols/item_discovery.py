@@ -31,7 +31,6 @@ import numpy as np
 from ..errors import InputError
 from ..items import ItemCodec, get_alphabet
 from ..oracles import Histogram
-from ..privacy.ldp import split_budget
 from .prefix_encoding import ValueSpace
 from .prefix_family import prefix_variant
 from .prefix_oracles import build_level_oracle
@@ -89,7 +88,7 @@ def item_discovery(params: SearchParameters, space: ValueSpace, frequency: float
         raise ValueError(f"frequency: must be in (0, 1], got {frequency!r}")
     n = params.n_users
     holders, rest = frequency * n, (1 - frequency) * n
-    split = split_budget(params.protocol, params.epsilon)
+    split = prefix_variant(params.protocol).budget.split(params.protocol, params.epsilon)
     final_pass = prefix_variant(params.protocol).final_pass
     lengths = params.lengths(space.length)
     candidates = float(space.segment_count(int(lengths[0])))

@@ -20,6 +20,7 @@ is the family's (:mod:`fedhh.protocols.prefix_family`).
 
 from __future__ import annotations
 
+from ..privacy.ldp import BudgetRule
 from .prefix_family import prefix_search_spec
 from .prefix_search import TOP_K, PrefixSearchServer, PrefixVariant
 from .registry import register_protocol
@@ -31,6 +32,12 @@ PEM = PrefixVariant(
     default_oracle="olh",  # [Wang19] §II-B2
     default_selection=TOP_K,
     default_segment=None,  # the optimizer of [Wang19] §IV-C
+    budget=BudgetRule(
+        (("prefix of the user's group", 1.0),),
+        "Wang et al., Locally Differentially Private Heavy Hitter Identification (PEM): "
+        "users are partitioned into groups, one report per user",
+    ),
+    planner="fedhh.privacy.pem_plan:plan_pem",
 )
 
 

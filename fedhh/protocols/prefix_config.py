@@ -17,7 +17,6 @@ from typing import Any
 from ..config import Key
 from ..items import ItemCodec
 from ..postprocess import POSTPROCESSORS
-from ..privacy.ldp import split_budget
 from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
 from ..oracles.count_sketch_hadamard import auto_sketch_shape
 from ..oracles.registry import ORACLE_NAMES
@@ -52,7 +51,7 @@ def search_parameters(
     ``auto`` and ``segment_length = 0`` take the variant's defaults; a
     ``default_segment`` of ``None`` asks the PEM optimizer.
     """
-    split_budget(variant.name, epsilon)  # refuses a per-user ε no report's oracle can take, naming privacy.epsilon
+    variant.budget.split(variant.name, epsilon)  # refuses a per-user ε no report's oracle can take, naming privacy.epsilon
     oracle = variant.default_oracle if protocol["oracle"] == AUTO else str(protocol["oracle"])
     selection = variant.default_selection if protocol["selection"] == AUTO else str(protocol["selection"])
     encoding = PrefixEncoding(protocol["encoding"], codec)

@@ -53,6 +53,9 @@ def prefix_search_spec(server: type[PrefixSearchServer]) -> ProtocolSpec:
         reply_budget=reply_budget,  # type: ignore[arg-type]
         check_reply=check_reply,  # type: ignore[arg-type]
         describe_round=describe_round,
+        budget=variant.budget,
+        planner=variant.planner,
+        sizing=variant.sizing,
     )
 
 

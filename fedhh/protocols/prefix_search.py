@@ -35,7 +35,7 @@ from ..errors import InputError
 from ..items import ItemCodec
 from ..oracles import FrequencyOracle, LinearVariance, Support
 from ..oracles.registry import ORACLE_NAMES
-from ..privacy.ldp import BudgetSplit, ldp_report, split_budget
+from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
 from ..privacy.report import PrivacyReport
 from ..privacy.validation import check_epsilon, check_positive_int, check_users
 from ..randomness import derive_key
@@ -195,6 +195,9 @@ class PrefixVariant:
     default_oracle: str
     default_selection: str
     default_segment: int | None
+    budget: BudgetRule  # how each user's ε is divided among its reports (one, or a level's and the full value's)
+    planner: str | None = None  # ProtocolSpec.planner
+    sizing: str | None = None  # ProtocolSpec.sizing
 
 
 class PrefixSearchServer(ServerProtocol):
@@ -219,7 +222,7 @@ class PrefixSearchServer(ServerProtocol):
         self.seed = seed
         self.encoding = PrefixEncoding(params.encoding, codec)
         self.lengths = params.lengths(self.encoding.length)
-        self.split: BudgetSplit = split_budget(self.name, params.epsilon)
+        self.split: BudgetSplit = self.variant.budget.split(self.name, params.epsilon)
         self.level_epsilon = self.split.parts[0][1]
         self.final_epsilon = self.split.parts[1][1] if self.final_pass else 0.0
         self.bounds = np.concatenate(([0.0], np.cumsum(params.shares)))

@@ -26,6 +26,7 @@ it at the noise level, so that about one absent node per level survives
 from __future__ import annotations
 
 from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
+from ..privacy.ldp import BudgetRule
 from .prefix_family import prefix_search_spec
 from .prefix_search import THRESHOLD, PrefixSearchServer, PrefixVariant
 from .registry import register_protocol
@@ -39,6 +40,12 @@ TREEHIST = PrefixVariant(
     default_oracle=COUNT_SKETCH_HADAMARD,
     default_selection=THRESHOLD,
     default_segment=PAPER_SEGMENT,
+    budget=BudgetRule(
+        (("prefix at a uniformly chosen level", 0.5), ("full string", 0.5)),
+        "Bassily et al., Practical Locally Private Heavy Hitters (TreeHist); "
+        "even split as in Cormode et al.'s survey",
+    ),
+    planner="fedhh.privacy.treehist_plan:plan_treehist",
 )
 
 
