@@ -86,7 +86,7 @@ def _plan_triehh(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .privacy.plan import plan as plan_protocol
+    from .planning.plan import plan as plan_protocol
 
     plan = plan_protocol(
         "triehh", n_users=args.users, epsilon=args.epsilon, delta=args.delta, max_rounds=args.max_rounds
@@ -125,8 +125,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 
 def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
-    from .privacy.pem_plan import add_pem_plan_parser
-    from .privacy.treehist_plan import add_treehist_plan_parser
+    from .planning.pem import add_pem_plan_parser
+    from .planning.treehist import add_treehist_plan_parser
 
     plans = plan.add_subparsers(dest="protocol", required=True)
     triehh = plans.add_parser("triehh", help="θ and batch size m from (n, ε, δ, L)")
@@ -142,7 +142,7 @@ def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
 
 
 def _add_size_arguments(size: argparse.ArgumentParser) -> None:
-    from .privacy.sizing_cli import add_size_arguments
+    from .planning.sizing_cli import add_size_arguments
 
     add_size_arguments(size)
 
@@ -154,7 +154,7 @@ def _add_oracles_arguments(oracles: argparse.ArgumentParser) -> None:
 
 
 def _add_audit_arguments(audit: argparse.ArgumentParser) -> None:
-    from .privacy.cli import add_audit_arguments
+    from .audits.cli import add_audit_arguments
 
     add_audit_arguments(audit)
 

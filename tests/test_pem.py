@@ -16,8 +16,8 @@ from fedhh.config import ConfigError, load_config, schema
 from fedhh.experiment import Experiment
 from fedhh.oracles.registry import ORACLE_NAMES
 from fedhh.postprocess import POSTPROCESSORS
-from fedhh.privacy.pem_plan import add_pem_plan_parser
-from fedhh.privacy.plan import plan
+from fedhh.planning.pem import add_pem_plan_parser
+from fedhh.planning.plan import plan
 from fedhh.protocols.pem import PEMServer
 from fedhh.protocols.pem_analysis import PEMDesign, UtilityModel, optimize_pem, zipf_frequencies
 from fedhh.protocols.prefix_encoding import PrefixEncoding, ValueSpace

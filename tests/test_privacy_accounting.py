@@ -25,7 +25,7 @@ from fedhh.privacy import ledger as ledger_module
 from fedhh.privacy.composition import advanced_composition, compose
 from fedhh.privacy.ldp import BudgetRule, ldp_report
 from fedhh.privacy.ledger import BudgetExceededError, Ledger, LedgerError
-from fedhh.privacy.plan import markdown_table, plan, triehh_table
+from fedhh.planning.plan import markdown_table, plan, triehh_table
 from fedhh.privacy.report import PrivacyReport
 from fedhh.privacy.triehh import TrieHHParameters, solve_triehh
 from fedhh.protocols import PROTOCOLS, register_protocol, split_budget
@@ -459,3 +459,20 @@ def test_the_table_in_the_docs_is_the_library_s() -> None:
     text = (REPO / "docs" / "privacy.md").read_text(encoding="utf-8")
     assert DOCS_TABLE in text
     assert markdown_table(triehh_table([100_000, 1_000_000, 10_000_000], [1, 2, 4, 8], 1e-12, 10)) in text
+
+
+def test_the_accounting_imports_no_protocol_and_no_tool() -> None:
+    """fedhh/privacy/ sits below the protocols: none of its modules imports a protocol, a planner or an
+    audit (each of those imports the accounting, so the other way round would be a cycle of layers)."""
+    import ast
+
+    above = ("fedhh.protocols", "fedhh.planning", "fedhh.audits", "simulations", "strategies")
+    for path in sorted((REPO / "fedhh" / "privacy").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                names = [("fedhh." if node.level == 2 else "fedhh.privacy." if node.level == 1 else "") + (node.module or "")]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            assert not [name for name in names if name.startswith(above)], f"{path.name} imports {names}"

@@ -183,7 +183,7 @@ def test_the_spec_alone_makes_a_protocol_selectable() -> None:
 def test_the_spec_names_the_planner_and_the_budget_split() -> None:
     """The planner is found through the spec alone; an LDP protocol's budget split is its spec's, and
     a protocol without one (no LDP reports) has none to split."""
-    from fedhh.privacy.plan import plan
+    from fedhh.planning.plan import plan
     from fedhh.protocols import split_budget
 
     assert plan("counting", n_users=1000) == {"n_users": 1000, "most_items": 1000 // MIN_COUNT}

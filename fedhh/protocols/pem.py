@@ -37,7 +37,7 @@ PEM = PrefixVariant(
         "Wang et al., Locally Differentially Private Heavy Hitter Identification (PEM): "
         "users are partitioned into groups, one report per user",
     ),
-    planner="fedhh.privacy.pem_plan:plan_pem",
+    planner="fedhh.planning.pem:plan_pem",
 )
 
 

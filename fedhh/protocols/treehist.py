@@ -45,7 +45,7 @@ TREEHIST = PrefixVariant(
         "Bassily et al., Practical Locally Private Heavy Hitters (TreeHist); "
         "even split as in Cormode et al.'s survey",
     ),
-    planner="fedhh.privacy.treehist_plan:plan_treehist",
+    planner="fedhh.planning.treehist:plan_treehist",
 )
 
 

@@ -434,6 +434,6 @@ SPEC = register_protocol(
         check_reply=check_reply,  # type: ignore[arg-type]
         describe_round=describe_round,
         dense=TrieHHDense,
-        planner="fedhh.privacy.plan:plan_triehh",
+        planner="fedhh.planning.plan:plan_triehh",
     )
 )

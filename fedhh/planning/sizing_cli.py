@@ -4,7 +4,7 @@ Two questions, one command per protocol:
 
 * ``--frequency F --discovery P`` (and the privacy target): the smallest
   population in which an item held by a share F of the users is found with
-  probability P, from the protocol's analysis (:mod:`fedhh.privacy.sizing`);
+  probability P, from the protocol's analysis (:mod:`fedhh.planning.sizing`);
   ``--verify`` runs the real protocol a few times at the answer on the
   population the analysis assumes and prints both;
 * ``--top-k K --recall R --population CONFIG``: the population at which runs
@@ -28,10 +28,10 @@ from rich.table import Table
 from ..config import load_config
 from ..errors import InputError
 from ..protocols.pem_analysis import DEFAULT_DISTINCT_VALUES, DEFAULT_QUERY_LIMIT, DEFAULT_ZIPF_EXPONENT, MODELS, ORDER_STATISTICS
-from .pem_plan import DEFAULT_ORACLE as PEM_ORACLE
-from .pem_plan import pem_search_parameters, plan_pem
+from .pem import DEFAULT_ORACLE as PEM_ORACLE
+from .pem import pem_search_parameters, plan_pem
 from .sizing import SizeAnswer, size_pem, size_treehist, size_triehh
-from .treehist_plan import add_treehist_options, treehist_options, treehist_parameters
+from .treehist import add_treehist_options, treehist_options, treehist_parameters
 
 PROTOCOLS = {"triehh": "TrieHH", "pem": "PEM", "treehist": "TreeHist"}
 DEFAULT_TRIALS = {"triehh": 200, "pem": 20, "treehist": 20}  # --verify runs (TrieHH's cost a few ms each)

@@ -19,6 +19,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import InputError
+from ..privacy.ldp import ldp_report
+from ..privacy.validation import check_positive_int, check_users
 from ..protocols.pem_analysis import (
     DEFAULT_DISTINCT_VALUES,
     DEFAULT_QUERY_LIMIT,
@@ -32,10 +35,7 @@ from ..protocols.pem_analysis import (
 )
 from ..protocols.prefix_encoding import ValueSpace
 from ..protocols.prefix_search import TOP_K, SearchParameters
-from ..errors import InputError
 from ..protocols.registry import split_budget
-from .ldp import ldp_report
-from .validation import check_positive_int, check_users
 
 DEFAULT_ORACLE = "olh"
 MAX_VALUE_BITS = 1024  # the optimizer tries every (γ, g): its time grows with the square of m

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..protocols import PROTOCOLS, load_tool
-from .triehh import PrivacyTargetError, solve_triehh, worst_case_discovery_rate
+from ..privacy.triehh import PrivacyTargetError, solve_triehh, worst_case_discovery_rate
 
 Planner = Callable[..., dict[str, Any]]
 

@@ -37,13 +37,13 @@ from ..errors import InputError
 from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
 from ..oracles.count_sketch_hadamard import auto_sketch_shape
 from ..oracles.registry import ORACLE_NAMES
+from ..privacy.ldp import ldp_report
+from ..privacy.validation import check_epsilon, check_positive_int
 from ..protocols.item_discovery import item_discovery
 from ..protocols.prefix_encoding import ValueSpace
 from ..protocols.prefix_search import THRESHOLD, SearchParameters, level_shares, uniform_segments
 from ..protocols.registry import split_budget
-from .ldp import ldp_report
 from .plan import PLAN_FREQUENCIES
-from .validation import check_epsilon, check_positive_int
 
 DEFAULT_ORACLE = COUNT_SKETCH_HADAMARD
 DETECTION_TARGETS = (0.5, 0.9)
