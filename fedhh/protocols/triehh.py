@@ -435,5 +435,6 @@ SPEC = register_protocol(
         describe_round=describe_round,
         dense=TrieHHDense,
         planner="fedhh.planning.plan:plan_triehh",
+        sizing="fedhh.planning.sizing_cli:TRIEHH",
     )
 )
