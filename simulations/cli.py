@@ -100,7 +100,7 @@ def _plan_triehh(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from fedhh.privacy.plan import plan as plan_protocol
+    from fedhh.planning.plan import plan as plan_protocol
 
     plan = plan_protocol(
         "triehh", n_users=args.users, epsilon=args.epsilon, delta=args.delta, max_rounds=args.max_rounds
@@ -139,8 +139,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 
 def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
-    from fedhh.privacy.pem_plan import add_pem_plan_parser
-    from fedhh.privacy.treehist_plan import add_treehist_plan_parser
+    from fedhh.planning.pem import add_pem_plan_parser
+    from fedhh.planning.treehist import add_treehist_plan_parser
 
     plans = plan.add_subparsers(dest="protocol", required=True)
     triehh = plans.add_parser("triehh", help="θ and batch size m from (n, ε, δ, L)")
@@ -156,7 +156,7 @@ def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
 
 
 def _add_size_arguments(size: argparse.ArgumentParser) -> None:
-    from fedhh.privacy.sizing_cli import add_size_arguments
+    from fedhh.planning.sizing_cli import add_size_arguments
 
     from .sizing import size_by_recall, verify_item  # the runs behind --verify and --recall
 
@@ -170,7 +170,7 @@ def _add_oracles_arguments(oracles: argparse.ArgumentParser) -> None:
 
 
 def _add_audit_arguments(audit: argparse.ArgumentParser) -> None:
-    from fedhh.privacy.cli import add_audit_arguments
+    from fedhh.audits.cli import add_audit_arguments
 
     add_audit_arguments(audit)
 

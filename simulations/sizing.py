@@ -28,7 +28,7 @@ from fedhh.experiment import Experiment
 from fedhh.items import ItemCodec, get_alphabet
 from fedhh.metrics import recall_at_k
 from fedhh.population import Shard, Vocabulary
-from fedhh.privacy.sizing import PRECISION, check_share
+from fedhh.planning.sizing import PRECISION, check_share
 from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh
 from fedhh.protocols import ServerProtocol
 from fedhh.protocols.pem import PEMServer

@@ -28,7 +28,7 @@ import numpy as np
 
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
-from fedhh.privacy.sizing import size_pem, size_treehist, size_triehh
+from fedhh.planning.sizing import size_pem, size_treehist, size_triehh
 from fedhh.protocols.pem import PEMServer
 from fedhh.protocols.pem_analysis import EQUATION_5, ORDER_STATISTICS, PEMDesign, UtilityModel
 from fedhh.protocols.prefix_encoding import ValueSpace

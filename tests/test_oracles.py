@@ -492,3 +492,33 @@ def test_flh_support_in_small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fast_local_hashing, "_CANDIDATES_PER_TASK", 7)
     monkeypatch.setattr(fast_local_hashing, "_BLOCK_ENTRIES", 10)
     assert np.array_equal(oracle.support(statistics, candidates).counts, cached)
+
+
+CAPABILITY_OPTIONS = {"hm": {"coefficients": 3}, "hcms": {"rows": 4, "width": 8}, "count-sketch": {"rows": 3, "width": 8},
+                      "count-sketch-hadamard": {"rows": 5, "width": 8}}
+
+
+@pytest.mark.parametrize("name", ORACLE_NAMES)
+def test_oracles_declare_the_shape_and_bound_of_their_support(name: str) -> None:
+    """What a prefix search relies on without knowing an oracle's type: the support counts have the
+    declared shape, one report moves no count by more than ``max_support()``, and the counts survive
+    the trip through their flat travelling form (``restore_support``)."""
+    domain = 4 if name in ("sue", "oue", "rappor") else 5
+    oracle = make_oracle(name, epsilon=2.0, domain=domain, **CAPABILITY_OPTIONS.get(name, {}))
+    candidates = np.arange(domain, dtype=np.uint64)
+    values = np.random.default_rng(1).integers(0, domain, 300).astype(np.uint64)
+    key = derive_key(2, name)
+    for user in range(40):  # one report at a time: the bound is per report
+        one = oracle.randomize(values[user : user + 1], UserRandom(key, np.array([user])))
+        single = oracle.support(oracle.aggregate(one), candidates)
+        assert int(np.abs(single.counts).max()) <= oracle.max_support()
+    reports = oracle.randomize(values, UserRandom(key, np.arange(values.size)))
+    support = oracle.support(oracle.aggregate(reports), candidates)
+    assert support.counts.shape == (*oracle.support_shape(), domain)
+    reporters = np.atleast_1d(support.n_users)
+    assert reporters.shape == (oracle.support_reporters(),)
+    restored = oracle.restore_support(support.counts.ravel(), reporters)
+    np.testing.assert_array_equal(restored.counts, support.counts)
+    np.testing.assert_array_equal(restored.n_users, support.n_users)
+    if name == "hm":  # three signs per report: a single report can reach the declared bound
+        assert oracle.max_support() == 3

@@ -13,13 +13,14 @@ import pytest
 
 from fedhh.config import ConfigError, load_config, schema
 from fedhh.experiment import Experiment
+from fedhh.oracles.registry import ORACLE_NAMES
 from fedhh.postprocess import POSTPROCESSORS
-from fedhh.privacy.pem_plan import add_pem_plan_parser
-from fedhh.privacy.plan import plan
+from fedhh.planning.pem import add_pem_plan_parser
+from fedhh.planning.plan import plan
 from fedhh.protocols.pem import PEMServer
 from fedhh.protocols.pem_analysis import PEMDesign, UtilityModel, optimize_pem, zipf_frequencies
 from fedhh.protocols.prefix_encoding import PrefixEncoding, ValueSpace
-from fedhh.protocols.prefix_oracles import PREFIX_ORACLES, decode_counts
+from fedhh.protocols.prefix_oracles import decode_counts
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters, level_shares, uniform_segments
 from fedhh.randomness import KeyedRandomness
@@ -110,7 +111,7 @@ def test_pem_reports_k_values_when_k_candidates_exist() -> None:
 
 def test_config_choices_name_what_the_protocol_layer_defines() -> None:
     keys = schema()["protocol"]
-    assert keys["oracle"].choices == ("auto", *PREFIX_ORACLES)
+    assert keys["oracle"].choices == ("auto", *ORACLE_NAMES)
     assert keys["postprocess"].choices == tuple(POSTPROCESSORS)
 
 
@@ -167,7 +168,7 @@ def test_responses_are_additive_across_any_split() -> None:
     assert combined.sampled_users == whole.sampled_users == sum(p.sampled_users for p in parts)
 
 
-@pytest.mark.parametrize("oracle", PREFIX_ORACLES)
+@pytest.mark.parametrize("oracle", ORACLE_NAMES)
 def test_shards_send_counts_that_decode_once_to_the_one_shard_support(oracle: str) -> None:
     """Every oracle: the 4 shards' summed counts decode to exactly the support of one shard
     holding everyone, and (oracles with flat statistics) to the sum of the 4 shards' own

@@ -7,6 +7,7 @@ are in ``test_privacy_triehh.py``; this file adds what the accountant needs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -22,11 +23,12 @@ from dp_accounting.pld import privacy_loss_distribution as pld_module
 
 from fedhh.privacy import ledger as ledger_module
 from fedhh.privacy.composition import advanced_composition, compose
-from fedhh.privacy.ldp import ldp_report, split_budget
+from fedhh.privacy.ldp import BudgetRule, ldp_report
 from fedhh.privacy.ledger import BudgetExceededError, Ledger, LedgerError
-from fedhh.privacy.plan import PLANNERS, markdown_table, plan, register_planner, triehh_table
+from fedhh.planning.plan import markdown_table, plan, triehh_table
 from fedhh.privacy.report import PrivacyReport
 from fedhh.privacy.triehh import TrieHHParameters, solve_triehh
+from fedhh.protocols import PROTOCOLS, register_protocol, split_budget
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -106,17 +108,22 @@ def test_no_guarantee_reports_survive_json_with_infinity_as_a_string() -> None:
 
 
 # LDP ------------------------------------------------------------------------------
+def sfp_rule(fragment_share: float) -> BudgetRule:
+    """SFP's split (Apple 2017; [Cormode21]): the fragment with the word's hash, then the whole word."""
+    return BudgetRule((("fragment with the word's hash", fragment_share), ("full word", 1 - fragment_share)), "SFP")
+
+
 @pytest.mark.parametrize(
-    ("protocol", "options", "parts"),
+    ("split", "parts"),
     [
-        ("pem", {}, [4.0]),
-        ("treehist", {}, [2.0, 2.0]),
-        ("sfp", {}, [2.0, 2.0]),
-        ("sfp", {"fragment_share": 0.25}, [1.0, 3.0]),
+        (lambda: split_budget("pem", 4.0), [4.0]),
+        (lambda: split_budget("treehist", 4.0), [2.0, 2.0]),
+        (lambda: sfp_rule(0.5).split("sfp", 4.0), [2.0, 2.0]),
+        (lambda: sfp_rule(0.25).split("sfp", 4.0), [1.0, 3.0]),
     ],
 )
-def test_ldp_reports_add_up_the_user_s_reports(protocol: str, options: dict, parts: list[float]) -> None:
-    split = split_budget(protocol, 4.0, **options)
+def test_ldp_reports_add_up_the_user_s_reports(split, parts: list[float]) -> None:  # noqa: ANN001
+    split = split()
     assert [epsilon for _, epsilon in split.parts] == pytest.approx(parts)
     report = ldp_report(split, "olh", {"groups": 3})
     assert (report.epsilon, report.delta) == (pytest.approx(4.0), 0.0)
@@ -128,8 +135,8 @@ def test_ldp_reports_add_up_the_user_s_reports(protocol: str, options: dict, par
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: split_budget("bitstogram", 1.0), r"protocol.name.*allowed: \['pem', 'sfp', 'treehist'\]"),
-        (lambda: split_budget("sfp", 1.0, fragment_share=1.0), "fragment_share"),
+        (lambda: split_budget("bitstogram", 1.0), r"protocol.name.*allowed: \['pem', 'treehist'\]"),
+        (lambda: sfp_rule(1.0), "budget shares"),
         (lambda: split_budget("pem", 0.0), "privacy.epsilon"),
     ],
 )
@@ -430,14 +437,18 @@ def test_triehh_plan_has_the_solved_parameters_and_discovery_rates() -> None:
     json.dumps(planned)  # JSON-ready
 
 
-def test_planners_register_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(PLANNERS, "triehh", PLANNERS["triehh"])  # restore the registry afterwards
+def plan_sfp(n_users: int, epsilon: float) -> dict:
+    return {"protocol": "sfp", "n_users": n_users}
+
+
+def test_planners_are_found_through_the_protocol_specs(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match=r"protocol.name: no planner for 'sfp'; allowed: \[.*'triehh'\]"):
         plan("sfp", n_users=1000, epsilon=1.0)
-    monkeypatch.setitem(PLANNERS, "sfp", lambda n_users, epsilon: {"protocol": "sfp", "n_users": n_users})
+    spec = dataclasses.replace(PROTOCOLS["pem"], name="sfp", planner=f"{__name__}:plan_sfp")
+    monkeypatch.setitem(PROTOCOLS, "sfp", spec)  # removed again afterwards
     assert plan("sfp", n_users=1000, epsilon=1.0) == {"protocol": "sfp", "n_users": 1000}
     with pytest.raises(ValueError, match="already registered"):
-        register_planner("triehh", PLANNERS["triehh"])
+        register_protocol(PROTOCOLS["triehh"])
 
 
 DOCS_TABLE = "markdown_table(triehh_table([100_000, 1_000_000, 10_000_000], [1, 2, 4, 8], 1e-12, 10))"
@@ -448,3 +459,20 @@ def test_the_table_in_the_docs_is_the_library_s() -> None:
     text = (REPO / "docs" / "privacy.md").read_text(encoding="utf-8")
     assert DOCS_TABLE in text
     assert markdown_table(triehh_table([100_000, 1_000_000, 10_000_000], [1, 2, 4, 8], 1e-12, 10)) in text
+
+
+def test_the_accounting_imports_no_protocol_and_no_tool() -> None:
+    """fedhh/privacy/ sits below the protocols: none of its modules imports a protocol, a planner or an
+    audit (each of those imports the accounting, so the other way round would be a cycle of layers)."""
+    import ast
+
+    above = ("fedhh.protocols", "fedhh.planning", "fedhh.audits", "simulations", "strategies")
+    for path in sorted((REPO / "fedhh" / "privacy").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                names = [("fedhh." if node.level == 2 else "fedhh.privacy." if node.level == 1 else "") + (node.module or "")]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            assert not [name for name in names if name.startswith(above)], f"{path.name} imports {names}"

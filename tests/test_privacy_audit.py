@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from fedhh.errors import InputError
-from fedhh.privacy.audit import (
+from fedhh.audits.triehh import (
     audit_round,
     audit_run,
     clopper_pearson,
@@ -25,7 +25,7 @@ from fedhh.privacy.audit import (
     round_guarantee,
     simulate_runs,
 )
-from fedhh.privacy.cli import add_audit_arguments
+from fedhh.audits.cli import add_audit_arguments
 from fedhh.privacy.triehh import TrieHHParameters, solve_triehh, triehh_delta, triehh_epsilon
 from fedhh.protocols.triehh import TrieHHServer, respond
 from fedhh.randomness import KeyedRandomness
@@ -233,7 +233,7 @@ def test_audits_are_reproducible_and_check_their_input() -> None:
 # LDP: exact audit through the oracle layer ------------------------------------------
 @pytest.mark.parametrize("name", ["grr", "sue", "oue", "olh", "hr", "hm", "flh"])
 def test_ldp_randomizers_are_exactly_as_private_as_claimed(name: str) -> None:
-    from fedhh.privacy.ldp_audit import audit_oracle
+    from fedhh.audits.ldp import audit_oracle
 
     audit = audit_oracle(name, 1.5, 8, samples=1500, seed=0)
     assert audit.epsilon_lower == pytest.approx(1.5, abs=1e-9)  # tight, and never above
@@ -243,7 +243,7 @@ def test_ldp_randomizers_are_exactly_as_private_as_claimed(name: str) -> None:
 
 
 def test_ldp_audit_enumerates_small_report_spaces_and_catches_an_overclaim() -> None:
-    from fedhh.privacy.ldp_audit import audit_oracle
+    from fedhh.audits.ldp import audit_oracle
 
     grr = audit_oracle("grr", 2.0, 6, samples=500, seed=1)
     assert grr.exhaustive and grr.distinct_reports == 6 and grr.coverage == pytest.approx(1.0)
@@ -257,7 +257,7 @@ def test_ldp_audit_enumerates_small_report_spaces_and_catches_an_overclaim() -> 
 def test_local_hashing_is_audited_exactly_given_the_hash_function(name: str, label: str) -> None:
     """Sampled reports saw none of OLH's 2^64 seeds twice ("probability mass seen 0, δ <= 1"):
     given the hash function every bucket is enumerated, so ε and δ are exact for each."""
-    from fedhh.privacy.ldp_audit import audit_oracle
+    from fedhh.audits.ldp import audit_oracle
 
     audit = audit_oracle(name, 2.0, 8, samples=300, seed=0)
     assert audit.conditional_on == label and audit.public_draws >= (256 if name == "flh" else 2400)
@@ -268,7 +268,7 @@ def test_local_hashing_is_audited_exactly_given_the_hash_function(name: str, lab
 
 def test_conditional_audit_catches_a_leaky_bucket_and_a_value_dependent_seed(monkeypatch: pytest.MonkeyPatch) -> None:
     from fedhh.oracles.local_hashing import LocalHashing
-    from fedhh.privacy.ldp_audit import audit_oracle
+    from fedhh.audits.ldp import audit_oracle
 
     honest = LocalHashing.report_probabilities
     leaky_init = LocalHashing.__init__

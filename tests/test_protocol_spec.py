@@ -12,6 +12,7 @@ run config's ``protocol-module``, which names this module.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import tomllib
@@ -25,6 +26,8 @@ import pytest
 from fedhh.config import BASE_SCHEMA, ConfigError, load_config, schema
 from fedhh.experiment import Experiment
 from fedhh.items import ItemCodec
+from fedhh.planning.sizing import SizeAnswer
+from fedhh.planning.sizing_cli import Sizing
 from fedhh.population import Shard
 from fedhh.prefixes import sum_histograms
 from fedhh.privacy.report import NO_GUARANTEE, PrivacyReport
@@ -39,6 +42,7 @@ from fedhh.protocols import (
     Response,
     RoundRecord,
     ServerProtocol,
+    load_tool,
     protocol_module,
     register_protocol,
 )
@@ -152,8 +156,27 @@ SPEC = register_protocol(
         response_type=CountResponse,
         dropout_privacy="none to keep: the protocol has no guarantee",
         check_reply=check_counts,  # type: ignore[arg-type]
+        planner=f"{__name__}:plan_counting",
+        sizing=f"{__name__}:SIZING",
     )
 )
+
+
+def plan_counting(n_users: int) -> dict[str, int]:
+    """``fedhh plan counting``'s answer: the most items a run can publish."""
+    return {"n_users": n_users, "most_items": n_users // MIN_COUNT}
+
+
+def size_counting(args: argparse.Namespace, on_step: object) -> SizeAnswer:
+    """Exact counts find an item of share f exactly when ``round(f n) >= MIN_COUNT``."""
+    users = math.ceil((MIN_COUNT - 0.5) / args.frequency)
+    while round(args.frequency * (users - 1)) >= MIN_COUNT:
+        users -= 1
+    return SizeAnswer("counting", users, args.frequency, args.discovery, 1.0, users - 1, 0.0,
+                      "smallest n holding MIN_COUNT holders", {"min_count": MIN_COUNT})
+
+
+SIZING = Sizing("Counting", 1, lambda parser: None, size_counting, lambda args, answer: {})
 
 
 def truth_above(experiment: Experiment) -> dict[str, int]:
@@ -171,6 +194,30 @@ def test_the_spec_alone_makes_a_protocol_selectable() -> None:
         register_protocol(SPEC)
     with pytest.raises(ConfigError, match=r"protocol.name: got 'nope'; allowed values: \[.*'counting'\]"):
         load_config(None, ['protocol.name="nope"'])
+
+
+def test_the_spec_names_the_planner_and_the_budget_split() -> None:
+    """The planner is found through the spec alone; an LDP protocol's budget split is its spec's, and
+    a protocol without one (no LDP reports) has none to split."""
+    from fedhh.planning.plan import plan
+    from fedhh.protocols import split_budget
+
+    assert plan("counting", n_users=1000) == {"n_users": 1000, "most_items": 1000 // MIN_COUNT}
+    assert SPEC.budget is None and PROTOCOLS["treehist"].budget is not None
+    with pytest.raises(ValueError, match=r"no LDP budget split for 'counting'; allowed: \['pem', 'treehist'\]"):
+        split_budget("counting", 1.0)
+    for name, spec in PROTOCOLS.items():  # every built-in planner and sizing loads from its reference
+        if name != "counting":
+            assert callable(load_tool(spec.planner, name)) and load_tool(spec.sizing, name).title
+
+
+def test_fedhh_size_finds_the_protocol_s_sizing_through_its_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    from simulations.cli import main
+
+    assert main(["size", "counting", "--frequency", "0.01", "--discovery", "0.9", "--epsilon", "1", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert (answer["protocol"], answer["users"], answer["below_users"]) == ("counting", 4950, 4949)
+    assert round(0.01 * answer["users"]) == MIN_COUNT > round(0.01 * answer["below_users"])
 
 
 def test_registered_protocol_runs_through_the_fast_driver_and_fedhh_run_on_flower(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from fedhh.config import load_config
-from fedhh.privacy.plan import plan_triehh
-from fedhh.privacy.sizing import _TrieHHFamily, size_treehist, size_triehh
-from fedhh.privacy.treehist_plan import plan_treehist, treehist_parameters
+from fedhh.planning.plan import plan_triehh
+from fedhh.planning.sizing import _TrieHHFamily, size_treehist, size_triehh
+from fedhh.planning.treehist import plan_treehist, treehist_parameters
 from fedhh.protocols.item_discovery import item_discovery
 from fedhh.protocols.prefix_encoding import ValueSpace
 from simulations.cli import main

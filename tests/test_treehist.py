@@ -14,8 +14,7 @@ from fedhh.config import load_config
 from fedhh.experiment import Experiment
 from fedhh.items import ItemCodec, get_alphabet
 from fedhh.population import Shard, Vocabulary
-from fedhh.protocols.count_sketch_hadamard import CountSketchHadamard
-from fedhh.protocols.prefix_oracles import auto_sketch_shape
+from fedhh.oracles.count_sketch_hadamard import CountSketchHadamard, auto_sketch_shape
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters, level_shares
 from fedhh.protocols.treehist import TreeHistServer

@@ -242,12 +242,12 @@ def describe_shard(message: Message, context: Context) -> Message:
 @app.query("round")
 def answer_round(message: Message, context: Context) -> Message:
     kind = message.content["scalars"].get("@type")
-    if kind == "PEMRequest":
-        scalars, arrays = read_message(message.content, "PEMRequest")
+    if kind == "PrefixRequest":
+        scalars, arrays = read_message(message.content, "PrefixRequest")
         max_length = int(context.run_config["protocol.max_length"])
         draw = report_randomness(context, int(scalars["round"]))
         answer = pem_reply(users_of(context), scalars, arrays, max_length, draw)
-        return reply(message, "PEMResponse", *answer)
+        return reply(message, "PrefixResponse", *answer)
     scalars, arrays = read_message(message.content, "TrieHHRequest")
     round_ = int(scalars["round"])
     prefixes, votes, sampled = users_of(context).votes(arrays["sampled"], arrays["parents"], round_)

@@ -214,6 +214,30 @@ class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
         """The statistics whose flat form is ``(cells, reporters)``."""
         raise NotImplementedError(f"{self.name}: statistics have no flat form")
 
+    # capabilities: what a protocol may rely on without knowing the oracle's type -------------
+    def support_shape(self) -> tuple[int, ...]:
+        """Axes of :attr:`Support.counts` in front of the candidates' axis: none for one count
+        per candidate; a sketch counts per row (a signed one in two halves)."""
+        return ()
+
+    def support_reporters(self) -> int:
+        """Entries of :attr:`Support.n_users`: one per row where the support has rows, else one."""
+        shape = self.support_shape()
+        return shape[0] if shape else 1
+
+    def max_support(self) -> int:
+        """The most one report adds to one candidate's support count, in absolute value
+        (a server refuses a shard's support counts above ``max_support() x reports``)."""
+        return 1
+
+    def restore_support(self, counts: np.ndarray, reporters: np.ndarray) -> Support:
+        """Support counts as they travel (``counts`` flat, ``reporters`` a vector of
+        :meth:`support_reporters` entries) back in this oracle's own shape."""
+        shape = self.support_shape()
+        if not shape:
+            return Support(counts, reporters[0])
+        return Support(counts.reshape(*shape, -1), reporters)
+
     def _check_flat(self, cells: np.ndarray, reporters: np.ndarray, users: int) -> tuple[np.ndarray, np.ndarray]:
         cells, reporters = np.asarray(cells, dtype=np.int64), np.asarray(reporters, dtype=np.int64)
         if cells.shape != (self.flat_size(),) or reporters.shape != (users,):

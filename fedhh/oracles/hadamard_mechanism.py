@@ -145,6 +145,10 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         sums = statistics.coefficients
         return Support(signed_sums(sums.keys, sums.counts, candidates), statistics.n_users)
 
+    def max_support(self) -> int:
+        """A report carries ``coefficients`` signs, each of which may add one to a candidate."""
+        return self.coefficients
+
     def estimate_support(self, support: Support) -> np.ndarray:
         return support.counts / (self.coefficients * self.bias)
 

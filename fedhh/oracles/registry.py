@@ -9,7 +9,13 @@ that list what is allowed):
 * ``count-mean``, ``count-median``, ``count-min``, ``count-sketch``: ``rows`` (k),
   ``width`` (m), ``inner`` (an oracle name, default ``flh``), ``inner_options``,
   ``seed``; ``count-sketch`` also ``estimator`` (``median`` or ``mean``);
-* ``cms``: count-mean over OUE (Apple's CMS); ``hcms``: count-mean over HM(1).
+* ``cms``: count-mean over OUE (Apple's CMS); ``hcms``: count-mean over HM(1);
+* ``count-sketch-hadamard`` (TreeHist's): ``rows`` (hash pairs t, default 15),
+  ``width`` (m, a power of two, default 1024), ``seed``, ``estimator``.
+
+Every name is listed once, in :data:`BASE_ORACLES` (oracles of the whole
+domain, which sketches can also use per row) or :data:`SKETCHES`;
+:data:`ORACLE_NAMES` is their union.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 
 from ..errors import InputError
 from .base import FrequencyOracle, check_positive_int
+from .count_sketch_hadamard import CountSketchHadamard
 from .direct import DirectEncoding
 from .fast_local_hashing import FastLocalHashing
 from .hadamard_mechanism import HadamardMechanism
@@ -93,6 +100,12 @@ def apple_hcms(epsilon: float, domain: int, rows: int = 16, width: int = 1024, s
     return _sketch(epsilon, domain, rows, width, "hm", None, seed, "mean", signed=False)
 
 
+def count_sketch_hadamard(epsilon: float, domain: int, rows: int = 15, width: int = 1024, seed: int = 0,
+                          estimator: str = "median") -> CountSketchHadamard:
+    """TreeHist's count sketch of Hadamard bits, ``rows`` hash pairs of ``width`` columns."""
+    return CountSketchHadamard(epsilon, domain, hashes=rows, width=width, seed=seed, estimator=estimator)  # type: ignore[arg-type]
+
+
 SKETCHES: dict[str, Callable[..., FrequencyOracle]] = {
     "count-mean": count_mean,
     "count-median": count_median,
@@ -100,14 +113,16 @@ SKETCHES: dict[str, Callable[..., FrequencyOracle]] = {
     "count-sketch": count_sketch,
     "cms": apple_cms,
     "hcms": apple_hcms,
+    "count-sketch-hadamard": count_sketch_hadamard,
 }
 
-ORACLE_NAMES: tuple[str, ...] = tuple(sorted({**BASE_ORACLES, **SKETCHES}))
+ORACLE_BUILDERS: dict[str, Callable[..., FrequencyOracle]] = {**BASE_ORACLES, **SKETCHES}
+ORACLE_NAMES: tuple[str, ...] = tuple(sorted(ORACLE_BUILDERS))
 
 
 def make_oracle(name: str, *, epsilon: float, domain: int, **options: Any) -> FrequencyOracle:
     """Build the oracle called ``name`` (see the module docstring for options)."""
-    builder = BASE_ORACLES.get(name) or SKETCHES.get(name)
+    builder = ORACLE_BUILDERS.get(name)
     if builder is None:
         raise InputError(f"oracle: unknown name {name!r}; allowed: {list(ORACLE_NAMES)}")
     allowed = [option for option in inspect.signature(builder).parameters if option not in ("epsilon", "domain")]

@@ -202,6 +202,14 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         n_users = np.array([stats.n_users for stats in statistics.rows], dtype=np.int64)
         return Support(np.stack(counts), n_users)
 
+    def support_shape(self) -> tuple[int, ...]:
+        """One count per row and candidate; a signed sketch's in two halves (its inner domain is
+        twice the width)."""
+        return (self.rows, 1 + int(self.signed))
+
+    def max_support(self) -> int:
+        return self.inner.max_support()
+
     def flat_size(self) -> int | None:
         inner = self.inner.flat_size()
         return None if inner is None or inner * self.rows > FLAT_CELLS_LIMIT else inner * self.rows

@@ -6,24 +6,19 @@ learns about the user's value only through those reports.  A user's
 guarantee is the basic composition of the reports *that user* sends,
 ``ε = Σ ε_i`` (pure ε-DP composes exactly additively in the worst case);
 users in different groups send disjoint reports, so partitioning users
-costs nothing (parallel composition).  The splits below are those of the
-seeds:
+costs nothing (parallel composition).
 
-* **PEM** (Wang et al., [Wang19]): users are partitioned into groups, each
-  user reports one prefix once with the whole ε ("divide the population,
-  not the budget").
-* **TreeHist** (Bassily et al., [Bassily17]; as run in [Cormode21]): each user
-  reports a uniformly chosen prefix level with ε/2 and the full string with
-  ε/2.
-* **SFP** (Apple 2017; [Cormode21]): each user reports one fragment tagged with
-  a hash of the word with ``fragment_share x ε`` and the whole word with the
-  rest; [Cormode21] splits evenly.
+Each LDP protocol declares its split as a :class:`BudgetRule` on its spec
+(``ProtocolSpec.budget``): PEM ([Wang19]) gives each user's one report the
+whole ε ("divide the population, not the budget"); TreeHist ([Bassily17],
+as run in [Cormode21]) gives the prefix at the user's level ε/2 and the
+full string ε/2.  Nothing here knows a protocol by name.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,49 +60,27 @@ class BudgetSplit:
         return math.fsum(epsilon for _, epsilon in self.parts)
 
 
-def _pem(epsilon: float) -> BudgetSplit:
-    return BudgetSplit(
-        "pem",
-        (("prefix of the user's group", epsilon),),
-        "Wang et al., Locally Differentially Private Heavy Hitter Identification (PEM): "
-        "users are partitioned into groups, one report per user",
-    )
+@dataclass(frozen=True)
+class BudgetRule:
+    """How a protocol divides each user's ε among the reports the user sends, as shares of ε."""
 
+    parts: tuple[tuple[str, float], ...]  # (what the report carries, its share of ε)
+    source: str  # where the split comes from (paper, survey)
 
-def _treehist(epsilon: float) -> BudgetSplit:
-    return BudgetSplit(
-        "treehist",
-        (("prefix at a uniformly chosen level", epsilon / 2), ("full string", epsilon / 2)),
-        "Bassily et al., Practical Locally Private Heavy Hitters (TreeHist); "
-        "even split as in Cormode et al.'s survey",
-    )
+    def __post_init__(self) -> None:
+        shares = [share for _, share in self.parts]
+        if not shares or any(isinstance(share, bool) or not 0 < share <= 1 for share in shares):
+            raise InputError(f"budget shares: each must be a number in (0, 1], got {shares}")
+        if abs(math.fsum(shares) - 1) > 1e-12:
+            raise InputError(f"budget shares: must add up to 1 (the user's whole ε), got {shares}")
 
-
-def _sfp(epsilon: float, fragment_share: float = 0.5) -> BudgetSplit:
-    if isinstance(fragment_share, bool) or not isinstance(fragment_share, (int, float)) or not 0 < fragment_share < 1:
-        raise InputError(f"fragment_share: must be a number in the open interval (0, 1), got {fragment_share!r}")
-    return BudgetSplit(
-        "sfp",
-        (
-            ("fragment with the word's hash", epsilon * fragment_share),
-            ("full word", epsilon * (1 - fragment_share)),
-        ),
-        "Apple, Learning with Privacy at Scale (Sequence Fragment Puzzle); "
-        "even split by default as in Cormode et al.'s survey",
-    )
-
-
-SPLITS: dict[str, Callable[..., BudgetSplit]] = {"pem": _pem, "treehist": _treehist, "sfp": _sfp}
-
-
-def split_budget(protocol: str, epsilon: float, **options: Any) -> BudgetSplit:
-    """The protocol's per-report budgets for a per-user total ``epsilon``."""
-    builder = SPLITS.get(protocol)
-    if builder is None:
-        raise InputError(f"protocol.name: no LDP budget split for {protocol!r}; allowed: {sorted(SPLITS)}")
-    split = builder(check_epsilon(epsilon), **options)
-    _check_report_budgets(split, float(epsilon))
-    return split
+    def split(self, protocol: str, epsilon: float) -> BudgetSplit:
+        """The per-report budgets of ``protocol`` for a per-user total ``epsilon``, refused
+        (naming ``privacy.epsilon``) when a report's ε is one no oracle takes."""
+        epsilon = check_epsilon(epsilon)
+        split = BudgetSplit(protocol, tuple((name, epsilon * share) for name, share in self.parts), self.source)
+        _check_report_budgets(split, float(epsilon))
+        return split
 
 
 def _check_report_budgets(split: BudgetSplit, epsilon: float) -> None:

@@ -13,8 +13,8 @@ from .base import (
     RoundRecord,
     ServerProtocol,
 )
-from .registry import PROTOCOLS, get_protocol, protocol_module, register_protocol
-from .spec import HeldUsers, InvalidReply, ProtocolSpec
+from .registry import PROTOCOLS, get_protocol, protocol_module, register_protocol, split_budget
+from .spec import HeldUsers, InvalidReply, ProtocolSpec, load_tool
 
 from . import triehh, pem, treehist  # noqa: E402,F401  (registers the built-in protocols, in this order)
 
@@ -31,6 +31,8 @@ __all__ = [
     "RoundRecord",
     "ServerProtocol",
     "get_protocol",
+    "load_tool",
     "protocol_module",
     "register_protocol",
+    "split_budget",
 ]

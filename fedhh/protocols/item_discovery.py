@@ -31,15 +31,12 @@ import numpy as np
 from ..errors import InputError
 from ..items import ItemCodec, get_alphabet
 from ..oracles import Histogram
-from ..privacy.ldp import split_budget
-from .pem import PEMServer
 from .prefix_encoding import ValueSpace
+from .prefix_family import prefix_variant
 from .prefix_oracles import build_level_oracle
 from .prefix_search import THRESHOLD, SearchParameters
 from .selection_model import LevelCandidates, noise_threshold, survival
-from .treehist import TreeHistServer
 
-FINAL_PASS = {"pem": PEMServer.final_pass, "treehist": TreeHistServer.final_pass}
 _ITEM, _REST, _ABSENT = 1, 2, 3  # oracle keys standing for the item, the empty value and a value nobody holds
 
 
@@ -91,8 +88,8 @@ def item_discovery(params: SearchParameters, space: ValueSpace, frequency: float
         raise ValueError(f"frequency: must be in (0, 1], got {frequency!r}")
     n = params.n_users
     holders, rest = frequency * n, (1 - frequency) * n
-    split = split_budget(params.protocol, params.epsilon)
-    final_pass = FINAL_PASS[params.protocol]
+    split = prefix_variant(params.protocol).budget.split(params.protocol, params.epsilon)
+    final_pass = prefix_variant(params.protocol).final_pass
     lengths = params.lengths(space.length)
     candidates = float(space.segment_count(int(lengths[0])))
     presence = 1.0

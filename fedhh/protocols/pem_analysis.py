@@ -72,9 +72,10 @@ from scipy.special import ndtr, ndtri
 
 from ..errors import InputError
 from ..oracles import FrequencyOracle, Histogram
+from ..oracles.registry import ORACLE_NAMES
 from ..privacy.validation import check_epsilon, check_positive_int, check_users
 from .prefix_encoding import MAX_CANDIDATES, MAX_DOMAIN, ValueSpace
-from .prefix_oracles import PREFIX_ORACLES, build_level_oracle
+from .prefix_oracles import build_level_oracle
 from .selection_model import LevelCandidates, survival
 
 DEFAULT_QUERY_LIMIT = 1 << 20  # [Wang19] §VI-A
@@ -182,8 +183,8 @@ class UtilityModel:
         check_users(self.n_users)
         check_epsilon(self.epsilon)
         check_positive_int(self.top_k, "protocol.top_k")
-        if self.oracle not in PREFIX_ORACLES:
-            raise InputError(f"protocol.oracle: unknown name {self.oracle!r}; allowed: {list(PREFIX_ORACLES)}")
+        if self.oracle not in ORACLE_NAMES:
+            raise InputError(f"protocol.oracle: unknown name {self.oracle!r}; allowed: {list(ORACLE_NAMES)}")
         if self.model not in MODELS:
             raise InputError(f"model: got {self.model!r}; allowed: {list(MODELS)}")
         frequencies = np.asarray(self.frequencies, dtype=np.float64)

@@ -1,10 +1,11 @@
 """A config's ``[protocol]`` section as the parameters of a prefix search (PEM, TreeHist).
 
-The two protocols read the same keys and differ in their defaults (the
-``auto`` values and ``segment_length = 0``): PEM uses OLH, top-k selection
-and the optimizer of [Wang19] §IV-C for γ, η and the group split; TreeHist
-uses its count sketch of Hadamard bits, threshold pruning and one unit per
-level from γ = 0.
+The variants of the family read the same keys and differ in their defaults
+(the ``auto`` values and ``segment_length = 0``), which each declares in its
+:class:`~fedhh.protocols.prefix_search.PrefixVariant`: PEM uses OLH, top-k
+selection and the optimizer of [Wang19] §IV-C for γ, η and the group split;
+TreeHist uses its count sketch of Hadamard bits, threshold pruning and one
+unit per level from γ = 0.
 """
 
 from __future__ import annotations
@@ -16,17 +17,18 @@ from typing import Any
 from ..config import Key
 from ..items import ItemCodec
 from ..postprocess import POSTPROCESSORS
-from ..privacy.ldp import split_budget
-from .count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
+from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
+from ..oracles.count_sketch_hadamard import auto_sketch_shape
+from ..oracles.registry import ORACLE_NAMES
 from .prefix_encoding import PrefixEncoding, ValueSpace
-from .prefix_oracles import AUTO, PREFIX_ORACLES, auto_sketch_shape
-from .prefix_search import ORACLE_PURPOSE, SearchParameters, level_shares, public_seed, uniform_segments
+from .prefix_oracles import AUTO
+from .prefix_search import ORACLE_PURPOSE, PrefixVariant, SearchParameters, level_shares, public_seed, uniform_segments
 
 
 # The [protocol] keys of a prefix search, declared once for both variants.
 PREFIX_KEYS: dict[str, Key] = {
     "encoding": Key(str, "bits", "PEM/TreeHist: values as bit strings (character codes) or as the codec's symbols", ("bits", "symbols")),
-    "oracle": Key(str, "auto", "PEM/TreeHist: frequency oracle of every level (auto: PEM olh, TreeHist count-sketch-hadamard)", ("auto", *PREFIX_ORACLES)),
+    "oracle": Key(str, "auto", "PEM/TreeHist: frequency oracle of every level (auto: PEM olh, TreeHist count-sketch-hadamard)", ("auto", *ORACLE_NAMES)),
     "start_length": Key(int, 0, "PEM/TreeHist: γ, units the first level adds to its segment (used when segment_length > 0)", check=lambda v: v >= 0, constraint=">= 0"),
     "segment_length": Key(int, 0, "PEM/TreeHist: η, units each level adds; 0: PEM's optimizer chooses γ, η and the group split, TreeHist scans one unit per level", check=lambda v: v >= 0, constraint=">= 0 (0: automatic)"),
     "candidates_per_step": Key(int, 32, "PEM/TreeHist: |C_i|, prefixes kept per level", check=lambda v: v >= 1, constraint=">= 1"),
@@ -42,24 +44,16 @@ PREFIX_KEYS: dict[str, Key] = {
 
 
 def search_parameters(
-    protocol_name: str,
-    protocol: Mapping[str, Any],
-    epsilon: float,
-    n_users: int,
-    codec: ItemCodec,
-    seed: int,
-    default_oracle: str,
-    default_selection: str,
-    default_segment: int | None,
+    variant: PrefixVariant, protocol: Mapping[str, Any], epsilon: float, n_users: int, codec: ItemCodec, seed: int
 ) -> SearchParameters:
-    """A config's ``[protocol]`` section as search parameters (shared by PEM and TreeHist).
+    """A config's ``[protocol]`` section as the search parameters of ``variant``.
 
-    ``default_segment`` is the segment length used when ``segment_length = 0``
-    (TreeHist: one unit per level from γ = 0); ``None`` asks the PEM optimizer.
+    ``auto`` and ``segment_length = 0`` take the variant's defaults; a
+    ``default_segment`` of ``None`` asks the PEM optimizer.
     """
-    split_budget(protocol_name, epsilon)  # refuses a per-user ε no report's oracle can take, naming privacy.epsilon
-    oracle = default_oracle if protocol["oracle"] == AUTO else str(protocol["oracle"])
-    selection = default_selection if protocol["selection"] == AUTO else str(protocol["selection"])
+    variant.budget.split(variant.name, epsilon)  # refuses a per-user ε no report's oracle can take, naming privacy.epsilon
+    oracle = variant.default_oracle if protocol["oracle"] == AUTO else str(protocol["oracle"])
+    selection = variant.default_selection if protocol["selection"] == AUTO else str(protocol["selection"])
     encoding = PrefixEncoding(protocol["encoding"], codec)
     rows, width = int(protocol["sketch_rows"]), int(protocol["sketch_width"])
     if oracle == COUNT_SKETCH_HADAMARD:
@@ -72,8 +66,8 @@ def search_parameters(
         start = int(protocol["start_length"])
         segments = uniform_segments(encoding.length, start, segment)
         shares = level_shares(len(segments))
-    elif default_segment is not None:
-        start, segments = 0, uniform_segments(encoding.length, 0, default_segment)
+    elif variant.default_segment is not None:
+        start, segments = 0, uniform_segments(encoding.length, 0, variant.default_segment)
         shares = level_shares(len(segments))
     else:
         start, segments, shares = optimized_design(
@@ -81,7 +75,7 @@ def search_parameters(
             int(protocol["query_limit"]), candidates,
         )
     return SearchParameters(
-        protocol=protocol_name,
+        protocol=variant.name,
         n_users=n_users,
         epsilon=epsilon,
         encoding=encoding.kind,

@@ -5,8 +5,8 @@ about a node: which of its users belong to the asked level (public
 randomness), how many counts it may send and how large they can be, and,
 for a one-shot collection, that its report rows are split over the levels
 exactly as its users are.  A node that holds no user of the asked level is
-not asked at all.  :func:`prefix_search_spec` puts these into the spec of
-each variant (PEM, TreeHist).
+not asked at all.  :func:`fedhh.protocols.prefix_family.prefix_search_spec`
+puts these into the spec of each variant (PEM, TreeHist).
 """
 
 from __future__ import annotations
@@ -16,13 +16,11 @@ import numpy as np
 from ..oracles import FrequencyOracle
 from .base import RoundRecord
 from .prefix_encoding import PrefixEncoding
-from .prefix_oracles import counts_size, support_bound
+from .prefix_oracles import counts_size
 from .prefix_reports import COLLECT, LEVEL, PrefixRequest, PrefixResponse, level_sizes
 from .prefix_search import PrefixSearchServer
 from .report_table import to_table
-from .prefix_config import PREFIX_KEYS
-from .prefix_reports import respond
-from .spec import Builder, HeldUsers, InvalidReply, ProtocolSpec
+from .spec import HeldUsers, InvalidReply
 
 NPY_HEADER_BYTES = 256  # np.save header of one array, generously
 
@@ -73,7 +71,7 @@ def check_reply(request: PrefixRequest, response: PrefixResponse, node: HeldUser
         )
     if int(response.reporters.sum()) != asked:
         raise InvalidReply(f"{tag}.reporters: they add up to {int(response.reporters.sum())}, not {asked}")
-    limit = support_bound(oracle) * asked
+    limit = oracle.max_support() * asked
     if response.counts.size and int(np.abs(response.counts).max()) > limit:
         raise InvalidReply(f"{tag}.counts: a count exceeds {limit}, the most {asked} reports can add")
 
@@ -128,24 +126,4 @@ def describe_round(record: RoundRecord) -> str:
     return (
         f"level {values['level']}: prefixes of {values['prefix_length']} units from about "
         f"{values['users']:,} users, {values['candidates']:,} candidates, {values['kept']} kept{threshold}"
-    )
-
-
-def prefix_search_spec(
-    name: str, summary: str, build: Builder, request_type: type[PrefixRequest], response_type: type[PrefixResponse]
-) -> ProtocolSpec:
-    """The spec of a prefix search: its variants differ in name, builder and message classes only."""
-    return ProtocolSpec(
-        name=name,
-        summary=summary,
-        build=build,
-        respond=respond,  # type: ignore[arg-type]
-        request_type=request_type,
-        response_type=response_type,
-        dropout_privacy=DROPOUT_PRIVACY,
-        keys=PREFIX_KEYS,
-        narrow=narrow,  # type: ignore[arg-type]
-        reply_budget=reply_budget,  # type: ignore[arg-type]
-        check_reply=check_reply,  # type: ignore[arg-type]
-        describe_round=describe_round,
     )

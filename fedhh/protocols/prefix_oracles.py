@@ -4,26 +4,22 @@ A level's oracle is fixed by public parameters only: its name, ε, the
 domain of the level's prefixes, the seed of its public hash functions (FLH,
 sketches) and the sketch shape.  Requests carry these, so a device rebuilds
 exactly the oracle the server decodes with.  Every oracle of
-:func:`fedhh.oracles.make_oracle` can serve a level, and so can TreeHist's
-count sketch with Hadamard bits (``count-sketch-hadamard``).
+:func:`fedhh.oracles.make_oracle` can serve a level; what the search needs
+to know about one (the shape of its support counts, the most one report
+adds to them) the oracle declares itself (:class:`fedhh.oracles.FrequencyOracle`).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import math
 
 import numpy as np
 
 from ..errors import InputError
-from ..oracles import ORACLE_NAMES, FrequencyOracle, Support, make_oracle
-from ..oracles.registry import BASE_ORACLES, SKETCHES
-from ..oracles.sketches import SketchOracle
-from .count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
-from .count_sketch_hadamard import CountSketchHadamard
+from ..oracles import FrequencyOracle, Support, make_oracle
+from ..oracles.registry import ORACLE_BUILDERS, ORACLE_NAMES
 
-PREFIX_ORACLES: tuple[str, ...] = (*ORACLE_NAMES, COUNT_SKETCH_HADAMARD)
 AUTO = "auto"
 
 
@@ -33,11 +29,9 @@ def build_level_oracle(name: str, epsilon: float, domain: int, seed: int, rows: 
     ``rows`` and ``width`` shape the sketches (0: the oracle's default);
     ``seed`` names the public hash functions where the oracle has any.
     """
-    if name == COUNT_SKETCH_HADAMARD:
-        return CountSketchHadamard(epsilon, domain, hashes=rows or 15, width=width or 1024, seed=seed)
-    builder = BASE_ORACLES.get(name) or SKETCHES.get(name)
+    builder = ORACLE_BUILDERS.get(name)
     if builder is None:
-        raise InputError(f"protocol.oracle: unknown name {name!r}; allowed: {list(PREFIX_ORACLES)}")
+        raise InputError(f"protocol.oracle: unknown name {name!r}; allowed: {list(ORACLE_NAMES)}")
     accepted = inspect.signature(builder).parameters
     options: dict[str, int] = {}
     if "seed" in accepted:
@@ -57,40 +51,6 @@ def level_oracle(name: str, epsilon: float, domain: int, seed: int, rows: int, w
     return build_level_oracle(name, epsilon, domain, seed, rows, width)
 
 
-def support_bound(oracle: FrequencyOracle) -> int:
-    """The most one report adds to one candidate's support (in absolute value)."""
-    inner = getattr(oracle, "inner", oracle)
-    return int(getattr(inner, "coefficients", 1))
-
-
-def auto_sketch_shape(n_users: int) -> tuple[int, int]:
-    """TreeHist's sketch for ``n`` users: an odd ``t`` near ``ln n`` ([Bassily17]: ``O(log(n/β))``)
-    and a width, the power of two at or above ``sqrt(n)`` ([Bassily17] §5 uses ``m = sqrt(n)``)."""
-    hashes = 2 * int(math.log(max(n_users, 3)) / 2) + 1
-    width = 1 << max(1, math.ceil(math.log2(max(math.sqrt(n_users), 2))))
-    return min(max(hashes, 3), 31), width
-
-
-def support_rows(oracle: FrequencyOracle) -> tuple[int, int]:
-    """(rows, halves) of an oracle's support counts per candidate: sketches count per row
-    (signed ones in two halves); every other oracle has one count per candidate."""
-    if isinstance(oracle, SketchOracle):
-        return oracle.rows, 1 + int(oracle.signed)
-    if isinstance(oracle, CountSketchHadamard):
-        return oracle.hashes, 1
-    return 1, 1
-
-
-def restore_support(oracle: FrequencyOracle, counts: np.ndarray, users: np.ndarray) -> Support:
-    """Support counts as they travel (flat, users as a vector) back in the oracle's own shape."""
-    rows, halves = support_rows(oracle)
-    if isinstance(oracle, SketchOracle):
-        return Support(counts.reshape(rows, halves, -1), users)
-    if isinstance(oracle, CountSketchHadamard):
-        return Support(counts.reshape(rows, -1), users)
-    return Support(counts, users[0])
-
-
 def shard_counts(oracle: FrequencyOracle, statistics: object, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """What a shard sends for its reports' statistics: their flat form where the oracle has
     one (so the server decodes the sum once), else the candidates' support counts (the
@@ -105,11 +65,11 @@ def decode_counts(oracle: FrequencyOracle, counts: np.ndarray, reporters: np.nda
     """The candidates' support from the (summed) counts of :func:`shard_counts`."""
     if oracle.flat_size() is not None:
         return oracle.support(oracle.from_flat(counts, reporters), candidates)
-    return restore_support(oracle, counts, reporters)
+    return oracle.restore_support(counts, reporters)
 
 
 def counts_size(oracle: FrequencyOracle, candidates: int) -> tuple[int, int]:
     """Lengths of ``(counts, reporters)`` a shard sends for ``candidates`` candidates."""
-    rows, halves = support_rows(oracle)
     flat = oracle.flat_size()
-    return (rows * halves * candidates if flat is None else flat), rows
+    cells = int(np.prod(oracle.support_shape(), dtype=np.int64)) * candidates if flat is None else flat
+    return cells, oracle.support_reporters()

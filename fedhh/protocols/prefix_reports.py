@@ -11,7 +11,7 @@ randomness keyed by (purpose, level, global user id).  A user holding no
 encodable item reports the empty value (all-zero units), so taking part
 reveals nothing.
 
-Three modes, one message pair:
+Three modes, one message pair for every variant of the family:
 
 * ``level`` (interactive): the members of one level answer the candidate
   prefixes; the shard sends its reports' statistics in the oracle's flat
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -75,8 +75,6 @@ class PrefixRequest(Request):
     sketch_rows: int
     sketch_width: int
     candidates: np.ndarray = array_field("uint64", ("C",))  # oracle keys of the candidate prefixes
-
-    response_class: ClassVar[type[PrefixResponse]]
 
     def oracle_for(self, length: int, epsilon: float, encoding: PrefixEncoding) -> FrequencyOracle:
         return level_oracle(
@@ -174,7 +172,7 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
     oracle, reports = _reports(request, shard, encoding, members, items, randomness, request.mode == FINAL,
                                request.level)
     counts, reporters = shard_counts(oracle, oracle.aggregate(reports), request.candidates)
-    return request.response_class(
+    return PrefixResponse(
         round=request.round,
         sampled_users=int(members.size),
         responding_users=int(members.size),
@@ -206,7 +204,7 @@ def _collect(
             columns.append(to_table(final))
         tables.append(np.concatenate(columns, axis=1))
     rows, counts = distinct_rows(np.concatenate(tables))
-    return request.response_class(
+    return PrefixResponse(
         round=request.round,
         sampled_users=int(members.size),
         responding_users=int(members.size),

@@ -1,6 +1,6 @@
 """Hierarchical prefix search: the server state machine PEM and TreeHist share.
 
-Seed 004 §5 groups them as one family: build frequency oracles on prefixes
+[Cormode21] §5 groups them as one family: build frequency oracles on prefixes
 of increasing length, and at each level query only the extensions of the
 prefixes that survived the level before.  Level ``i`` asks its users for
 prefixes of ``l_i = γ + η_1 + ... + η_i`` units (``l_g = m``, the whole
@@ -34,14 +34,14 @@ import numpy as np
 from ..errors import InputError
 from ..items import ItemCodec
 from ..oracles import FrequencyOracle, LinearVariance, Support
-from ..privacy.ldp import BudgetSplit, ldp_report, split_budget
+from ..oracles.registry import ORACLE_NAMES
+from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
 from ..privacy.report import PrivacyReport
-from ..errors import InputError
 from ..privacy.validation import check_epsilon, check_positive_int, check_users
 from ..randomness import derive_key
 from .base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
 from .prefix_encoding import ENCODINGS, Encoding, PrefixEncoding
-from .prefix_oracles import PREFIX_ORACLES, build_level_oracle, decode_counts
+from .prefix_oracles import build_level_oracle, decode_counts
 from .prefix_reports import COLLECT, FINAL, LEVEL, PrefixRequest, PrefixResponse
 from .report_table import expand, from_table, to_table
 
@@ -116,8 +116,8 @@ class SearchParameters:
                 f"protocol.segment_length: {len(self.segment_lengths)} levels (groups) for "
                 f"population.users = {self.n_users}; every group needs users, so at most {self.n_users} levels"
             )
-        if self.oracle not in PREFIX_ORACLES:
-            raise InputError(f"protocol.oracle: unknown name {self.oracle!r}; allowed: {list(PREFIX_ORACLES)}")
+        if self.oracle not in ORACLE_NAMES:
+            raise InputError(f"protocol.oracle: unknown name {self.oracle!r}; allowed: {list(ORACLE_NAMES)}")
         check_positive_int(self.candidates_per_step, "protocol.candidates_per_step")
         check_positive_int(self.top_k, "protocol.top_k")
         if self.selection not in SELECTIONS:
@@ -180,12 +180,41 @@ def public_seed(seed: int, purpose: str) -> int:
     return int(derive_key(seed, purpose)) & _POSITIVE_63
 
 
-class PrefixSearchServer(ServerProtocol):
-    """The server side of a hierarchical prefix search (see the module docstring)."""
+@dataclass(frozen=True)
+class PrefixVariant:
+    """One member of the family: its name and what it does where the family leaves a choice.
 
-    request_type: ClassVar[type[PrefixRequest]]
-    response_type: ClassVar[type[PrefixResponse]]
-    final_pass: ClassVar[bool]  # TreeHist: a last round of full-value reports
+    The ``default_*`` values replace ``auto`` (and ``segment_length = 0``)
+    in its ``[protocol]`` section; ``default_segment = None`` asks PEM's
+    optimizer for γ, η and the group split.
+    """
+
+    name: str
+    summary: str  # one line, for help texts and error messages
+    final_pass: bool  # a last round of full-value reports estimates the survivors (TreeHist)
+    default_oracle: str
+    default_selection: str
+    default_segment: int | None
+    budget: BudgetRule  # how each user's ε is divided among its reports (one, or a level's and the full value's)
+    planner: str | None = None  # ProtocolSpec.planner
+    sizing: str | None = None  # ProtocolSpec.sizing
+
+
+class PrefixSearchServer(ServerProtocol):
+    """The server side of a hierarchical prefix search (see the module docstring);
+    a subclass names its :class:`PrefixVariant`."""
+
+    variant: ClassVar[PrefixVariant]
+    request_type = PrefixRequest
+    response_type = PrefixResponse
+
+    def __init_subclass__(cls, **options: Any) -> None:
+        super().__init_subclass__(**options)
+        cls.name = cls.variant.name  # the protocol's name, as every server declares it
+
+    @property
+    def final_pass(self) -> bool:
+        return self.variant.final_pass
 
     def __init__(self, params: SearchParameters, codec: ItemCodec, seed: int) -> None:
         self.params = params
@@ -193,7 +222,7 @@ class PrefixSearchServer(ServerProtocol):
         self.seed = seed
         self.encoding = PrefixEncoding(params.encoding, codec)
         self.lengths = params.lengths(self.encoding.length)
-        self.split: BudgetSplit = split_budget(self.name, params.epsilon)
+        self.split: BudgetSplit = self.variant.budget.split(self.name, params.epsilon)
         self.level_epsilon = self.split.parts[0][1]
         self.final_epsilon = self.split.parts[1][1] if self.final_pass else 0.0
         self.bounds = np.concatenate(([0.0], np.cumsum(params.shares)))
@@ -299,7 +328,7 @@ class PrefixSearchServer(ServerProtocol):
         return self._pending
 
     def _request(self, mode: str, level: int, candidates: np.ndarray) -> PrefixRequest:
-        return self.request_type(
+        return PrefixRequest(
             round=self._rounds + 1,
             mode=mode,
             level=level,
@@ -318,8 +347,8 @@ class PrefixSearchServer(ServerProtocol):
         )
 
     def absorb(self, response: Response) -> None:
-        if not isinstance(response, self.response_type):
-            raise TypeError(f"{self.name} expects a {self.response_type.__name__}, got {type(response).__name__}")
+        if not isinstance(response, PrefixResponse):
+            raise TypeError(f"{self.name} expects a PrefixResponse, got {type(response).__name__}")
         pending = self._pending
         if pending is None:
             raise ValueError(f"response for round {response.round}, but no request is pending")

@@ -15,6 +15,7 @@ import sys
 
 from ..config import Key
 from ..errors import InputError
+from ..privacy.ldp import BudgetSplit
 from .spec import ProtocolSpec
 
 PROTOCOLS: dict[str, ProtocolSpec] = {}
@@ -70,3 +71,13 @@ def protocol_keys(builtin_only: bool = False) -> dict[str, Key]:
 def protocol_names(builtin_only: bool = False) -> tuple[str, ...]:
     return tuple(name for name in PROTOCOLS if not builtin_only or not protocol_module(name))
 
+
+
+def split_budget(name: str, epsilon: float) -> BudgetSplit:
+    """The per-report budgets of LDP protocol ``name`` for a per-user total ``epsilon``,
+    by the rule its spec declares (``ProtocolSpec.budget``)."""
+    spec = PROTOCOLS.get(name)
+    if spec is None or spec.budget is None:
+        allowed = sorted(other for other, declared in PROTOCOLS.items() if declared.budget is not None)
+        raise InputError(f"protocol.name: no LDP budget split for {name!r}; allowed: {allowed}")
+    return spec.budget.split(name, epsilon)

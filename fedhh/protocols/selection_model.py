@@ -2,7 +2,7 @@
 
 A level of PEM or TreeHist estimates every candidate prefix and keeps the
 ``kept`` best (top-k selection), or the best among those at or above a
-threshold (threshold selection).  Seed 000's eq. (5) asks whether value
+threshold (threshold selection).  [Wang19]'s eq. (5) asks whether value
 ``j`` beats ``kept - j + 1`` zero-frequency candidates and assumes the
 ``j - 1`` more frequent values are ranked first; it ignores the values
 ranked just below, which compete for the same places.  Near rank ``k``

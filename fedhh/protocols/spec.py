@@ -18,7 +18,15 @@ A protocol is registered once, with one :class:`ProtocolSpec`
   (``check_reply``), and why the privacy report still holds when some
   nodes do not answer (``dropout_privacy``);
 * optionally, a fixed-length layout of its responses over public
-  candidates, which secure aggregation needs to sum them (``dense``).
+  candidates, which secure aggregation needs to sum them (``dense``);
+* optionally, for an ε-LDP protocol, how each user's ε is divided among
+  the reports the user sends (``budget``, read by the privacy report and
+  :func:`fedhh.protocols.registry.split_budget`);
+* optionally, the tools above the protocols that serve it: its planner
+  (``planner``, behind ``fedhh plan NAME``) and its sizing (``sizing``,
+  behind ``fedhh size NAME``), named as ``"module:attribute"`` references
+  so that the protocol imports none of them and they load only when asked
+  for (:func:`load_tool`).
 
 Nothing here knows a transport: ``strategies/`` carries any registered spec
 over Flower, ``simulations/fast.py`` over Ray or in process.
@@ -26,12 +34,15 @@ over Flower, ``simulations/fast.py`` over Ray or in process.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ..errors import InputError
+from ..privacy.ldp import BudgetRule
 from .base import ClientFunction, Request, Response, RoundRecord, ServerProtocol
 
 if TYPE_CHECKING:
@@ -114,6 +125,9 @@ class ProtocolSpec:
     check_reply: Callable[[Request, Response, HeldUsers, ServerProtocol], None] = accept_any_reply
     describe_round: Callable[[RoundRecord], str] = list_round_values
     dense: Callable[[ItemCodec], DenseLayout] | None = None  # None: no secure aggregation
+    budget: BudgetRule | None = None  # ε-LDP protocols: each user's ε among its reports
+    planner: str | None = None  # "module:function": plan(**target) -> dict, behind `fedhh plan NAME`
+    sizing: str | None = None  # "module:attribute": its sizing tool (fedhh.planning.sizing.Sizing), `fedhh size NAME`
 
     def build_server(
         self, privacy: Section, n_users: int, codec: ItemCodec, seed: int, protocol: Section | None = None
@@ -125,3 +139,17 @@ class ProtocolSpec:
 
             protocol = {key: spec.default for key, spec in schema()["protocol"].items()}
         return self.build(privacy, protocol, n_users, codec, seed)
+
+
+def load_tool(reference: str, field: str) -> Any:
+    """The object a ``"module:attribute"`` reference of a spec names, imported now.
+
+    A spec names its tools by reference because they sit above the protocols
+    (they import them): a protocol module importing its planner would invert
+    the layers, and every device would pay for the planner's imports.
+    """
+    module, _, attribute = reference.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as error:
+        raise InputError(f"{field}: cannot load {reference!r} ({error})") from None

@@ -12,71 +12,48 @@ than the ``n / L`` of one level, so the reported counts are far more
 accurate (the final estimation phase of §3.3).
 
 The paper's instance scans a binary tree one bit per level with its count
-sketch of Hadamard bits (``count-sketch-hadamard``: ``t`` hash pairs, users
-split over (level, hash), median over hashes).  The generic hierarchical
-variant of the survey uses any oracle at each level and any segment
-length; both are this protocol with other ``[protocol]`` keys.  Threshold
-selection is the default; ``protocol.threshold = 0`` sets it at the noise
-level, so that about one absent node per level survives (the ``η`` of
-Theorem 3.2 grows the same way, with ``sqrt(n log(n/β) log d) / ε``).
+sketch of Hadamard bits (``count-sketch-hadamard``, :mod:`fedhh.oracles.count_sketch_hadamard`:
+``t`` hash pairs, users split over (level, hash), median over hashes).  The
+generic hierarchical variant of the survey uses any oracle at each level
+and any segment length; both are this protocol with other ``[protocol]``
+keys.  Threshold selection is the default; ``protocol.threshold = 0`` sets
+it at the noise level, so that about one absent node per level survives
+(the ``η`` of Theorem 3.2 grows the same way, with
+``sqrt(n log(n/β) log d) / ε``).  All the rest is the family's
+(:mod:`fedhh.protocols.prefix_family`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
-from ..items import ItemCodec
+from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
+from ..privacy.ldp import BudgetRule
+from .prefix_family import prefix_search_spec
+from .prefix_search import THRESHOLD, PrefixSearchServer, PrefixVariant
 from .registry import register_protocol
-from .count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
-from .prefix_config import search_parameters
-from .prefix_nodes import prefix_search_spec
-from .prefix_reports import PrefixRequest, PrefixResponse
-from .prefix_search import THRESHOLD, PrefixSearchServer
 
 PAPER_SEGMENT = 1  # one unit per level: the binary prefix tree for bit values
 
-
-@dataclass(frozen=True)
-class TreeHistRequest(PrefixRequest):
-    """A TreeHist round: one level's prefixes, the final full-value pass, or (one-shot) every report."""
-
-
-@dataclass(frozen=True)
-class TreeHistResponse(PrefixResponse):
-    """A shard's counts for the round (flat statistics or support counts), or its report table."""
-
-
-TreeHistRequest.response_class = TreeHistResponse
+TREEHIST = PrefixVariant(
+    name="treehist",
+    summary="TreeHist (Bassily et al.): a prefix tree scanned level by level with ε-LDP reports, then a final estimation pass",
+    final_pass=True,  # the survivors are estimated from everyone's full-value reports
+    default_oracle=COUNT_SKETCH_HADAMARD,
+    default_selection=THRESHOLD,
+    default_segment=PAPER_SEGMENT,
+    budget=BudgetRule(
+        (("prefix at a uniformly chosen level", 0.5), ("full string", 0.5)),
+        "Bassily et al., Practical Locally Private Heavy Hitters (TreeHist); "
+        "even split as in Cormode et al.'s survey",
+    ),
+    planner="fedhh.planning.treehist:plan_treehist",
+    sizing="fedhh.planning.sizing_cli:TREEHIST",
+)
 
 
 class TreeHistServer(PrefixSearchServer):
     """TreeHist's server: threshold-pruned levels, then the final estimation pass."""
 
-    name = "treehist"
-    request_type = TreeHistRequest
-    response_type = TreeHistResponse
-    final_pass = True
+    variant = TREEHIST
 
 
-def build_treehist(
-    privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
-) -> TreeHistServer:
-    """TreeHist from a config: the paper's sketch, one unit per level and threshold pruning by default."""
-    params = search_parameters(
-        "treehist", protocol, float(privacy["epsilon"]), n_users, codec, seed,
-        default_oracle=COUNT_SKETCH_HADAMARD, default_selection=THRESHOLD, default_segment=PAPER_SEGMENT,
-    )
-    return TreeHistServer(params, codec, seed)
-
-
-SPEC = register_protocol(
-    prefix_search_spec(
-        "treehist",
-        "TreeHist (Bassily et al.): a prefix tree scanned level by level with ε-LDP reports, then a final estimation pass",
-        build_treehist,
-        TreeHistRequest,
-        TreeHistResponse,
-    )
-)
+SPEC = register_protocol(prefix_search_spec(TreeHistServer))

@@ -444,5 +444,7 @@ SPEC = register_protocol(
         check_reply=check_reply,  # type: ignore[arg-type]
         describe_round=describe_round,
         dense=TrieHHDense,
+        planner="fedhh.planning.plan:plan_triehh",
+        sizing="fedhh.planning.sizing_cli:TRIEHH",
     )
 )

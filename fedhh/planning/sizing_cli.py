@@ -4,16 +4,20 @@ Two questions, one command per protocol:
 
 * ``--frequency F --discovery P`` (and the privacy target): the smallest
   population in which an item held by a share F of the users is found with
-  probability P, from the protocol's analysis (:mod:`fedhh.privacy.sizing`);
+  probability P, from the protocol's analysis (:mod:`fedhh.planning.sizing`);
   ``--verify`` runs the real protocol a few times at the answer on the
   population the analysis assumes and prints both;
 * ``--top-k K --recall R --population CONFIG``: the population at which runs
   of a config's population shape, protocol and privacy reach recall@K = R
   (:mod:`simulations.sizing`, on the fast driver).
 
-The simulations are drivers, above this module: the command line hands them
-in (:func:`add_size_arguments`), so nothing here imports them.  Bad input
-raises :class:`fedhh.errors.InputError` naming the option (exit status 2).
+Each protocol's part -- its options, its analysis, how ``--verify`` sets up
+its runs -- is one :class:`Sizing`, named by its spec
+(``ProtocolSpec.sizing``); the command has one subcommand per protocol
+whose spec names one.  The simulations are drivers, above this module: the
+command line hands them in (:func:`add_size_arguments`), so nothing here
+imports them and the analytic answers stay framework-free.  Bad input raises
+:class:`fedhh.errors.InputError` naming the option (exit status 2).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -28,15 +33,40 @@ from rich.table import Table
 
 from ..config import load_config
 from ..errors import InputError
+from ..protocols import PROTOCOLS, load_tool
 from ..protocols.pem_analysis import DEFAULT_DISTINCT_VALUES, DEFAULT_QUERY_LIMIT, DEFAULT_ZIPF_EXPONENT, MODELS, ORDER_STATISTICS
-from .pem_plan import DEFAULT_ORACLE as PEM_ORACLE
-from .pem_plan import pem_search_parameters, plan_pem
+from .pem import DEFAULT_ORACLE as PEM_ORACLE
+from .pem import pem_search_parameters, plan_pem
 from .sizing import SizeAnswer, size_pem, size_treehist, size_triehh
-from .treehist_plan import add_treehist_options, treehist_options, treehist_parameters
+from .treehist import add_treehist_options, treehist_options, treehist_parameters
 
-PROTOCOLS = {"triehh": "TrieHH", "pem": "PEM", "treehist": "TreeHist"}
-DEFAULT_TRIALS = {"triehh": 200, "pem": 20, "treehist": 20}  # --verify runs (TrieHH's cost a few ms each)
 DEFAULT_RECALL_TRIALS = 3
+OnStep = Callable[[int, float], None]
+
+
+def no_check(args: argparse.Namespace, mode: str) -> None:
+    """A protocol whose options need no check beyond their parsers'."""
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What ``fedhh size NAME`` needs of one protocol (its spec names it: ``ProtocolSpec.sizing``)."""
+
+    title: str  # the protocol's name in help texts and tables
+    verify_trials: int  # default runs of --verify
+    add_options: Callable[[argparse.ArgumentParser], None]  # its own options
+    answer: Callable[[argparse.Namespace, OnStep], SizeAnswer]  # the analytic answer
+    verify_setup: Callable[[argparse.Namespace, SizeAnswer], dict[str, Any]]  # simulations.sizing.verify_item's
+    check_analytic: Callable[[argparse.Namespace, str], None] = no_check  # options --frequency needs or refuses
+    check_recall: Callable[[argparse.Namespace, str], None] = no_check  # options --recall refuses
+
+
+def sizings() -> dict[str, Sizing]:
+    """The registered protocols that can be sized, by name, in registration order."""
+    return {
+        name: load_tool(spec.sizing, f"the sizing of {name!r}")
+        for name, spec in PROTOCOLS.items() if spec.sizing is not None
+    }
 
 
 def add_size_arguments(
@@ -53,25 +83,18 @@ def add_size_arguments(
         "--top-k K --recall R --population CONFIG, the population at which runs reach recall@K = R."
     )
     kinds = size.add_subparsers(dest="sized", required=True)
-    for protocol, name in PROTOCOLS.items():
+    for protocol, sizing in sizings().items():
+        name = sizing.title
         parser = kinds.add_parser(protocol, help=f"size a {name} deployment",
                                   description=f"The population {name} needs (see `fedhh size --help`).")
         parser.add_argument("--frequency", type=float, help="share of users holding the item, in (0, 1]")
         parser.add_argument("--discovery", type=float, help="probability of finding it, in (0, 1)")
         parser.add_argument("--epsilon", type=float, help="target ε > 0 (TrieHH central, PEM/TreeHist per user)")
-        if protocol == "triehh":
-            parser.add_argument("--delta", type=float, help="target δ in (0, 1)")
-            parser.add_argument("--max-rounds", type=int,
-                                help="L: rounds, i.e. symbols of the longest item plus the end symbol")
-            parser.add_argument("--top-k", type=int, help="K of recall@K (with --recall and --population)")
-        elif protocol == "pem":
-            _add_pem_options(parser)
-        else:
-            add_treehist_options(parser, top_k_default=None)
+        sizing.add_options(parser)
         parser.add_argument("--verify", action="store_true",
                             help="run the protocol on the assumed population at the answer and print both")
         parser.add_argument("--trials", type=int,
-                            help=f"runs for --verify (default {DEFAULT_TRIALS[protocol]}) or per population size "
+                            help=f"runs for --verify (default {sizing.verify_trials}) or per population size "
                             f"with --recall (default {DEFAULT_RECALL_TRIALS})")
         parser.add_argument("--seed", type=int, default=0, help="first seed of the --verify runs (default 0)")
         parser.add_argument("--recall", type=float, help="target recall@K, in (0, 1] (with --top-k and --population)")
@@ -79,7 +102,23 @@ def add_size_arguments(
         parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                             help="override one value of the --population config (repeatable)")
         parser.add_argument("--json", action="store_true", help="print JSON (`users` is the answer)")
-        parser.set_defaults(func=run_size, protocol=protocol, verify_item=verify_item, size_by_recall=size_by_recall)
+        parser.set_defaults(func=run_size, protocol=protocol, sizing=sizing, verify_item=verify_item,
+                            size_by_recall=size_by_recall)
+
+
+def _add_triehh_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--delta", type=float, help="target δ in (0, 1)")
+    parser.add_argument("--max-rounds", type=int, help="L: rounds, i.e. symbols of the longest item plus the end symbol")
+    parser.add_argument("--top-k", type=int, help="K of recall@K (with --recall and --population)")
+
+
+def _check_triehh_analytic(args: argparse.Namespace, mode: str) -> None:
+    _required(args, ("delta", "max_rounds"), mode)
+    _forbidden(args, ("top_k",), mode + " (TrieHH has no k)")
+
+
+def _check_triehh_recall(args: argparse.Namespace, mode: str) -> None:
+    _forbidden(args, ("max_rounds",), mode + " (L comes from the config's protocol.max_length)")
 
 
 def _add_pem_options(parser: argparse.ArgumentParser) -> None:
@@ -124,9 +163,7 @@ def run_size(args: argparse.Namespace) -> int:
         return _size_by_recall(args)
     mode = "with --frequency / --discovery"
     _required(args, ("frequency", "discovery", "epsilon"), "(the item's share, the probability and ε)")
-    if args.protocol == "triehh":
-        _required(args, ("delta", "max_rounds"), mode)
-        _forbidden(args, ("top_k",), mode + " (TrieHH has no k)")
+    args.sizing.check_analytic(args, mode)
     _forbidden(args, ("set",), mode + " (it overrides the --population config)")
     console = Console(stderr=True)
     with console.status("sizing...") as status:
@@ -134,7 +171,7 @@ def run_size(args: argparse.Namespace) -> int:
         def show(users: int, discovery: float) -> None:
             status.update(f"n = {users:,}: discovery {discovery:.3f} (target {args.discovery:g})")
 
-        answer = _analytic_answer(args, show)
+        answer = args.sizing.answer(args, show)
         verification = _verify(args, answer, status) if args.verify else None
     document: dict[str, Any] = {**answer.to_dict(), **({"verification": verification} if verification else {})}
     if args.json:
@@ -144,32 +181,31 @@ def run_size(args: argparse.Namespace) -> int:
     return 0
 
 
-def _analytic_answer(args: argparse.Namespace, show: Any) -> SizeAnswer:
-    if args.protocol == "triehh":
-        return size_triehh(args.frequency, args.discovery, args.epsilon, args.delta, args.max_rounds)
-    if args.protocol == "pem":
-        return size_pem(args.frequency, args.discovery, args.epsilon, on_step=show, **_pem_options(args))
-    return size_treehist(args.frequency, args.discovery, args.epsilon, on_step=show,
-                         **{**treehist_options(args), "top_k": args.top_k or 32})
+def _triehh_answer(args: argparse.Namespace, show: OnStep) -> SizeAnswer:
+    return size_triehh(args.frequency, args.discovery, args.epsilon, args.delta, args.max_rounds)
+
+
+def _pem_answer(args: argparse.Namespace, show: OnStep) -> SizeAnswer:
+    return size_pem(args.frequency, args.discovery, args.epsilon, on_step=show, **_pem_options(args))
+
+
+def _treehist_design(args: argparse.Namespace) -> dict[str, Any]:
+    return {**treehist_options(args), "top_k": args.top_k or 32}
+
+
+def _treehist_answer(args: argparse.Namespace, show: OnStep) -> SizeAnswer:
+    return size_treehist(args.frequency, args.discovery, args.epsilon, on_step=show, **_treehist_design(args))
 
 
 def _verify(args: argparse.Namespace, answer: SizeAnswer, status: Any) -> dict[str, Any]:
     verify_item = args.verify_item
-    trials = args.trials if args.trials is not None else DEFAULT_TRIALS[args.protocol]
+    trials = args.trials if args.trials is not None else args.sizing.verify_trials
 
     def progress(done: int, total: int) -> None:
         status.update(f"verifying at n = {answer.users:,}: run {done}/{total}")
 
-    if args.protocol == "triehh":
-        result = verify_item("triehh", answer.users, args.frequency, answer.discovery, trials, args.seed,
-                             privacy=(args.epsilon, args.delta, args.max_rounds), progress=progress)
-    else:
-        if args.protocol == "pem":
-            search = pem_search_parameters(plan_pem(answer.users, args.epsilon, **_pem_options(args)))
-        else:
-            search = treehist_parameters(answer.users, args.epsilon, **{**treehist_options(args), "top_k": args.top_k or 32})
-        result = verify_item(args.protocol, answer.users, args.frequency, answer.discovery, trials, args.seed,
-                             search=search, progress=progress)
+    result = verify_item(args.protocol, answer.users, args.frequency, answer.discovery, trials, args.seed,
+                         progress=progress, **args.sizing.verify_setup(args, answer))
     return result.to_dict()
 
 
@@ -208,8 +244,7 @@ def _size_by_recall(args: argparse.Namespace) -> int:
     mode = "with --recall / --population"
     _required(args, ("top_k", "recall", "population"), mode)
     _forbidden(args, ("frequency", "discovery", "verify"), mode)
-    if args.protocol == "triehh":
-        _forbidden(args, ("max_rounds",), mode + " (L comes from the config's protocol.max_length)")
+    args.sizing.check_recall(args, mode)
     overrides = [*args.set, f'protocol.name="{args.protocol}"', "run.top_k=" + str(args.top_k)]
     if args.epsilon is not None:
         overrides.append(f"privacy.epsilon={args.epsilon!r}")
@@ -238,3 +273,18 @@ def _size_by_recall(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(f"users needed: {answer.users:,} (recall {answer.recall:.3f}); definition: {answer.definition}")
     return 0
+
+
+TRIEHH = Sizing(
+    "TrieHH", 200, _add_triehh_options, _triehh_answer,  # --verify: TrieHH's runs cost a few ms each
+    lambda args, answer: {"privacy": (args.epsilon, args.delta, args.max_rounds)},
+    check_analytic=_check_triehh_analytic, check_recall=_check_triehh_recall,
+)
+PEM = Sizing(
+    "PEM", 20, _add_pem_options, _pem_answer,
+    lambda args, answer: {"search": pem_search_parameters(plan_pem(answer.users, args.epsilon, **_pem_options(args)))},
+)
+TREEHIST = Sizing(
+    "TreeHist", 20, lambda parser: add_treehist_options(parser, top_k_default=None), _treehist_answer,
+    lambda args, answer: {"search": treehist_parameters(answer.users, args.epsilon, **_treehist_design(args))},
+)

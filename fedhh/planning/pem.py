@@ -1,6 +1,6 @@
 """``fedhh plan pem``: PEM's γ, η and group split from its utility analysis, with predicted F1 and NCR.
 
-Seed 000 §IV-C: under a Zipf assumption on the values and a limit on the
+[Wang19] §IV-C: under a Zipf assumption on the values and a limit on the
 number of frequency-oracle queries, choose the design whose predicted
 utility (eq. (4), :mod:`fedhh.protocols.pem_analysis`) is highest.  Each
 level's survival comes from the order-statistics model over every candidate
@@ -19,6 +19,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import InputError
+from ..privacy.ldp import ldp_report
+from ..privacy.validation import check_positive_int, check_users
 from ..protocols.pem_analysis import (
     DEFAULT_DISTINCT_VALUES,
     DEFAULT_QUERY_LIMIT,
@@ -32,10 +35,7 @@ from ..protocols.pem_analysis import (
 )
 from ..protocols.prefix_encoding import ValueSpace
 from ..protocols.prefix_search import TOP_K, SearchParameters
-from ..errors import InputError
-from .ldp import ldp_report, split_budget
-from .plan import register_planner
-from .validation import check_positive_int, check_users
+from ..protocols.registry import split_budget
 
 DEFAULT_ORACLE = "olh"
 MAX_VALUE_BITS = 1024  # the optimizer tries every (γ, g): its time grows with the square of m
@@ -113,15 +113,12 @@ def plan_pem(
     }
 
 
-register_planner("pem", plan_pem)
-
-
 def add_pem_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``plan pem`` under the ``plan`` subcommands; its handler is the parser's ``func``."""
     pem = plans.add_parser(
         "pem",
         help="γ, η and the group split of PEM from (n, ε, m, k) by its utility analysis",
-        description="Seed 000 §IV-C: maximise the predicted F1 (eq. (4)) under a Zipf assumption "
+        description="[Wang19] §IV-C: maximise the predicted F1 (eq. (4)) under a Zipf assumption "
         "and a limit on frequency-oracle queries.",
     )
     pem.add_argument("--users", type=int, required=True, help="population size n")

@@ -41,11 +41,11 @@ import numpy as np
 from ..errors import InputError
 from ..protocols.item_discovery import item_discovery
 from ..protocols.prefix_encoding import ValueSpace
-from .pem_plan import pem_search_parameters, plan_pem
+from .pem import pem_search_parameters, plan_pem
 from .plan import plan_triehh
-from .treehist_plan import treehist_parameters
-from .triehh import PrivacyTargetError, solve_triehh
-from .validation import check_epsilon, check_positive_int
+from .treehist import treehist_parameters
+from ..privacy.triehh import PrivacyTargetError, solve_triehh
+from ..privacy.validation import check_epsilon, check_positive_int
 
 MAX_USERS = 10**12  # beyond this, the answer is "not reachable"
 PRECISION = 0.01  # the LDP answers: n meets the target, n less this share does not

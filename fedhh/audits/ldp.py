@@ -23,14 +23,13 @@ are exact; that the public part's probability is the same for every value
 is checked, not assumed (if it were not, it would leak by itself), and the
 randomizer's ε is the largest conditional one.
 
-The audit never implements a randomizer itself: without ``fedhh.oracles``
-it is unavailable and says so.
+The audit never implements a randomizer itself: it audits the oracle
+layer's own (:func:`fedhh.oracles.make_oracle`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,18 +38,20 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..oracles import make_oracle
+from ..oracles.fast_local_hashing import FastLocalHashReports
+from ..oracles.local_hashing import LocalHashReports
 
 MAX_AUDIT_DOMAIN = 64  # value pairs are enumerated: d^2 x reports
 TOLERANCE = 1e-9
 CONDITIONAL_BUDGET = 50_000_000  # (value pairs) x (hash functions) x (buckets) compared at most
 
 
-class AuditUnavailable(InputError):
-    """The oracle layer this audit runs through is not importable."""
-
-
-def oracle_layer_available() -> bool:
-    return importlib.util.find_spec("fedhh.oracles") is not None
+# Report types with a value-independent public part: (public field, private field, what it is)
+CONDITIONAL_PARTS: dict[type, tuple[str, str, str]] = {
+    LocalHashReports: ("seeds", "buckets", "hash seed"),
+    FastLocalHashReports: ("functions", "buckets", "hash function"),
+}
 
 
 @dataclass(frozen=True)
@@ -116,13 +117,6 @@ def audit_oracle(
     The claim defaults to the oracle's ε; ``claimed_epsilon`` holds it to
     another (a protocol's share of a user's budget, say).
     """
-    if not oracle_layer_available():
-        raise AuditUnavailable(
-            "the LDP audit runs through the oracle layer (fedhh.oracles), which is not in this "
-            "installation; the TrieHH audit does not need it"
-        )
-    from fedhh.oracles import make_oracle
-
     if isinstance(domain, bool) or not isinstance(domain, int) or not 2 <= domain <= MAX_AUDIT_DOMAIN:
         raise InputError(f"domain: the exact audit enumerates value pairs; must be an integer in 2..{MAX_AUDIT_DOMAIN}, got {domain!r}")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
@@ -131,7 +125,7 @@ def audit_oracle(
     values = np.repeat(np.arange(domain, dtype=np.uint64), samples)
     reports = oracle.randomize(values, np.random.default_rng(seed))
     claimed = oracle.epsilon if claimed_epsilon is None else float(claimed_epsilon)
-    conditional = _conditional_parts().get(type(reports))
+    conditional = CONDITIONAL_PARTS.get(type(reports))
     if conditional is not None:
         return _conditional_audit(name, oracle, reports, claimed, samples, *conditional)
     first = distinct_reports(reports)
@@ -151,17 +145,6 @@ def audit_oracle(
         worst_values=worst_values,
         delta_upper=max(delta_upper, 0.0),
     )
-
-
-def _conditional_parts() -> dict[type, tuple[str, str, str]]:
-    """Report types with a value-independent public part: (public field, private field, what it is)."""
-    from fedhh.oracles.fast_local_hashing import FastLocalHashReports
-    from fedhh.oracles.local_hashing import LocalHashReports
-
-    return {
-        LocalHashReports: ("seeds", "buckets", "hash seed"),
-        FastLocalHashReports: ("functions", "buckets", "hash function"),
-    }
 
 
 def _spread(probabilities: np.ndarray) -> tuple[float, tuple[int, int]]:

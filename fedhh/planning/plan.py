@@ -2,10 +2,9 @@
 
 A planner takes a population size and a privacy target and returns a plain
 dict (JSON-ready): the derived parameters, the guarantee they carry, and
-what a run can be expected to find.  Planners are registered by protocol
-name, so a protocol that lands later (PEM, TreeHist) adds its own with
-:func:`register_planner` and the command line picks it up from
-:data:`PLANNERS`; nothing here needs to change.
+what a run can be expected to find.  A protocol names its planner on its
+spec (``ProtocolSpec.planner``), so a protocol that lands later brings its
+own and :func:`plan` finds it there; nothing here needs to change.
 
 This module also generates the table of TrieHH parameters in
 ``docs/privacy.md`` (:func:`triehh_table`, :func:`markdown_table`).
@@ -17,27 +16,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import InputError
-from .triehh import PrivacyTargetError, solve_triehh, worst_case_discovery_rate
+from ..protocols import PROTOCOLS, load_tool
+from ..privacy.triehh import PrivacyTargetError, solve_triehh, worst_case_discovery_rate
 
 Planner = Callable[..., dict[str, Any]]
 
 PLAN_FREQUENCIES = (0.0005, 0.001, 0.002, 0.005, 0.01)
 
-PLANNERS: dict[str, Planner] = {}
-
-
-def register_planner(protocol: str, planner: Planner) -> None:
-    """Make ``plan(protocol, ...)`` call ``planner``; registering a name twice is an error."""
-    if protocol in PLANNERS:
-        raise InputError(f"protocol.name: a planner for {protocol!r} is already registered")
-    PLANNERS[protocol] = planner
-
-
 def plan(protocol: str, **target: Any) -> dict[str, Any]:
-    """The plan of ``protocol`` for ``target`` (keyword arguments of its planner)."""
-    planner = PLANNERS.get(protocol)
-    if planner is None:
-        raise InputError(f"protocol.name: no planner for {protocol!r}; allowed: {sorted(PLANNERS)}")
+    """The plan of ``protocol`` for ``target`` (keyword arguments of the planner its spec names)."""
+    spec = PROTOCOLS.get(protocol)
+    if spec is None or spec.planner is None:
+        allowed = sorted(name for name, other in PROTOCOLS.items() if other.planner is not None)
+        raise InputError(f"protocol.name: no planner for {protocol!r}; allowed: {allowed}")
+    planner: Planner = load_tool(spec.planner, f"the planner of {protocol!r}")
     return planner(**target)
 
 
@@ -74,8 +66,6 @@ def plan_triehh(
         "worst_case_discovery_rate": {f"{f:g}": float(r) for f, r in zip(frequencies, rates, strict=True)},
     }
 
-
-register_planner("triehh", plan_triehh)
 
 
 def triehh_table(

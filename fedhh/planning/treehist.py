@@ -34,14 +34,16 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import InputError
-from ..protocols.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
+from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
+from ..oracles.count_sketch_hadamard import auto_sketch_shape
+from ..oracles.registry import ORACLE_NAMES
+from ..privacy.ldp import ldp_report
+from ..privacy.validation import check_epsilon, check_positive_int
 from ..protocols.item_discovery import item_discovery
 from ..protocols.prefix_encoding import ValueSpace
-from ..protocols.prefix_oracles import PREFIX_ORACLES, auto_sketch_shape
 from ..protocols.prefix_search import THRESHOLD, SearchParameters, level_shares, uniform_segments
-from .ldp import ldp_report, split_budget
-from .plan import PLAN_FREQUENCIES, register_planner
-from .validation import check_epsilon, check_positive_int
+from ..protocols.registry import split_budget
+from .plan import PLAN_FREQUENCIES
 
 DEFAULT_ORACLE = COUNT_SKETCH_HADAMARD
 DETECTION_TARGETS = (0.5, 0.9)
@@ -66,8 +68,8 @@ def treehist_parameters(
             raise InputError(f"{flag}: must be an integer >= 1, got {value!r}")
     if segment_length > value_bits:
         raise InputError(f"--segment-length: at most --bits = {value_bits}, got {segment_length}")
-    if oracle not in PREFIX_ORACLES:
-        raise InputError(f"--oracle: unknown name {oracle!r}; allowed: {list(PREFIX_ORACLES)}")
+    if oracle not in ORACLE_NAMES:
+        raise InputError(f"--oracle: unknown name {oracle!r}; allowed: {list(ORACLE_NAMES)}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
         raise InputError(f"--threshold: must be a share of the users in [0, 1] (0: the noise level), got {threshold!r}")
     check_epsilon(epsilon, "--epsilon")
@@ -139,15 +141,12 @@ def plan_treehist(
     }
 
 
-register_planner("treehist", plan_treehist)
-
-
 def add_treehist_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``plan treehist`` under the ``plan`` subcommands; its handler is the parser's ``func``."""
     treehist = plans.add_parser(
         "treehist",
         help="TreeHist's levels, sketch, threshold and budget split from (n, ε, m), and what it finds",
-        description="Seed 003 §3 as `fedhh run` configures it, with the probability that an item of a given "
+        description="[Bassily17] §3 as `fedhh run` configures it, with the probability that an item of a given "
         "share is reported (an item sharing no prefix with other values, none competing with it).",
     )
     treehist.add_argument("--users", type=int, required=True, help="population size n")

@@ -1,10 +1,10 @@
 """``fedhh audit``: measure a lower bound on the ε a protocol really spends.
 
-``fedhh audit triehh`` runs the Monte Carlo audit of :mod:`fedhh.privacy.audit`
+``fedhh audit triehh`` runs the Monte Carlo audit of :mod:`fedhh.audits.triehh`
 (one round, vectorised; a whole run, with the real protocol code) and prints
 the lower bound next to the exact worst case of the audited family and the
 guarantee.  ``fedhh audit ldp`` runs the exact audit of an LDP randomizer of
-the oracle layer (:mod:`fedhh.privacy.ldp_audit`).  Handlers return the exit
+the oracle layer (:mod:`fedhh.audits.ldp`).  Handlers return the exit
 status: 0, or 1 when a lower bound exceeds the guarantee (a bug in the
 mechanism or the accountant).  Bad input raises ``ValueError`` naming the
 option, which ``fedhh``'s main turns into status 2.
@@ -20,7 +20,7 @@ from rich.table import Table
 
 from ..errors import InputError
 from ..results import to_json
-from .audit import (
+from .triehh import (
     DEFAULT_CONFIDENCE,
     OBSERVABLES,
     TrieHHAudit,
@@ -30,8 +30,8 @@ from .audit import (
     exact_round_epsilon,
     run_holders,
 )
-from .ldp_audit import audit_oracle
-from .triehh import TrieHHParameters, solve_triehh
+from ..privacy.triehh import TrieHHParameters, solve_triehh
+from .ldp import audit_oracle
 
 EXIT_VIOLATION = 1
 

@@ -36,15 +36,17 @@ from typing import Literal
 import numpy as np
 
 from ..errors import InputError
-from ..oracles.base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_kind, check_lengths, check_positive_int
-from ..oracles.hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
-from ..oracles.sampling import RandomSource, check_rng_batch
-from ..oracles.walsh_hadamard import fwht, hadamard_parity
 from ..randomness import derive_key, splitmix64
+from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_kind, check_lengths, check_positive_int
+from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
+from .sampling import RandomSource, check_rng_batch
+from .walsh_hadamard import fwht, hadamard_parity
 
 NAME = "count-sketch-hadamard"
 ESTIMATORS: tuple[str, ...] = ("median", "mean")
 MAX_HASHES = 1 << 12
+# names the public hash functions; kept from the module's first home so that a seed draws the same sketch
+HASH_PURPOSE = "fedhh.protocols.count-sketch-hadamard"
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,14 @@ class CountSketchHadamardStatistics:
         return CountSketchHadamardStatistics(self.sums + other.sums, self.users + other.users)
 
 
+def auto_sketch_shape(n_users: int) -> tuple[int, int]:
+    """The sketch for ``n`` users: an odd ``t`` near ``ln n`` ([Bassily17]: ``O(log(n/β))``)
+    and a width, the power of two at or above ``sqrt(n)`` ([Bassily17] §5 uses ``m = sqrt(n)``)."""
+    hashes = 2 * int(math.log(max(n_users, 3)) / 2) + 1
+    width = 1 << max(1, math.ceil(math.log2(max(math.sqrt(n_users), 2))))
+    return min(max(hashes, 3), 31), width
+
+
 class CountSketchHadamard(FrequencyOracle[CountSketchHadamardReports, CountSketchHadamardStatistics]):
     """The count sketch of ``hashes`` rows and ``width`` columns, one Hadamard bit per user."""
 
@@ -110,7 +120,7 @@ class CountSketchHadamard(FrequencyOracle[CountSketchHadamardReports, CountSketc
             raise InputError(f"estimator must be one of {list(ESTIMATORS)}, got {estimator!r}")
         self.estimator = estimator
         self.seed = int(seed)
-        base = derive_key(self.seed, "fedhh.protocols.count-sketch-hadamard")
+        base = derive_key(self.seed, HASH_PURPOSE)
         with np.errstate(over="ignore"):
             self.bucket_hashes = expand_seeds(splitmix64(base + np.arange(self.hashes, dtype=np.uint64)))
             self.sign_hashes = expand_seeds(splitmix64(~base + np.arange(self.hashes, dtype=np.uint64)))
@@ -182,6 +192,10 @@ class CountSketchHadamard(FrequencyOracle[CountSketchHadamardReports, CountSketc
     def from_flat(self, cells: np.ndarray, reporters: np.ndarray) -> CountSketchHadamardStatistics:
         cells, reporters = self._check_flat(cells, reporters, self.hashes)
         return CountSketchHadamardStatistics(cells.reshape(self.hashes, self.width), reporters)
+
+    def support_shape(self) -> tuple[int, ...]:
+        """One count per hash index and candidate."""
+        return (self.hashes,)
 
     def estimate_support(self, support: Support) -> np.ndarray:
         if support.counts.ndim != 2 or support.counts.shape[0] != self.hashes:

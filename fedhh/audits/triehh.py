@@ -77,7 +77,7 @@ from ..items import ItemCodec, get_alphabet
 from ..population import Shard, Vocabulary
 from ..protocols.triehh import TrieHHServer, respond
 from ..randomness import KeyedRandomness
-from .triehh import TrieHHParameters
+from ..privacy.triehh import TrieHHParameters
 
 DEFAULT_CONFIDENCE = 0.95
 Observable = Literal["trie", "server"]
