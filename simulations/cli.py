@@ -96,34 +96,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_triehh(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from fedhh.planning.plan import plan as plan_protocol
-
-    plan = plan_protocol(
-        "triehh", n_users=args.users, epsilon=args.epsilon, delta=args.delta, max_rounds=args.max_rounds
-    )
-    if args.json:
-        print(json.dumps(plan, indent=2))
-        return 0
-    table = Table(title=f"TrieHH plan: n = {args.users:,}, L = {args.max_rounds} rounds")
-    table.add_column("quantity")
-    table.add_column("value", justify="right")
-    table.add_row("threshold θ", str(plan["theta"]))
-    table.add_row("batch size m", f"{plan['batch_size']:,}")
-    table.add_row("sampling rate m/n", f"{plan['sampling_rate']:.4g}")
-    table.add_row("ε (guaranteed)", f"{plan['epsilon']:.6g}")
-    table.add_row("δ (guaranteed)", f"{plan['delta']:.3g}")
-    for frequency, rate in plan["worst_case_discovery_rate"].items():
-        table.add_row(f"worst-case discovery, frequency {frequency}", f"{rate:.3f}")
-    console = Console()
-    console.print(table)
-    console.print(f"model: {plan['model']}")
-    return 0
-
-
 def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("config", nargs="?", help="TOML config (defaults apply to missing keys)")
     run.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -139,20 +111,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 
 def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
-    from fedhh.planning.pem import add_pem_plan_parser
-    from fedhh.planning.treehist import add_treehist_plan_parser
+    from fedhh.planning.plan import add_plan_parsers
 
-    plans = plan.add_subparsers(dest="protocol", required=True)
-    triehh = plans.add_parser("triehh", help="θ and batch size m from (n, ε, δ, L)")
-    triehh.add_argument("--users", type=int, required=True, help="population size n")
-    triehh.add_argument("--epsilon", type=float, required=True, help="target ε > 0")
-    triehh.add_argument("--delta", type=float, required=True, help="target δ in (0, 1)")
-    triehh.add_argument("--max-rounds", type=int, required=True,
-                        help="L: rounds, i.e. symbols of the longest item plus the end symbol")
-    triehh.add_argument("--json", action="store_true")
-    triehh.set_defaults(func=_plan_triehh)
-    add_pem_plan_parser(plans)
-    add_treehist_plan_parser(plans)
+    add_plan_parsers(plan)
 
 
 def _add_size_arguments(size: argparse.ArgumentParser) -> None:
@@ -253,6 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:
         _print_error(f"[bold red]interrupted[/] ({str(interrupt) or 'SIGINT'}): stopped; no results were written")
         return exit_status(interrupt)
+    except BrokenPipeError:  # the reader of our output went away (`fedhh plan ... | head`): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit must not fail
+        return EXIT_FAILURE
     except Exception:  # a bug or a failing environment, never the user's input: show where
         traceback.print_exc()
         _print_error(

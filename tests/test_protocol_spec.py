@@ -157,6 +157,7 @@ SPEC = register_protocol(
         dropout_privacy="none to keep: the protocol has no guarantee",
         check_reply=check_counts,  # type: ignore[arg-type]
         planner=f"{__name__}:plan_counting",
+        plan_command=f"{__name__}:add_counting_plan_parser",
         sizing=f"{__name__}:SIZING",
     )
 )
@@ -165,6 +166,13 @@ SPEC = register_protocol(
 def plan_counting(n_users: int) -> dict[str, int]:
     """``fedhh plan counting``'s answer: the most items a run can publish."""
     return {"n_users": n_users, "most_items": n_users // MIN_COUNT}
+
+
+def add_counting_plan_parser(plans: argparse._SubParsersAction) -> None:
+    """``fedhh plan counting --users N``: prints :func:`plan_counting`'s answer as JSON."""
+    parser = plans.add_parser("counting", help="the most items a counting run can publish")
+    parser.add_argument("--users", type=int, required=True)
+    parser.set_defaults(func=lambda args: print(json.dumps(plan_counting(args.users))) or 0)
 
 
 def size_counting(args: argparse.Namespace, on_step: object) -> SizeAnswer:
@@ -209,6 +217,15 @@ def test_the_spec_names_the_planner_and_the_budget_split() -> None:
     for name, spec in PROTOCOLS.items():  # every built-in planner and sizing loads from its reference
         if name != "counting":
             assert callable(load_tool(spec.planner, name)) and load_tool(spec.sizing, name).title
+
+
+def test_fedhh_plan_finds_the_protocol_s_plan_command_through_its_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    from simulations.cli import main
+
+    assert main(["plan", "counting", "--users", "1000"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"n_users": 1000, "most_items": 1000 // MIN_COUNT}
+    for name, spec in PROTOCOLS.items():  # every built-in protocol with a planner has its command
+        assert (spec.planner is None) == (spec.plan_command is None), name
 
 
 def test_fedhh_size_finds_the_protocol_s_sizing_through_its_spec(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,8 @@ This module also generates the table of TrieHH parameters in
 
 from __future__ import annotations
 
+import argparse
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -66,6 +68,51 @@ def plan_triehh(
         "worst_case_discovery_rate": {f"{f:g}": float(r) for f, r in zip(frequencies, rates, strict=True)},
     }
 
+
+
+def add_triehh_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``plan triehh`` under the ``plan`` subcommands; its handler is the parser's ``func``."""
+    triehh = plans.add_parser("triehh", help="θ and batch size m from (n, ε, δ, L)")
+    triehh.add_argument("--users", type=int, required=True, help="population size n")
+    triehh.add_argument("--epsilon", type=float, required=True, help="target ε > 0")
+    triehh.add_argument("--delta", type=float, required=True, help="target δ in (0, 1)")
+    triehh.add_argument("--max-rounds", type=int, required=True,
+                        help="L: rounds, i.e. symbols of the longest item plus the end symbol")
+    triehh.add_argument("--json", action="store_true")
+    triehh.set_defaults(func=print_triehh_plan)
+    return triehh
+
+
+def print_triehh_plan(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    planned = plan_triehh(n_users=args.users, epsilon=args.epsilon, delta=args.delta, max_rounds=args.max_rounds)
+    if args.json:
+        print(json.dumps(planned, indent=2))
+        return 0
+    table = Table(title=f"TrieHH plan: n = {args.users:,}, L = {args.max_rounds} rounds")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_row("threshold θ", str(planned["theta"]))
+    table.add_row("batch size m", f"{planned['batch_size']:,}")
+    table.add_row("sampling rate m/n", f"{planned['sampling_rate']:.4g}")
+    table.add_row("ε (guaranteed)", f"{planned['epsilon']:.6g}")
+    table.add_row("δ (guaranteed)", f"{planned['delta']:.3g}")
+    for frequency, rate in planned["worst_case_discovery_rate"].items():
+        table.add_row(f"worst-case discovery, frequency {frequency}", f"{rate:.3f}")
+    console = Console()
+    console.print(table)
+    console.print(f"model: {planned['model']}")
+    return 0
+
+
+def add_plan_parsers(plan: argparse.ArgumentParser) -> None:
+    """``fedhh plan NAME`` for every registered protocol whose spec names a plan command."""
+    plans = plan.add_subparsers(dest="protocol", required=True)
+    for name, spec in PROTOCOLS.items():
+        if spec.plan_command is not None:
+            load_tool(spec.plan_command, f"the plan command of {name!r}")(plans)
 
 
 def triehh_table(

@@ -38,6 +38,7 @@ PEM = PrefixVariant(
         "users are partitioned into groups, one report per user",
     ),
     planner="fedhh.planning.pem:plan_pem",
+    plan_command="fedhh.planning.pem:add_pem_plan_parser",
     sizing="fedhh.planning.sizing_cli:PEM",
 )
 

@@ -55,6 +55,7 @@ def prefix_search_spec(server: type[PrefixSearchServer]) -> ProtocolSpec:
         describe_round=describe_round,
         budget=variant.budget,
         planner=variant.planner,
+        plan_command=variant.plan_command,
         sizing=variant.sizing,
     )
 

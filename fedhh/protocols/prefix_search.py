@@ -197,6 +197,7 @@ class PrefixVariant:
     default_segment: int | None
     budget: BudgetRule  # how each user's ε is divided among its reports (one, or a level's and the full value's)
     planner: str | None = None  # ProtocolSpec.planner
+    plan_command: str | None = None  # ProtocolSpec.plan_command
     sizing: str | None = None  # ProtocolSpec.sizing
 
 
