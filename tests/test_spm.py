@@ -17,7 +17,8 @@ from fedhh.items import ItemCodec, get_alphabet
 from fedhh.population import Shard, Vocabulary
 from fedhh.privacy.ldp_audit import audit_oracle
 from fedhh.protocols.prefix_encoding import PrefixEncoding
-from fedhh.protocols.spm import SPMParameters, SPMServer, respond, segment_keys
+from fedhh.privacy.plan import plan
+from fedhh.protocols.spm import SPMParameters, SPMServer, respond, segment_keys, stage_margins
 from fedhh.randomness import KeyedRandomness
 from simulations.fast import drive, run_fast
 
@@ -60,6 +61,7 @@ def test_heavy_values_are_found_light_ones_are_not_and_counts_are_unbiased(plant
     to the truth within 4 standard errors, with OLH's predicted spread (sample standard deviation
     of 24 runs within 0.55..1.5 of it with probability above 0.999)."""
     n_users, runs = planted_population.n_users, 24
+    assert min(stage_margins(params(n_users), PLANTED["mango"]).values()) > 8  # the planner's view of mango
     counts: dict[str, list[float]] = {item: [] for item in PLANTED}
     for run in range(runs):
         server = SPMServer(params(n_users), planted_population.vocabulary.codec, run)
@@ -100,6 +102,14 @@ def test_pair_estimates_are_unbiased(planted_population: Shard) -> None:
     assert set(largest) == {PLANTED["apple"] * planted_population.n_users}
     standard_error = errors.std(axis=0, ddof=1) / math.sqrt(len(errors))
     assert np.all(np.abs(errors.mean(axis=0)) < 4 * standard_error), errors.mean(axis=0) / standard_error
+
+
+def test_the_planner_is_registered_and_longer_segments_mean_fewer_pairs() -> None:
+    planned = plan("spm", n_users=1_000_000, epsilon=4.0, value_bits=50)
+    assert (planned["segment_bits"], planned["segment_bounds"]) == (14, [0, 14, 28, 42, 50])
+    assert planned["users_per_pair"] == pytest.approx(1_000_000 / 6)
+    margins = planned["standard_deviations_above_absent"]
+    assert margins["0.01"]["final"] == pytest.approx(2 * margins["0.005"]["final"])
 
 
 def test_every_report_is_exactly_its_share_of_epsilon() -> None:
