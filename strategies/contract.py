@@ -17,7 +17,6 @@ import re
 import sys
 import typing
 
-import numpy as np
 
 from fedhh import items
 from fedhh.protocols import PROTOCOLS

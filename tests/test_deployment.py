@@ -67,7 +67,23 @@ PEM_SHARDED = [
     "privacy.epsilon=6.0",
     "run.seed=3",
 ]
-DEPLOYED: dict[str, list[str]] = {"triehh": SHARDED, "pem": PEM_SHARDED}  # protocol -> a few short rounds
+# SPM: the same 15-bit values in three 5-bit segments (3 segment pairs): 3 rounds.
+SPM_SHARDED = [
+    'population.source="zipf"',
+    "population.users=20000",
+    "population.vocabulary=300",
+    "population.item_length=3",
+    "protocol.max_length=3",
+    "protocol.segment_bits=5",
+    "protocol.top_k=8",
+    "privacy.epsilon=6.0",
+    "run.seed=3",
+]
+DEPLOYED: dict[str, list[str]] = {"triehh": SHARDED, "pem": PEM_SHARDED, "spm": SPM_SHARDED}  # protocol -> a few short rounds
+# Protocols whose deployment path another's run covers: TreeHist shares PEM's server machinery,
+# reports and codecs; Bitstogram (one round) and MCM (two) send summed integer statistics through
+# the generic strategy and codec as SPM does in three, and each has a Flower simulation test.
+COVERED_BY: dict[str, str] = {"treehist": "pem", "bitstogram": "spm", "mcm": "spm"}
 
 # 32 enrolled users: the smallest population for which TrieHH's (ε, δ) solver
 # finds m >= θ with δ below 1/n (θ = 5, m = 5 for L = 3 rounds).  Only the
@@ -114,8 +130,10 @@ def run_deployed(deployment: LocalDeployment, config: dict[str, Any], timeout: f
 
 def test_every_flower_protocol_has_a_deployment_config() -> None:
     """TreeHist shares PEM's server machinery, reports and codecs (prefix_search,
-    prefix_reports); one deployment run of that family keeps the suite short."""
-    assert set(DEPLOYED) | {"treehist"} == set(protocol_names(builtin_only=True))
+    prefix_reports); one deployment run of that family keeps the suite short (and so
+    for the new protocols, see ``COVERED_BY``)."""
+    assert set(DEPLOYED) | set(COVERED_BY) == set(protocol_names(builtin_only=True))
+    assert set(COVERED_BY.values()) <= set(DEPLOYED)
 
 
 @pytest.mark.parametrize("protocol", sorted(DEPLOYED))

@@ -6,6 +6,8 @@ that list what is allowed):
 * ``grr`` / ``de``, ``sue`` / ``rappor``, ``oue``, ``blh``, ``olh``, ``hr``: none;
 * ``flh``: ``hash_functions`` (k', default 1000), ``seed`` (names the public functions);
 * ``hm``: ``coefficients`` (t, default 1);
+* ``hashtogram``: ``rows`` (R, default 1), ``width`` (T, a power of two, default 1024), ``seed``,
+  ``estimator`` (``mean``, unbiased, or ``median`` over rows);
 * ``count-mean``, ``count-median``, ``count-min``, ``count-sketch``: ``rows`` (k),
   ``width`` (m), ``inner`` (an oracle name, default ``flh``), ``inner_options``,
   ``seed``; ``count-sketch`` also ``estimator`` (``median`` or ``mean``);
@@ -31,6 +33,7 @@ from .direct import DirectEncoding
 from .fast_local_hashing import FastLocalHashing
 from .hadamard_mechanism import HadamardMechanism
 from .hadamard_response import HadamardResponse
+from .hashtogram import Hashtogram
 from .hashing import MAX_RANGE
 from .local_hashing import BinaryLocalHashing, OptimisedLocalHashing
 from .sketches import SketchOracle
@@ -47,6 +50,7 @@ BASE_ORACLES: dict[str, Callable[..., FrequencyOracle]] = {
     "flh": FastLocalHashing,
     "hr": HadamardResponse,
     "hm": HadamardMechanism,
+    "hashtogram": Hashtogram,
 }
 
 

@@ -1,0 +1,51 @@
+"""``fedhh plan bitstogram``: Bitstogram's buckets, hash rows and budget split from (n, ε, m), and what it finds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import InputError
+from ..privacy.ldp import ldp_report
+from ..protocols.bitstogram import NAME, ORACLE, bitstogram_parameters, discovery_probability
+from .ldp_command import Option, plan_command
+from .plan import PLAN_FREQUENCIES
+
+
+def plan_bitstogram(
+    n_users: int, epsilon: float, value_bits: int = 64, buckets: int = 0, rows: int = 0, top_k: int = 32,
+    frequencies: Sequence[float] = PLAN_FREQUENCIES,
+) -> dict[str, Any]:
+    """Bitstogram's parameters for ``n`` users at ε, the guarantee, and the chance of each frequency."""
+    for frequency in frequencies:
+        if not 0 < frequency <= 1:
+            raise InputError(f"frequencies: each must be in (0, 1], got {frequency!r}")
+    params = bitstogram_parameters({"buckets": buckets, "hashtogram_rows": rows, "top_k": top_k}, epsilon, n_users, value_bits)
+    parameters = {"value_bits": value_bits, "buckets": params.buckets, "hashtogram_rows": params.rows, "top_k": top_k}
+    return {
+        "protocol": NAME,
+        "n_users": n_users,
+        "epsilon": epsilon,
+        "delta": 0.0,
+        **parameters,
+        "users_per_bit_position": n_users / value_bits,
+        "budget_split": {name: part for name, part in params.split.parts},
+        "discovery_rate": {f"{f:g}": discovery_probability(params, f) for f in frequencies},
+        "model": "local, per-user ε-LDP",
+        "privacy": ldp_report(params.split, ORACLE, parameters).to_dict(),
+    }
+
+
+
+
+add_bitstogram_plan_parser = plan_command(
+    NAME,
+    "Bitstogram's buckets, hash rows and budget split from (n, ε, m), and what it finds",
+    plan_bitstogram,
+    [
+        Option("--bits", "value_bits", int, 64, "value length m in bits"),
+        Option("--buckets", "buckets", int, 0, "T, channels and Hashtogram width (0: the power of two at or above sqrt(n))"),
+        Option("--hashtogram-rows", "rows", int, 0, "Hashtogram hash rows (0: about ln n)"),
+        Option("--top-k", "top_k", int, 32, "k, values reported at most"),
+    ],
+)
