@@ -16,7 +16,7 @@ from .base import (
 from .registry import PROTOCOLS, get_protocol, protocol_module, register_protocol
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
 
-from . import triehh, pem, treehist, rappor  # noqa: E402,F401  (registers the built-in protocols, in this order)
+from . import triehh, pem, treehist, rappor, sfp  # noqa: E402,F401  (registers the built-in protocols, in this order)
 
 __all__ = [
     "ClientFunction",
