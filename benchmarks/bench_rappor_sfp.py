@@ -211,7 +211,7 @@ def compare_sfp(args: argparse.Namespace) -> dict[str, Any]:
     ours_s, ours_f1 = [], []
     for run in range(args.subsample_runs):
         started = time.perf_counter()
-        params = SFPParameters(shard.n_users, s["epsilon"], s["fragment_length"], 0.5, s["fragments"], TOP, "cms",
+        params = SFPParameters(shard.n_users, s["epsilon"], s["fragment_length"], 0.5, True, s["fragments"], TOP, "cms",
                                s["rows"], s["width"])
         server = SFPServer(params, experiment.codec, args.seed + 1000 + run)
         randomness = KeyedRandomness(args.seed + 1000 + run)

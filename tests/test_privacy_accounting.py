@@ -128,7 +128,7 @@ def test_ldp_reports_add_up_the_user_s_reports(protocol: str, options: dict, par
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: split_budget("bitstogram", 1.0), r"protocol.name.*allowed: \['pem', 'sfp', 'treehist'\]"),
+        (lambda: split_budget("bitstogram", 1.0), r"protocol.name.*allowed: \['pem', 'rappor', 'sfp', 'treehist'\]"),
         (lambda: split_budget("sfp", 1.0, fragment_share=1.0), "fragment_share"),
         (lambda: split_budget("pem", 0.0), "privacy.epsilon"),
     ],
@@ -432,10 +432,10 @@ def test_triehh_plan_has_the_solved_parameters_and_discovery_rates() -> None:
 
 def test_planners_register_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(PLANNERS, "triehh", PLANNERS["triehh"])  # restore the registry afterwards
-    with pytest.raises(ValueError, match=r"protocol.name: no planner for 'sfp'; allowed: \[.*'triehh'\]"):
-        plan("sfp", n_users=1000, epsilon=1.0)
-    monkeypatch.setitem(PLANNERS, "sfp", lambda n_users, epsilon: {"protocol": "sfp", "n_users": n_users})
-    assert plan("sfp", n_users=1000, epsilon=1.0) == {"protocol": "sfp", "n_users": 1000}
+    with pytest.raises(ValueError, match=r"protocol.name: no planner for 'unplanned'; allowed: \[.*'triehh'\]"):
+        plan("unplanned", n_users=1000, epsilon=1.0)
+    monkeypatch.setitem(PLANNERS, "unplanned", lambda n_users, epsilon: {"protocol": "unplanned", "n_users": n_users})
+    assert plan("unplanned", n_users=1000, epsilon=1.0) == {"protocol": "unplanned", "n_users": 1000}
     with pytest.raises(ValueError, match="already registered"):
         register_planner("triehh", PLANNERS["triehh"])
 

@@ -51,8 +51,8 @@ def planted_population() -> Shard:
     return Shard.single_item(vocabulary, 0, np.array([index[item] for item in items]))
 
 
-def planted_server(seed: int, oracle: str = "hcms", share: float = 0.5) -> SFPServer:
-    return SFPServer(SFPParameters(N_USERS, 8.0, 2, share, 64, 32, oracle, 8, 1024), CODEC, seed)
+def planted_server(seed: int, oracle: str = "hcms", word_pass: bool = True) -> SFPServer:
+    return SFPServer(SFPParameters(N_USERS, 8.0, 2, 0.5, word_pass, 64, 32, oracle, 8, 1024), CODEC, seed)
 
 
 def test_heavy_words_are_reassembled_light_ones_are_not_and_counts_are_unbiased(planted_population: Shard) -> None:
@@ -83,7 +83,7 @@ def test_heavy_words_are_reassembled_light_ones_are_not_and_counts_are_unbiased(
 
 
 def test_without_the_word_report_the_whole_budget_goes_to_the_fragments(planted_population: Shard) -> None:
-    server = planted_server(3, share=1.0)
+    server = planted_server(3, word_pass=False)
     result = drive(server, lambda request: [respond(request, planted_population, KeyedRandomness(3))])
     assert [d.item for d in result.discoveries] == ["apples", "orange"]
     assert result.privacy.parameters["split"] == {"fragment with the word's 8-bit hash": 8.0}
@@ -107,7 +107,7 @@ def test_a_users_two_reports_are_exactly_epsilon_ldp() -> None:
     enumerated: the worst ratio is e^ε, the fragment's and the word's shares multiplied."""
     epsilon, samples = 2.0, 4000
     codec = ItemCodec(get_alphabet("lowercase"), 1, 2)
-    server = SFPServer(SFPParameters(1000, epsilon, 1, 0.5, 8, 8, "cms", 1, 2), codec, 5)
+    server = SFPServer(SFPParameters(1000, epsilon, 1, 0.5, True, 8, 8, "cms", 1, 2), codec, 5)
     request = server.next_request()
     vocabulary, _ = Vocabulary.encode(["ab", "cd", "ef", "gh", "ij", "kl"], codec)
     fragment_keys, words = vocabulary_values(server.fragments, vocabulary)
@@ -141,6 +141,7 @@ def test_a_users_two_reports_are_exactly_epsilon_ldp() -> None:
         (["protocol.fragment_length=3"], "protocol.fragment_length"),  # 3 does not divide 4 symbols
         (["protocol.fragment_length=4"], "protocol.fragment_length"),  # 27^4 x 256 pairs: too many to enumerate
         (["protocol.fragment_share=0.0"], "protocol.fragment_share"),
+        (["protocol.fragment_share=1.0"], "protocol.fragment_share"),
         (["protocol.fragment_sketch_rows=64", "protocol.fragment_sketch_width=65536"], "protocol.fragment_sketch_width"),
         (['protocol.fragment_oracle="olh"'], "protocol.fragment_oracle"),
     ],

@@ -11,7 +11,7 @@ fragments of ``f = protocol.fragment_length`` symbols.  Each user
   a sketch oracle (Apple's CMS, count-mean over OUE, or HCMS, over HM(1)),
   with ``fragment_share x ε``;
 * reports its whole value through a second sketch with the rest of ε
-  (``protocol.fragment_share = 1``: no full-word report, the whole ε on
+  (``protocol.word_pass = false``: no full-word report, the whole ε on
   the fragment).
 
 A shard sends the flat statistics of both sketches, per position for the
@@ -79,7 +79,8 @@ _POSITIVE_63 = (1 << 63) - 1
 
 SFP_KEYS: dict[str, Key] = {
     "fragment_length": Key(int, 2, "SFP: symbols f of a fragment; must divide the item's symbols (max_length / unit_size)", check=lambda v: v >= 1, constraint=">= 1"),
-    "fragment_share": Key(float, 0.5, "SFP: share of ε on the fragment report, the rest on the full word; 1: no full-word report", check=lambda v: 0 < v <= 1, constraint="in (0, 1]"),
+    "fragment_share": Key(float, 0.5, "SFP: share of ε on the fragment report, the rest on the full word", check=lambda v: 0 < v < 1, constraint="in the open interval (0, 1)"),
+    "word_pass": Key(bool, True, "SFP: also report the whole word through a second sketch (the optional full-string pass); false: the fragment report takes the whole ε"),
     "fragment_candidates": Key(int, 64, "SFP: (fragment, hash) pairs kept per position, the best above the noise level", check=lambda v: v >= 1, constraint=">= 1"),
     "words_reported": Key(int, 32, "SFP: most words reported, the best by the full-word estimate", check=lambda v: v >= 1, constraint=">= 1"),
     "fragment_oracle": Key(str, "cms", "SFP: sketch oracle of both reports (cms: count-mean over OUE; hcms: over HM(1))", SKETCH_ORACLES),
@@ -91,13 +92,16 @@ SFP_KEYS: dict[str, Key] = {
 # -- budget and plan ----------------------------------------------------------------------------
 
 
-def sfp_split(epsilon: float, fragment_share: float = 0.5) -> BudgetSplit:
-    """The fragment report takes ``fragment_share x ε``, the full word the rest (none at share 1)."""
-    if isinstance(fragment_share, bool) or not isinstance(fragment_share, (int, float)) or not 0 < fragment_share <= 1:
-        raise InputError(f"protocol.fragment_share: must be a number in (0, 1], got {fragment_share!r}")
-    parts = [("fragment with the word's 8-bit hash", epsilon * fragment_share)]
-    if fragment_share < 1:
-        parts.append(("full word", epsilon * (1 - fragment_share)))
+def sfp_split(epsilon: float, fragment_share: float = 0.5, word_pass: bool = True) -> BudgetSplit:
+    """The fragment report takes ``fragment_share x ε`` and the full word the rest; without
+    the word pass the fragment report takes the whole ε."""
+    if isinstance(fragment_share, bool) or not isinstance(fragment_share, (int, float)) or not 0 < fragment_share < 1:
+        raise InputError(f"protocol.fragment_share: must be a number in the open interval (0, 1), got {fragment_share!r}")
+    if not word_pass:
+        parts = [("fragment with the word's 8-bit hash", epsilon)]
+    else:
+        parts = [("fragment with the word's 8-bit hash", epsilon * fragment_share),
+                 ("full word", epsilon * (1 - fragment_share))]
     return BudgetSplit(
         NAME,
         tuple(parts),
@@ -134,7 +138,8 @@ def fragment_pairs(codec: ItemCodec, fragment_length: int) -> int:
 
 def plan_sfp(
     n_users: int, epsilon: float, max_length: int = 10, unit_size: int = 1, alphabet: str = "lowercase",
-    fragment_length: int = 2, fragment_share: float = 0.5, oracle: str = "cms", rows: int = 16, width: int = 1024,
+    fragment_length: int = 2, fragment_share: float = 0.5, word_pass: bool = True, oracle: str = "cms",
+    rows: int = 16, width: int = 1024,
 ) -> dict[str, Any]:
     """The split, the positions, and the noise of a fragment's and a word's count estimate (the
     sketches' randomisation noise, collisions left out) for a target ε."""
@@ -144,7 +149,7 @@ def plan_sfp(
     codec = ItemCodec(get_alphabet(alphabet), unit_size, max_length)
     positions = fragment_positions(codec, fragment_length)
     pairs = fragment_pairs(codec, fragment_length)
-    split = split_budget(NAME, epsilon, fragment_share=fragment_share)
+    split = split_budget(NAME, epsilon, fragment_share=fragment_share, word_pass=word_pass)
     noise = {
         name: math.sqrt(sketch_noise(oracle, part, rows, width, n_users / (positions if i == 0 else 1)))
         * (positions if i == 0 else 1)
@@ -357,6 +362,7 @@ class SFPParameters:
     epsilon: float
     fragment_length: int
     fragment_share: float
+    word_pass: bool
     fragment_candidates: int
     words_reported: int
     oracle: str
@@ -367,7 +373,7 @@ class SFPParameters:
         check_users(self.n_users)
         if self.oracle not in SKETCH_ORACLES:
             raise InputError(f"protocol.fragment_oracle: got {self.oracle!r}; allowed: {list(SKETCH_ORACLES)}")
-        split_budget(NAME, self.epsilon, fragment_share=self.fragment_share)
+        split_budget(NAME, self.epsilon, fragment_share=self.fragment_share, word_pass=self.word_pass)
 
 
 @dataclass
@@ -392,7 +398,7 @@ class SFPServer(ServerProtocol):
         self.codec = codec
         positions = fragment_positions(codec, params.fragment_length)
         self.pairs = fragment_pairs(codec, params.fragment_length)
-        self.split = split_budget(NAME, params.epsilon, fragment_share=params.fragment_share)
+        self.split = split_budget(NAME, params.epsilon, fragment_share=params.fragment_share, word_pass=params.word_pass)
         self.positions = positions
         self.seeds = {purpose: int(derive_key(seed, purpose)) & _POSITIVE_63
                       for purpose in (POSITION_PURPOSE, ORACLE_PURPOSE, HASH_PURPOSE)}
@@ -521,6 +527,7 @@ class SFPServer(ServerProtocol):
             privacy=self.privacy_report(),
             params={
                 "fragment_length": p.fragment_length, "positions": self.positions, "fragment_share": p.fragment_share,
+                "word_pass": p.word_pass,
                 "fragment_candidates": p.fragment_candidates, "words_reported": p.words_reported,
                 "oracle": p.oracle, "sketch_rows": p.sketch_rows, "sketch_width": p.sketch_width,
                 "fragment_thresholds": [round(t, 1) for t in self._puzzle.thresholds] if self._puzzle else None,
@@ -574,6 +581,7 @@ def build_sfp(
         epsilon=float(privacy["epsilon"]),
         fragment_length=int(protocol["fragment_length"]),
         fragment_share=float(protocol["fragment_share"]),
+        word_pass=bool(protocol["word_pass"]),
         fragment_candidates=int(protocol["fragment_candidates"]),
         words_reported=int(protocol["words_reported"]),
         oracle=str(protocol["fragment_oracle"]),
