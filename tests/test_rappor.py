@@ -17,6 +17,7 @@ from fedhh.experiment import Experiment
 from fedhh.items import ItemCodec, get_alphabet
 from fedhh.population import Shard, Vocabulary
 from fedhh.privacy.ldp_audit import audit_reports
+from fedhh.privacy.plan import plan
 from fedhh.protocols.rappor import (
     POPULATION_DICTIONARY_NOTE,
     BloomEncoder,
@@ -87,6 +88,17 @@ def test_heavy_items_are_found_light_ones_are_not_and_counts_are_unbiased(plante
         assert abs(estimates.mean() - PLANTED[item] * N_USERS) < 4 * estimates.std(ddof=1) / math.sqrt(runs)
         # the randomisation's noise, plus a little from the light words' bits: chi-square spread of 12 runs
         assert 0.5 < estimates.std(ddof=1) / predicted_sd < 1.6
+
+
+def test_the_plan_places_the_planted_words_on_either_side_of_the_threshold() -> None:
+    """The planner's count for a half-time report, from the noise formula and Bonferroni's z,
+    is what the runs above see: the heavy words far above it, the light ones far below."""
+    planned = plan("rappor", n_users=N_USERS, epsilon=8.0, bloom_bits=64, bloom_hashes=2, cohorts=128, candidates=POOL)
+    assert planned["count_standard_deviation"] == pytest.approx(count_noise(N_USERS, 8.0, 2))
+    share = planned["share_found_half_the_time"]
+    assert PLANTED["mango"] > 2 * share and PLANTED["kiwis"] < share / 5
+    with pytest.raises(InputError, match="protocol.bloom_bits"):
+        plan("rappor", n_users=N_USERS, epsilon=8.0, bloom_bits=16, cohorts=128, candidates=POOL)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from fedhh.oracles.histogram import Histogram
 from fedhh.oracles.sketches import SketchReports
 from fedhh.population import Shard, Vocabulary
 from fedhh.privacy.ldp_audit import audit_reports
+from fedhh.privacy.plan import plan
 from fedhh.protocols.sfp import SFPParameters, SFPServer, respond, vocabulary_values
 from fedhh.randomness import KeyedRandomness
 from simulations.fast import drive, run_fast
@@ -88,6 +89,15 @@ def test_without_the_word_report_the_whole_budget_goes_to_the_fragments(planted_
     assert [d.item for d in result.discoveries] == ["apples", "orange"]
     assert result.privacy.parameters["split"] == {"fragment with the word's 8-bit hash": 8.0}
     assert abs(result.discoveries[0].estimated_count - 9000) < 5 * 300  # mean of three fragments at ε = 8
+
+
+def test_the_plan_places_the_planted_words_on_either_side_of_the_fragment_threshold() -> None:
+    planned = plan("sfp", n_users=N_USERS, epsilon=8.0, max_length=6, oracle="hcms", rows=8, width=1024)
+    threshold = planned["fragment_threshold_count"] / N_USERS
+    assert planned["positions"] == 3 and planned["pairs_per_position"] == 27**2 * 256
+    assert PLANTED["orange"] > 2 * threshold and PLANTED["grapes"] < threshold / 5
+    with pytest.raises(InputError, match="protocol.fragment_length"):
+        plan("sfp", n_users=N_USERS, epsilon=8.0, max_length=6, fragment_length=4)
 
 
 @dataclass(frozen=True)
