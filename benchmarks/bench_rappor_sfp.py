@@ -4,7 +4,7 @@
         [--reference-runs 2] [--subsample-runs 10] [--output results/bench_rappor_sfp.json] [--no-reference]
 
 Part 1 (fedhh, full scale).  Each protocol runs end to end (population,
-protocol, result document) with its defaults on the default population
+protocol, result document) with its defaults (SFP also with HCMS) on the default population
 (``--users`` wordfreq users, ε = 4), on the fast driver in process with the
 default 8 shards, in a fresh subprocess; medians over ``--repeats``.  Target:
 within 2 minutes each.
@@ -18,8 +18,9 @@ same random subsample of ``--subsample`` users with the same parameters:
   domain), m = 64 bits, h = 2 hashes, C = 32 cohorts, ε = 4 (pure-ldp's ``f``
   set to give exactly ε, ``f = 2 / (e^(ε/2h) + 1)``);
 * SFP: words of at most 6 letters (3 fragments of 2), ε = 8 (4 + 4), Apple's
-  CMS with 16 rows of 1024 on both sides, the 10 best fragments per position
-  (pure-ldp's ``k``; fedhh's ``fragment_candidates``).
+  CMS (and, in a second comparison, HCMS) with 16 rows of 1024 on both
+  sides, the 10 best fragments per position (pure-ldp's ``k``; fedhh's
+  ``fragment_candidates``).
 
 Utility: F1 of each run's 10 best-estimated reported words against the
 subsample's true top 10 (fedhh: its reported words; pure-ldp: RAPPOR's 10 best
@@ -62,16 +63,22 @@ from fedhh.randomness import KeyedRandomness
 from simulations.fast import drive, run_fast
 
 PROTOCOLS = ("rappor", "sfp")
+# full-scale cases: label -> (protocol, overrides of its defaults)
+CASES: dict[str, tuple[str, list[str]]] = {
+    "rappor": ("rappor", []),
+    "sfp (CMS, its default)": ("sfp", []),
+    "sfp (HCMS)": ("sfp", ['protocol.fragment_oracle="hcms"']),
+}
 TOP = 10
 RAPPOR_SETTINGS = {"epsilon": 4.0, "bloom_bits": 64, "bloom_hashes": 2, "cohorts": 32, "vocabulary": 2000}
 SFP_SETTINGS = {"epsilon": 8.0, "max_length": 6, "fragment_length": 2, "rows": 16, "width": 1024, "fragments": TOP}
 
 
 # ---------------------------------------------------------------- part 1: one protocol in a subprocess
-def run_case(protocol: str, users: int, seed: int) -> dict[str, Any]:
+def run_case(protocol: str, overrides: list[str], users: int, seed: int) -> dict[str, Any]:
     wall, cpu = time.perf_counter(), time.process_time()
     experiment = Experiment(load_config(None, [f'protocol.name="{protocol}"', f"population.users={users}",
-                                               f"run.seed={seed}", 'run.driver="fast"']))
+                                               f"run.seed={seed}", 'run.driver="fast"', *overrides]))
     run = run_fast(experiment, int(experiment.config["run"]["shards"]), "inprocess")
     document = experiment.finish(run.result, run.timing, "fast/inprocess")
     metrics = document["evaluation"]["metrics"]
@@ -87,16 +94,17 @@ def run_case(protocol: str, users: int, seed: int) -> dict[str, Any]:
     }
 
 
-def full_scale(protocol: str, args: argparse.Namespace) -> dict[str, Any]:
+def full_scale(label: str, args: argparse.Namespace) -> dict[str, Any]:
+    protocol, overrides = CASES[label]
     runs = []
     for _ in range(args.repeats):
         child = subprocess.run(
-            [sys.executable, __file__, "--case-json", json.dumps([protocol, args.users, args.seed])],
+            [sys.executable, __file__, "--case-json", json.dumps([protocol, overrides, args.users, args.seed])],
             check=True, capture_output=True, text=True,
         )
         runs.append(json.loads(child.stdout.strip().splitlines()[-1]))
     summary = {key: statistics.median(run[key] for run in runs) for key in ("wall_s", "cpu_s", "rounds_s", "peak_rss_mib")}
-    return {"protocol": protocol, **summary, "us_per_user": summary["wall_s"] / args.users * 1e6,
+    return {"protocol": label, **summary, "us_per_user": summary["wall_s"] / args.users * 1e6,
             "same_result_every_run": all(run["items"] == runs[0]["items"] for run in runs),
             **{key: runs[0][key] for key in ("discovered", "recall_at_10", "f1")}, "runs": runs}
 
@@ -179,7 +187,7 @@ def compare_rappor(args: argparse.Namespace) -> dict[str, Any]:
     return summarize("rappor", args, len(holders), shard.n_users, [t for t, _ in reference], reference_f1, ours_s, ours_f1)
 
 
-def reference_sfp(words: list[str], seed: int) -> tuple[float, list[str]]:
+def reference_sfp(words: list[str], seed: int, hadamard: bool) -> tuple[float, list[str]]:
     from pure_ldp.frequency_oracles.apple_cms import CMSClient, CMSServer
     from pure_ldp.heavy_hitters.apple_sfp import SFPClient, SFPServer as ReferenceServer
 
@@ -188,12 +196,12 @@ def reference_sfp(words: list[str], seed: int) -> tuple[float, list[str]]:
     s = SFP_SETTINGS
     alphabet = set("abcdefghijklmnopqrstuvwxyz")
     started = time.perf_counter()
-    oracle = CMSServer(s["epsilon"], s["rows"], s["width"])
+    oracle = CMSServer(s["epsilon"], s["rows"], s["width"], is_hadamard=hadamard)
     identity = lambda item: item  # noqa: E731 -- the sketches hash the strings themselves
     server = ReferenceServer(s["epsilon"], s["fragment_length"], s["max_length"], alphabet=alphabet,
                              index_mapper=identity, fo_server=oracle)
     client = SFPClient(s["epsilon"], s["fragment_length"], s["max_length"], alphabet=alphabet, index_mapper=identity,
-                       fo_client=CMSClient(s["epsilon"], oracle.get_hash_funcs(), s["width"]))
+                       fo_client=CMSClient(s["epsilon"], oracle.get_hash_funcs(), s["width"], is_hadamard=hadamard))
     for word in words:
         server.aggregate(client.privatise(word))
     found, estimates = server.find_heavy_hitters(k=s["fragments"])
@@ -201,17 +209,17 @@ def reference_sfp(words: list[str], seed: int) -> tuple[float, list[str]]:
     return time.perf_counter() - started, [found[i].rstrip("*") for i in order.tolist()]
 
 
-def compare_sfp(args: argparse.Namespace) -> dict[str, Any]:
+def compare_sfp(args: argparse.Namespace, oracle: str) -> dict[str, Any]:
     s = SFP_SETTINGS
     experiment, shard = subsample([f"protocol.max_length={s['max_length']}", 'protocol.name="sfp"'],
                                   args.subsample, args.users, args.seed)
     words, truth = true_top(shard)
     held = [word for word in words if word]  # pure-ldp: users whose word has at most 6 letters
-    reference = [reference_sfp(held, args.seed + run) for run in range(args.reference_runs)]
+    reference = [reference_sfp(held, args.seed + run, oracle == "hcms") for run in range(args.reference_runs)]
     ours_s, ours_f1 = [], []
     for run in range(args.subsample_runs):
         started = time.perf_counter()
-        params = SFPParameters(shard.n_users, s["epsilon"], s["fragment_length"], 0.5, True, s["fragments"], TOP, "cms",
+        params = SFPParameters(shard.n_users, s["epsilon"], s["fragment_length"], 0.5, True, s["fragments"], TOP, oracle,
                                s["rows"], s["width"])
         server = SFPServer(params, experiment.codec, args.seed + 1000 + run)
         randomness = KeyedRandomness(args.seed + 1000 + run)
@@ -219,7 +227,8 @@ def compare_sfp(args: argparse.Namespace) -> dict[str, Any]:
         ours_s.append(time.perf_counter() - started)
         ours_f1.append(f1([d.item for d in result.discoveries], truth))
     reference_f1 = [f1(found, truth) for _, found in reference]
-    return summarize("sfp", args, len(held), shard.n_users, [t for t, _ in reference], reference_f1, ours_s, ours_f1)
+    label = "sfp (CMS, its default)" if oracle == "cms" else "sfp (HCMS)"
+    return summarize(label, args, len(held), shard.n_users, [t for t, _ in reference], reference_f1, ours_s, ours_f1)
 
 
 def summarize(protocol: str, args: argparse.Namespace, reference_users: int, users: int, reference_s: list[float],
@@ -230,7 +239,7 @@ def summarize(protocol: str, args: argparse.Namespace, reference_users: int, use
     reference_us = statistics.median(reference_s) / reference_users * 1e6
     ours_us = statistics.median(ours_s) / users * 1e6
     return {"protocol": protocol, "subsample_users": users, "reference_users": reference_users,
-            "settings": RAPPOR_SETTINGS if protocol == "rappor" else SFP_SETTINGS,
+            "settings": RAPPOR_SETTINGS if protocol == "rappor" else {**SFP_SETTINGS, "oracle": protocol},
             "reference_s": reference_s, "reference_f1": reference_f1, "fedhh_s": ours_s, "fedhh_f1": ours_f1,
             "fedhh_f1_mean": statistics.fmean(ours_f1), "fedhh_f1_sd": statistics.stdev(ours_f1),
             "f1_z_fedhh_minus_reference": z, "reference_us_per_user": reference_us,
@@ -285,13 +294,15 @@ def main() -> None:
         "users": args.users, "repeats": args.repeats,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
                     "load_average": os.getloadavg()},
-        "full_scale": [full_scale(protocol, args) for protocol in args.protocols],
+        "full_scale": [full_scale(label, args) for label, (protocol, _) in CASES.items() if protocol in args.protocols],
     }
     if not args.no_reference:
         _numpy1_zeros()
         warnings.filterwarnings("ignore")  # pure-ldp's small-sample and convergence warnings
-        compare = {"rappor": compare_rappor, "sfp": compare_sfp}
-        document["reference"] = [compare[protocol](args) for protocol in args.protocols]
+        document["reference"] = (
+            ([compare_rappor(args)] if "rappor" in args.protocols else [])
+            + ([compare_sfp(args, oracle) for oracle in ("cms", "hcms")] if "sfp" in args.protocols else [])
+        )
     document["machine"]["load_average_end"] = os.getloadavg()
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
