@@ -110,9 +110,11 @@ class Experiment:
         return server if server is not None else self._build_server()
 
     def _build_server(self) -> ServerProtocol:
-        return self.spec.build_server(
+        server = self.spec.build_server(
             self.config["privacy"], self.n_users, self.codec, self.seed, protocol=self.config["protocol"]
         )
+        server.offer_vocabulary(self.source.vocabulary)
+        return server
 
     def build_shard(self, shard_index: int, num_shards: int) -> Shard:
         return self.source.build_shard(shard_index, num_shards)

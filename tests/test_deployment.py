@@ -81,9 +81,10 @@ SPM_SHARDED = [
 ]
 DEPLOYED: dict[str, list[str]] = {"triehh": SHARDED, "pem": PEM_SHARDED, "spm": SPM_SHARDED}  # protocol -> a few short rounds
 # Protocols whose deployment path another's run covers: TreeHist shares PEM's server machinery,
-# reports and codecs; Bitstogram (one round) and MCM (two) send summed integer statistics through
-# the generic strategy and codec as SPM does in three, and each has a Flower simulation test.
-COVERED_BY: dict[str, str] = {"treehist": "pem", "bitstogram": "spm", "mcm": "spm"}
+# reports and codecs; Bitstogram, RAPPOR and SFP (one round) and MCM (two) send summed integer
+# statistics through the generic strategy and codec as SPM does in three, and each has a Flower
+# simulation test.
+COVERED_BY: dict[str, str] = {"treehist": "pem", "bitstogram": "spm", "mcm": "spm", "rappor": "spm", "sfp": "spm"}
 
 # 32 enrolled users: the smallest population for which TrieHH's (ε, δ) solver
 # finds m >= θ with δ below 1/n (θ = 5, m = 5 for L = 3 rounds).  Only the

@@ -438,16 +438,16 @@ def test_triehh_plan_has_the_solved_parameters_and_discovery_rates() -> None:
     json.dumps(planned)  # JSON-ready
 
 
-def plan_sfp(n_users: int, epsilon: float) -> dict:
-    return {"protocol": "sfp", "n_users": n_users}
+def plan_unplanned(n_users: int, epsilon: float) -> dict:
+    return {"protocol": "unplanned", "n_users": n_users}
 
 
 def test_planners_are_found_through_the_protocol_specs(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ValueError, match=r"protocol.name: no planner for 'sfp'; allowed: \[.*'triehh'\]"):
-        plan("sfp", n_users=1000, epsilon=1.0)
-    spec = dataclasses.replace(PROTOCOLS["pem"], name="sfp", planner=f"{__name__}:plan_sfp")
-    monkeypatch.setitem(PROTOCOLS, "sfp", spec)  # removed again afterwards
-    assert plan("sfp", n_users=1000, epsilon=1.0) == {"protocol": "sfp", "n_users": 1000}
+    with pytest.raises(ValueError, match=r"protocol.name: no planner for 'unplanned'; allowed: \[.*'triehh'\]"):
+        plan("unplanned", n_users=1000, epsilon=1.0)
+    spec = dataclasses.replace(PROTOCOLS["pem"], name="unplanned", planner=f"{__name__}:plan_unplanned")
+    monkeypatch.setitem(PROTOCOLS, "unplanned", spec)  # removed again afterwards
+    assert plan("unplanned", n_users=1000, epsilon=1.0) == {"protocol": "unplanned", "n_users": 1000}
     with pytest.raises(ValueError, match="already registered"):
         register_protocol(PROTOCOLS["triehh"])
 

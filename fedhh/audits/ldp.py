@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,8 +128,27 @@ def audit_oracle(
     conditional = CONDITIONAL_PARTS.get(type(reports))
     if conditional is not None:
         return _conditional_audit(name, oracle, reports, claimed, samples, *conditional)
+    return audit_reports(name, domain, claimed, samples, reports, oracle.report_probabilities)
+
+
+def audit_reports(
+    name: str,
+    domain: int,
+    claimed: float,
+    samples: int,
+    reports: Any,
+    report_probabilities: Callable[[int, Any], np.ndarray],
+) -> OracleAudit:
+    """The exact audit of any randomizer from reports it drew for every value of ``[0, domain)``.
+
+    ``reports`` is a dataclass of per-report arrays (several reports may
+    nest); ``report_probabilities(v, reports)`` gives each report's exact
+    probability under value ``v``.  Protocols whose randomizer is more than
+    one oracle's (RAPPOR's Bloom filter, SFP's fragment and word reports)
+    are audited through this, the same way as the oracles.
+    """
     first = distinct_reports(reports)
-    probabilities = np.stack([oracle.report_probabilities(v, reports)[first] for v in range(domain)])
+    probabilities = np.stack([report_probabilities(v, reports)[first] for v in range(domain)])
     coverage = float(probabilities.sum(axis=1).min())
     epsilon_lower, worst_values = _spread(probabilities)
     delta_upper = float(_excess(probabilities, math.exp(claimed)).max() + (1.0 - coverage))

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from ..population import Shard
+from ..population import Shard, Vocabulary
 from ..privacy.report import PrivacyReport
 from ..randomness import RandomnessSource
 from .messages import scalar_field
@@ -135,6 +135,12 @@ class ServerProtocol(ABC):
     def progress_note(self) -> str:
         """A short status for progress bars and round logs."""
         return ""
+
+    def offer_vocabulary(self, vocabulary: Vocabulary) -> None:
+        """The population's vocabulary, offered once the server is built by a process that
+        holds the population (fast driver, Flower simulation server).  A protocol that
+        decodes against a candidate dictionary may default to it (RAPPOR); the others
+        ignore it.  A deployment's server is never offered one."""
 
 
 class ClientFunction(Protocol):

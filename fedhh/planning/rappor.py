@@ -1,0 +1,60 @@
+"""``fedhh plan rappor``: RAPPOR's bit probabilities, the noise of a count, and the count an item needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..privacy.ldp import ldp_report
+from ..privacy.validation import check_users
+from ..protocols.rappor import (
+    NAME,
+    bit_probabilities,
+    check_bloom_size,
+    count_noise,
+    rappor_split,
+    significance_level,
+)
+from .ldp_command import Option, plan_command
+
+
+def plan_rappor(
+    n_users: int, epsilon: float, bloom_bits: int = 256, bloom_hashes: int = 2, cohorts: int = 512,
+    candidates: int = 100_000,
+) -> dict[str, Any]:
+    """The bit probabilities, the noise of a count and the count an item needs to be reported
+    about half the time (its estimate at the significance level), for a target ε."""
+    check_users(n_users)
+    split = rappor_split(epsilon, bloom_hashes=bloom_hashes)
+    check_bloom_size(bloom_bits, cohorts, candidates)
+    p, q = bit_probabilities(epsilon, bloom_hashes)
+    noise = count_noise(n_users, epsilon, bloom_hashes)
+    z = significance_level(candidates)
+    return {
+        "protocol": NAME,
+        "n_users": n_users,
+        "epsilon": split.epsilon,
+        "bloom_bits": bloom_bits,
+        "bloom_hashes": bloom_hashes,
+        "cohorts": cohorts,
+        "candidates": candidates,
+        "bit_keep_probability": p,
+        "bit_flip_on_probability": q,
+        "count_standard_deviation": noise,
+        "significance_z": z,
+        "count_found_half_the_time": z * noise,
+        "share_found_half_the_time": z * noise / n_users,
+        "privacy": ldp_report(split, "SUE on Bloom filter bits").to_dict(),
+    }
+
+
+add_rappor_plan_parser = plan_command(
+    NAME,
+    "RAPPOR's bit probabilities, count noise and the count an item needs to be reported, from (n, ε)",
+    plan_rappor,
+    [
+        Option("--bloom-bits", "bloom_bits", int, 256, "bits of a Bloom filter"),
+        Option("--bloom-hashes", "bloom_hashes", int, 2, "bits an item sets"),
+        Option("--cohorts", "cohorts", int, 512, "cohorts (each its own hash functions)"),
+        Option("--candidates", "candidates", int, 100_000, "size of the candidate dictionary"),
+    ],
+)

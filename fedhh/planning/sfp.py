@@ -1,0 +1,59 @@
+"""``fedhh plan sfp``: SFP's budget split, positions and the noise of its fragment and word counts."""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import Any
+
+from ..items import ItemCodec, get_alphabet
+from ..privacy.ldp import ldp_report
+from ..privacy.validation import check_users
+from ..protocols.sfp import NAME, fragment_pairs, fragment_positions, sfp_split, sketch_noise
+from .ldp_command import Option, plan_command
+
+
+def plan_sfp(
+    n_users: int, epsilon: float, max_length: int = 10, unit_size: int = 1, alphabet: str = "lowercase",
+    fragment_length: int = 2, fragment_share: float = 0.5, word_pass: bool = True, oracle: str = "cms",
+    rows: int = 16, width: int = 1024,
+) -> dict[str, Any]:
+    """The split, the positions, and the noise of a fragment's and a word's count estimate (the
+    sketches' randomisation noise, collisions left out) for a target ε."""
+    check_users(n_users)
+    codec = ItemCodec(get_alphabet(alphabet), unit_size, max_length)
+    positions = fragment_positions(codec, fragment_length)
+    pairs = fragment_pairs(codec, fragment_length)
+    split = sfp_split(epsilon, fragment_share=fragment_share, word_pass=word_pass)
+    noise = {
+        name: math.sqrt(sketch_noise(oracle, part, rows, width, n_users / (positions if i == 0 else 1)))
+        * (positions if i == 0 else 1)
+        for i, (name, part) in enumerate(split.parts)
+    }
+    z = NormalDist().inv_cdf(1 - 1 / pairs)
+    return {
+        "protocol": NAME,
+        "n_users": n_users,
+        "epsilon": split.epsilon,
+        "positions": positions,
+        "fragment_length": fragment_length,
+        "pairs_per_position": pairs,
+        "count_standard_deviation": noise,
+        "fragment_threshold_count": z * noise[split.parts[0][0]],
+        "privacy": ldp_report(split, oracle).to_dict(),
+    }
+
+
+add_sfp_plan_parser = plan_command(
+    NAME,
+    "SFP's budget split, fragment positions and count noise from (n, ε)",
+    plan_sfp,
+    [
+        Option("--max-length", "max_length", int, 10, "characters of the longest item"),
+        Option("--fragment-length", "fragment_length", int, 2, "symbols per fragment"),
+        Option("--fragment-share", "fragment_share", float, 0.5, "share of ε on the fragment report"),
+        Option("--oracle", "oracle", str, "cms", "sketch oracle: cms or hcms"),
+        Option("--rows", "rows", int, 16, "sketch rows"),
+        Option("--width", "width", int, 1024, "sketch width"),
+    ],
+)

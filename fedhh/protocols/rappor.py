@@ -1,0 +1,581 @@
+"""RAPPOR (Erlingsson, Pihur and Korolova 2014; [Cormode21] §4 and §7.5.1): Bloom filters
+randomised bit by bit, decoded by regression against a candidate dictionary.
+
+Users are split into ``C`` cohorts by public randomness; cohort ``c`` has its own
+``h`` public hash functions into ``[0, m)``.  A user sets the ``h`` bits of its
+item in an ``m``-bit Bloom filter (none when it holds no item) and randomises
+every bit with symmetric unary encoding's randomised response: a set bit stays
+set with ``p = e^(ε/2h) / (e^(ε/2h) + 1)``, a clear bit turns on with
+``q = 1 - p``.  Two items' filters differ in at most ``2h`` bits, each costing
+``ln(p / q) = ε / 2h``, so a report is ε-LDP (one-time RAPPOR: the permanent
+randomised response alone, sent once).
+
+A shard sends, per cohort, how many of its reports have each bit set, and how
+many reports it has: additive, ``C (m + 1)`` integers whatever the shard's
+size.  The server decodes once:
+
+1. ``t_cb = (ones_cb - q N_c) / (p - q)`` estimates, without bias, how many
+   of cohort ``c``'s users have bit ``b`` set in their true filter;
+2. screening (where RAPPOR runs the LASSO): every candidate is scored by the
+   sum of the centred ``t`` of its ``hC`` bits, and those whose score is
+   above ``Φ⁻¹(1 - 1/M)`` times its noise (a robust spread of the bit
+   estimates) are kept, the best ``min(mC / 4, 1024)`` at most.  Keeping
+   many more (the best 1024 whatever their score) biases the heavy items'
+   counts down: light candidates kept because their bits happen to carry
+   others' mass take a share of the heavy bits they overlap;
+3. regression: ``t = X β + background + noise``, where column ``v`` of ``X``
+   holds ``N_c / N`` at the bits of ``v`` in cohort ``c`` (so ``β_v`` is
+   ``v``'s count) and one more column, ``N_c / N`` everywhere, takes the mass
+   of the candidates left out (their bits fall uniformly over a cohort's
+   filter in expectation over the hash functions);
+4. a candidate is reported when its estimate is significant at level 0.05
+   after Bonferroni's correction for the ``M`` candidates
+   (``β_v / se_v > Φ⁻¹(1 - 0.05 / M)``), the residuals giving the noise
+   variance, as in RAPPOR's own decoder.
+
+The regression identifies ``M`` candidates only when the ``mC`` bits outnumber
+them, so a smaller Bloom filter is refused (``protocol.bloom_bits``).
+The candidate dictionary (``protocol.candidates``) is by default the
+population's own vocabulary, which a real deployment would not have: the
+privacy report says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from ..config import Key
+from ..errors import InputError
+from ..items import ItemCodec
+from ..oracles.hashing import expand_seeds, hash_expanded, mix_keys
+from ..oracles.keys import key_rows
+from ..oracles.sampling import RandomSource
+from ..population import Shard, Vocabulary
+from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
+from ..privacy.report import Coverage, PrivacyReport
+from ..privacy.validation import check_users
+from ..randomness import RandomnessSource, UserRandom, derive_key, splitmix64
+from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
+from .messages import array_field, scalar_field
+from .registry import register_protocol
+from .spec import HeldUsers, InvalidReply, ProtocolSpec
+from .triehh import choose_items
+
+NAME = "rappor"
+COHORT_PURPOSE = "rappor.cohort"
+HASH_PURPOSE = "rappor.hashes"
+ITEM_PURPOSE = "rappor.item"
+REPORT_PURPOSE = "rappor.report"
+SIGNIFICANCE = 0.05  # family-wise level of the Bonferroni-corrected test, as in RAPPOR's decoder
+MAX_REGRESSED = 1024  # candidates regressed at most (the screening keeps the best)
+USERS_PER_BLOCK = 1 << 15  # users randomised together: a (block, m) matrix of uniforms
+CANDIDATES_PER_BLOCK = 4096  # candidates screened together
+_POSITIVE_63 = (1 << 63) - 1
+
+RAPPOR_KEYS: dict[str, Key] = {
+    "bloom_bits": Key(int, 256, "RAPPOR: bits m of each Bloom filter", check=lambda v: 2 <= v <= 1 << 16, constraint="in 2..65536"),
+    "bloom_hashes": Key(int, 2, "RAPPOR: hash functions h per cohort (bits an item sets)", check=lambda v: 1 <= v <= 16, constraint="in 1..16"),
+    "cohorts": Key(int, 512, "RAPPOR: cohorts C, user groups with their own hash functions", check=lambda v: 1 <= v <= 1 << 16, constraint="in 1..65536"),
+    "candidates": Key(str, "", "RAPPOR: candidate dictionary the server decodes against, a text file of one candidate per line; empty: the population's vocabulary, which a real deployment would not have"),
+}
+
+POPULATION_DICTIONARY_NOTE = (
+    "candidate dictionary: the population's own vocabulary (protocol.candidates empty), which a real "
+    "deployment would not have; it makes the decoding easier than in practice, and for a file or dataset "
+    "population it is the set of items users hold, which no guarantee covers"
+)
+
+
+# -- budget and plan ---------------------------------------------------------------------------
+
+
+SPLIT_SOURCE = (
+    "Erlingsson, Pihur and Korolova, RAPPOR (one-time: permanent randomised response); "
+    "Cormode et al.'s survey §4 and §7.5.1"
+)
+
+
+def rappor_budget(bloom_hashes: int = 2) -> BudgetRule:
+    """One report per user, the whole ε: ``2h`` bits at ``ε / 2h`` each in the worst case."""
+    return BudgetRule(
+        ((f"Bloom filter of the item ({bloom_hashes} bits set), each bit randomised at ε/{2 * bloom_hashes}", 1.0),),
+        SPLIT_SOURCE,
+    )
+
+
+def rappor_split(epsilon: float, bloom_hashes: int = 2) -> BudgetSplit:
+    """:func:`rappor_budget` for a per-user ``epsilon`` (refused, naming privacy.epsilon, outside the oracles' range)."""
+    return rappor_budget(bloom_hashes).split(NAME, epsilon)
+
+
+def bit_probabilities(epsilon: float, bloom_hashes: int) -> tuple[float, float]:
+    """``(p, q)``: probability that a set bit, and a clear bit, is reported set."""
+    half = math.exp(epsilon / (2 * bloom_hashes))
+    return half / (half + 1), 1 / (half + 1)
+
+
+def count_noise(n_users: int, epsilon: float, bloom_hashes: int) -> float:
+    """Standard deviation of a count estimate from randomisation alone, for a candidate
+    whose ``h`` bits are apart from the other candidates' (no collisions): the ``hC``
+    bit estimates of variance ``N_c q (1 - q) / (p - q)^2`` regressed with weights ``N_c / N``."""
+    p, q = bit_probabilities(epsilon, bloom_hashes)
+    return math.sqrt(n_users * q * (1 - q) / bloom_hashes) / (p - q)
+
+
+def significance_level(candidates: int) -> float:
+    """``Φ⁻¹(1 - 0.05 / M)``: the z-score a candidate's estimate must reach."""
+    return NormalDist().inv_cdf(1 - SIGNIFICANCE / max(candidates, 1))
+
+
+def check_bloom_size(bloom_bits: int, cohorts: int, candidates: int) -> None:
+    """The regression identifies the candidates only if the ``mC`` bits outnumber them."""
+    if bloom_bits * cohorts < candidates:
+        raise InputError(
+            f"protocol.bloom_bits: a Bloom filter of {bloom_bits} bits in {cohorts} cohorts gives "
+            f"{bloom_bits * cohorts:,} bit counts, fewer than the {candidates:,} candidates the regression "
+            f"must tell apart; use protocol.bloom_bits x protocol.cohorts >= {candidates:,} "
+            f"(e.g. protocol.bloom_bits = {-(-candidates // cohorts)}) or a smaller protocol.candidates dictionary"
+        )
+
+
+# -- the public hashing and the randomiser -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BloomEncoder:
+    """The public part of RAPPOR: cohorts' hash functions and the bit randomiser.
+
+    Built from the request alone, so a device and the server agree on it.
+    """
+
+    epsilon: float
+    bloom_bits: int
+    bloom_hashes: int
+    cohorts: int
+    hash_seed: int
+
+    @functools.cached_property
+    def _hashes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(multiplier, offset) of hash function ``j`` of cohort ``c`` at index ``c h + j``."""
+        base = np.uint64(self.hash_seed)
+        with np.errstate(over="ignore"):
+            seeds = splitmix64(base + np.arange(self.cohorts * self.bloom_hashes, dtype=np.uint64))
+        return expand_seeds(seeds)
+
+    @property
+    def probabilities(self) -> tuple[float, float]:
+        return bit_probabilities(self.epsilon, self.bloom_hashes)
+
+    def positions(self, keys: np.ndarray, cohorts: np.ndarray) -> np.ndarray:
+        """``(n, h)`` bits of each item key in its cohort's filter (broadcasting ``keys`` and ``cohorts``)."""
+        multipliers, offsets = self._hashes
+        index = np.asarray(cohorts, dtype=np.int64)[..., None] * self.bloom_hashes + np.arange(self.bloom_hashes)
+        return hash_expanded(multipliers[index], offsets[index], mix_keys(keys)[..., None], self.bloom_bits).astype(np.int64)
+
+    def filters(self, keys: np.ndarray, cohorts: np.ndarray, holds: np.ndarray) -> np.ndarray:
+        """True Bloom filters ``(n, m)``; a user without an item (``holds`` false) sets no bit."""
+        bits = np.zeros((keys.size, self.bloom_bits), dtype=bool)
+        rows = np.flatnonzero(holds)
+        bits[rows[:, None], self.positions(keys[rows], cohorts[rows])] = True
+        return bits
+
+    def randomize(self, filters: np.ndarray, rng: RandomSource) -> np.ndarray:
+        """Every bit through randomised response: one ``(n, m)`` row of uniforms per call."""
+        p, q = self.probabilities
+        return rng.random(filters.shape) < np.where(filters, p, q)
+
+    def report_probabilities(self, filters: np.ndarray, reports: np.ndarray) -> np.ndarray:
+        """Exact probability of each report (rows of ``reports``) given the true filters."""
+        p, q = self.probabilities
+        per_bit = np.where(filters, np.where(reports, p, 1 - p), np.where(reports, q, 1 - q))
+        return np.exp(np.log(per_bit).sum(axis=1))
+
+
+def user_cohorts(cohort_seed: int, cohorts: int, user_ids: np.ndarray) -> np.ndarray:
+    """Each global user's cohort (public randomness, the same on every device and shard)."""
+    return UserRandom(np.uint64(cohort_seed), np.asarray(user_ids, dtype=np.int64)).integers(0, cohorts)
+
+
+_KEY_CACHE: dict[int, np.ndarray] = {}
+
+
+def vocabulary_keys(vocabulary: Vocabulary) -> np.ndarray:
+    """64-bit keys of the vocabulary's items (their symbol rows), computed once per vocabulary
+    object for its life: every shard of a process shares them."""
+    keys = _KEY_CACHE.get(id(vocabulary))
+    if keys is None:
+        keys = _KEY_CACHE[id(vocabulary)] = key_rows(vocabulary.rows)
+        weakref.finalize(vocabulary, _KEY_CACHE.pop, id(vocabulary), None)
+    return keys
+
+
+# -- messages and the client ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RapporRequest(Request):
+    """Send your randomised Bloom filter (every public parameter a device needs)."""
+
+    epsilon: float = scalar_field(minimum=0.0)
+    bloom_bits: int = scalar_field(minimum=2)
+    bloom_hashes: int = scalar_field(minimum=1)
+    cohorts: int = scalar_field(minimum=1)
+    cohort_seed: int
+    hash_seed: int
+
+    def encoder(self) -> BloomEncoder:
+        return _encoder(self.epsilon, self.bloom_bits, self.bloom_hashes, self.cohorts, self.hash_seed)
+
+
+@functools.lru_cache(maxsize=2)
+def _encoder(epsilon: float, bloom_bits: int, bloom_hashes: int, cohorts: int, hash_seed: int) -> BloomEncoder:
+    """One encoder per round and process: its hash functions are expanded once for every shard."""
+    return BloomEncoder(epsilon, bloom_bits, bloom_hashes, cohorts, hash_seed)
+
+
+@dataclass(frozen=True)
+class RapporResponse(Response):
+    """Per cohort, how many reports have each bit set (cohort-major), and how many reports there are."""
+
+    ones: np.ndarray = array_field("int64", ("B",))
+    reporters: np.ndarray = array_field("int64", ("C",))
+
+    @classmethod
+    def combine(cls, responses: Sequence[RapporResponse]) -> RapporResponse:
+        if not responses:
+            raise ValueError("combine needs at least one response")
+        if len({(r.round, r.ones.shape, r.reporters.shape) for r in responses}) != 1:
+            raise ValueError("cannot combine RAPPOR responses of different rounds or shapes")
+        return cls(
+            round=responses[0].round,
+            sampled_users=sum(r.sampled_users for r in responses),
+            responding_users=sum(r.responding_users for r in responses),
+            ones=np.sum([r.ones for r in responses], axis=0, dtype=np.int64),
+            reporters=np.sum([r.reporters for r in responses], axis=0, dtype=np.int64),
+        )
+
+
+def respond(request: RapporRequest, shard: Shard, randomness: RandomnessSource) -> RapporResponse:
+    """Every user of the shard sends its randomised Bloom filter; the shard adds them up per cohort."""
+    encoder = request.encoder()
+    local = np.arange(shard.n_users)
+    user_ids = local + shard.first_user
+    cohorts = user_cohorts(request.cohort_seed, request.cohorts, user_ids)
+    items = np.full(shard.n_users, -1, dtype=np.int64)
+    holders, chosen = choose_items(shard, local, randomness, ITEM_PURPOSE, 0)
+    items[holders] = chosen
+    keys = vocabulary_keys(shard.vocabulary)[np.maximum(items, 0)]
+    ones = np.zeros((request.cohorts, request.bloom_bits), dtype=np.int64)
+    for first in range(0, shard.n_users, USERS_PER_BLOCK):
+        block = slice(first, first + USERS_PER_BLOCK)
+        filters = encoder.filters(keys[block], cohorts[block], items[block] >= 0)
+        rng = randomness.for_users(REPORT_PURPOSE, request.round, user_ids[block])
+        reports = encoder.randomize(filters, rng)
+        order = np.argsort(cohorts[block], kind="stable")
+        present, starts = np.unique(cohorts[block][order], return_index=True)
+        ones[present] += np.add.reduceat(reports[order], starts, axis=0, dtype=np.int64)
+    return RapporResponse(
+        round=request.round,
+        sampled_users=shard.n_users,
+        responding_users=shard.n_users,
+        ones=ones.ravel(),
+        reporters=np.bincount(cohorts, minlength=request.cohorts).astype(np.int64),
+    )
+
+
+# -- the server ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RapporParameters:
+    """A config's RAPPOR settings, checked with errors naming the key."""
+
+    n_users: int
+    epsilon: float
+    bloom_bits: int
+    bloom_hashes: int
+    cohorts: int
+    candidates: str  # dictionary file; empty: the population's vocabulary
+
+    def __post_init__(self) -> None:
+        check_users(self.n_users)
+        rappor_split(self.epsilon, bloom_hashes=self.bloom_hashes)
+
+
+@dataclass
+class Regression:
+    """The decoder's outcome: the regressed candidates, their estimates and standard errors."""
+
+    candidates: np.ndarray  # indices into the dictionary
+    estimates: np.ndarray
+    errors: np.ndarray
+    threshold: float  # z-score a candidate needs
+
+
+class RapporServer(ServerProtocol):
+    """One round of Bloom filters, decoded by regression against the candidate dictionary."""
+
+    name = NAME
+    request_type = RapporRequest
+    response_type = RapporResponse
+
+    def __init__(self, params: RapporParameters, codec: ItemCodec, seed: int) -> None:
+        self.params = params
+        self.codec = codec
+        self.split = rappor_split(params.epsilon, bloom_hashes=params.bloom_hashes)
+        self.cohort_seed = int(derive_key(seed, COHORT_PURPOSE)) & _POSITIVE_63
+        self.hash_seed = int(derive_key(seed, HASH_PURPOSE)) & _POSITIVE_63
+        self.dictionary: Vocabulary | None = None
+        self.dictionary_source = "population vocabulary" if not params.candidates else params.candidates
+        if params.candidates:
+            self._set_dictionary(read_dictionary(params.candidates, codec))
+        self._regression: Regression | None = None
+        self._trace: list[RoundRecord] = []
+
+    def offer_vocabulary(self, vocabulary: Vocabulary) -> None:
+        if not self.params.candidates:
+            self._set_dictionary(vocabulary)
+
+    def _set_dictionary(self, dictionary: Vocabulary) -> None:
+        if dictionary.size == 0:
+            raise InputError(f"protocol.candidates: the dictionary ({self.dictionary_source}) holds no encodable candidate")
+        check_bloom_size(self.params.bloom_bits, self.params.cohorts, dictionary.size)
+        self.dictionary = dictionary
+
+    @property
+    def encoder(self) -> BloomEncoder:
+        p = self.params
+        return BloomEncoder(p.epsilon, p.bloom_bits, p.bloom_hashes, p.cohorts, self.hash_seed)
+
+    # -- ServerProtocol ----------------------------------------------------------------------
+
+    @property
+    def max_rounds(self) -> int:
+        return 1
+
+    @property
+    def trace(self) -> list[RoundRecord]:
+        return list(self._trace)
+
+    def next_request(self) -> RapporRequest | None:
+        if self._trace:
+            return None
+        if self.dictionary is None:
+            raise InputError(
+                "protocol.candidates: no population vocabulary here (a deployment's server holds none); "
+                "name a candidate dictionary file"
+            )
+        p = self.params
+        return RapporRequest(
+            round=1, epsilon=p.epsilon, bloom_bits=p.bloom_bits, bloom_hashes=p.bloom_hashes, cohorts=p.cohorts,
+            cohort_seed=self.cohort_seed, hash_seed=self.hash_seed,
+        )
+
+    def absorb(self, response: Response) -> None:
+        if not isinstance(response, RapporResponse):
+            raise TypeError(f"rappor expects a RapporResponse, got {type(response).__name__}")
+        if self._trace or response.round != 1:
+            raise ValueError(f"response for round {response.round}, but no request is pending")
+        assert self.dictionary is not None
+        self._regression = decode(self.encoder, response, vocabulary_keys(self.dictionary))
+        found = int(np.count_nonzero(self._significant()))
+        self._trace.append(RoundRecord(1, {
+            "users": int(response.responding_users),
+            "candidates": self.dictionary.size,
+            "regressed": int(self._regression.candidates.size),
+            "significant": found,
+        }))
+
+    def _significant(self) -> np.ndarray:
+        regression = self._regression
+        assert regression is not None
+        return regression.estimates > regression.threshold * regression.errors
+
+    def privacy_report(self) -> PrivacyReport:
+        p = self.params
+        bit_p, bit_q = bit_probabilities(p.epsilon, p.bloom_hashes)
+        report = ldp_report(self.split, "SUE on Bloom filter bits", {
+            "bloom_bits": p.bloom_bits, "bloom_hashes": p.bloom_hashes, "cohorts": p.cohorts,
+            "bit_keep_probability": bit_p, "bit_flip_on_probability": bit_q,
+            "candidate_dictionary": self.dictionary_source,
+        })
+        if p.candidates:
+            return report
+        coverage = Coverage(report.coverage.covered, (*report.coverage.not_covered, POPULATION_DICTIONARY_NOTE))
+        return dataclasses.replace(report, coverage=coverage)
+
+    def progress_note(self) -> str:
+        return f"{self.dictionary.size if self.dictionary else 0:,} candidates"
+
+    def result(self) -> ProtocolResult:
+        discoveries: list[Discovery] = []
+        if self._regression is not None:
+            assert self.dictionary is not None
+            regression = self._regression
+            significant = self._significant()
+            order = np.argsort(-regression.estimates[significant], kind="stable")
+            for index, estimate in zip(regression.candidates[significant][order].tolist(),
+                                       regression.estimates[significant][order].tolist(), strict=True):
+                row = self.dictionary.rows[index]
+                discoveries.append(Discovery(self.dictionary.items[index], tuple(int(s) for s in row),
+                                             estimated_count=float(estimate)))
+        p = self.params
+        return ProtocolResult(
+            protocol=NAME,
+            discoveries=discoveries,
+            frequent_prefixes=[],
+            trace=self.trace,
+            privacy=self.privacy_report(),
+            params={
+                "bloom_bits": p.bloom_bits, "bloom_hashes": p.bloom_hashes, "cohorts": p.cohorts,
+                "candidate_dictionary": self.dictionary_source,
+                "candidates": self.dictionary.size if self.dictionary else 0,
+                "significance": SIGNIFICANCE,
+                "significance_z": self._regression.threshold if self._regression else None,
+            },
+            stopped_because="one round of Bloom filters decoded" if self._trace else "not finished",
+        )
+
+
+def read_dictionary(path: str, codec: ItemCodec) -> Vocabulary:
+    """A candidate dictionary file (UTF-8 text, one candidate per line) encoded with the run's codec."""
+    file = Path(path)
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"protocol.candidates: cannot read {path!r} as UTF-8 text ({error})") from None
+    candidates = list(dict.fromkeys(line.strip() for line in lines if line.strip()))
+    vocabulary, _ = Vocabulary.encode(candidates, dataclasses.replace(codec, overlong="drop", unknown_chars="drop"))
+    return vocabulary
+
+
+def decode(encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.ndarray) -> Regression:
+    """Bit estimates, screening, regression and the significance threshold (module docstring)."""
+    from scipy import sparse  # server side only: devices never import scipy
+
+    p, q = encoder.probabilities
+    cohorts, bits = encoder.cohorts, encoder.bloom_bits
+    reporters = response.reporters.astype(np.float64)
+    estimates = (response.ones.reshape(cohorts, bits) - q * reporters[:, None]) / (p - q)
+    centred = estimates - estimates.mean(axis=1, keepdims=True)
+    all_cohorts = np.arange(cohorts)
+    scores = np.empty(candidate_keys.size)
+    for first in range(0, candidate_keys.size, CANDIDATES_PER_BLOCK):
+        keys = candidate_keys[first : first + CANDIDATES_PER_BLOCK]
+        positions = encoder.positions(keys[:, None], all_cohorts[None, :])  # (K, C, h)
+        scores[first : first + keys.size] = centred[all_cohorts[None, :, None], positions].sum(axis=(1, 2))
+    spread = 1.4826 * float(np.median(np.abs(centred)))  # robust sd of a bit estimate: heavy bits stand out
+    screen = NormalDist().inv_cdf(1 - 1 / max(candidate_keys.size, 2)) * spread * math.sqrt(encoder.bloom_hashes * cohorts)
+    limit = min(max(1, bits * cohorts // 4), MAX_REGRESSED)
+    chosen = np.sort(np.argsort(-scores, kind="stable")[:limit])
+    chosen = chosen[scores[chosen] > screen]
+    regressed = chosen.size
+    positions = encoder.positions(candidate_keys[chosen][:, None], all_cohorts[None, :])  # (R, C, h)
+    first_time = np.ones(positions.shape, dtype=bool)  # an item sets a bit once, however many hashes hit it
+    for j in range(1, encoder.bloom_hashes):
+        first_time[..., j] = np.all(positions[..., j : j + 1] != positions[..., :j], axis=-1)
+    weights = reporters / max(float(reporters.sum()), 1.0)  # N_c / N
+    column, cohort, _ = np.nonzero(first_time)
+    rows = cohort * bits + positions[first_time]
+    design = sparse.csr_matrix(
+        (np.concatenate([weights[cohort], np.repeat(weights, bits)]),
+         (np.concatenate([rows, np.arange(cohorts * bits)]),
+          np.concatenate([column, np.full(cohorts * bits, regressed)]))),
+        shape=(cohorts * bits, regressed + 1),
+    )
+    target = estimates.ravel()
+    inverse = normal_inverse((design.T @ design).toarray())
+    beta = inverse @ (design.T @ target)
+    residuals = target - design @ beta
+    variance = float(residuals @ residuals) / max(cohorts * bits - regressed - 1, 1)
+    errors = np.sqrt(np.maximum(np.diag(inverse)[:regressed], 0.0) * variance)
+    return Regression(chosen, beta[:regressed], errors, significance_level(candidate_keys.size))
+
+
+def normal_inverse(normal: np.ndarray) -> np.ndarray:
+    """``(XᵀX)⁻¹`` by Cholesky (the columns are independent unless two candidates share every
+    bit in every cohort), else the pseudo-inverse, which gives such twins their mean."""
+    from scipy import linalg
+
+    try:
+        factor = linalg.cho_factor(normal)
+    except linalg.LinAlgError:
+        return np.linalg.pinv(normal, hermitian=True)
+    return linalg.cho_solve(factor, np.eye(normal.shape[0]))
+
+
+# -- what an untrusting server checks -------------------------------------------------------------
+
+
+def check_reply(request: RapporRequest, response: RapporResponse, node: HeldUsers, server: ServerProtocol) -> None:
+    """A node reports exactly its users, cohort by cohort, and no bit more often than it has reports."""
+    tag = type(response).__name__
+    if response.sampled_users != node.users or response.responding_users != node.users:
+        raise InvalidReply(f"{tag}.sampled_users/responding_users: the node holds {node.users} users, it says "
+                           f"{response.sampled_users}/{response.responding_users}")
+    if response.ones.size != request.cohorts * request.bloom_bits or response.reporters.size != request.cohorts:
+        raise InvalidReply(f"{tag}.ones: {response.ones.size} counts for {response.reporters.size} cohorts, expected "
+                           f"{request.cohorts} x {request.bloom_bits}")
+    ids = np.arange(node.first_user, node.first_user + node.users)
+    expected = np.bincount(user_cohorts(request.cohort_seed, request.cohorts, ids), minlength=request.cohorts)
+    if not np.array_equal(response.reporters, expected):
+        raise InvalidReply(f"{tag}.reporters: reports per cohort differ from the node's users per cohort")
+    if np.any(response.ones.reshape(request.cohorts, -1) > expected[:, None]):
+        raise InvalidReply(f"{tag}.ones: a bit is set in more reports than its cohort has")
+
+
+def reply_budget(request: RapporRequest, node: HeldUsers, server: ServerProtocol) -> int:
+    return 8 * request.cohorts * (request.bloom_bits + 1) + 1024
+
+
+def describe_round(record: RoundRecord) -> str:
+    values = record.values
+    return (f"Bloom filters of {values['users']:,} users decoded against {values['candidates']:,} candidates: "
+            f"{values['regressed']} regressed, {values['significant']} significant")
+
+
+def build_rappor(
+    privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
+) -> RapporServer:
+    params = RapporParameters(
+        n_users=n_users,
+        epsilon=float(privacy["epsilon"]),
+        bloom_bits=int(protocol["bloom_bits"]),
+        bloom_hashes=int(protocol["bloom_hashes"]),
+        cohorts=int(protocol["cohorts"]),
+        candidates=str(protocol["candidates"]),
+    )
+    return RapporServer(params, codec, seed)
+
+
+SPEC = register_protocol(
+    ProtocolSpec(
+        name=NAME,
+        summary="RAPPOR: Bloom filters randomised bit by bit (SUE), decoded by regression against a candidate dictionary",
+        build=build_rappor,
+        respond=respond,  # type: ignore[arg-type]
+        request_type=RapporRequest,
+        response_type=RapporResponse,
+        dropout_privacy=(
+            "unchanged: every Bloom filter is ε-LDP on the device that sends it; a node that does not "
+            "answer only removes its users' reports"
+        ),
+        keys=RAPPOR_KEYS,
+        reply_budget=reply_budget,  # type: ignore[arg-type]
+        check_reply=check_reply,  # type: ignore[arg-type]
+        describe_round=describe_round,
+        budget=rappor_budget(),
+        planner="fedhh.planning.rappor:plan_rappor",
+        plan_command="fedhh.planning.rappor:add_rappor_plan_parser",
+    )
+)

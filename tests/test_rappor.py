@@ -1,0 +1,182 @@
+"""RAPPOR: planted heavy hitters found and light ones not, unbiased counts with the predicted
+spread, the exact ε of the Bloom-filter randomiser, the candidate dictionary, refusals, and
+invariance to sharding and transport."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedhh.config import ConfigError, load_config
+from fedhh.errors import InputError
+from fedhh.experiment import Experiment
+from fedhh.items import ItemCodec, get_alphabet
+from fedhh.population import Shard, Vocabulary
+from fedhh.audits.ldp import audit_reports
+from fedhh.planning.plan import plan
+from fedhh.protocols.rappor import (
+    POPULATION_DICTIONARY_NOTE,
+    BloomEncoder,
+    RapporParameters,
+    RapporServer,
+    count_noise,
+    respond,
+    vocabulary_keys,
+)
+from fedhh.randomness import KeyedRandomness
+from simulations.fast import drive, run_fast
+
+SMALL_RUN = [
+    'protocol.name="rappor"', 'population.source="zipf"', "population.users=30000", "population.vocabulary=2000",
+    "population.item_length=4", "population.zipf_exponent=1.3", "protocol.max_length=4", "privacy.epsilon=6.0",
+    "protocol.bloom_bits=64", "protocol.cohorts=64", "run.seed=9", "run.top_k=5",
+]
+
+# Shares of n = 60,000 users.  With ε = 8, h = 2 (bits at ε/4) and 5,000 candidates a count's noise
+# is about 155 users and Bonferroni's z about 4.4, so an item needs about 680 users (1.1%) to be
+# reported half the time: the heavy ones hold 18x and 11x that noise level, the light ones 0.4x.
+PLANTED = {"apple": 0.05, "mango": 0.03, "kiwis": 0.001, "figgy": 0.001}
+N_USERS, POOL = 60_000, 5_000
+CODEC = ItemCodec(get_alphabet("lowercase"), 1, 5)
+
+
+@pytest.fixture(scope="module")
+def planted_population() -> Shard:
+    """The planted words, the rest spread over random five-letter words (about 10 users each)."""
+    generator = np.random.default_rng(0)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    pool = sorted({"".join(generator.choice(letters, 5)) for _ in range(2 * POOL)} - set(PLANTED))[: POOL - len(PLANTED)]
+    items = [item for item, share in PLANTED.items() for _ in range(int(share * N_USERS))]
+    items += generator.choice(pool, N_USERS - len(items)).tolist()
+    vocabulary, _ = Vocabulary.encode(sorted(set(items)), CODEC)
+    index = {item: i for i, item in enumerate(vocabulary.items)}
+    return Shard.single_item(vocabulary, 0, np.array([index[item] for item in items]))
+
+
+def planted_server(shard: Shard, seed: int, epsilon: float = 8.0) -> RapporServer:
+    server = RapporServer(RapporParameters(shard.n_users, epsilon, 64, 2, 128, ""), CODEC, seed)
+    server.offer_vocabulary(shard.vocabulary)
+    return server
+
+
+def test_heavy_items_are_found_light_ones_are_not_and_counts_are_unbiased(planted_population: Shard) -> None:
+    """In each of 12 runs (seeds: hash functions, cohorts, noise) the heavy words are reported and
+    the light ones are not; false discoveries are at most Bonferroni's 5% per run; the estimates
+    average to the truth within 4 standard errors and spread as the randomisation predicts."""
+    runs = 12
+    counts: dict[str, list[float]] = {item: [] for item in PLANTED}
+    others = 0
+    for run in range(runs):
+        server = planted_server(planted_population, run)
+        randomness = KeyedRandomness(run)
+        result = drive(server, lambda request: [respond(request, planted_population, randomness)])
+        for found in result.discoveries:
+            if found.item in counts:
+                counts[found.item].append(found.estimated_count)
+            else:
+                others += 1
+    assert len(counts["apple"]) == len(counts["mango"]) == runs
+    assert counts["kiwis"] == counts["figgy"] == []
+    assert others <= 3  # Poisson(at most 0.05 x 12) exceeds 3 with probability below 1e-4
+    predicted_sd = count_noise(N_USERS, 8.0, 2)
+    for item in ("apple", "mango"):
+        estimates = np.array(counts[item])
+        assert abs(estimates.mean() - PLANTED[item] * N_USERS) < 4 * estimates.std(ddof=1) / math.sqrt(runs)
+        # the randomisation's noise, plus a little from the light words' bits: chi-square spread of 12 runs
+        assert 0.5 < estimates.std(ddof=1) / predicted_sd < 1.6
+
+
+def test_the_plan_places_the_planted_words_on_either_side_of_the_threshold() -> None:
+    """The planner's count for a half-time report, from the noise formula and Bonferroni's z,
+    is what the runs above see: the heavy words far above it, the light ones far below."""
+    planned = plan("rappor", n_users=N_USERS, epsilon=8.0, bloom_bits=64, bloom_hashes=2, cohorts=128, candidates=POOL)
+    assert planned["count_standard_deviation"] == pytest.approx(count_noise(N_USERS, 8.0, 2))
+    share = planned["share_found_half_the_time"]
+    assert PLANTED["mango"] > 2 * share and PLANTED["kiwis"] < share / 5
+    with pytest.raises(InputError, match="protocol.bloom_bits"):
+        plan("rappor", n_users=N_USERS, epsilon=8.0, bloom_bits=16, cohorts=128, candidates=POOL)
+
+
+@dataclass(frozen=True)
+class BloomReports:
+    """What a user sends: its cohort (public, drawn independently of the value) and its bits."""
+
+    cohorts: np.ndarray
+    bits: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.cohorts.size)
+
+
+def test_the_bloom_filter_randomiser_is_exactly_epsilon_ldp() -> None:
+    """Every report of 6 candidates (8-bit filters, 2 hashes, 2 cohorts) is enumerated: the worst
+    ratio is e^ε exactly (two candidates with disjoint bits), and a smaller claim is refuted."""
+    epsilon, domain, samples = 1.5, 6, 20_000
+    encoder = BloomEncoder(epsilon, 8, 2, 2, hash_seed=11)
+    vocabulary, _ = Vocabulary.encode(["ab", "ba", "cd", "dc", "ef", "fe"], CODEC)
+    keys = vocabulary_keys(vocabulary)
+    rng = np.random.default_rng(0)
+    values = np.repeat(np.arange(domain), samples)
+    cohorts = rng.integers(0, encoder.cohorts, values.size)
+    bits = encoder.randomize(encoder.filters(keys[values], cohorts, np.ones(values.size, bool)), rng)
+    reports = BloomReports(cohorts, bits)
+
+    def probabilities(value: int, given: BloomReports) -> np.ndarray:
+        filters = encoder.filters(np.full(len(given), keys[value]), given.cohorts, np.ones(len(given), bool))
+        return encoder.report_probabilities(filters, given.bits) / encoder.cohorts
+
+    audit = audit_reports("rappor", domain, epsilon, samples, reports, probabilities)
+    assert audit.exhaustive and not audit.violated
+    assert audit.epsilon_lower == pytest.approx(epsilon, rel=1e-9)
+    assert audit_reports("rappor", domain, 0.9 * epsilon, samples, reports, probabilities).violated
+
+
+def test_a_dictionary_file_replaces_the_population_vocabulary(tmp_path: Path) -> None:
+    """Only dictionary words can be found; the default (the population's vocabulary) is named
+    as outside what a deployment has, in the privacy report's coverage."""
+    experiment = Experiment(load_config(None, SMALL_RUN))
+    default = run_fast(experiment, 1, "inprocess").result
+    assert POPULATION_DICTIONARY_NOTE in default.privacy.coverage.not_covered
+    top = [d.item for d in default.discoveries]
+    assert len(top) >= 2
+    dictionary = tmp_path / "words.txt"
+    dictionary.write_text("\n".join([top[1], "zzzz", "qqqq"]) + "\n", encoding="utf-8")
+    chosen = Experiment(load_config(None, [*SMALL_RUN, f'protocol.candidates="{dictionary}"']))
+    result = run_fast(chosen, 1, "inprocess").result
+    assert [d.item for d in result.discoveries] == [top[1]]
+    assert POPULATION_DICTIONARY_NOTE not in result.privacy.coverage.not_covered
+    assert result.params["candidates"] == 3
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        (["protocol.bloom_bits=16", "protocol.cohorts=64"], "protocol.bloom_bits"),  # 1,024 bits < 2,000 candidates
+        (['protocol.candidates="/nonexistent/words.txt"'], "protocol.candidates"),
+        (["protocol.bloom_hashes=0"], "protocol.bloom_hashes"),
+        (["privacy.epsilon=200.0"], "privacy.epsilon"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_key(settings: list[str], key: str) -> None:
+    with pytest.raises((ConfigError, InputError), match=key):
+        Experiment(load_config(None, [*SMALL_RUN, *settings]))
+
+
+def run_view(result) -> list[tuple[str, float | None]]:  # noqa: ANN001
+    return [(d.item, d.estimated_count) for d in result.discoveries]
+
+
+def test_one_and_seven_shards_and_flower_give_the_same_run(tmp_path: Path) -> None:
+    from simulations.flower import run_flower_simulation
+
+    config = load_config(None, SMALL_RUN)
+    one = run_fast(Experiment(config), 1, "inprocess").result
+    seven = run_fast(Experiment(config), 7, "inprocess").result
+    assert len(one.discoveries) >= 3 and run_view(one) == run_view(seven)
+    document = run_flower_simulation(config, 2, output_dir=tmp_path / "out")
+    assert [(h["item"], h["estimated_count"]) for h in document["heavy_hitters"]] == run_view(one)
+    assert document["rounds"][0]["nodes_answered"] == 2
