@@ -12,6 +12,16 @@ spreading it over machines (``docs/deployment.md``).
 Every process is started in its own process group, so stopping it stops
 what it spawned too (Flower 1.41's SuperNode starts a ``flower-superexec``
 that starts one ``flwr-clientapp`` process per message).
+
+SuperNodes start fast by default (``docs/deployment.md``, "Time per
+round"): each is Flower's SuperNode with its idle poll capped at
+``idle_poll`` seconds (``simulations.supernode``; Flower's own waits 3 s)
+and ``--isolation process``, served by one long-running ClientApp process
+(``simulations.clientapp_process``) that the SuperNode starts in its
+process group, so that crashing, pausing or stopping the node does the
+same to it.
+``LocalDeployment(..., idle_poll=None, clientapp_process=False)`` starts
+Flower's ``flower-supernode`` as it comes.
 :class:`LocalDeployment` is a context manager that stops everything it
 started, also when the code using it fails.  Addresses are always
 ``127.0.0.1`` and the connection is insecure (no TLS): this is for one
@@ -44,6 +54,7 @@ from fedhh.errors import InputError
 from fedhh.interrupts import exit_status, interruptible
 
 from .processes import descendants, processes
+from .supernode import IDLE_POLL
 
 LOOPBACK = "127.0.0.1"
 CONNECTION = "local"  # the SuperLink connection's name in $FLWR_HOME/config.toml
@@ -174,6 +185,8 @@ class LocalDeployment:
     """A SuperLink and SuperNodes on loopback, with their Flower home in ``workdir``."""
 
     workdir: Path
+    idle_poll: float | None = IDLE_POLL  # None: Flower's flower-supernode, idle for 3 s between polls
+    clientapp_process: bool = True  # one long-running ClientApp process per node, or one per message
     processes: list[ManagedProcess] = field(default_factory=list)
     superlink_port: int | None = None
 
@@ -241,13 +254,26 @@ class LocalDeployment:
         raise TimeoutError(f"flower-superlink did not answer on {LOOPBACK}:{port} within {timeout:.0f} s")
 
     def add_supernode(self, name: str, node_config: Mapping[str, Scalar]) -> ManagedProcess:
-        """Start a SuperNode with ``node_config`` (its shard, or a device's user and data)."""
+        """Start a SuperNode with ``node_config`` (its shard, or a device's user and data).
+
+        With ``clientapp_process``, the SuperNode starts its long-running
+        ClientApp process as a child, in its process group: signals for the
+        node reach both.
+        """
         if self.superlink_port is None:
             raise RuntimeError("start the SuperLink first")
+        supernode = (
+            [str(self._bin / "flower-supernode")] if self.idle_poll is None
+            else [sys.executable, "-m", "simulations.supernode", "--idle-poll", str(self.idle_poll)]
+        )
+        if self.clientapp_process:
+            if self.idle_poll is None:
+                raise ValueError("clientapp_process needs simulations.supernode: set idle_poll (3.0 is Flower's own)")
+            supernode.append("--clientapp-process")
         return self._start(
             name,
             [
-                str(self._bin / "flower-supernode"), "--insecure",
+                *supernode, "--insecure",
                 "--superlink", f"{LOOPBACK}:{self.superlink_port}",
                 "--port", str(free_port()),  # the node's own Runtime API, for its ClientApp processes
                 "--node-config", config_arg(node_config),

@@ -91,6 +91,7 @@ def test_a_failed_run_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert deploy(["--supernodes", "1", "--output", str(output), *overrides("run.round_timeout=0.0001")]) == 1
     error = capsys.readouterr().err
     assert "did not complete (status finished:failed" in error and "no results written" in error
+    assert "ServerApp failed with exception: shard query:" in error, "the ServerApp's own error is reported"
     assert "shard query: node" in error and "did not answer the shard query in time" in error, error
     assert not output.exists()
 

@@ -67,6 +67,10 @@ def test_deployment_survives_a_crashed_and_a_stalled_supernode(deployment: Local
     """After round 1, shard 1 stalls past the timeout and shard 2 crashes; shard 1 comes back in round 3."""
     timeout = 12.0
     config = load_config(None, [*SHORT, "run.shards=3", f"run.round_timeout={timeout}"])
+    # The nodes are paused and killed when round 1's line reaches ``flwr run``'s log stream (0.5 s and
+    # more after the fact); a node polling every 0.1 s may have answered round 2 by then.  Flower's own
+    # 3 s idle poll keeps round 2 from them until the signals have arrived.
+    deployment.idle_poll = 3.0
     nodes = [deployment.add_supernode(f"supernode-{i}", {"partition-id": i, "num-partitions": 3}) for i in range(3)]
     stalled, crashed = nodes[1], nodes[2]
     events: list[str] = []
