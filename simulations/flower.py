@@ -47,6 +47,7 @@ from fedhh.protocols import protocol_module
 from strategies.plugins import PROTOCOL_MODULE
 from strategies.server_app import PROGRESS, RUN_ID, PreparedRun, StopHandle, make_server_app
 
+from .progress import RoundProgress
 from .ray_runtime import ray_runtime
 from .report import write_run_outputs
 
@@ -127,7 +128,7 @@ def run_flower_simulation(
         with _quiet_unless(verbose), ray_runtime(**init_args):
             try:
                 run_simulation(
-                    server_app=make_server_app(run_config, stop, prepared),
+                    server_app=make_server_app(run_config, stop, prepared, progress=RoundProgress),
                     client_app=make_client_app(run_config),
                     num_supernodes=shards,
                     backend_name="ray",

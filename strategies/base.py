@@ -34,11 +34,13 @@ for every protocol.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Protocol
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -48,7 +50,6 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from fedhh.errors import InputError
 from fedhh.protocols import InvalidReply, ProtocolSpec, Request, Response, ServerProtocol
-from simulations.progress import RoundProgress
 
 from .codec import MessageDecodeError, codec_for
 from .errors import FederationError, RunStopped
@@ -81,6 +82,35 @@ class _PendingRound:
     asked: dict[int, Request]  # node id -> the request it was sent
     messages: list[Message]
     participation: RoundParticipation
+
+
+class RoundDisplay(Protocol):
+    """What shows a run's rounds as they are absorbed (e.g. ``simulations.progress.RoundProgress``)."""
+
+    def __enter__(self) -> "RoundDisplay": ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> bool | None: ...
+
+    def update(self, server: ServerProtocol) -> None:
+        """Called after each absorbed round."""
+
+
+class ProgressFactory(Protocol):
+    """Builds the display of one run's rounds; the caller injects it, so this layer draws nothing itself."""
+
+    def __call__(self, server: ServerProtocol, *, label: str) -> RoundDisplay: ...
+
+
+class _NoDisplay(contextlib.AbstractContextManager["_NoDisplay"]):
+    """The display when none was asked for."""
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def update(self, server: ServerProtocol) -> None:
+        return None
 
 
 class RoundAggregation(Protocol):
@@ -118,13 +148,14 @@ class ProtocolStrategy(Strategy):
         round_timeout: float = 120.0,
         connect_timeout: float = 120.0,
         aggregation: RoundAggregation | None = None,
-        show_progress: bool = False,
+        progress: ProgressFactory | None = None,
         stop: threading.Event | None = None,
     ) -> None:
         """``num_shards``: the split of the users (``run.shards``; a device federation: n).
 
         ``aggregation`` sums each round (default :class:`PlainAggregation`;
-        ``strategies.secure.SecureAggregation`` for SecAgg+).  ``stop``, once
+        ``strategies.secure.SecureAggregation`` for SecAgg+).  ``progress``
+        builds the display of the rounds (none if ``None``).  ``stop``, once
         set, ends the run within a poll interval with
         :class:`~strategies.errors.RunStopped` (the driver was interrupted).
         """
@@ -152,7 +183,7 @@ class ProtocolStrategy(Strategy):
         self.round_timeout = round_timeout
         self.connect_timeout = connect_timeout
         self.aggregation: RoundAggregation = aggregation if aggregation is not None else PlainAggregation()
-        self.show_progress = show_progress
+        self.progress = progress
         self.stop = stop
         self.federation = Federation(n_users, {})  # the admitted nodes, once connected
         self.participation: list[RoundParticipation] = []
@@ -289,7 +320,8 @@ class ProtocolStrategy(Strategy):
 
         result = Result()
         label = f"{self.server.name} on Flower"
-        with RoundProgress(self.server, enabled=self.show_progress, label=label) as progress:
+        display = _NoDisplay() if self.progress is None else self.progress(self.server, label=label)
+        with display as progress:
             server_round = 0
             while server_round < limit and self.server.next_request() is not None:
                 if self.stop is not None and self.stop.is_set():
