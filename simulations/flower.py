@@ -30,6 +30,7 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from fedhh.experiment import Experiment
 from fedhh.interrupts import stop_requested
 from fedhh.privacy.charge import check_budget
 from fedhh.results import ResultsFolder
+from fedhh.sources import PopulationSource, SampledSource
 from strategies.base import LOGGER
 from strategies.client_app import make_client_app
 from fedhh.protocols import protocol_module
@@ -126,10 +128,11 @@ def run_flower_simulation(
         }
         backend_config = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": init_args}
         with _quiet_unless(verbose), ray_runtime(**init_args):
+            population = SharedPopulation.put(experiment.source) if isinstance(experiment.source, SampledSource) else None
             try:
                 run_simulation(
                     server_app=make_server_app(run_config, stop, prepared, progress=RoundProgress),
-                    client_app=make_client_app(run_config),
+                    client_app=make_client_app(run_config, population),
                     num_supernodes=shards,
                     backend_name="ray",
                     backend_config=backend_config,
@@ -141,6 +144,36 @@ def run_flower_simulation(
     if not documents:
         raise RuntimeError("the Flower simulation ended without a result")
     return documents[0]
+
+
+@dataclass(frozen=True)
+class SharedPopulation:
+    """The driver's population source, put once into Ray's object store for the nodes.
+
+    A sampled population's source is its vocabulary and distribution (no
+    users): rebuilding it costs each Ray actor about a second (wordfreq's
+    list read and encoded), fetching it from the object store some
+    milliseconds.  Each node then builds only its own shard from it.  This
+    handle is pickled with the ClientApp for every message, so it holds only
+    the object's reference; nodes cache what it returns per process
+    (``strategies.client_app``), keyed by the reference's id.
+    """
+
+    key: str
+    ref: Any = field(compare=False)  # ray.ObjectRef
+
+    @classmethod
+    def put(cls, source: PopulationSource) -> "SharedPopulation":
+        import ray
+
+        ref = ray.put(source)
+        return cls(ref.hex(), ref)
+
+    def __call__(self) -> PopulationSource:
+        import ray
+
+        source: PopulationSource = ray.get(self.ref)
+        return source
 
 
 @contextlib.contextmanager

@@ -87,13 +87,9 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
     before = descendant_identities(os.getpid())
     try:
         if started_here:
-            if address is None:
-                # Local workers import fedhh's modules (and a test's) by name: give them this
-                # process's import path, as Flower's own Ray backend does when it starts Ray.
-                python_path = os.pathsep.join([*sys.path, *filter(None, [os.environ.get("PYTHONPATH")])])
-                init_args.setdefault("runtime_env", {"env_vars": {"PYTHONPATH": python_path}})
             try:
-                ray.init(address=address, include_dashboard=False, **init_args)
+                with _import_path_inherited(address is None):
+                    ray.init(address=address, include_dashboard=False, **init_args)
             except SystemExit as stopped:  # Ray's own SIGTERM handler, active while it starts
                 if stopped.code == signal.SIGTERM:
                     raise Interrupted(signal.SIGTERM) from None
@@ -113,6 +109,29 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
             restore_stop_handlers(handlers)
             # A Ray stopped while starting up can orphan its agents: stop what is left, by PID.
             stop_leftovers(started, LEFTOVER_GRACE)
+
+
+@contextlib.contextmanager
+def _import_path_inherited(local: bool) -> Iterator[None]:
+    """While a local Ray starts, ``PYTHONPATH`` is this process's import path, so its workers
+    import fedhh's modules (and a test's) by name.
+
+    Ray's processes inherit this environment; a job-level ``runtime_env``
+    would do the same but keeps the workers Ray starts ahead of time from
+    being used for the first actors, which then wait seconds for new ones.
+    """
+    if not local:
+        yield
+        return
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path, *filter(None, [previous])])
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = previous
 
 
 def _new_processes(before: dict[int, int]) -> dict[int, int]:

@@ -429,7 +429,9 @@ class ProtocolStrategy(Strategy):
             Message(content=RecordDict(), dst_node_id=node, message_type=SHARD_INFO_MESSAGE, group_id="shards")
             for node in nodes
         ]
-        replies, _ = exchange(grid, messages, self.round_timeout, self.stop)  # each node builds its shard now
+        # Each node builds its shard now: on a loaded machine that takes long, but as long as
+        # replies keep coming the wait goes on (run.connect_timeout without any is a failure).
+        replies, _ = exchange(grid, messages, self.connect_timeout, self.stop, while_progressing=True)
         node_of = {message.metadata.message_id: message.metadata.dst_node_id for message in messages}
         infos: dict[int, ShardInfo] = {}
         problems: dict[int, str] = {}
@@ -444,7 +446,10 @@ class ProtocolStrategy(Strategy):
                 problems[node] = f"node {node} sent {error}"
         for node in nodes:
             if node not in infos and node not in problems:
-                problems[node] = f"node {node} did not answer the shard query in time"
+                problems[node] = (
+                    f"node {node} did not answer the shard query: no node answered for "
+                    f"run.connect_timeout = {self.connect_timeout:g} s"
+                )
         if problems and self.federation_kind == SHARDS:
             raise FederationError("shard query: " + "; ".join(problems[node] for node in sorted(problems)))
         self.federation = admit(infos, self.n_users, self.num_shards, self.federation_kind)
