@@ -18,7 +18,7 @@ are reported side by side with the load average around each run.
 Usage::
 
     python benchmarks/bench_flower_startup.py [--repeats 5] [--burn 16] \\
-        [--reference /tmp/flower-before --reference-python /work/venv/bin/python]
+        [--reference /tmp/flower-before --reference-python /work/venv/bin/python [--reference-repeats 1]]
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ def main() -> None:
     parser.add_argument("--burn", type=int, default=0, help="CPU burner processes to run beside the job")
     parser.add_argument("--reference", type=Path, help="a checkout of the code to compare with")
     parser.add_argument("--reference-python", default=sys.executable)
+    parser.add_argument("--reference-repeats", type=int, help="runs of the reference (default: --repeats)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is called failed")
     parser.add_argument("--set", action="append", default=[], dest="settings", help="a config override")
     args = parser.parse_args()
@@ -107,8 +108,11 @@ def main() -> None:
         trees = {"before": (args.reference_python, args.reference.resolve()), **trees}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     with burners(args.burn):
-        for _ in range(args.repeats):
+        reference_repeats = args.repeats if args.reference_repeats is None else args.reference_repeats
+        for repeat in range(args.repeats):
             for name, (python, tree) in trees.items():
+                if name == "before" and repeat >= reference_repeats:
+                    continue
                 runs[name].append(one_run(python, tree, args.settings, args.timeout))
                 print(name, json.dumps({k: v for k, v in runs[name][-1].items() if k != "discovered"}),
                       file=sys.stderr, flush=True)

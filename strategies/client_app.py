@@ -41,7 +41,7 @@ from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.compat.common import recorddict_compat as compat
 
-from fedhh.config import FedhhConfig, Scalar, config_from_flat
+from fedhh.config import MAX_SHARDS, FedhhConfig, Scalar, config_from_flat
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
 from fedhh.population import Shard, check_shard_count
@@ -57,7 +57,9 @@ from .shards import DEVICES, SHARD_INFO_CODEC, ShardInfo
 
 PARTITION_ID = "partition-id"
 NUM_PARTITIONS = "num-partitions"
-SHARD_CACHE_SIZE = 64  # a Ray actor may serve every node of a federation
+# A Ray actor may serve every node of a simulation: it keeps each one's shard (together at most
+# the users of the nodes it serves) rather than rebuilding them every round.
+SHARD_CACHE_SIZE = MAX_SHARDS
 
 ConfigKey = tuple[tuple[str, Scalar], ...]
 # Hands a node the population source its driver already built (called once per process).
