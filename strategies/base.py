@@ -430,8 +430,8 @@ class ProtocolStrategy(Strategy):
             for node in nodes
         ]
         # Each node builds its shard now: on a loaded machine that takes long, but as long as
-        # replies keep coming the wait goes on (run.connect_timeout without any is a failure).
-        replies, _ = exchange(grid, messages, self.connect_timeout, self.stop, while_progressing=True)
+        # replies keep coming the wait goes on (run.round_timeout without any is a failure).
+        replies, _ = exchange(grid, messages, self.round_timeout, self.stop, while_progressing=True)
         node_of = {message.metadata.message_id: message.metadata.dst_node_id for message in messages}
         infos: dict[int, ShardInfo] = {}
         problems: dict[int, str] = {}
@@ -448,7 +448,7 @@ class ProtocolStrategy(Strategy):
             if node not in infos and node not in problems:
                 problems[node] = (
                     f"node {node} did not answer the shard query: no node answered for "
-                    f"run.connect_timeout = {self.connect_timeout:g} s"
+                    f"run.round_timeout = {self.round_timeout:g} s"
                 )
         if problems and self.federation_kind == SHARDS:
             raise FederationError("shard query: " + "; ".join(problems[node] for node in sorted(problems)))

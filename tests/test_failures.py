@@ -8,8 +8,8 @@
   or whose ClientApp raises, are rejected (or counted failed) with a
   logged reason naming the field, and the round goes on with the others;
 * in a Flower simulation whose nodes build their shards slowly (an
-  overloaded machine), the run waits as long as shards keep arriving: it
-  slows down rather than fails;
+  overloaded machine), the run waits as long as shard answers keep
+  arriving: it slows down rather than fails;
 * in the fast driver, a killed Ray shard actor is restarted and the
   round's call retried: the result is the one of an undisturbed run.
 """
@@ -213,7 +213,7 @@ def test_bad_replies_are_rejected_and_the_round_goes_on(tmp_path: Path) -> None:
 
 
 SLOW_SHARD_S = 4.0  # each node's shard query, one actor for all: replies at t0 + 4, + 8, + 12 s
-CONNECT_TIMEOUT_S = 10.0  # longer than any gap between two replies, shorter than the whole start-up
+ANSWER_TIMEOUT_S = 10.0  # run.round_timeout: longer than any gap between two replies, shorter than them all
 
 
 def slow_start_client_app(run_config: dict[str, Any]) -> ClientApp:
@@ -235,13 +235,13 @@ def slow_start_client_app(run_config: dict[str, Any]) -> ClientApp:
 
 def test_a_slow_start_up_slows_the_run_down_rather_than_failing_it(tmp_path: Path) -> None:
     """Three nodes on one actor answer the shard query 4 s apart, 12 s in all, with
-    run.connect_timeout = 10 s: a fixed deadline would fail the run; the wait goes on
+    run.round_timeout = 10 s: a fixed deadline would fail the run; the wait goes on
     while replies keep coming, and the result is the undisturbed run's."""
     from flwr.simulation import run_simulation
 
     from strategies.server_app import make_server_app
 
-    config = load_config(None, [*SHORT, "run.shards=3", f"run.connect_timeout={CONNECT_TIMEOUT_S}"])
+    config = load_config(None, [*SHORT, "run.shards=3", f"run.round_timeout={ANSWER_TIMEOUT_S}"])
     flat = {**config.to_flat(), "output-dir": str(tmp_path / "out"), "progress": False}
     with ray_runtime(num_cpus=1):  # started before the ServerApp, whose clock then starts with the actor
         run_simulation(
@@ -251,7 +251,7 @@ def test_a_slow_start_up_slows_the_run_down_rather_than_failing_it(tmp_path: Pat
             backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
         )
     document = json.loads((tmp_path / "out" / "result.json").read_text(encoding="utf-8"))
-    assert document["timing_s"]["setup_s"] > CONNECT_TIMEOUT_S, "the shard answers took longer than the timeout"
+    assert document["timing_s"]["setup_s"] > ANSWER_TIMEOUT_S, "the shard answers took longer than the timeout"
     assert document["participation"]["lost_shards"] == []
     fast = run_fast(Experiment(config), 3, "inprocess")
     assert sorted(hit["item"] for hit in document["heavy_hitters"]) == sorted(d.item for d in fast.result.discoveries)
