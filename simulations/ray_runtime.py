@@ -42,6 +42,7 @@ from .processes import descendant_identities, stop_leftovers
 
 LEFTOVER_GRACE = 2.0  # seconds a Ray process left after shutdown gets between SIGTERM and SIGKILL
 ADDRESS_VARIABLE = "RAY_ADDRESS"
+NICENESS_VARIABLE = "RAY_worker_niceness"  # Ray's config, read from the environment by its raylet
 CONNECT_TIMEOUT = 5.0  # seconds to reach a named cluster's head before it is called unreachable
 
 
@@ -88,7 +89,7 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
     try:
         if started_here:
             try:
-                with _import_path_inherited(address is None):
+                with _worker_environment(address is None):
                     ray.init(address=address, include_dashboard=False, **init_args)
             except SystemExit as stopped:  # Ray's own SIGTERM handler, active while it starts
                 if stopped.code == signal.SIGTERM:
@@ -112,26 +113,33 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _import_path_inherited(local: bool) -> Iterator[None]:
-    """While a local Ray starts, ``PYTHONPATH`` is this process's import path, so its workers
-    import fedhh's modules (and a test's) by name.
+def _worker_environment(local: bool) -> Iterator[None]:
+    """While a local Ray starts, the environment its processes inherit: ``PYTHONPATH`` is this
+    process's import path, so its workers import fedhh's modules (and a test's) by name, and
+    ``RAY_worker_niceness`` is 0 unless the user set it.
 
-    Ray's processes inherit this environment; a job-level ``runtime_env``
-    would do the same but keeps the workers Ray starts ahead of time from
-    being used for the first actors, which then wait seconds for new ones.
+    A job-level ``runtime_env`` would pass the path too, but keeps the workers
+    Ray starts ahead of time from serving the first actors, which then wait
+    seconds for new ones.  Ray starts its workers at niceness 15 by default:
+    next to busy processes of normal priority (a loaded machine) they get
+    almost no CPU (measured: 5 s of CPU in 7 minutes at load 19), so a run
+    would starve rather than slow down; at 0 they share the CPU like the
+    driver does.
     """
     if not local:
         yield
         return
-    previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path, *filter(None, [previous])])
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", NICENESS_VARIABLE)}
+    os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path, *filter(None, [saved["PYTHONPATH"]])])
+    os.environ.setdefault(NICENESS_VARIABLE, "0")
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = previous
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _new_processes(before: dict[int, int]) -> dict[int, int]:
