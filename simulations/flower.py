@@ -12,6 +12,12 @@ this process: it gets the experiment built and checked here and the
 function that writes the result, so a run builds its population, truth and
 server once and writes its results folder once, in place.
 
+With a Ray cluster named (``RAY_ADDRESS``, ``fedhh run --ray-address``:
+``simulations.ray_runtime``), the simulation runs on it: Flower sizes its
+actor pool from the cluster's CPUs, one ClientApp actor per CPU on every
+node, and the nodes fetch the population source from Ray's object store
+(docs/scale.md).
+
 Ray and Flower log a lot (Flower also warns that ``run_simulation`` is
 deprecated); unless ``verbose`` is set only their errors are shown, while
 fedhh's own round lines stay visible.  Ray is shut down afterwards if this
@@ -27,9 +33,12 @@ alive and no result is written.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
+import os
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +50,16 @@ from fedhh.experiment import Experiment
 from fedhh.interrupts import stop_requested
 from fedhh.privacy.charge import check_budget
 from fedhh.results import ResultsFolder
+from fedhh.sources import PopulationSource, SampledSource
 from strategies.base import LOGGER
 from strategies.client_app import make_client_app
 from fedhh.protocols import protocol_module
 from strategies.plugins import PROTOCOL_MODULE
 from strategies.server_app import PROGRESS, RUN_ID, PreparedRun, StopHandle, make_server_app
 
-from .ray_runtime import ray_runtime
+from .plot_process import plots_aside
+from .progress import RoundProgress
+from .ray_runtime import ADDRESS_VARIABLE, ray_runtime
 from .report import write_run_outputs
 
 DEFAULT_NUM_CPUS = 2  # this machine; each virtual SuperNode's ClientApp takes one
@@ -77,6 +89,8 @@ def run_flower_simulation(
     ``output_dir/result.json`` (replacing a previous fedhh result there only
     with ``overwrite``), or nowhere without ``output_dir``.  The ServerApp
     charges ``privacy.ledger`` under ``run_id`` (empty: a name of its own).
+    ``num_cpus`` is the size of the Ray started for the run (ignored on a
+    named cluster, which has its own).
     """
     shards = int(config["run"]["shards"]) if num_supernodes is None else num_supernodes
     if shards < 1:
@@ -104,11 +118,17 @@ def run_flower_simulation(
         if output_dir is not None:
             folder = stack.enter_context(ResultsFolder.claim(output_dir, overwrite=overwrite, field="output_dir"))
 
+        if write is not None or folder is not None:
+            # The results folder's plot: matplotlib imported by a child forked now, before Ray
+            # starts, while Ray starts; the ServerApp's thread draws through it (this context).
+            stack.enter_context(plots_aside())
+        context = contextvars.copy_context()
+
         def deliver(document: dict[str, Any]) -> Path | None:
             documents.append(document)
             if write is not None:
-                return write(document)
-            return write_run_outputs(folder, document) if folder is not None else None
+                return context.run(write, document)
+            return context.run(write_run_outputs, folder, document) if folder is not None else None
 
         prepared = PreparedRun(experiment, deliver, Path(output_dir).name if output_dir is not None else "result")
         run_config = {
@@ -117,18 +137,20 @@ def run_flower_simulation(
             RUN_ID: run_id,
             PROTOCOL_MODULE: protocol_module(str(config["protocol"]["name"])),
         }
+        on_cluster = bool(os.environ.get(ADDRESS_VARIABLE, "").strip())  # a named cluster has its own CPUs
         init_args = {
-            "num_cpus": num_cpus,
+            **({} if on_cluster else {"num_cpus": num_cpus}),
             "logging_level": "INFO" if verbose else "ERROR",
             "log_to_driver": verbose,
             "configure_logging": verbose,
         }
         backend_config = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": init_args}
         with _quiet_unless(verbose), ray_runtime(**init_args):
+            population = SharedPopulation.put(experiment.source) if isinstance(experiment.source, SampledSource) else None
             try:
                 run_simulation(
-                    server_app=make_server_app(run_config, stop, prepared),
-                    client_app=make_client_app(run_config),
+                    server_app=make_server_app(run_config, stop, prepared, progress=RoundProgress),
+                    client_app=make_client_app(run_config, population),
                     num_supernodes=shards,
                     backend_name="ray",
                     backend_config=backend_config,
@@ -140,6 +162,36 @@ def run_flower_simulation(
     if not documents:
         raise RuntimeError("the Flower simulation ended without a result")
     return documents[0]
+
+
+@dataclass(frozen=True)
+class SharedPopulation:
+    """The driver's population source, put once into Ray's object store for the nodes.
+
+    A sampled population's source is its vocabulary and distribution (no
+    users): rebuilding it costs each Ray actor about a second (wordfreq's
+    list read and encoded), fetching it from the object store some
+    milliseconds.  Each node then builds only its own shard from it.  This
+    handle is pickled with the ClientApp for every message, so it holds only
+    the object's reference; nodes cache what it returns per process
+    (``strategies.client_app``), keyed by the reference's id.
+    """
+
+    key: str
+    ref: Any = field(compare=False)  # ray.ObjectRef
+
+    @classmethod
+    def put(cls, source: PopulationSource) -> "SharedPopulation":
+        import ray
+
+        ref = ray.put(source)
+        return cls(ref.hex(), ref)
+
+    def __call__(self) -> PopulationSource:
+        import ray
+
+        source: PopulationSource = ray.get(self.ref)
+        return source
 
 
 @contextlib.contextmanager

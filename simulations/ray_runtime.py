@@ -42,6 +42,7 @@ from .processes import descendant_identities, stop_leftovers
 
 LEFTOVER_GRACE = 2.0  # seconds a Ray process left after shutdown gets between SIGTERM and SIGKILL
 ADDRESS_VARIABLE = "RAY_ADDRESS"
+NICENESS_VARIABLE = "RAY_worker_niceness"  # Ray's config, read from the environment by its raylet
 CONNECT_TIMEOUT = 5.0  # seconds to reach a named cluster's head before it is called unreachable
 
 
@@ -87,13 +88,9 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
     before = descendant_identities(os.getpid())
     try:
         if started_here:
-            if address is None:
-                # Local workers import fedhh's modules (and a test's) by name: give them this
-                # process's import path, as Flower's own Ray backend does when it starts Ray.
-                python_path = os.pathsep.join([*sys.path, *filter(None, [os.environ.get("PYTHONPATH")])])
-                init_args.setdefault("runtime_env", {"env_vars": {"PYTHONPATH": python_path}})
             try:
-                ray.init(address=address, include_dashboard=False, **init_args)
+                with _worker_environment(address is None):
+                    ray.init(address=address, include_dashboard=False, **init_args)
             except SystemExit as stopped:  # Ray's own SIGTERM handler, active while it starts
                 if stopped.code == signal.SIGTERM:
                     raise Interrupted(signal.SIGTERM) from None
@@ -113,6 +110,36 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
             restore_stop_handlers(handlers)
             # A Ray stopped while starting up can orphan its agents: stop what is left, by PID.
             stop_leftovers(started, LEFTOVER_GRACE)
+
+
+@contextlib.contextmanager
+def _worker_environment(local: bool) -> Iterator[None]:
+    """While a local Ray starts, the environment its processes inherit: ``PYTHONPATH`` is this
+    process's import path, so its workers import fedhh's modules (and a test's) by name, and
+    ``RAY_worker_niceness`` is 0 unless the user set it.
+
+    A job-level ``runtime_env`` would pass the path too, but keeps the workers
+    Ray starts ahead of time from serving the first actors, which then wait
+    seconds for new ones.  Ray starts its workers at niceness 15 by default:
+    next to busy processes of normal priority (a loaded machine) they get
+    almost no CPU (measured: 5 s of CPU in 7 minutes at load 19), so a run
+    would starve rather than slow down; at 0 they share the CPU like the
+    driver does.
+    """
+    if not local:
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", NICENESS_VARIABLE)}
+    os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path, *filter(None, [saved["PYTHONPATH"]])])
+    os.environ.setdefault(NICENESS_VARIABLE, "0")
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _new_processes(before: dict[int, int]) -> dict[int, int]:

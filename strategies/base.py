@@ -34,11 +34,13 @@ for every protocol.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Protocol
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -47,8 +49,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from fedhh.errors import InputError
-from fedhh.protocols import InvalidReply, ProtocolSpec, Request, Response, ServerProtocol
-from simulations.progress import RoundProgress
+from fedhh.protocols import InvalidReply, ProtocolSpec, Request, Response, RoundRecord, ServerProtocol
 
 from .codec import MessageDecodeError, attach_notice, codec_for
 from .errors import FederationError, RunStopped
@@ -83,6 +84,35 @@ class _PendingRound:
     asked: dict[int, Request]  # node id -> the request it was sent
     messages: list[Message]
     participation: RoundParticipation
+
+
+class RoundDisplay(Protocol):
+    """What shows a run's rounds as they are absorbed (e.g. ``simulations.progress.RoundProgress``)."""
+
+    def __enter__(self) -> "RoundDisplay": ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> bool | None: ...
+
+    def update(self, server: ServerProtocol) -> None:
+        """Called after each absorbed round."""
+
+
+class ProgressFactory(Protocol):
+    """Builds the display of one run's rounds; the caller injects it, so this layer draws nothing itself."""
+
+    def __call__(self, server: ServerProtocol, *, label: str) -> RoundDisplay: ...
+
+
+class _NoDisplay(contextlib.AbstractContextManager["_NoDisplay"]):
+    """The display when none was asked for."""
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def update(self, server: ServerProtocol) -> None:
+        return None
 
 
 class RoundAggregation(Protocol):
@@ -120,13 +150,14 @@ class ProtocolStrategy(Strategy):
         round_timeout: float = 120.0,
         connect_timeout: float = 120.0,
         aggregation: RoundAggregation | None = None,
-        show_progress: bool = False,
+        progress: ProgressFactory | None = None,
         stop: threading.Event | None = None,
     ) -> None:
         """``num_shards``: the split of the users (``run.shards``; a device federation: n).
 
         ``aggregation`` sums each round (default :class:`PlainAggregation`;
-        ``strategies.secure.SecureAggregation`` for SecAgg+).  ``stop``, once
+        ``strategies.secure.SecureAggregation`` for SecAgg+).  ``progress``
+        builds the display of the rounds (none if ``None``).  ``stop``, once
         set, ends the run within a poll interval with
         :class:`~strategies.errors.RunStopped` (the driver was interrupted).
         """
@@ -154,7 +185,7 @@ class ProtocolStrategy(Strategy):
         self.round_timeout = round_timeout
         self.connect_timeout = connect_timeout
         self.aggregation: RoundAggregation = aggregation if aggregation is not None else PlainAggregation()
-        self.show_progress = show_progress
+        self.progress = progress
         self.stop = stop
         self.federation = Federation(n_users, {})  # the admitted nodes, once connected
         self.participation: list[RoundParticipation] = []
@@ -297,7 +328,8 @@ class ProtocolStrategy(Strategy):
 
         result = Result()
         label = f"{self.server.name} on Flower"
-        with RoundProgress(self.server, enabled=self.show_progress, label=label) as progress:
+        display = _NoDisplay() if self.progress is None else self.progress(self.server, label=label)
+        with display as progress:
             server_round = 0
             while server_round < limit and self.server.next_request() is not None:
                 if self.stop is not None and self.stop.is_set():
@@ -405,7 +437,9 @@ class ProtocolStrategy(Strategy):
             Message(content=SHARD_QUERY_CODEC.encode(ShardQuery()), dst_node_id=node, message_type=SHARD_INFO_MESSAGE, group_id="shards")
             for node in nodes
         ]
-        replies, _ = exchange(grid, messages, self.round_timeout, self.stop)  # each node builds its shard now
+        # Each node builds its shard now: on a loaded machine that takes long, but as long as
+        # replies keep coming the wait goes on (run.round_timeout without any is a failure).
+        replies, _ = exchange(grid, messages, self.round_timeout, self.stop, while_progressing=True)
         node_of = {message.metadata.message_id: message.metadata.dst_node_id for message in messages}
         infos: dict[int, ShardInfo] = {}
         problems: dict[int, str] = {}
@@ -420,7 +454,10 @@ class ProtocolStrategy(Strategy):
                 problems[node] = f"node {node} sent {error}"
         for node in nodes:
             if node not in infos and node not in problems:
-                problems[node] = f"node {node} did not answer the shard query in time"
+                problems[node] = (
+                    f"node {node} did not answer the shard query: no node answered for "
+                    f"run.round_timeout = {self.round_timeout:g} s"
+                )
         if problems and self.federation_kind == SHARDS:
             raise FederationError("shard query: " + "; ".join(problems[node] for node in sorted(problems)))
         self.federation = admit(infos, self.n_users, self.num_shards, self.federation_kind)

@@ -12,10 +12,16 @@ What a node holds depends on ``run.federation``:
   names the user's global id and data file (``strategies.devices``), and
   its reports draw from the operating system's secure randomness.
 
-Building the experiment and the shard is the expensive part, so both are
-cached per process (a Ray actor serving several virtual nodes builds each
-once; a real SuperNode of Flower 1.41 starts a fresh ClientApp process for
-every message, so there each message rebuilds them).
+A node builds only what answering needs: the population source (for a
+sampled population: its vocabulary and distribution, no users) and its own
+shard, O(its own users); never the whole population, the truth or the
+server's privacy solve, which are the server's.  Both are cached per
+process (a Ray actor serving several virtual nodes builds the source once
+and each node's shard once; a real SuperNode of Flower 1.41 starts a fresh
+ClientApp process for every message, so there each message rebuilds them).
+A driver that already holds the source can hand it to the nodes
+(``population`` of :func:`make_client_app`, e.g. through Ray's object
+store) so they do not rebuild it.
 
 Three message types arrive (see ``strategies.shards``): the shard query
 before round 1, one request per round, and, with
@@ -32,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,12 +48,13 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import Mod
 from flwr.compat.common import recorddict_compat as compat
 
-from fedhh.config import FedhhConfig, Scalar, config_from_flat
+from fedhh.config import MAX_SHARDS, FedhhConfig, Scalar, config_from_flat
 from fedhh.errors import InputError
-from fedhh.experiment import Experiment, item_codec
-from fedhh.population import Shard
+from fedhh.experiment import item_codec
+from fedhh.population import Shard, check_shard_count
 from fedhh.protocols import ClientFunction, ProtocolSpec, Request, Response, get_protocol
-from fedhh.randomness import RandomnessSource, SecureRandomness
+from fedhh.randomness import KeyedRandomness, RandomnessSource, SecureRandomness
+from fedhh.sources import PopulationSource, make_source
 
 from .codec import codec_for, notice_of
 from .devices import device_of, device_shard
@@ -57,10 +64,14 @@ from .shards import DEVICES, SHARD_INFO_CODEC, SHARD_QUERY_CODEC, ShardInfo
 
 PARTITION_ID = "partition-id"
 NUM_PARTITIONS = "num-partitions"
-SHARD_CACHE_SIZE = 64  # a Ray actor may serve every node of a federation
+# A Ray actor may serve every node of a simulation: it keeps each one's shard (together at most
+# the users of the nodes it serves) rather than rebuilding them every round.
+SHARD_CACHE_SIZE = MAX_SHARDS
 LOGGER = logging.getLogger("fedhh.client")
 
 ConfigKey = tuple[tuple[str, Scalar], ...]
+# Hands a node the population source its driver already built (called once per process).
+PopulationProvider = Callable[[], PopulationSource]
 
 
 def shard_of(node_config: Mapping[str, Any]) -> tuple[int, int]:
@@ -92,8 +103,14 @@ class NodeData:
         return self.respond(request, self.shard, self.randomness)
 
 
-def node_data(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> NodeData:
-    """The node's data for this run: a shard of the population, or a device's own user."""
+def node_data(
+    run_config: Mapping[str, Any], node_config: Mapping[str, Any], population: PopulationProvider | None = None
+) -> NodeData:
+    """The node's data for this run: a shard of the population, or a device's own user.
+
+    ``population``, if given, provides the run's population source instead
+    of building it from the run config.
+    """
     key = _config_key(run_config)
     config = _config(key)
     spec = get_protocol(str(config["protocol"]["name"]))
@@ -103,11 +120,11 @@ def node_data(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> 
         shard = device_shard(user_id, data_file, item_codec(config))
         info = ShardInfo(user_id, n_users, user_id, 1, n_users)
         return NodeData(info, shard, spec.respond, SecureRandomness(), spec, config)
-    experiment = _experiment(key)
+    source = _source(key, population)
     index, count = shard_of(node_config)
-    shard = _shard(key, index, count)
-    info = ShardInfo(index, count, shard.first_user, shard.n_users, experiment.n_users)
-    return NodeData(info, shard, spec.respond, experiment.randomness, spec, config)
+    shard = _shard(key, population, index, count)
+    info = ShardInfo(index, count, shard.first_user, shard.n_users, source.n_users)
+    return NodeData(info, shard, spec.respond, KeyedRandomness(int(config["run"]["seed"])), spec, config)
 
 
 def _config_key(run_config: Mapping[str, Any]) -> ConfigKey:
@@ -123,28 +140,40 @@ def _config(config_key: ConfigKey) -> FedhhConfig:
 
 
 @functools.lru_cache(maxsize=2)
-def _experiment(config_key: ConfigKey) -> Experiment:
-    return Experiment(_config(config_key))
+def _source(config_key: ConfigKey, population: PopulationProvider | None) -> PopulationSource:
+    if population is not None:
+        return population()
+    config = _config(config_key)
+    return make_source(config["population"], item_codec(config), int(config["run"]["seed"]))
 
 
 @functools.lru_cache(maxsize=SHARD_CACHE_SIZE)
-def _shard(config_key: ConfigKey, index: int, count: int) -> Shard:
-    return _experiment(config_key).build_shard(index, count)
+def _shard(config_key: ConfigKey, population: PopulationProvider | None, index: int, count: int) -> Shard:
+    source = _source(config_key, population)
+    check_shard_count(source.n_users, count)
+    return source.build_shard(index, count)
 
 
-def make_client_app(run_config: Mapping[str, Scalar] | None = None, mods: Sequence[Mod] = ()) -> ClientApp:
+def make_client_app(
+    run_config: Mapping[str, Scalar] | None = None,
+    population: PopulationProvider | None = None,
+    mods: Sequence[Mod] = (),
+) -> ClientApp:
     """The ClientApp; ``run_config``, if given, stands in for the context's run config.
 
     Under ``flwr run`` the nodes get the run config from Flower (``app``
     below).  Flower's in-process ``run_simulation`` gives nodes an empty run
-    config, so ``simulations.flower`` binds the experiment's config here.
+    config, so ``simulations.flower`` binds the experiment's config here, and
+    may bind ``population``, which provides the source it already built
+    (it must be the one the run config describes; it is pickled with the
+    app for every message, so it should be a small handle).
     ``mods``: Flower mods wrapped around every handler (outermost first).
     """
     bound = dict(run_config) if run_config is not None else None
     client_app = ClientApp(mods=list(mods))
 
     def data(context: Context) -> NodeData:
-        return node_data(context.run_config if bound is None else bound, context.node_config)
+        return node_data(context.run_config if bound is None else bound, context.node_config, population)
 
     @client_app.query("shard")
     def describe_shard(message: Message, context: Context) -> Message:

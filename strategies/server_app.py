@@ -18,6 +18,12 @@ with ``flwr run --run-config``), plus keys that only the Flower app reads:
   ``protocol.name`` names, when it is not one of fedhh's own
   (``strategies.plugins``).
 
+What is drawn and written besides ``result.json`` is the caller's: the
+ServerApp is composed with a result writer and a progress display
+(:func:`make_server_app`), so this transport layer never imports the
+layer above it.  ``simulations.flower_app:app``, the ServerApp that
+``flwr run .`` loads, writes the full results folder and draws progress.
+
 The ServerApp charges the run to ``privacy.ledger`` itself, once, after
 every check and before round 1 (``fedhh.privacy.charge``), so a run is
 charged and held to ``privacy.max_epsilon`` whichever way it was started:
@@ -59,9 +65,8 @@ from fedhh.privacy.charge import charge_run
 from fedhh.protocols import ProtocolResult, ServerProtocol, get_protocol
 from fedhh.protocols.spec import ProtocolSpec
 from fedhh.results import ResultsFolder, write_result
-from simulations.report import write_run_outputs
 
-from .base import LOGGER, ProtocolStrategy
+from .base import LOGGER, ProgressFactory, ProtocolStrategy
 from .codec import codec_for
 from .participation import participation_summary
 from .plugins import load_protocol_module
@@ -99,6 +104,10 @@ def _app_setting(run_config: Mapping[str, Any], key: str, kind: type, default: A
     return value
 
 
+# Writes a run's result document into its claimed results folder; the path of result.json.
+ResultWriter = Callable[[ResultsFolder, dict[str, Any]], Path]
+
+
 @dataclass(frozen=True)
 class PreparedRun:
     """A run that a driver in this process has already built and checked.
@@ -117,9 +126,20 @@ class PreparedRun:
 
 
 def run_on_grid(
-    grid: Grid, run_config: Mapping[str, Any], context: Context, stop: threading.Event | None = None
+    grid: Grid,
+    run_config: Mapping[str, Any],
+    context: Context,
+    stop: threading.Event | None = None,
+    *,
+    write_outputs: ResultWriter = write_result,
+    progress: ProgressFactory | None = None,
 ) -> Path:
-    """Run the configured experiment over the grid's nodes; the path of ``result.json``."""
+    """Run the configured experiment over the grid's nodes; the path of ``result.json``.
+
+    ``write_outputs`` writes a shards run's folder (by default ``result.json``
+    alone; a device federation's result, which has no truth, always is);
+    ``progress`` draws the rounds when the run config's ``progress`` is true.
+    """
     output_dir = run_config.get(OUTPUT_DIR)
     if not isinstance(output_dir, str) or not output_dir:
         raise ConfigError(f"{OUTPUT_DIR}: the run config must name the results folder, got {output_dir!r}")
@@ -132,22 +152,22 @@ def run_on_grid(
         load_protocol_module(run_config)
         config = config_from_flat(run_config)
         experiment = None if config["run"]["federation"] == DEVICES else Experiment(config)
-        write = write_result if experiment is None else write_run_outputs
-        path = _run(grid, config, experiment, context, lambda document: write(folder, document), show_progress,
-                    run_id, stop)
+        write = write_result if experiment is None else write_outputs
+        display = progress if show_progress else None
+        path = _run(grid, config, experiment, context, lambda document: write(folder, document), display, run_id, stop)
         assert path is not None
         return path
 
 
 def run_prepared(
     grid: Grid, run_config: Mapping[str, Any], context: Context, prepared: PreparedRun,
-    stop: threading.Event | None = None,
+    stop: threading.Event | None = None, progress: ProgressFactory | None = None,
 ) -> Path | None:
     """Run a driver's prepared experiment over the grid's nodes; what ``prepared.write`` returns."""
-    show_progress = _app_setting(run_config, PROGRESS, bool, False)
+    display = progress if _app_setting(run_config, PROGRESS, bool, False) else None
     run_id = _app_setting(run_config, RUN_ID, str, "") or f"{prepared.name}-flower-run-{context.run_id}"
     experiment = prepared.experiment
-    return _run(grid, experiment.config, experiment, context, prepared.write, show_progress, run_id, stop)
+    return _run(grid, experiment.config, experiment, context, prepared.write, display, run_id, stop)
 
 
 def _run(
@@ -156,7 +176,7 @@ def _run(
     experiment: Experiment | None,
     context: Context,
     write: Callable[[dict[str, Any]], Path | None],
-    show_progress: bool,
+    progress: ProgressFactory | None,
     run_id: str,
     stop: threading.Event | None,
 ) -> Path | None:
@@ -183,7 +203,7 @@ def _run(
         round_timeout=float(run["round_timeout"]),
         connect_timeout=float(run["connect_timeout"]),
         aggregation=secure_aggregation(spec, codec, context) if run["secure_aggregation"] else None,
-        show_progress=show_progress,
+        progress=progress,
         stop=stop,
     )
     privacy = charge_run(config["privacy"], server.privacy_report(), run_id)  # last, just before round 1
@@ -248,13 +268,19 @@ def make_server_app(
     run_config: Mapping[str, Scalar] | None = None,
     stop: StopHandle | None = None,
     prepared: PreparedRun | None = None,
+    *,
+    write_outputs: ResultWriter = write_result,
+    progress: ProgressFactory | None = None,
 ) -> ServerApp:
     """The ServerApp; ``run_config``, if given, stands in for the context's run config.
 
-    ``flwr run`` hands the run config to ``app`` below; Flower's in-process
+    ``flwr run`` hands the run config to the app; Flower's in-process
     ``run_simulation`` has no run config, so ``simulations.flower`` binds one,
     a ``stop`` handle to end the run early, and the run it has already
     prepared (``prepared``: nothing is built or written twice).
+    ``write_outputs`` writes the results folder of a run the app builds
+    itself (default: ``result.json`` only) and ``progress`` draws its rounds
+    when the run config's ``progress`` is true (default: nothing drawn).
     """
     bound = dict(run_config) if run_config is not None else None
     server_app = ServerApp()
@@ -266,11 +292,8 @@ def make_server_app(
         run_config = context.run_config if bound is None else bound
         requested = stop.requested if stop is not None else None
         if prepared is None:
-            run_on_grid(grid, run_config, context, requested)
+            run_on_grid(grid, run_config, context, requested, write_outputs=write_outputs, progress=progress)
         else:
-            run_prepared(grid, run_config, context, prepared, requested)
+            run_prepared(grid, run_config, context, prepared, requested, progress)
 
     return server_app
-
-
-app = make_server_app()

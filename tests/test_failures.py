@@ -7,6 +7,9 @@
 * in a Flower simulation, nodes that send impossible or malformed replies,
   or whose ClientApp raises, are rejected (or counted failed) with a
   logged reason naming the field, and the round goes on with the others;
+* in a Flower simulation whose nodes build their shards slowly (an
+  overloaded machine), the run waits as long as shard answers keep
+  arriving: it slows down rather than fails;
 * in the fast driver, a killed Ray shard actor is restarted and the
   round's call retried: the result is the one of an undisturbed run.
 """
@@ -17,6 +20,7 @@ import json
 import logging
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +214,51 @@ def test_bad_replies_are_rejected_and_the_round_goes_on(tmp_path: Path) -> None:
 
 
 # -- the fast driver's Ray actors ------------------------------------------------------------------
+
+
+SLOW_SHARD_S = 4.0  # each node's shard query, one actor for all: replies at t0 + 4, + 8, + 12 s
+ANSWER_TIMEOUT_S = 10.0  # run.round_timeout: longer than any gap between two replies, shorter than them all
+
+
+def slow_start_client_app(run_config: dict[str, Any]) -> ClientApp:
+    """The real ClientApp, except that building a shard takes SLOW_SHARD_S longer (a loaded machine)."""
+    honest = make_client_app(run_config)
+    slow = ClientApp()
+
+    @slow.query("shard")
+    def describe_shard(message: Message, context: Context) -> Message:
+        time.sleep(SLOW_SHARD_S)
+        return honest(message, context)
+
+    @slow.query("round")
+    def answer_round(message: Message, context: Context) -> Message:
+        return honest(message, context)
+
+    return slow
+
+
+def test_a_slow_start_up_slows_the_run_down_rather_than_failing_it(tmp_path: Path) -> None:
+    """Three nodes on one actor answer the shard query 4 s apart, 12 s in all, with
+    run.round_timeout = 10 s: a fixed deadline would fail the run; the wait goes on
+    while replies keep coming, and the result is the undisturbed run's."""
+    from flwr.simulation import run_simulation
+
+    from strategies.server_app import make_server_app
+
+    config = load_config(None, [*SHORT, "run.shards=3", f"run.round_timeout={ANSWER_TIMEOUT_S}"])
+    flat = {**config.to_flat(), "output-dir": str(tmp_path / "out"), "progress": False}
+    with ray_runtime(num_cpus=1):  # started before the ServerApp, whose clock then starts with the actor
+        run_simulation(
+            server_app=make_server_app(flat),
+            client_app=slow_start_client_app(flat),
+            num_supernodes=3,
+            backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
+        )
+    document = json.loads((tmp_path / "out" / "result.json").read_text(encoding="utf-8"))
+    assert document["timing_s"]["setup_s"] > ANSWER_TIMEOUT_S, "the shard answers took longer than the timeout"
+    assert document["participation"]["lost_shards"] == []
+    fast = run_fast(Experiment(config), 3, "inprocess")
+    assert sorted(hit["item"] for hit in document["heavy_hitters"]) == sorted(d.item for d in fast.result.discoveries)
 
 
 def test_killed_ray_shard_actor_is_restarted_and_the_result_unchanged() -> None:

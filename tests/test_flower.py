@@ -8,6 +8,7 @@ items and the round trace must be identical for any number of SuperNodes.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
@@ -246,13 +247,25 @@ def test_pyproject_run_config_mirrors_the_fedhh_defaults() -> None:
 
 
 def test_app_components_load() -> None:
-    from strategies import client_app, server_app
+    from simulations import flower_app
+    from strategies import client_app
 
-    assert isinstance(server_app.app, ServerApp)
+    assert isinstance(flower_app.app, ServerApp)
     assert isinstance(client_app.app, ClientApp)
     with open(ROOT / "pyproject.toml", "rb") as file:
         components = tomllib.load(file)["tool"]["flwr"]["app"]["components"]
-    assert components == {"serverapp": "strategies.server_app:app", "clientapp": "strategies.client_app:app"}
+    assert components == {"serverapp": "simulations.flower_app:app", "clientapp": "strategies.client_app:app"}
+
+
+def test_layers_point_down() -> None:
+    """simulations -> strategies -> fedhh: the Flower adapter imports nothing from the drivers above it."""
+    offenders = []
+    for path in sorted((ROOT / "strategies").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            offenders += [f"{path.relative_to(ROOT)} imports {name}" for name in names if name.split(".")[0] == "simulations"]
+    assert offenders == []
 
 
 def test_every_registered_protocol_has_flower_codecs() -> None:

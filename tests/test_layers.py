@@ -49,6 +49,6 @@ def test_the_reader_sees_lazy_and_dotted_imports(tmp_path: Path) -> None:
     assert imported_packages(module) == {("os", 1), ("simulations", 5), ("strategies", 6)}
 
 
-@pytest.mark.parametrize(("package", "above"), [("fedhh", ("simulations", "strategies"))])
+@pytest.mark.parametrize(("package", "above"), [("fedhh", ("simulations", "strategies")), ("strategies", ("simulations",))])
 def test_a_layer_imports_nothing_above_it(package: str, above: tuple[str, ...]) -> None:
     assert upward_imports(package, above) == []

@@ -1,4 +1,4 @@
-"""A real two-node Ray cluster on this machine: the fast driver and ``fedhh sweep`` join it unchanged.
+"""A real two-node Ray cluster on this machine: the fast driver, the Flower simulation and ``fedhh sweep`` join it unchanged.
 
 The cluster (``ray.cluster_utils.Cluster``: a head node and a second node,
 each a raylet with its own object store, in a temporary folder of its own)
@@ -70,6 +70,25 @@ def test_fast_driver_on_a_two_node_cluster_gives_the_single_process_result(
     local, remote = (json.loads((tmp_path / name / "result.json").read_text()) for name in ("local", "cluster"))
     assert remote["transport"] == "fast/ray" and local["transport"] == "fast/inprocess"
     for key in ("heavy_hitters", "rounds", "evaluation", "privacy"):
+        assert remote[key] == local[key], key
+    assert local["heavy_hitters"]
+
+
+def test_flower_simulation_on_a_two_node_cluster_gives_the_single_process_result(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fedhh run --ray-address`` with the Flower driver: one ClientApp actor on each of the
+    cluster's two nodes (sized by the cluster's CPUs, not this machine's), the same discovery."""
+    import ray
+
+    flower = [*SMALL, "--set", "run.driver=flower"]
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert main(["run", *SMALL, "--set", "run.backend=inprocess", "--output", str(tmp_path / "local")]) == 0
+    assert main(["run", *flower, "--ray-address", cluster, "--output", str(tmp_path / "cluster")]) == 0
+    assert not ray.is_initialized() and "RAY_ADDRESS" not in os.environ
+    local, remote = (json.loads((tmp_path / name / "result.json").read_text()) for name in ("local", "cluster"))
+    assert remote["transport"] == "flower" and remote["participation"]["lost_shards"] == []
+    for key in ("heavy_hitters", "evaluation"):
         assert remote[key] == local[key], key
     assert local["heavy_hitters"]
 
