@@ -92,7 +92,7 @@ def test_a_failed_run_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixtu
     error = capsys.readouterr().err
     assert "did not complete (status finished:failed" in error and "no results written" in error
     assert "ServerApp failed with exception: shard query:" in error, "the ServerApp's own error is reported"
-    assert "shard query: node" in error and "did not answer the shard query in time" in error, error
+    assert "shard query: node" in error and "did not answer the shard query: no node answered" in error, error
     assert not output.exists()
 
 
