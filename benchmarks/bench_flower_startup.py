@@ -36,7 +36,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-RUN = "import sys; from fedhh.cli import main; sys.exit(main(sys.argv[1:]))"
+# the command line: fedhh.cli in a reference checkout from before it moved, else simulations.cli
+RUN = (
+    "import sys\n"
+    "try:\n    from fedhh.cli import main\n"
+    "except ModuleNotFoundError:\n    from simulations.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))"
+)
 BURNER = "while True: pass"
 
 
