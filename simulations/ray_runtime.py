@@ -20,7 +20,10 @@ command's ``--ray-address``) must be an address (``host:port``, or
 ``ray://host:port`` for Ray Client).  ``auto`` is refused
 (:func:`named_cluster`): with it Ray joins whatever cluster it finds on
 this machine (the last one started here, by anyone), which would run the
-user's population on a cluster they did not choose.  Joining a cluster
+user's population on a cluster they did not choose.  For the same reason a
+run that names no cluster starts a Ray of its own (``address="local"``):
+given no address, ``ray.init`` would join the last cluster ``ray start``
+recorded on this machine.  Joining a cluster
 starts no Ray process on this machine, so nothing but the connection is
 undone at the end; the cluster belongs to whoever started it.
 """
@@ -44,6 +47,7 @@ LEFTOVER_GRACE = 2.0  # seconds a Ray process left after shutdown gets between S
 ADDRESS_VARIABLE = "RAY_ADDRESS"
 NICENESS_VARIABLE = "RAY_worker_niceness"  # Ray's config, read from the environment by its raylet
 CONNECT_TIMEOUT = 5.0  # seconds to reach a named cluster's head before it is called unreachable
+LOCAL = "local"  # ray.init's address for a new Ray of this process's own
 
 
 def named_cluster(address: str | None, field: str = f"{ADDRESS_VARIABLE} (or --ray-address)") -> str | None:
@@ -90,7 +94,8 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
         if started_here:
             try:
                 with _worker_environment(address is None):
-                    ray.init(address=address, include_dashboard=False, **init_args)
+                    # "local": a Ray of our own; with no address Ray joins the last cluster `ray start` recorded
+                    ray.init(address=address or LOCAL, include_dashboard=False, **init_args)
             except SystemExit as stopped:  # Ray's own SIGTERM handler, active while it starts
                 if stopped.code == signal.SIGTERM:
                     raise Interrupted(signal.SIGTERM) from None

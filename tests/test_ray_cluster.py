@@ -57,6 +57,25 @@ def cluster() -> Iterator[str]:
         assert not left, f"the cluster left processes behind: {sorted(pid for pid, _ in left)}"
 
 
+def test_a_run_naming_no_cluster_does_not_join_one_that_ray_start_recorded(
+    cluster: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's own discovery reports the fixture's cluster as the last one ``ray start`` recorded on
+    this machine (what another user's ``ray start`` leaves in /tmp/ray); a run that names no
+    cluster still starts a Ray of its own."""
+    import ray
+    import ray._private.services as services
+
+    from simulations.ray_runtime import ray_runtime
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir: cluster)
+    assert services.get_ray_address_from_environment(None, None) == cluster, "Ray would join it"
+    with ray_runtime(num_cpus=1):
+        assert ray.get_runtime_context().gcs_address != cluster
+    assert not ray.is_initialized()
+
+
 def test_fast_driver_on_a_two_node_cluster_gives_the_single_process_result(
     cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
