@@ -36,8 +36,6 @@ def plan_bitstogram(
     }
 
 
-
-
 add_bitstogram_plan_parser = plan_command(
     NAME,
     "Bitstogram's buckets, hash rows and budget split from (n, ε, m), and what it finds",

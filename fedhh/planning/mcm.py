@@ -33,8 +33,6 @@ def plan_mcm(
     }
 
 
-
-
 add_mcm_plan_parser = plan_command(
     NAME,
     "MCM's channels and budget split from (n, ε, m), and the chance of each frequency",

@@ -35,8 +35,6 @@ def plan_spm(
     }
 
 
-
-
 add_spm_plan_parser = plan_command(
     NAME,
     "SPM's segments and budget split from (n, ε, m), and each frequency's margin at every stage",
