@@ -17,7 +17,6 @@ import re
 import sys
 import typing
 
-
 from fedhh import items
 from fedhh.protocols import PROTOCOLS
 from fedhh.protocols.messages import message_layout
