@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InputError
 from ..privacy.ldp import ldp_report
 from ..protocols.bitstogram import NAME, ORACLE, bitstogram_parameters, discovery_probability
 from .ldp_command import Option, plan_command
-from .plan import PLAN_FREQUENCIES
+from .plan import PLAN_FREQUENCIES, check_frequencies
 
 
 def plan_bitstogram(
@@ -17,9 +16,7 @@ def plan_bitstogram(
     frequencies: Sequence[float] = PLAN_FREQUENCIES,
 ) -> dict[str, Any]:
     """Bitstogram's parameters for ``n`` users at ε, the guarantee, and the chance of each frequency."""
-    for frequency in frequencies:
-        if not 0 < frequency <= 1:
-            raise InputError(f"frequencies: each must be in (0, 1], got {frequency!r}")
+    check_frequencies(frequencies)
     params = bitstogram_parameters({"buckets": buckets, "hashtogram_rows": rows, "top_k": top_k}, epsilon, n_users, value_bits)
     parameters = {"value_bits": value_bits, "buckets": params.buckets, "hashtogram_rows": params.rows, "top_k": top_k}
     return {

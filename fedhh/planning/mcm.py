@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InputError
 from ..privacy.ldp import ldp_report
 from ..protocols.mcm import BUDGET, NAME, ORACLE, discovery_probability, mcm_parameters
 from .ldp_command import Option, plan_command
-from .plan import PLAN_FREQUENCIES
+from .plan import PLAN_FREQUENCIES, check_frequencies
 
 
 def plan_mcm(
@@ -17,9 +16,7 @@ def plan_mcm(
     frequencies: Sequence[float] = PLAN_FREQUENCIES,
 ) -> dict[str, Any]:
     """MCM's parameters for ``n`` users at ε, the guarantee, and the worst-case chance of each frequency."""
-    for frequency in frequencies:
-        if not 0 < frequency <= 1:
-            raise InputError(f"frequencies: each must be in (0, 1], got {frequency!r}")
+    check_frequencies(frequencies)
     params = mcm_parameters({"channels": channels, "top_k": top_k}, epsilon, n_users, value_bits)
     split = BUDGET.split(NAME, epsilon)
     parameters = {"value_bits": value_bits, "channels": params.channels, "top_k": top_k}

@@ -25,6 +25,13 @@ Planner = Callable[..., dict[str, Any]]
 
 PLAN_FREQUENCIES = (0.0005, 0.001, 0.002, 0.005, 0.01)
 
+def check_frequencies(frequencies: Sequence[float]) -> None:
+    """A plan's item shares must be in (0, 1]."""
+    for frequency in frequencies:
+        if not 0 < frequency <= 1:
+            raise InputError(f"frequencies: each must be in (0, 1], got {frequency!r}")
+
+
 def plan(protocol: str, **target: Any) -> dict[str, Any]:
     """The plan of ``protocol`` for ``target`` (keyword arguments of the planner its spec names)."""
     spec = PROTOCOLS.get(protocol)
@@ -47,9 +54,7 @@ def plan_triehh(
     no prefix with any other, of the longest length L; real data does better).
     """
     params = solve_triehh(n_users, epsilon, delta, max_rounds)
-    for frequency in frequencies:
-        if not 0 < frequency <= 1:
-            raise InputError(f"frequencies: each must be in (0, 1], got {frequency!r}")
+    check_frequencies(frequencies)
     holders = [round(f * n_users) for f in frequencies]
     rates = worst_case_discovery_rate(holders, n_users, params.batch_size, params.theta, max_rounds)
     report = params.report()

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InputError
 from ..privacy.ldp import ldp_report
 from ..protocols.spm import BUDGET, NAME, ORACLE, spm_parameters, stage_margins
 from .ldp_command import Option, plan_command
-from .plan import PLAN_FREQUENCIES
+from .plan import PLAN_FREQUENCIES, check_frequencies
 
 
 def plan_spm(
@@ -17,9 +16,7 @@ def plan_spm(
     frequencies: Sequence[float] = PLAN_FREQUENCIES,
 ) -> dict[str, Any]:
     """SPM's segments for ``n`` users at ε, the guarantee, and each frequency's margin at every stage."""
-    for frequency in frequencies:
-        if not 0 < frequency <= 1:
-            raise InputError(f"frequencies: each must be in (0, 1], got {frequency!r}")
+    check_frequencies(frequencies)
     params = spm_parameters({"segment_bits": segment_bits, "top_k": top_k}, epsilon, n_users, value_bits)
     split = BUDGET.split(NAME, epsilon)
     parameters = {"value_bits": value_bits, "segment_bits": params.segment_bits, "segments": params.segments, "top_k": top_k}

@@ -43,7 +43,7 @@ from ..protocols.item_discovery import item_discovery
 from ..protocols.prefix_encoding import ValueSpace
 from ..protocols.prefix_search import THRESHOLD, SearchParameters, level_shares, uniform_segments
 from ..protocols.registry import split_budget
-from .plan import PLAN_FREQUENCIES
+from .plan import PLAN_FREQUENCIES, check_frequencies
 
 DEFAULT_ORACLE = COUNT_SKETCH_HADAMARD
 DETECTION_TARGETS = (0.5, 0.9)
@@ -104,9 +104,7 @@ def plan_treehist(
     the guarantee, and what an item can expect (module docstring)."""
     params = treehist_parameters(n_users, epsilon, **design)
     value_bits = int(params.start_length + sum(params.segment_lengths))
-    for frequency in frequencies:
-        if not 0 < frequency <= 1:
-            raise InputError(f"frequencies: each must be in (0, 1], got {frequency!r}")
+    check_frequencies(frequencies)
     space = ValueSpace(value_bits, 2)
     split = split_budget("treehist", epsilon)
     detectable = {f"{p:g}": detectable_share(params, space, p) for p in DETECTION_TARGETS}

@@ -84,6 +84,17 @@ BUDGET = BudgetRule(
 )  # [Bassily17] §4: each user sends a (channel, bit) pair and its whole value, ε/2 each
 
 
+def reported_discoveries(encoding: PrefixEncoding, reported: tuple[np.ndarray, np.ndarray] | None) -> list[Discovery]:
+    """The values a run reports (value rows and their estimates) as discoveries; none before its last round."""
+    if reported is None:
+        return []
+    rows, estimates = reported
+    return [
+        Discovery(encoding.decode(row), tuple(int(u) for u in row), estimated_count=float(estimate))
+        for row, estimate in zip(rows, estimates, strict=True)
+    ]
+
+
 def public_seed(seed: int, purpose: str) -> int:
     """A non-negative 63-bit seed for public randomness, derived from the run seed."""
     return int(derive_key(seed, purpose)) & _POSITIVE_63
@@ -327,11 +338,7 @@ class BitstogramServer(ServerProtocol):
         return oracle.estimate(statistics, self.encoding.keys(candidates))
 
     def result(self) -> ProtocolResult:
-        rows, estimates = self._reported if self._reported is not None else (np.zeros((0, 0)), np.zeros(0))
-        found = [
-            Discovery(self.encoding.decode(row), tuple(int(u) for u in row), estimated_count=float(estimate))
-            for row, estimate in zip(rows, estimates, strict=True)
-        ]
+        found = reported_discoveries(self.encoding, self._reported)
         stopped = "one round: channels decoded and candidates estimated" if self._reported is not None else "not finished"
         if self._reported is not None and len(found) < self.params.top_k:
             stopped += f"; {len(found)} of k = {self.params.top_k} values were above the threshold"

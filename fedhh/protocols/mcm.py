@@ -38,8 +38,8 @@ from ..privacy.ldp import BudgetRule, ldp_report
 from ..privacy.report import PrivacyReport
 from ..privacy.validation import check_users
 from ..randomness import RandomnessSource
-from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
-from .bitstogram import DROPOUT_PRIVACY, KEYS as BITSTOGRAM_KEYS, NPY_HEADER_BYTES, bit_positions, public_seed, value_table
+from .base import ProtocolResult, Request, Response, RoundRecord, ServerProtocol
+from .bitstogram import DROPOUT_PRIVACY, KEYS as BITSTOGRAM_KEYS, NPY_HEADER_BYTES, bit_positions, public_seed, reported_discoveries, value_table
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol
@@ -230,11 +230,7 @@ class MCMServer(ServerProtocol):
         self._trace.append(RoundRecord(len(self._trace) + 1, {"stage": stage, "users": response.responding_users, **fields, **values}))
 
     def result(self) -> ProtocolResult:
-        rows, estimates = self._reported if self._reported is not None else (np.zeros((0, 0)), np.zeros(0))
-        found = [
-            Discovery(self.encoding.decode(row), tuple(int(u) for u in row), estimated_count=float(estimate))
-            for row, estimate in zip(rows, estimates, strict=True)
-        ]
+        found = reported_discoveries(self.encoding, self._reported)
         stopped = "channels decoded and candidates estimated" if self._reported is not None else "not finished"
         return ProtocolResult(NAME, found, [], self.trace, self.privacy_report(), self.describe(), stopped)
 

@@ -50,8 +50,8 @@ from ..privacy.ldp import BudgetRule, ldp_report
 from ..privacy.report import PrivacyReport
 from ..privacy.validation import check_users
 from ..randomness import RandomnessSource, UserRandom
-from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
-from .bitstogram import DROPOUT_PRIVACY, KEYS as BITSTOGRAM_KEYS, NPY_HEADER_BYTES, public_seed
+from .base import ProtocolResult, Request, Response, RoundRecord, ServerProtocol
+from .bitstogram import DROPOUT_PRIVACY, KEYS as BITSTOGRAM_KEYS, NPY_HEADER_BYTES, public_seed, reported_discoveries
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol
@@ -411,11 +411,7 @@ class SPMServer(ServerProtocol):
         }))
 
     def result(self) -> ProtocolResult:
-        rows, estimates = self._reported if self._reported is not None else (np.zeros((0, 0)), np.zeros(0))
-        found = [
-            Discovery(self.encoding.decode(row), tuple(int(u) for u in row), estimated_count=float(estimate))
-            for row, estimate in zip(rows, estimates, strict=True)
-        ]
+        found = reported_discoveries(self.encoding, self._reported)
         stopped = "segments, pairs and candidates estimated" if self._reported is not None else "not finished"
         return ProtocolResult(NAME, found, [], self.trace, self.privacy_report(), self.describe(), stopped)
 
