@@ -194,6 +194,7 @@ def _run(
     else:
         n_users = experiment.n_users
         server = experiment.make_server()
+    server.check_ready()  # before anything is charged or asked of the nodes
     strategy = ProtocolStrategy(
         spec,
         server,

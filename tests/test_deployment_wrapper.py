@@ -20,6 +20,7 @@ from flwr.app import Context, RecordDict
 
 import simulations.deployment as deployment_module
 from fedhh.config import load_config
+from fedhh.errors import InputError
 from fedhh.privacy.ledger import BudgetExceededError, Ledger
 from simulations.deployment import main as deploy
 from strategies.server_app import run_on_grid
@@ -106,3 +107,17 @@ def test_the_server_app_refuses_a_run_over_budget_before_round_1(tmp_path: Path)
         run_on_grid(grid=None, run_config=run_config, context=context)  # type: ignore[arg-type]
     assert not ledger.exists(), "nothing charged"
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("ledger.json")] == [], "no results left"
+
+
+def test_a_device_federation_without_a_candidate_dictionary_is_refused_before_the_charge(tmp_path: Path) -> None:
+    """RAPPOR decodes against candidates; a device federation's server holds no population to take them
+    from, so a run naming no ``protocol.candidates`` file is refused before the ledger is charged."""
+    ledger = tmp_path / "ledger.json"
+    rappor = ['protocol.name="rappor"', "population.users=2000", 'run.federation="devices"', f'privacy.ledger="{ledger}"']
+    config = load_config(None, [*TINY, *rappor])
+    run_config = {**config.to_flat(), "output-dir": str(tmp_path / "out"), "progress": False}
+    context = Context(run_id=8, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
+    with pytest.raises(InputError, match=r"protocol\.candidates: no population vocabulary here"):
+        run_on_grid(grid=None, run_config=run_config, context=context)  # type: ignore[arg-type]
+    assert not ledger.exists(), "nothing charged"
+    assert [p.name for p in tmp_path.iterdir()] == [], "no results left"

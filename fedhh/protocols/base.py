@@ -136,6 +136,15 @@ class ServerProtocol(ABC):
         """A short status for progress bars and round logs."""
         return ""
 
+    def check_ready(self) -> None:
+        """Raise :class:`~fedhh.errors.InputError` if this server could not issue its first request.
+
+        Every driver calls it before charging the ledger, so a run that could
+        never start costs no budget.  A server is ready once built unless it
+        still needs something only a driver provides (RAPPOR's candidate
+        dictionary, which a deployment's server must be given as a file).
+        """
+
     def offer_vocabulary(self, vocabulary: Vocabulary) -> None:
         """The population's vocabulary, offered once the server is built by a process that
         holds the population (fast driver, Flower simulation server).  A protocol that

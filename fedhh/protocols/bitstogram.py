@@ -39,17 +39,17 @@ from ..oracles.base import FLAT_CELLS_LIMIT
 from ..oracles.hashing import hash_keys
 from ..oracles.hashtogram import Hashtogram, HashtogramStatistics
 from ..population import Shard
-from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
-from ..privacy.report import PrivacyReport
+from ..privacy.ldp import BudgetRule, BudgetSplit
 from ..privacy.validation import check_users
 from ..randomness import RandomnessSource, UserRandom, derive_key
-from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
+from .base import Request, Response, RoundRecord, ServerProtocol
 from .messages import array_field, scalar_field
 from .prefix_config import PREFIX_KEYS
 from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
 from .triehh import choose_items
+from .value_reports import ValueReportingServer, check_all_users_report
 
 NAME = "bitstogram"
 ORACLE = Hashtogram.name
@@ -82,17 +82,6 @@ BUDGET = BudgetRule(
     (("(channel, bit) pair at a uniformly chosen bit position", 0.5), ("full value", 0.5)),
     "Bassily et al., Practical Locally Private Heavy Hitters (Bitstogram, §4); even split as for TreeHist",
 )  # [Bassily17] §4: each user sends a (channel, bit) pair and its whole value, ε/2 each
-
-
-def reported_discoveries(encoding: PrefixEncoding, reported: tuple[np.ndarray, np.ndarray] | None) -> list[Discovery]:
-    """The values a run reports (value rows and their estimates) as discoveries; none before its last round."""
-    if reported is None:
-        return []
-    rows, estimates = reported
-    return [
-        Discovery(encoding.decode(row), tuple(int(u) for u in row), estimated_count=float(estimate))
-        for row, estimate in zip(rows, estimates, strict=True)
-    ]
 
 
 def public_seed(seed: int, purpose: str) -> int:
@@ -263,20 +252,19 @@ def respond(request: BitstogramRequest, shard: Shard, randomness: RandomnessSour
 # -- server -----------------------------------------------------------------------------------------
 
 
-class BitstogramServer(ServerProtocol):
+class BitstogramServer(ValueReportingServer):
     """One round of reports, then channels decoded bit by bit and candidates estimated (module docstring)."""
 
     name = NAME
     request_type = BitstogramRequest
     response_type = BitstogramResponse
+    oracle_label = ORACLE
+    rounds = 1
+    finished = "one round: channels decoded and candidates estimated"
+    params: BitstogramParameters
 
     def __init__(self, params: BitstogramParameters, codec: ItemCodec, seed: int) -> None:
-        self.params = params
-        self.codec = codec
-        self.encoding = PrefixEncoding("bits", codec)
-        if self.encoding.length != params.value_bits:
-            raise ValueError(f"value_bits: {params.value_bits}, but the codec gives {self.encoding.length}-bit values")
-        self.split = params.split
+        super().__init__(params, codec, params.split)
         self.request = BitstogramRequest(
             round=1,
             value_bits=params.value_bits,
@@ -289,8 +277,6 @@ class BitstogramServer(ServerProtocol):
             oracle_seed=public_seed(seed, "bitstogram.oracle"),
         )
         self.threshold = self.noise_threshold()
-        self._reported: tuple[np.ndarray, np.ndarray] | None = None
-        self._trace: list[RoundRecord] = []
 
     def noise_threshold(self) -> float:
         """The estimate a value held by nobody exceeds with probability ``ABSENT_REPORTED / T``."""
@@ -309,16 +295,9 @@ class BitstogramServer(ServerProtocol):
         candidates = candidates[self.encoding.reportable(candidates)]
         estimates = self.estimate(response, candidates)
         passed = np.flatnonzero(estimates >= self.threshold)
-        best = passed[np.argsort(-estimates[passed], kind="stable")][: self.params.top_k]
-        self._reported = (candidates[best], estimates[best])
-        self._trace.append(RoundRecord(1, {
-            "users": response.responding_users,
-            "channels": self.params.buckets,
-            "candidates": int(candidates.shape[0]),
-            "above_threshold": int(passed.size),
-            "reported": int(best.size),
-            "threshold": self.threshold,
-        }))
+        reported = self._report(candidates, estimates, eligible=passed)
+        self._record(users=response.responding_users, channels=self.params.buckets, candidates=int(candidates.shape[0]),
+                     above_threshold=int(passed.size), reported=reported, threshold=self.threshold)
 
     def recover_channels(self, response: BitstogramResponse) -> np.ndarray:
         """Each channel's candidate ``[T, m]``: per position, the bit whose (channel, bit) pair is estimated higher."""
@@ -337,23 +316,11 @@ class BitstogramServer(ServerProtocol):
         statistics = oracle.from_flat(response.final_sums, response.final_users)
         return oracle.estimate(statistics, self.encoding.keys(candidates))
 
-    def result(self) -> ProtocolResult:
-        found = reported_discoveries(self.encoding, self._reported)
-        stopped = "one round: channels decoded and candidates estimated" if self._reported is not None else "not finished"
-        if self._reported is not None and len(found) < self.params.top_k:
-            stopped += f"; {len(found)} of k = {self.params.top_k} values were above the threshold"
-        return ProtocolResult(NAME, found, [], self.trace, self.privacy_report(), self.describe(), stopped)
-
-    @property
-    def trace(self) -> list[RoundRecord]:
-        return list(self._trace)
-
-    @property
-    def max_rounds(self) -> int:
-        return 1
-
-    def privacy_report(self) -> PrivacyReport:
-        return ldp_report(self.split, ORACLE, self.describe())
+    def stopped_because(self) -> str:
+        stopped = super().stopped_because()
+        if self._reported is not None and len(self._reported[1]) < self.params.top_k:
+            stopped += f"; {len(self._reported[1])} of k = {self.params.top_k} values were above the threshold"
+        return stopped
 
     def progress_note(self) -> str:
         return f"{self.params.buckets:,} channels, {self.params.value_bits} bit positions"
@@ -384,9 +351,8 @@ def build_bitstogram(
 
 def check_reply(request: BitstogramRequest, response: BitstogramResponse, node: HeldUsers, server: ServerProtocol) -> None:
     """Raise :class:`InvalidReply` unless ``response`` is a possible answer of the node."""
+    check_all_users_report(response, node)
     tag = type(response).__name__
-    if response.sampled_users != node.users or response.responding_users != node.users:
-        raise InvalidReply(f"{tag}.sampled_users/responding_users: the node holds {node.users} users, every one reports")
     shapes = {
         "bit_sums": (response.bit_sums.shape, (request.value_bits, 2 * request.buckets)),
         "final_sums": (response.final_sums.shape, (request.rows * request.buckets,)),

@@ -34,17 +34,17 @@ from ..items import ItemCodec
 from ..oracles import Support, make_oracle
 from ..oracles.hashing import hash_keys
 from ..population import Shard
-from ..privacy.ldp import BudgetRule, ldp_report
-from ..privacy.report import PrivacyReport
+from ..privacy.ldp import BudgetRule
 from ..privacy.validation import check_users
 from ..randomness import RandomnessSource
-from .base import ProtocolResult, Request, Response, RoundRecord, ServerProtocol
-from .bitstogram import DROPOUT_PRIVACY, KEYS as BITSTOGRAM_KEYS, NPY_HEADER_BYTES, bit_positions, public_seed, reported_discoveries, value_table
+from .base import Request, Response, RoundRecord, ServerProtocol
+from .bitstogram import DROPOUT_PRIVACY, KEYS as BITSTOGRAM_KEYS, NPY_HEADER_BYTES, bit_positions, public_seed, value_table
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
 from .triehh import choose_items
+from .value_reports import ValueReportingServer, check_all_users_report
 
 NAME = "mcm"
 ORACLE = "olh"
@@ -172,27 +172,25 @@ def respond(request: MCMRequest, shard: Shard, randomness: RandomnessSource) -> 
 # -- server -----------------------------------------------------------------------------------------
 
 
-class MCMServer(ServerProtocol):
+class MCMServer(ValueReportingServer):
     """Channels decoded bit by bit by majority, then the candidates' full values (module docstring)."""
 
     name = NAME
     request_type = MCMRequest
     response_type = MCMResponse
+    oracle_label = ORACLE
+    rounds = 2
+    finished = "channels decoded and candidates estimated"
+    trace_fields = ("stage", "users", "channels", "candidates", "reported")
+    params: MCMParameters
 
     def __init__(self, params: MCMParameters, codec: ItemCodec, seed: int) -> None:
-        self.params = params
-        self.codec = codec
-        self.encoding = PrefixEncoding("bits", codec)
-        if self.encoding.length != params.value_bits:
-            raise ValueError(f"value_bits: {params.value_bits}, but the codec gives {self.encoding.length}-bit values")
-        self.split = BUDGET.split(NAME, params.epsilon)
+        super().__init__(params, codec, BUDGET.split(NAME, params.epsilon))
         self.bit_oracle = make_oracle(ORACLE, epsilon=self.split.parts[0][1], domain=2 * params.channels)
         self.final_oracle = make_oracle(ORACLE, epsilon=self.split.parts[1][1], domain=self.encoding.domain(params.value_bits))
         self.channel_seed = public_seed(seed, "mcm.channels")
         self.partition_seed = public_seed(seed, "mcm.partition")
         self._candidates: np.ndarray | None = None
-        self._reported: tuple[np.ndarray, np.ndarray] | None = None
-        self._trace: list[RoundRecord] = []
 
     def next_request(self) -> MCMRequest | None:
         if self._reported is not None:
@@ -211,12 +209,11 @@ class MCMServer(ServerProtocol):
         if self._candidates is None:
             recovered = np.unique(self.recover_channels(response), axis=0)
             self._candidates = recovered[self.encoding.reportable(recovered)]
-            self._record(BITS, response, candidates=int(self._candidates.shape[0]))
+            self._record_stage(BITS, response, candidates=int(self._candidates.shape[0]))
             return
         estimates = self.final_oracle.estimate_support(Support(response.counts, int(response.reporters.sum())))
-        best = np.argsort(-estimates, kind="stable")[: self.params.top_k]
-        self._reported = (self._candidates[best], estimates[best])
-        self._record(FINAL, response, candidates=int(estimates.size), reported=int(best.size))
+        reported = self._report(self._candidates, estimates)
+        self._record_stage(FINAL, response, candidates=int(estimates.size), reported=reported)
 
     def recover_channels(self, response: MCMResponse) -> np.ndarray:
         """Each channel's candidate ``[h, m]``: per position, the bit whose pair is estimated higher."""
@@ -225,25 +222,8 @@ class MCMServer(ServerProtocol):
         estimates = (counts - response.reporters[:, None] * self.bit_oracle.q) / (self.bit_oracle.p - self.bit_oracle.q)
         return (estimates[:, 1::2] > estimates[:, 0::2]).T.astype(np.uint8)
 
-    def _record(self, stage: str, response: MCMResponse, **values: Any) -> None:
-        fields = {"channels": self.params.channels, "candidates": None, "reported": None}
-        self._trace.append(RoundRecord(len(self._trace) + 1, {"stage": stage, "users": response.responding_users, **fields, **values}))
-
-    def result(self) -> ProtocolResult:
-        found = reported_discoveries(self.encoding, self._reported)
-        stopped = "channels decoded and candidates estimated" if self._reported is not None else "not finished"
-        return ProtocolResult(NAME, found, [], self.trace, self.privacy_report(), self.describe(), stopped)
-
-    @property
-    def trace(self) -> list[RoundRecord]:
-        return list(self._trace)
-
-    @property
-    def max_rounds(self) -> int:
-        return 2
-
-    def privacy_report(self) -> PrivacyReport:
-        return ldp_report(self.split, ORACLE, self.describe())
+    def _record_stage(self, stage: str, response: MCMResponse, **values: Any) -> None:
+        self._record(stage=stage, users=response.responding_users, channels=self.params.channels, **values)
 
     def progress_note(self) -> str:
         return f"{self.params.channels:,} channels, {self.params.value_bits} bit positions"
@@ -268,9 +248,8 @@ def build_mcm(privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: 
 
 
 def check_reply(request: MCMRequest, response: MCMResponse, node: HeldUsers, server: ServerProtocol) -> None:
+    check_all_users_report(response, node)
     tag = type(response).__name__
-    if response.sampled_users != node.users or response.responding_users != node.users:
-        raise InvalidReply(f"{tag}.sampled_users/responding_users: the node holds {node.users} users, every one reports")
     if request.mode == FINAL:
         expected_counts, expected = request.candidates.size, np.array([node.users])
     else:

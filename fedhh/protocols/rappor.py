@@ -70,6 +70,7 @@ from .messages import array_field, scalar_field
 from .registry import register_protocol
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
 from .triehh import choose_items
+from .value_reports import check_all_users_report
 
 NAME = "rappor"
 COHORT_PURPOSE = "rappor.cohort"
@@ -367,14 +368,17 @@ class RapporServer(ServerProtocol):
     def trace(self) -> list[RoundRecord]:
         return list(self._trace)
 
-    def next_request(self) -> RapporRequest | None:
-        if self._trace:
-            return None
+    def check_ready(self) -> None:
         if self.dictionary is None:
             raise InputError(
                 "protocol.candidates: no population vocabulary here (a deployment's server holds none); "
                 "name a candidate dictionary file"
             )
+
+    def next_request(self) -> RapporRequest | None:
+        if self._trace:
+            return None
+        self.check_ready()
         p = self.params
         return RapporRequest(
             round=1, epsilon=p.epsilon, bloom_bits=p.bloom_bits, bloom_hashes=p.bloom_hashes, cohorts=p.cohorts,
@@ -520,9 +524,7 @@ def normal_inverse(normal: np.ndarray) -> np.ndarray:
 def check_reply(request: RapporRequest, response: RapporResponse, node: HeldUsers, server: ServerProtocol) -> None:
     """A node reports exactly its users, cohort by cohort, and no bit more often than it has reports."""
     tag = type(response).__name__
-    if response.sampled_users != node.users or response.responding_users != node.users:
-        raise InvalidReply(f"{tag}.sampled_users/responding_users: the node holds {node.users} users, it says "
-                           f"{response.sampled_users}/{response.responding_users}")
+    check_all_users_report(response, node)
     if response.ones.size != request.cohorts * request.bloom_bits or response.reporters.size != request.cohorts:
         raise InvalidReply(f"{tag}.ones: {response.ones.size} counts for {response.reporters.size} cohorts, expected "
                            f"{request.cohorts} x {request.bloom_bits}")

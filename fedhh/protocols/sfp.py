@@ -61,6 +61,7 @@ from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
 from .triehh import choose_items
+from .value_reports import check_all_users_report
 
 NAME = "sfp"
 POSITION_PURPOSE = "sfp.position"
@@ -503,9 +504,7 @@ class SFPServer(ServerProtocol):
 def check_reply(request: SFPRequest, response: SFPResponse, node: HeldUsers, server: ServerProtocol) -> None:
     """A node reports exactly its users: per position as public randomness placed them, and once each in full."""
     tag = type(response).__name__
-    if response.sampled_users != node.users or response.responding_users != node.users:
-        raise InvalidReply(f"{tag}.sampled_users/responding_users: the node holds {node.users} users, it says "
-                           f"{response.sampled_users}/{response.responding_users}")
+    check_all_users_report(response, node)
     assert isinstance(server, SFPServer)
     oracle = request.fragment_oracle(server.codec)
     if response.fragment_counts.shape != (server.positions, oracle.flat_size()):

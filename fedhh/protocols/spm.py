@@ -46,17 +46,17 @@ from ..oracles import make_oracle
 from ..oracles.hashing import local_hash
 from ..oracles.local_hashing import LocalHashing
 from ..population import Shard
-from ..privacy.ldp import BudgetRule, ldp_report
-from ..privacy.report import PrivacyReport
+from ..privacy.ldp import BudgetRule
 from ..privacy.validation import check_users
 from ..randomness import RandomnessSource, UserRandom
-from .base import ProtocolResult, Request, Response, RoundRecord, ServerProtocol
-from .bitstogram import DROPOUT_PRIVACY, KEYS as BITSTOGRAM_KEYS, NPY_HEADER_BYTES, public_seed, reported_discoveries
+from .base import Request, Response, RoundRecord, ServerProtocol
+from .bitstogram import DROPOUT_PRIVACY, KEYS as BITSTOGRAM_KEYS, NPY_HEADER_BYTES, public_seed
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
 from .triehh import choose_items
+from .value_reports import ValueReportingServer, check_all_users_report
 
 NAME = "spm"
 ORACLE = "olh"
@@ -266,28 +266,26 @@ def _response(request: SPMRequest, shard: Shard, counts: np.ndarray, reporters: 
 # -- server -----------------------------------------------------------------------------------------
 
 
-class SPMServer(ServerProtocol):
+class SPMServer(ValueReportingServer):
     """Segments, then segment pairs, then the candidates' full values (module docstring)."""
 
     name = NAME
     request_type = SPMRequest
     response_type = SPMResponse
+    oracle_label = ORACLE
+    rounds = 3
+    finished = "segments, pairs and candidates estimated"
+    trace_fields = ("stage", "users", "patterns_kept", "value_pairs_kept", "candidates", "reported")
+    params: SPMParameters
 
     def __init__(self, params: SPMParameters, codec: ItemCodec, seed: int) -> None:
-        self.params = params
-        self.codec = codec
-        self.encoding = PrefixEncoding("bits", codec)
-        if self.encoding.length != params.value_bits:
-            raise ValueError(f"value_bits: {params.value_bits}, but the codec gives {self.encoding.length}-bit values")
-        self.split = BUDGET.split(NAME, params.epsilon)
+        super().__init__(params, codec, BUDGET.split(NAME, params.epsilon))
         self.report_epsilon = self.split.parts[0][1]
         self.partition_seed = public_seed(seed, "spm.partition")
         self.oracle = make_oracle(ORACLE, epsilon=self.report_epsilon, domain=2)  # p and q do not depend on the domain
         self._patterns: list[np.ndarray] = []  # C_i
         self._candidates: np.ndarray | None = None  # value rows [K, m]
         self._kept_per_pair = 0
-        self._reported: tuple[np.ndarray, np.ndarray] | None = None
-        self._trace: list[RoundRecord] = []
         self._pending: SPMRequest | None = None
 
     @property
@@ -336,7 +334,7 @@ class SPMServer(ServerProtocol):
             estimates = self._estimate(response.counts[start : start + size], float(response.reporters[segment]))
             start += size
             self._patterns.append(np.argsort(-estimates, kind="stable")[:k].astype(np.uint64))
-        self._record(SEGMENTS, response, patterns_kept=[int(p.size) for p in self._patterns])
+        self._record_stage(SEGMENTS, response, patterns_kept=[int(p.size) for p in self._patterns])
 
     def pair_estimates(self, response: SPMResponse) -> dict[tuple[int, int], np.ndarray]:
         """Unbiased population counts of every ``(x, y)`` in ``C_i x C_j``, per segment pair (module docstring)."""
@@ -366,7 +364,7 @@ class SPMServer(ServerProtocol):
         self._kept_per_pair = min(kept, max(j.size for j in joints.values()))
         rows = self._rows(candidates)
         self._candidates = rows[self.encoding.reportable(rows)][:MAX_CANDIDATES]
-        self._record(PAIRS, response, value_pairs_kept=self._kept_per_pair, candidates=int(self._candidates.shape[0]))
+        self._record_stage(PAIRS, response, value_pairs_kept=self._kept_per_pair, candidates=int(self._candidates.shape[0]))
 
     def _assemble(self, joints: dict[tuple[int, int], np.ndarray], kept: int) -> np.ndarray:
         """Index tuples ``[K, g]`` into ``C_0 .. C_{g-1}`` whose every segment pair is among its pair's ``kept`` best."""
@@ -399,32 +397,11 @@ class SPMServer(ServerProtocol):
     def _absorb_final(self, response: SPMResponse) -> None:
         assert self._candidates is not None
         estimates = self._estimate(response.counts.astype(np.float64), float(response.reporters[0]))
-        best = np.argsort(-estimates, kind="stable")[: self.params.top_k]
-        self._reported = (self._candidates[best], estimates[best])
-        self._record(FINAL, response, candidates=int(estimates.size), reported=int(best.size))
+        reported = self._report(self._candidates, estimates)
+        self._record_stage(FINAL, response, candidates=int(estimates.size), reported=reported)
 
-    def _record(self, stage: str, response: SPMResponse, **values: Any) -> None:
-        """One trace line; every round has the same fields (``None`` where a stage has none)."""
-        fields = {"patterns_kept": None, "value_pairs_kept": None, "candidates": None, "reported": None}
-        self._trace.append(RoundRecord(len(self._trace) + 1, {
-            "stage": stage, "users": response.responding_users, **fields, **values,
-        }))
-
-    def result(self) -> ProtocolResult:
-        found = reported_discoveries(self.encoding, self._reported)
-        stopped = "segments, pairs and candidates estimated" if self._reported is not None else "not finished"
-        return ProtocolResult(NAME, found, [], self.trace, self.privacy_report(), self.describe(), stopped)
-
-    @property
-    def trace(self) -> list[RoundRecord]:
-        return list(self._trace)
-
-    @property
-    def max_rounds(self) -> int:
-        return 3
-
-    def privacy_report(self) -> PrivacyReport:
-        return ldp_report(self.split, ORACLE, self.describe())
+    def _record_stage(self, stage: str, response: SPMResponse, **values: Any) -> None:
+        self._record(stage=stage, users=response.responding_users, **values)
 
     def progress_note(self) -> str:
         return f"{self.stage or 'done'}: {self.params.segments} segments of {self.params.segment_bits} bits"
@@ -464,8 +441,7 @@ def expected_sizes(request: SPMRequest) -> tuple[int, int]:
 
 def check_reply(request: SPMRequest, response: SPMResponse, node: HeldUsers, server: ServerProtocol) -> None:
     tag = type(response).__name__
-    if response.sampled_users != node.users or response.responding_users != node.users:
-        raise InvalidReply(f"{tag}.sampled_users/responding_users: the node holds {node.users} users, every one reports")
+    check_all_users_report(response, node)
     counts, reporters = expected_sizes(request)
     if response.counts.size != counts or response.reporters.size != reporters:
         raise InvalidReply(f"{tag}.counts: {response.counts.size} counts from {response.reporters.size} groups, expected {counts} from {reporters}")
