@@ -16,8 +16,14 @@ import inspect
 import re
 import sys
 import typing
+from collections import defaultdict
+
+import numpy as np
 
 from fedhh import items
+from fedhh.oracles import device_spec
+from fedhh.oracles.base import FLAT_CELLS_LIMIT
+from fedhh.oracles.registry import ORACLE_BUILDERS, make_oracle
 from fedhh.protocols import PROTOCOLS
 from fedhh.protocols.messages import message_layout
 from fedhh.protocols.registry import protocol_module
@@ -101,6 +107,92 @@ def _indented_quote(text: str) -> str:
 
 def _docstring(module: object) -> str:
     return inspect.cleandoc(getattr(module, "__doc__", "") or "")
+
+
+def _report_fields(reports: object) -> list[str]:
+    """Table rows ``| field | dtype | shape per user |`` of a report object, in the order of its columns."""
+    rows = []
+    for field in dataclasses.fields(reports):  # type: ignore[arg-type]
+        value = getattr(reports, field.name)
+        if dataclasses.is_dataclass(value):
+            rows.append(f"| `{field.name}` | the inner oracle's report fields, in their order | |")
+            continue
+        array = np.asarray(value)
+        shape = "`()`" if array.ndim == 1 else "`(w,)`, `w` as the report says"
+        rows.append(f"| `{field.name}` | {array.dtype} | {shape} |")
+    return rows
+
+
+def _options(name: str) -> str:
+    parameters = inspect.signature(ORACLE_BUILDERS[name]).parameters.values()
+    options = [f"`{p.name}` = `{p.default!r}`" for p in parameters if p.name not in ("epsilon", "domain")]
+    return ", ".join(options) or "none"
+
+
+def _sketch_kind(oracle: object) -> str:
+    inner = getattr(oracle, "inner", None)
+    if inner is None:
+        return ""
+    signed = "signed (count sketch)" if getattr(oracle, "signed") else "unsigned"
+    return f"; inner `{inner.name}`, {signed}, server estimator `{getattr(oracle, 'estimator')}`"
+
+
+def _declaring_class(cls: type) -> type:
+    """The class whose body declares the device spec ``cls`` uses (shared by e.g. OLH and BLH)."""
+    return next(klass for klass in cls.__mro__ if "device_spec" in vars(klass))
+
+
+def oracle_sections() -> list[str]:
+    """Every registered oracle's device side: its names and options, its report's fields (from a
+    report it makes), and its declared :class:`fedhh.oracles.device_spec.DeviceSpec`."""
+    by_spec: dict[type, list[str]] = defaultdict(list)
+    examples: dict[str, object] = {}
+    for name in sorted(ORACLE_BUILDERS):
+        oracle = make_oracle(name, epsilon=2.0, domain=64)
+        by_spec[_declaring_class(type(oracle))].append(name)
+        examples[name] = oracle
+    parts = [
+        "## LDP oracles: what a device computes",
+        "",
+        "A node answers an oracle round with the sum over its reporting users of the oracle's *flat "
+        f"statistics* when the oracle has a flat form of at most `FLAT_CELLS_LIMIT` = {FLAT_CELLS_LIMIT} "
+        "cells (`counts` = the cells, `reporters` = the report counts), else with the *support counts* of "
+        "the request's candidates (`counts`, flat in row-major order, and `reporters`). Both are sums over "
+        "reports, so a node adds up its users'; the server adds up the nodes'. `v` is the user's value (an "
+        "integer key in `[0, d)`), `n` the number of reports, `C` the number of candidates. A report's "
+        "fields, in the order below (a field of shape `(w,)` gives `w` columns), are also the columns that "
+        "mode `collect` sends, each as uint64.",
+        "",
+        "### Definitions",
+        "",
+        "Arithmetic is on unsigned 64-bit integers (`mod 2^64`) unless stated otherwise; `E = e^ε`.",
+        "",
+        device_spec.DEFINITIONS,
+        "",
+    ]
+    for cls, names in by_spec.items():
+        spec: device_spec.DeviceSpec = cls.device_spec  # type: ignore[attr-defined]
+        example = examples[names[0]]
+        summary = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].replace("\n", " ")
+        parts += [f"### {', '.join(f'`{name}`' for name in names)} (`{cls.__name__}`)", "", summary, ""]
+        parts += [f"* `{name}`: options {_options(name)}{_sketch_kind(examples[name])}" for name in names]
+        report = example.randomize(np.arange(3, dtype=np.uint64), np.random.default_rng(0))  # type: ignore[attr-defined]
+        parts += [
+            "",
+            f"**Parameters.** {spec.parameters}",
+            "",
+            f"**Report** (per user). {spec.randomizer}",
+            "",
+            "| field | dtype | shape per user |",
+            "|---|---|---|",
+            *_report_fields(report),
+            "",
+            f"**Flat statistics.** {spec.statistics}",
+            "",
+            f"**Support counts.** {spec.support}",
+            "",
+        ]
+    return parts
 
 
 def render() -> str:
@@ -223,9 +315,17 @@ def render() -> str:
         "hash family, drawn fresh per report from its own randomness (OLH: `g = round(e^ε) + 1` buckets, "
         "the true bucket kept with probability `e^ε / (e^ε + g - 1)`, otherwise another bucket uniformly). "
         "For the other oracles `counts` holds the oracle's flat statistics, which the server decodes with "
-        "fedhh's public hash functions seeded by `oracle_seed`: their exact hashing is not part of this "
-        "version of the document, so a third-party client should use `olh` or `blh`.",
+        "fedhh's public hash functions seeded by `oracle_seed`: see the next section for every oracle's "
+        "randomizer, hashing and statistics. The oracle of a level is the one `oracle` names at ε = `epsilon` "
+        "over `d = min(B^length, 2^64)` values, with option `seed` = `oracle_seed`, and `rows` = "
+        "`sketch_rows` and `width` = `sketch_width` when these are not 0, for the oracles that take "
+        "these options (`fedhh.protocols.prefix_oracles.build_level_oracle`); every other option keeps "
+        "its default. In mode `collect` a node sends, per asked user, the row `[level, the level report's "
+        "columns..., the full-value report's columns...]` (the latter only when `final_epsilon > 0`), every "
+        "column as uint64, as `report_rows` (the distinct rows, sorted) with `report_counts` (how many users "
+        "sent each).",
         "",
+        *oracle_sections(),
     ]
     return "\n".join(parts).rstrip() + "\n"
 
