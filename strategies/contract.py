@@ -142,6 +142,39 @@ def _declaring_class(cls: type) -> type:
     return next(klass for klass in cls.__mro__ if "device_spec" in vars(klass))
 
 
+def alphabet_lines() -> list[str]:
+    """One line per public alphabet: its characters in index order, as byte ranges."""
+    lines = []
+    for name, alphabet in items.ALPHABETS.items():
+        codes = list(alphabet.characters)
+        runs: list[tuple[int, int]] = []
+        for code in codes:
+            if runs and code == runs[-1][1] + 1:
+                runs[-1] = (runs[-1][0], code)
+            else:
+                runs.append((code, code))
+        mark = "0x" if alphabet.byte_level else "U+00"
+        ranges = ", ".join(f"{mark}{low:02X}..{mark}{high:02X}" if high > low else f"{mark}{low:02X}" for low, high in runs)
+        unit = "UTF-8 bytes" if alphabet.byte_level else "characters (code points)"
+        lines.append(f"* `{name}`: {alphabet.size} {unit}: {ranges}")
+    return lines
+
+
+def definitions_section() -> list[str]:
+    """The functions the protocols' and oracles' device sides are written with."""
+    return [
+        "## Definitions",
+        "",
+        "The device sides below are written with these (`fedhh.oracles.device_spec`). Arithmetic is on "
+        "unsigned 64-bit integers (`mod 2^64`) unless stated otherwise; `E = e^ε`. A user holding several "
+        "items reports one, each with probability its share of the user's items; a user holding none reports "
+        "the empty value (all units 0), so that taking part reveals nothing.",
+        "",
+        device_spec.DEFINITIONS,
+        "",
+    ]
+
+
 def oracle_sections() -> list[str]:
     """Every registered oracle's device side: its names and options, its report's fields (from a
     report it makes), and its declared :class:`fedhh.oracles.device_spec.DeviceSpec`."""
@@ -158,16 +191,10 @@ def oracle_sections() -> list[str]:
         f"statistics* when the oracle has a flat form of at most `FLAT_CELLS_LIMIT` = {FLAT_CELLS_LIMIT} "
         "cells (`counts` = the cells, `reporters` = the report counts), else with the *support counts* of "
         "the request's candidates (`counts`, flat in row-major order, and `reporters`). Both are sums over "
-        "reports, so a node adds up its users'; the server adds up the nodes'. `v` is the user's value (an "
+        "reports, so a node adds up its users'; the server adds up the nodes'. Definitions are above; `v` is the user's value (an "
         "integer key in `[0, d)`), `n` the number of reports, `C` the number of candidates. A report's "
         "fields, in the order below (a field of shape `(w,)` gives `w` columns), are also the columns that "
         "mode `collect` sends, each as uint64.",
-        "",
-        "### Definitions",
-        "",
-        "Arithmetic is on unsigned 64-bit integers (`mod 2^64`) unless stated otherwise; `E = e^ε`.",
-        "",
-        device_spec.DEFINITIONS,
         "",
     ]
     for cls, names in by_spec.items():
@@ -263,6 +290,7 @@ def render() -> str:
         "The server admits the nodes whose shards split the users `0..n-1` exactly as "
         "`fedhh.population.shard_bounds` does (a device is shard `u` of `n` for its user id `u`).",
         "",
+        *definitions_section(),
         "## Protocols",
         "",
     ]
@@ -290,6 +318,10 @@ def render() -> str:
         "",
         _docstring(items),
         "",
+        "The alphabets (`fedhh.items.ALPHABETS`), a character's index being its 1-based position:",
+        "",
+        *alphabet_lines(),
+        "",
         "## Values as bits or symbols (PEM, TreeHist)",
         "",
         _docstring(prefix_encoding),
@@ -298,14 +330,12 @@ def render() -> str:
         "",
         "In mode `level` a request asks the users whose level is `level`, and only a node holding some of "
         "them receives it. Levels are public: user `u`'s level is the `i` with `level_bounds[i] <= U(u) < "
-        "level_bounds[i+1]` (clipped to `0..levels-1`), where `U(u) = (splitmix64(splitmix64(u XOR "
-        "partition_seed)) >> 11) / 2^53`, all in unsigned 64-bit arithmetic, and `splitmix64(x)` is "
-        "`z = x + 0x9E3779B97F4A7C15; z = (z XOR (z >> 30)) * 0xBF58476D1CE4E5B9; "
-        "z = (z XOR (z >> 27)) * 0x94D049BB133111EB; return z XOR (z >> 31)` (`fedhh.randomness`). "
+        "level_bounds[i+1]` (clipped to `0..levels-1`), where `U(u) = public_uniform(partition_seed, u)` "
+        "(see Definitions). "
         "Each asked user takes its value's first `lengths[level]` units (a user without an item: the empty "
         "value, all units 0) and its key: the units' integer value, most significant unit first, when "
         "`B^length <= 2^64` (`B` = 2 for bits), else fedhh's 64-bit hash of the units "
-        "(`fedhh.oracles.keys.key_rows`). It reports the key through the oracle `oracle` at ε = `epsilon`.",
+        "(`key_rows`, see Definitions). It reports the key through the oracle `oracle` at ε = `epsilon`.",
         "",
         "The reply: `sampled_users` = `responding_users` = the number of asked users the node holds "
         "(the server recomputes it from the levels and refuses any other number). For `olh` and `blh`, "

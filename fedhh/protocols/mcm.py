@@ -138,7 +138,26 @@ class MCMResponse(Response):
 
 
 def respond(request: MCMRequest, shard: Shard, randomness: RandomnessSource) -> MCMResponse:
-    """A shard's OLH support counts for the round (vectorised over users; a loop over bit positions)."""
+    """A shard's OLH support counts for the round (vectorised over users; a loop over bit positions).
+
+    What each user does (a device is a shard of one user, ``u`` its global
+    id): its value and key are as for ``bitstogram`` (``bits`` encoding, the
+    empty value without an item).
+
+    * Mode ``bits``: its channel is ``hash64(channel_seed, key, channels)``
+      and its bit position ``l = public_index(partition_seed, u,
+      value_bits)``; it reports ``2 channel + (bit l of its value)`` through
+      ``olh`` at ε = ``bit_epsilon`` over ``d = 2 channels``.  ``counts``
+      holds, position by position, the support counts of the ``2 channels``
+      pairs ``0, 1, ...`` from the reports of that position's users
+      (``counts[l * 2 channels + x]``), ``reporters[l]`` the number of
+      users of position ``l``.
+    * Mode ``final``: it reports its key through ``olh`` at ε =
+      ``final_epsilon`` over ``d = min(2^value_bits, 2^64)``; ``counts[i]``
+      is the support count of ``candidates[i]``, ``reporters = [n]``.
+
+    ``sampled_users = responding_users`` = the number of users.
+    """
     if request.mode not in (BITS, FINAL):
         raise ValueError(f"request.mode: got {request.mode!r}; allowed: {[BITS, FINAL]}")
     bits, keys = value_table(shard, request.value_bits)

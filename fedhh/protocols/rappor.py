@@ -266,7 +266,24 @@ class RapporResponse(Response):
 
 
 def respond(request: RapporRequest, shard: Shard, randomness: RandomnessSource) -> RapporResponse:
-    """Every user of the shard sends its randomised Bloom filter; the shard adds them up per cohort."""
+    """Every user of the shard sends its randomised Bloom filter; the shard adds them up per cohort.
+
+    What each user does (a device is a shard of one user, ``u`` its global
+    id): its cohort is ``c = public_index(cohort_seed, u, cohorts)`` and its
+    item's key is ``key_rows`` of the item's symbol row of ``fedhh.items``
+    (``max_symbols + 1`` entries: the symbols, the end symbol 0, then
+    padding -1).  Its Bloom filter has ``m = bloom_bits`` bits, of which the
+    ``h = bloom_hashes`` bits ``hash64(σ_(c h + j), key, m)``, ``j = 0 ..
+    h - 1``, are set, with ``σ_i = splitmix64(hash_seed + i)``; none is set
+    when the user holds no item.  Every bit is reported set with probability
+    ``p = e^(ε/2h) / (e^(ε/2h) + 1)`` when set and ``q = 1 - p`` when clear,
+    independently (ε = ``epsilon``).
+
+    The reply: ``ones[c m + b]`` is the number of the node's cohort-``c``
+    reports with bit ``b`` set, ``reporters[c]`` the number of its
+    cohort-``c`` users; ``sampled_users = responding_users`` = the number of
+    users.
+    """
     encoder = request.encoder()
     local = np.arange(shard.n_users)
     user_ids = local + shard.first_user

@@ -267,7 +267,33 @@ class SFPResponse(Response):
 
 
 def respond(request: SFPRequest, shard: Shard, randomness: RandomnessSource) -> SFPResponse:
-    """Every user of the shard sends its fragment report and its word report; the shard sums them."""
+    """Every user of the shard sends its fragment report and its word report; the shard sums them.
+
+    What each user does (a device is a shard of one user, ``u`` its global
+    id): its value is its item's ``U = max_symbols`` symbols in the
+    ``symbols`` encoding (end symbol and padding as 0; the empty value, all
+    0, without an item), ``B = radix^unit_size`` values per symbol, and its
+    key the value's oracle key (see "Values as bits or symbols").  Its
+    fragment ``k`` (``k < P = U / fragment_length``) is the base-``B`` value
+    of symbols ``[k f, (k + 1) f)``, ``f = fragment_length``, the first most
+    significant; its word hash is ``splitmix64(key XOR hash_seed) >> 56``
+    (8 bits).  Its position is ``k = public_index(position_seed, u, P)``.
+    It sends
+
+    * ``fragment_k x 256 + word hash`` through the sketch ``oracle``
+      (``cms`` or ``hcms``) at ε = ``fragment_epsilon`` over ``d = B^f x
+      256`` values, with ``rows = sketch_rows``, ``width = sketch_width``,
+      ``seed = oracle_seed``;
+    * when ``word_epsilon > 0``, its key through the same sketch at ε =
+      ``word_epsilon`` over ``d = 2^64`` (same rows, width and seed).
+
+    The reply: ``fragment_counts[k]`` and ``fragment_reporters[k]`` are the
+    fragment sketch's flat statistics summed over the users of position
+    ``k`` (zeros for a position without any); ``word_counts`` and
+    ``word_reporters`` the word sketch's summed over all users (empty when
+    ``word_epsilon = 0``); ``sampled_users = responding_users`` = the number
+    of users.
+    """
     codec = shard.vocabulary.codec
     fragments = request.fragment_codec(codec)
     fragment_oracle = request.fragment_oracle(codec)
