@@ -5,8 +5,13 @@
 drift from the code: the envelope comes from :mod:`strategies.codec` and
 :mod:`strategies.shards`, every field table from the message dataclasses of
 the registered protocols (their wire declarations, ``fedhh.protocols.messages``,
-and the comment on each field's line), the item encodings from the
-docstrings of the modules that implement them.
+and the comment on each field's line), what users do from each protocol's
+``respond`` docstring, the item encodings from the docstrings of the modules
+that implement them, and every registered oracle's device side (hashing,
+randomizer, statistics) from the ``device_spec`` its class declares
+(:mod:`fedhh.oracles.device_spec`).  The prose of those declarations is
+checked by devices written from it: ``tests/test_oracle_device_spec.py`` and
+``tests/test_protocol_device_sides.py``.
 """
 
 from __future__ import annotations

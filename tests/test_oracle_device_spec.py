@@ -345,8 +345,8 @@ class HM(Device):
 class SignedBit(Device):
     """Hashtogram and TreeHist's count sketch: a row, a Hadamard index and one randomised bit."""
 
-    purpose = ""
-    fields = ("", "", "")
+    default_rows = 1
+    fields = ("", "", "")  # the report's field names: row, Hadamard index, bit
 
     def params(self) -> tuple[int, int, float]:
         e = math.exp(self.epsilon)
@@ -394,7 +394,6 @@ class SignedBit(Device):
 
 
 class Hashtogram(SignedBit):
-    default_rows = 1
     fields = ("rows", "indices", "negative")
 
     def bucket_sign(self, row, v):
