@@ -165,14 +165,14 @@ def bitstogram_parameters(protocol: Mapping[str, Any], epsilon: float, n_users: 
 class BitstogramRequest(Request):
     """The one round: every public parameter a device needs to send its two reports."""
 
-    value_bits: int = scalar_field(minimum=1)
-    buckets: int = scalar_field(minimum=2)
-    rows: int = scalar_field(minimum=1)
-    bit_epsilon: float = scalar_field(minimum=0.0)
-    final_epsilon: float = scalar_field(minimum=0.0)
-    channel_seed: int
-    partition_seed: int
-    oracle_seed: int
+    value_bits: int = scalar_field(minimum=1)  # m: bits of a value
+    buckets: int = scalar_field(minimum=2)  # T: channels, and the width of both Hashtogram oracles
+    rows: int = scalar_field(minimum=1)  # R: hash rows of the whole-value Hashtogram
+    bit_epsilon: float = scalar_field(minimum=0.0)  # ε of the (channel, bit) report
+    final_epsilon: float = scalar_field(minimum=0.0)  # ε of the whole-value report
+    channel_seed: int  # σ of the channel hash
+    partition_seed: int  # public seed of the users' bit positions
+    oracle_seed: int  # seed of both Hashtogram oracles
 
     def bit_oracle(self) -> Hashtogram:
         """The oracle of the (channel, bit) pairs: ``2T`` values, not hashed."""

@@ -220,15 +220,15 @@ def sketch(name: str, epsilon: float, domain: int, rows: int, width: int, seed: 
 class SFPRequest(Request):
     """Send your fragment report and your word report (every public parameter a device needs)."""
 
-    fragment_length: int = scalar_field(minimum=1)
-    oracle: str
-    fragment_epsilon: float = scalar_field(minimum=0.0)
+    fragment_length: int = scalar_field(minimum=1)  # f: symbols per fragment
+    oracle: str  # cms | hcms: the sketch of both reports
+    fragment_epsilon: float = scalar_field(minimum=0.0)  # ε of the fragment report
     word_epsilon: float = scalar_field(minimum=0.0)  # 0: no full-word report
-    sketch_rows: int = scalar_field(minimum=1)
-    sketch_width: int = scalar_field(minimum=2)
-    position_seed: int
-    oracle_seed: int
-    hash_seed: int
+    sketch_rows: int = scalar_field(minimum=1)  # the sketches' rows
+    sketch_width: int = scalar_field(minimum=2)  # the sketches' width
+    position_seed: int  # public seed of the users' fragment positions
+    oracle_seed: int  # the sketches' seed
+    hash_seed: int  # key of the 8-bit word hash
 
     def fragment_codec(self, codec: ItemCodec) -> FragmentCodec:
         return FragmentCodec(codec, self.fragment_length, self.hash_seed)
@@ -245,10 +245,12 @@ class SFPRequest(Request):
 class SFPResponse(Response):
     """The two sketches' flat statistics, the fragments' per position; additive."""
 
+    # [position, flat cells] of the fragment sketch (signed for hcms)
     fragment_counts: np.ndarray = array_field("int64", ("P", "F"), minimum=None)
-    fragment_reporters: np.ndarray = array_field("int64", ("P", "R"))
+    fragment_reporters: np.ndarray = array_field("int64", ("P", "R"))  # [position, sketch row] reports
+    # flat cells of the word sketch (empty: no word report)
     word_counts: np.ndarray = array_field("int64", ("W",), minimum=None)
-    word_reporters: np.ndarray = array_field("int64", ("V",))
+    word_reporters: np.ndarray = array_field("int64", ("V",))  # reports per sketch row of the word sketch
 
     @classmethod
     def combine(cls, responses: Sequence[SFPResponse]) -> SFPResponse:

@@ -139,11 +139,11 @@ class SPMRequest(Request):
     """One of the three rounds, with every public parameter a device needs to answer it."""
 
     mode: str  # segments | pairs | final
-    value_bits: int = scalar_field(minimum=1)
-    segments: int = scalar_field(minimum=2)
+    value_bits: int = scalar_field(minimum=1)  # m: bits of a value
+    segments: int = scalar_field(minimum=2)  # g: segments of a value
     bounds: np.ndarray = array_field("int64", ("segments+1",))  # segment i is bits [bounds[i], bounds[i+1])
     epsilon: float = scalar_field(minimum=0.0)  # ε of each report
-    partition_seed: int
+    partition_seed: int  # public seed of the users' segment pairs
     patterns: np.ndarray = array_field("uint64", ("P",))  # pairs: C_0, C_1, ... concatenated
     pattern_offsets: np.ndarray = array_field("int64", ("segments+1",))  # pairs: C_i = patterns[offsets[i]:offsets[i+1]]
     candidates: np.ndarray = array_field("uint64", ("C",))  # final: keys of the candidate values
@@ -153,7 +153,8 @@ class SPMRequest(Request):
 class SPMResponse(Response):
     """Support counts (segments: every pattern; pairs: joint and single per pair; final: candidates); additive."""
 
-    counts: np.ndarray = array_field("int64", ("S",))
+    counts: np.ndarray = array_field("int64", ("S",))  # support counts, laid out per mode (see How users answer)
+    # users per segment (segments), per pair (pairs), or all (final)
     reporters: np.ndarray = array_field("int64", ("U",))
 
     @classmethod
