@@ -13,16 +13,19 @@ loopback, the example's own Flower app bundle.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import math
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
 
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
+from fedhh.oracles import Histogram, make_oracle
 from fedhh.population import shard_bounds
 from fedhh.protocols import ProtocolResult
 from simulations.deployment import LocalDeployment
@@ -65,6 +68,33 @@ def test_the_example_imports_only_flower_numpy_and_the_standard_library() -> Non
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert imported - set(sys.stdlib_module_names) == {"flwr", "numpy"}
+
+
+def load_example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("third_party_device_client", EXAMPLE / "device_client.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+@pytest.mark.parametrize("epsilon", [3.0, 8.0])
+def test_the_example_s_flh_counts_decode_to_unbiased_estimates(epsilon: float) -> None:
+    """The example's FLH reply, decoded by fedhh's FLH oracle as a table (ε = 3: 1000 x 21 cells) or
+    read as support counts (ε = 8: 1000 x 2982 cells, more than a table may hold), estimates every
+    candidate within 5 standard deviations (fedhh's FLH variance, hash choice included).  The table
+    is where the example's hashing must be fedhh's; support counts the node counts with its own."""
+    example = load_example()
+    values = np.repeat(np.array([3, 1 << 40, 12345, 99], dtype=np.uint64), [3000, 2000, 1000, 500])
+    candidates = np.array([3, 1 << 40, 12345, 99, 7, 1 << 63], dtype=np.uint64)
+    oracle = make_oracle("flh", epsilon=epsilon, domain=1 << 64, seed=77)
+    counts = example.flh_counts(values, candidates, epsilon, 77, np.random.default_rng(5))
+    if oracle.flat_size() is not None:
+        support = oracle.support(oracle.from_flat(counts, np.array([values.size])), candidates)
+    else:
+        support = oracle.restore_support(counts, np.array([values.size]))
+    truth = Histogram.of(values)
+    error = oracle.estimate_support(support) - truth.lookup(candidates)
+    assert np.all(np.abs(error) <= 5 * np.sqrt(oracle.variance(candidates, truth))), error
 
 
 def test_third_party_client_finds_what_the_simulation_finds(deployment: LocalDeployment, tmp_path: Path) -> None:
