@@ -172,8 +172,9 @@ def definitions_section() -> list[str]:
         "",
         "The device sides below are written with these (`fedhh.oracles.device_spec`). Arithmetic is on "
         "unsigned 64-bit integers (`mod 2^64`) unless stated otherwise; `E = e^ε`. A user holding several "
-        "items reports one, each with probability its share of the user's items; a user holding none reports "
-        "the empty value (all units 0), so that taking part reveals nothing.",
+        "items reports one of them, each with probability its share of the user's items, drawn once per run "
+        "(TrieHH: anew every round); a user holding none reports the empty value (all units 0), so that "
+        "taking part reveals nothing (TrieHH: it does not vote).",
         "",
         device_spec.DEFINITIONS,
         "",
