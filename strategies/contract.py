@@ -5,8 +5,13 @@
 drift from the code: the envelope comes from :mod:`strategies.codec` and
 :mod:`strategies.shards`, every field table from the message dataclasses of
 the registered protocols (their wire declarations, ``fedhh.protocols.messages``,
-and the comment on each field's line), the item encodings from the
-docstrings of the modules that implement them.
+and the comment on each field's line), what users do from each protocol's
+``respond`` docstring, the item encodings from the docstrings of the modules
+that implement them, and every registered oracle's device side (hashing,
+randomizer, statistics) from the ``device_spec`` its class declares
+(:mod:`fedhh.oracles.device_spec`).  The prose of those declarations is
+checked by devices written from it: ``tests/test_oracle_device_spec.py`` and
+``tests/test_protocol_device_sides.py``.
 """
 
 from __future__ import annotations
@@ -16,8 +21,14 @@ import inspect
 import re
 import sys
 import typing
+from collections import defaultdict
+
+import numpy as np
 
 from fedhh import items
+from fedhh.oracles import device_spec
+from fedhh.oracles.base import FLAT_CELLS_LIMIT
+from fedhh.oracles.registry import ORACLE_BUILDERS, make_oracle
 from fedhh.protocols import PROTOCOLS
 from fedhh.protocols.messages import message_layout
 from fedhh.protocols.registry import protocol_module
@@ -103,6 +114,120 @@ def _docstring(module: object) -> str:
     return inspect.cleandoc(getattr(module, "__doc__", "") or "")
 
 
+def _report_fields(reports: object) -> list[str]:
+    """Table rows ``| field | dtype | shape per user |`` of a report object, in the order of its columns."""
+    rows = []
+    for field in dataclasses.fields(reports):  # type: ignore[arg-type]
+        value = getattr(reports, field.name)
+        if dataclasses.is_dataclass(value):
+            rows.append(f"| `{field.name}` | the inner oracle's report fields, in their order | |")
+            continue
+        array = np.asarray(value)
+        shape = "`()`" if array.ndim == 1 else "`(w,)`, `w` as the report says"
+        rows.append(f"| `{field.name}` | {array.dtype} | {shape} |")
+    return rows
+
+
+def _options(name: str) -> str:
+    parameters = inspect.signature(ORACLE_BUILDERS[name]).parameters.values()
+    options = [f"`{p.name}` = `{p.default!r}`" for p in parameters if p.name not in ("epsilon", "domain")]
+    return ", ".join(options) or "none"
+
+
+def _sketch_kind(oracle: object) -> str:
+    inner = getattr(oracle, "inner", None)
+    if inner is None:
+        return ""
+    signed = "signed (count sketch)" if getattr(oracle, "signed") else "unsigned"
+    return f"; inner `{inner.name}`, {signed}, server estimator `{getattr(oracle, 'estimator')}`"
+
+
+def _declaring_class(cls: type) -> type:
+    """The class whose body declares the device spec ``cls`` uses (shared by e.g. OLH and BLH)."""
+    return next(klass for klass in cls.__mro__ if "device_spec" in vars(klass))
+
+
+def alphabet_lines() -> list[str]:
+    """One line per public alphabet: its characters in index order, as byte ranges."""
+    lines = []
+    for name, alphabet in items.ALPHABETS.items():
+        codes = list(alphabet.characters)
+        runs: list[tuple[int, int]] = []
+        for code in codes:
+            if runs and code == runs[-1][1] + 1:
+                runs[-1] = (runs[-1][0], code)
+            else:
+                runs.append((code, code))
+        mark = "0x" if alphabet.byte_level else "U+00"
+        ranges = ", ".join(f"{mark}{low:02X}..{mark}{high:02X}" if high > low else f"{mark}{low:02X}" for low, high in runs)
+        unit = "UTF-8 bytes" if alphabet.byte_level else "characters (code points)"
+        lines.append(f"* `{name}`: {alphabet.size} {unit}: {ranges}")
+    return lines
+
+
+def definitions_section() -> list[str]:
+    """The functions the protocols' and oracles' device sides are written with."""
+    return [
+        "## Definitions",
+        "",
+        "The device sides below are written with these (`fedhh.oracles.device_spec`). Arithmetic is on "
+        "unsigned 64-bit integers (`mod 2^64`) unless stated otherwise; `E = e^ε`. A user holding several "
+        "items reports one of them, each with probability its share of the user's items, drawn once per run "
+        "(TrieHH: anew every round); a user holding none reports the empty value (all units 0), so that "
+        "taking part reveals nothing (TrieHH: it does not vote).",
+        "",
+        device_spec.DEFINITIONS,
+        "",
+    ]
+
+
+def oracle_sections() -> list[str]:
+    """Every registered oracle's device side: its names and options, its report's fields (from a
+    report it makes), and its declared :class:`fedhh.oracles.device_spec.DeviceSpec`."""
+    by_spec: dict[type, list[str]] = defaultdict(list)
+    examples: dict[str, object] = {}
+    for name in sorted(ORACLE_BUILDERS):
+        oracle = make_oracle(name, epsilon=2.0, domain=64)
+        by_spec[_declaring_class(type(oracle))].append(name)
+        examples[name] = oracle
+    parts = [
+        "## LDP oracles: what a device computes",
+        "",
+        "A node answers an oracle round with the sum over its reporting users of the oracle's *flat "
+        f"statistics* when the oracle has a flat form of at most `FLAT_CELLS_LIMIT` = {FLAT_CELLS_LIMIT} "
+        "cells (`counts` = the cells, `reporters` = the report counts), else with the *support counts* of "
+        "the request's candidates (`counts`, flat in row-major order, and `reporters`). Both are sums over "
+        "reports, so a node adds up its users'; the server adds up the nodes'. Definitions are above; `v` is the user's value (an "
+        "integer key in `[0, d)`), `n` the number of reports, `C` the number of candidates. A report's "
+        "fields, in the order below (a field of shape `(w,)` gives `w` columns), are also the columns that "
+        "mode `collect` sends, each as uint64.",
+        "",
+    ]
+    for cls, names in by_spec.items():
+        spec: device_spec.DeviceSpec = cls.device_spec  # type: ignore[attr-defined]
+        example = examples[names[0]]
+        summary = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].replace("\n", " ")
+        parts += [f"### {', '.join(f'`{name}`' for name in names)} (`{cls.__name__}`)", "", summary, ""]
+        parts += [f"* `{name}`: options {_options(name)}{_sketch_kind(examples[name])}" for name in names]
+        report = example.randomize(np.arange(3, dtype=np.uint64), np.random.default_rng(0))  # type: ignore[attr-defined]
+        parts += [
+            "",
+            f"**Parameters.** {spec.parameters}",
+            "",
+            f"**Report** (per user). {spec.randomizer}",
+            "",
+            "| field | dtype | shape per user |",
+            "|---|---|---|",
+            *_report_fields(report),
+            "",
+            f"**Flat statistics.** {spec.statistics}",
+            "",
+            f"**Support counts.** {spec.support}",
+            "",
+        ]
+    return parts
+
+
 def render() -> str:
     """The whole contract as Markdown."""
     from fedhh.protocols import prefix_encoding
@@ -171,6 +296,7 @@ def render() -> str:
         "The server admits the nodes whose shards split the users `0..n-1` exactly as "
         "`fedhh.population.shard_bounds` does (a device is shard `u` of `n` for its user id `u`).",
         "",
+        *definitions_section(),
         "## Protocols",
         "",
     ]
@@ -198,6 +324,10 @@ def render() -> str:
         "",
         _docstring(items),
         "",
+        "The alphabets (`fedhh.items.ALPHABETS`), a character's index being its 1-based position:",
+        "",
+        *alphabet_lines(),
+        "",
         "## Values as bits or symbols (PEM, TreeHist)",
         "",
         _docstring(prefix_encoding),
@@ -206,14 +336,12 @@ def render() -> str:
         "",
         "In mode `level` a request asks the users whose level is `level`, and only a node holding some of "
         "them receives it. Levels are public: user `u`'s level is the `i` with `level_bounds[i] <= U(u) < "
-        "level_bounds[i+1]` (clipped to `0..levels-1`), where `U(u) = (splitmix64(splitmix64(u XOR "
-        "partition_seed)) >> 11) / 2^53`, all in unsigned 64-bit arithmetic, and `splitmix64(x)` is "
-        "`z = x + 0x9E3779B97F4A7C15; z = (z XOR (z >> 30)) * 0xBF58476D1CE4E5B9; "
-        "z = (z XOR (z >> 27)) * 0x94D049BB133111EB; return z XOR (z >> 31)` (`fedhh.randomness`). "
+        "level_bounds[i+1]` (clipped to `0..levels-1`), where `U(u) = public_uniform(partition_seed, u)` "
+        "(see Definitions). "
         "Each asked user takes its value's first `lengths[level]` units (a user without an item: the empty "
         "value, all units 0) and its key: the units' integer value, most significant unit first, when "
         "`B^length <= 2^64` (`B` = 2 for bits), else fedhh's 64-bit hash of the units "
-        "(`fedhh.oracles.keys.key_rows`). It reports the key through the oracle `oracle` at ε = `epsilon`.",
+        "(`key_rows`, see Definitions). It reports the key through the oracle `oracle` at ε = `epsilon`.",
         "",
         "The reply: `sampled_users` = `responding_users` = the number of asked users the node holds "
         "(the server recomputes it from the levels and refuses any other number). For `olh` and `blh`, "
@@ -222,10 +350,20 @@ def render() -> str:
         "`reporters` = `[number of reports]`; since the node counts the supports itself, it may use any "
         "hash family, drawn fresh per report from its own randomness (OLH: `g = round(e^ε) + 1` buckets, "
         "the true bucket kept with probability `e^ε / (e^ε + g - 1)`, otherwise another bucket uniformly). "
-        "For the other oracles `counts` holds the oracle's flat statistics, which the server decodes with "
-        "fedhh's public hash functions seeded by `oracle_seed`: their exact hashing is not part of this "
-        "version of the document, so a third-party client should use `olh` or `blh`.",
+        "For the other oracles `counts` and `reporters` are the oracle's flat statistics (or, for an oracle "
+        "without a flat form that small, its support counts), which the server decodes with fedhh's public "
+        "hash functions seeded by `oracle_seed`: see the next section for every oracle's randomizer, hashing "
+        "and statistics. In mode `final` (TreeHist) every user of the node reports its whole value's key "
+        "(all units, whatever `lengths` says) at ε = `final_epsilon`, and the node answers the same way. The oracle of a level is the one `oracle` names at ε = `epsilon` "
+        "over `d = min(B^length, 2^64)` values, with option `seed` = `oracle_seed`, and `rows` = "
+        "`sketch_rows` and `width` = `sketch_width` when these are not 0, for the oracles that take "
+        "these options (`fedhh.protocols.prefix_oracles.build_level_oracle`); every other option keeps "
+        "its default. In mode `collect` a node sends, for each of its users (every level's), the row `[level, the level report's "
+        "columns..., the full-value report's columns...]` (the latter only when `final_epsilon > 0`), every "
+        "column as uint64, as `report_rows` (the distinct rows, sorted) with `report_counts` (how many users "
+        "sent each).",
         "",
+        *oracle_sections(),
     ]
     return "\n".join(parts).rstrip() + "\n"
 

@@ -15,8 +15,8 @@ order of its file, which must hold exactly that many lines.
 What it implements of the contract (version 1.0): the shard query; TrieHH
 rounds for the ``lowercase`` alphabet with one character per symbol
 (``protocol.alphabet = "lowercase"``, ``protocol.unit_size = 1``); and PEM
-level rounds with the OLH oracle and the ``bits`` encoding
-(``protocol.oracle = "olh"``, ``protocol.encoding = "bits"``,
+level rounds with the OLH or the FLH oracle and the ``bits`` encoding
+(``protocol.oracle = "olh"`` or ``"flh"``, ``protocol.encoding = "bits"``,
 ``protocol.collection = "interactive"``) for values of at most 64 bits
 (``protocol.max_length`` at most 12).  One word per user; a word longer than
 ``protocol.max_length`` or with a character outside a-z never votes (TrieHH)
@@ -29,6 +29,7 @@ for tests only.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import secrets
@@ -174,19 +175,66 @@ def olh_supports(values: np.ndarray, candidates: np.ndarray, epsilon: float, dra
     return counts
 
 
+FLH_FUNCTIONS = 1000  # FLH's default number of public hash functions, which a PEM level uses
+FLAT_CELLS_LIMIT = 1 << 20  # statistics of more cells travel as support counts instead
+
+
+def purpose_key(purpose: str) -> np.uint64:
+    """The 8-byte BLAKE2b digest of a purpose name, little-endian (docs/messages.md, "Definitions")."""
+    return np.uint64(int.from_bytes(hashlib.blake2b(purpose.encode("utf-8"), digest_size=8).digest(), "little"))
+
+
+def flh_functions(seed: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (odd multiplier, offset) of FLH's public functions 0..count-1 under the request's oracle seed."""
+    base = splitmix64(np.uint64(seed % (1 << 64)) ^ purpose_key("fedhh.oracles.flh.functions"))
+    with np.errstate(over="ignore"):
+        seeds = splitmix64(base + np.arange(count, dtype=np.uint64))
+    return splitmix64(seeds) | np.uint64(1), splitmix64(seeds ^ np.uint64(0xD1B54A32D192ED03))
+
+
+def hash64(multipliers: np.ndarray, offsets: np.ndarray, values: np.ndarray, g: int) -> np.ndarray:
+    """fedhh's 64-bit hash family: ``((a * splitmix64(v) + b) >> 32) * g >> 32``."""
+    with np.errstate(over="ignore"):
+        z = multipliers * splitmix64(values) + offsets
+    return ((z >> np.uint64(32)) * np.uint64(g)) >> np.uint64(32)
+
+
+def flh_counts(values: np.ndarray, candidates: np.ndarray, epsilon: float, seed: int,
+               draw: np.random.Generator) -> np.ndarray:
+    """FLH: each user picks one of the public functions uniformly, hashes its value into g buckets and
+    keeps the bucket with probability e^ε / (e^ε + g - 1), else reports another one uniformly.  The
+    reply is the table ``cells[j g + y]`` of how many reports said (j, y) when it has at most 2^20
+    cells, else each candidate's support count."""
+    g = max(2, int(round(math.exp(epsilon))) + 1)
+    keep = math.exp(epsilon) / (math.exp(epsilon) + g - 1)
+    multipliers, offsets = flh_functions(seed, FLH_FUNCTIONS)
+    functions = draw.integers(0, FLH_FUNCTIONS, size=values.size)
+    true_bucket = hash64(multipliers[functions], offsets[functions], values, g)
+    other = (true_bucket + draw.integers(1, g, size=values.size).astype(np.uint64)) % np.uint64(g)
+    reported = np.where(draw.random(values.size) < keep, true_bucket, other).astype(np.int64)
+    if FLH_FUNCTIONS * g <= FLAT_CELLS_LIMIT:
+        return np.bincount(functions * g + reported, minlength=FLH_FUNCTIONS * g).astype(np.int64)
+    hashed = hash64(multipliers[functions][:, None], offsets[functions][:, None], candidates[None, :], g)
+    return (hashed == reported[:, None].astype(np.uint64)).sum(axis=0).astype(np.int64)
+
+
 def pem_reply(users: Users, scalars: dict, arrays: dict[str, np.ndarray], max_length: int,
               draw: np.random.Generator) -> tuple[dict, dict[str, np.ndarray]]:
-    """This node's reply to a PEM level round: its level members' OLH support counts of the candidates."""
-    if scalars["mode"] != "level" or scalars["oracle"] != "olh" or scalars["encoding"] != "bits":
+    """This node's reply to a PEM level round: its level members' OLH support counts of the candidates,
+    or their FLH table."""
+    if scalars["mode"] != "level" or scalars["oracle"] not in ("olh", "flh") or scalars["encoding"] != "bits":
         raise ValueError(
-            f"this client answers PEM level rounds with oracle olh and encoding bits, got mode "
+            f"this client answers PEM level rounds with oracle olh or flh and encoding bits, got mode "
             f"{scalars['mode']!r}, oracle {scalars['oracle']!r}, encoding {scalars['encoding']!r}"
         )
     level = int(scalars["level"])
     ids = np.arange(users.first, users.first + users.count)
     members = np.flatnonzero(user_levels(int(scalars["partition_seed"]), arrays["level_bounds"], ids) == level)
     values = prefix_values(value_bits(users.rows[members], max_length), int(arrays["lengths"][level]))
-    counts = olh_supports(values, arrays["candidates"], float(scalars["epsilon"]), draw)
+    if scalars["oracle"] == "olh":
+        counts = olh_supports(values, arrays["candidates"], float(scalars["epsilon"]), draw)
+    else:
+        counts = flh_counts(values, arrays["candidates"], float(scalars["epsilon"]), int(scalars["oracle_seed"]), draw)
     asked = int(members.size)
     return (
         {"round": int(scalars["round"]), "sampled_users": asked, "responding_users": asked},

@@ -38,6 +38,7 @@ import numpy as np
 from ..errors import InputError
 from ..randomness import derive_key, splitmix64
 from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_kind, check_lengths, check_positive_int
+from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from .sampling import RandomSource, check_rng_batch
 from .walsh_hadamard import fwht, hadamard_parity
@@ -101,6 +102,18 @@ class CountSketchHadamard(FrequencyOracle[CountSketchHadamardReports, CountSketc
     """The count sketch of ``hashes`` rows and ``width`` columns, one Hadamard bit per user."""
 
     name = NAME
+    device_spec = DeviceSpec(
+        parameters="`t = rows` hash pairs, `m = width` (a power of two); `p = E / (1 + E)`; with `σ_j` and `σ'_j` "
+        "the `j`-th seed and sign seed of purpose `\"fedhh.protocols.count-sketch-hadamard\"` under `seed`: "
+        "`h_j(v) = hash64(σ_j, v, m)`, `g_j(v) = hash64(σ'_j, v, 2)` (1 means the sign -1).",
+        randomizer="`hashes`: `j` uniform in `[0, t)`; `rows`: `r` uniform in `[0, m)`; "
+        "`negative = g_j(v) XOR parity(r, h_j(v))`, flipped (XOR 1) with probability `1 - p`.",
+        statistics="When `t m <= FLAT_CELLS_LIMIT`: `cells[j m + r]` is the sum of `1 - 2 negative` over the "
+        "reports `(j, r, .)` (signed); `reporters[j]` (`t` entries) is the number of reports of hash `j`.",
+        support="Shape `(t, C)`, row-major: `counts[j C + i]` is `(1 - 2 g_j(c))` times the sum over the reports "
+        "`(j, r, y)` of hash `j` of `(1 - 2 y) H[r, h_j(c)]`, `c = candidates[i]` (signed); `reporters[j]` as "
+        "for the statistics.",
+    )
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import HistogramFlatForm, PureOracle, Support, check_kind, check_values
+from .device_spec import DeviceSpec
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch, randomized_response
 
@@ -53,6 +54,13 @@ class DirectEncoding(HistogramFlatForm, PureOracle[DirectReports, DirectStatisti
 
     name = "grr"
     statistics_type = DirectStatistics
+    device_spec = DeviceSpec(
+        parameters="`p = E / (E + d - 1)`.",
+        randomizer="`values = RR(v, d, p)`.",
+        statistics="When `d <= FLAT_CELLS_LIMIT`: `cells[x]` (`x < d`) is the number of reports equal to `x`; "
+        "`reporters = [n]`.",
+        support="`counts[i]` is the number of reports equal to `candidates[i]`; `reporters = [n]`.",
+    )
 
     @property
     def histogram_size(self) -> int:

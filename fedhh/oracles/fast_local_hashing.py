@@ -33,6 +33,7 @@ import numpy as np
 from fedhh.randomness import derive_key, splitmix64
 
 from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_kind, check_lengths, check_positive_int
+from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, hash_keys, map_blocks, mix_keys, slices
 from .histogram import Histogram
 from .local_hashing import optimal_range
@@ -83,6 +84,16 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
     """OLH over ``hash_functions`` public functions chosen by ``seed``."""
 
     name = "flh"
+    device_spec = DeviceSpec(
+        parameters="`k' = hash_functions`; `g = max(2, round(E) + 1)` (round half to even); `p = E / (E + g - 1)`; "
+        "function `j` (`j < k'`) is `hash64(σ_j, ., g)` with `σ_j` the `j`-th seed of purpose "
+        "`\"fedhh.oracles.flh.functions\"` under `seed`.",
+        randomizer="`functions`: `j` uniform in `[0, k')`; `buckets = RR(hash64(σ_j, v, g), g, p)`.",
+        statistics="When `k' g <= FLAT_CELLS_LIMIT`: `cells[j g + y]` is the number of reports `(j, y)`; "
+        "`reporters = [n]`.",
+        support="`counts[i]` is the number of reports `(j, y)` with `hash64(σ_j, candidates[i], g) = y`; "
+        "`reporters = [n]`.",
+    )
 
     def __init__(
         self, epsilon: float, domain: int, hash_functions: int = 1000, seed: int = 0, g: int | None = None

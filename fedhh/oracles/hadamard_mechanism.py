@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import FrequencyOracle, HistogramFlatForm, Support, check_kind, check_lengths, check_positive_int, check_values
+from .device_spec import DeviceSpec
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch, randomized_response, uniform_below
 from .walsh_hadamard import fwht, hadamard_parity, signed_sums
@@ -84,6 +85,16 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
 
     name = "hm"
     statistics_type = HadamardMechanismStatistics
+    device_spec = DeviceSpec(
+        parameters="`t = coefficients`; `K = 2^bit_length(d - 1)` rows (the smallest power of two `>= d`); "
+        "`p = E / (E + 2^t - 1)`.",
+        randomizer="`indices`: `t` row indices `j_1..j_t`, each uniform in `[0, K)`; "
+        "`words = RR(w, 2^t, p)` where bit `k - 1` of `w` is `parity(j_k, v)`.",
+        statistics="When `K <= FLAT_CELLS_LIMIT`: `cells[j]` (`j < K`) is the sum, over the reports and their "
+        "`k = 1..t` with `j_k = j`, of `1 - 2 (bit k - 1 of the word)` (signed); `reporters = [n]`.",
+        support="`counts[i]` is the sum over the reports and `k = 1..t` of "
+        "`(1 - 2 (bit k - 1 of the word)) H[j_k, candidates[i]]` (signed); `reporters = [n]`.",
+    )
 
     @property
     def histogram_size(self) -> int:

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import InputError
 from .base import FrequencyOracle, HistogramFlatForm, Support, check_kind, check_values
+from .device_spec import DeviceSpec
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch, uniform_below
 from .walsh_hadamard import fwht, hadamard_parity, signed_sums
@@ -79,6 +80,19 @@ class HadamardResponse(HistogramFlatForm, FrequencyOracle[HadamardResponseReport
 
     name = "hr"
     statistics_type = HadamardResponseStatistics
+    device_spec = DeviceSpec(
+        parameters="`B = 1` when `ε <= 1`, else `B = 2^floor(log2(floor(min(2d, E))))` blocks; "
+        "`b = 2^bit_length(ceil(d / B))` outputs per block (`bit_length(x)`: the bits of `x` written without "
+        "leading zeros; so `b - 1 >= ceil(d / B)`); `K = B b` outputs; `Z = 2B - 1 + E`. Value `v` lives in "
+        "block `β = v div (b - 1)` at position `π = (v mod (b - 1)) + 1`; its positive set is the `b/2` offsets "
+        "`r < b` with `parity(π, r) = 0`.",
+        randomizer="`indices`: with probability `2B / Z` an output uniform in `[0, K)`, otherwise `β b + r` with "
+        "`r` uniform over the positive set.",
+        statistics="When `K <= FLAT_CELLS_LIMIT`: `cells[x]` (`x < K`) is the number of reports equal to `x`; "
+        "`reporters = [n]`.",
+        support="For candidate `c` in block `β_c` at position `π_c`: `counts[i]` is the sum of `H[π_c, x - β_c b]` "
+        "over the reports `x` in `[β_c b, (β_c + 1) b)` (signed); `reporters = [n]`.",
+    )
 
     @property
     def histogram_size(self) -> int:

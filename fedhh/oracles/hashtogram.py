@@ -51,6 +51,7 @@ import numpy as np
 from ..errors import InputError
 from ..randomness import derive_key, splitmix64
 from .base import FLAT_CELLS_LIMIT, FrequencyOracle, LinearVariance, Support, check_kind, check_lengths, check_positive_int
+from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch
@@ -104,6 +105,17 @@ class Hashtogram(FrequencyOracle[HashtogramReports, HashtogramStatistics]):
     """``rows`` hash rows of ``width`` buckets, one randomised Hadamard bit per user (module docstring)."""
 
     name = "hashtogram"
+    device_spec = DeviceSpec(
+        parameters="`R = rows`, `T = width` (a power of two); `p = E / (1 + E)`; row `r`'s bucket of `v` is "
+        "`h_r(v) = hash64(σ_r, v, T)` with `σ_r` the `r`-th seed of purpose `\"fedhh.oracles.hashtogram.rows\"` "
+        "under `seed`, or `h_r(v) = v` when `d <= T` (no hashing).",
+        randomizer="`rows`: `r` uniform in `[0, R)`; `indices`: `s` uniform in `[0, T)`; "
+        "`negative = parity(s, h_r(v))`, flipped (XOR 1) with probability `1 - p`.",
+        statistics="When `R T <= FLAT_CELLS_LIMIT`: `cells[r T + s]` is the sum of `1 - 2 negative` over the "
+        "reports `(r, s, .)` (signed); `reporters[r]` (`R` entries) is the number of reports of row `r`.",
+        support="Shape `(R, C)`, row-major: `counts[r C + i]` is the sum over the reports `(r, s, y)` of row `r` "
+        "of `(1 - 2 y) H[s, h_r(candidates[i])]` (signed); `reporters[r]` as for the statistics.",
+    )
 
     def __init__(
         self, epsilon: float, domain: int, rows: int = 1, width: int = 1024, seed: int = 0, estimator: str = "mean"

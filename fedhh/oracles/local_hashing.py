@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import PureOracle, Support, check_epsilon, check_kind, check_lengths, check_positive_int
+from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, count_supports, local_hash
 from .sampling import RandomSource, check_rng_batch, randomized_response, uniform_words
 
@@ -63,6 +64,13 @@ class LocalHashing(PureOracle[LocalHashReports, LocalHashReports]):
     """Local hashing into ``g`` buckets followed by randomised response."""
 
     name = "lh"
+    device_spec = DeviceSpec(
+        parameters="`olh`: `g = max(2, round(E) + 1)` (round half to even); `blh`: `g = 2`; `p = E / (E + g - 1)`.",
+        randomizer="`seeds`: a uniform 64-bit seed `σ`, fresh per report; `buckets = RR(hash32(σ, v, g), g, p)`.",
+        statistics="None: the statistics are the reports themselves.",
+        support="`counts[i]` is the number of reports `(σ, y)` with `hash32(σ, candidates[i], g) = y`; "
+        "`reporters = [n]`.",
+    )
 
     def __init__(self, epsilon: float, domain: int, g: int) -> None:
         super().__init__(epsilon, domain)

@@ -39,6 +39,7 @@ from fedhh.errors import InputError
 from fedhh.randomness import derive_key, splitmix64
 
 from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_kind, check_positive_int
+from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch
@@ -89,6 +90,20 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
     """A Count-Mean/Median/Min sketch or a Count Sketch over an inner oracle."""
 
     name = "sketch"
+    device_spec = DeviceSpec(
+        parameters="`k = rows`, `m = width`; the *inner* oracle is the one named (with its own default options: "
+        "an inner `flh` has 1000 functions and seed 0) at the same ε over `m` values, or `2m` for the signed "
+        "`count-sketch`; with `σ_j` and `σ'_j` the `j`-th seed and sign seed of purpose "
+        "`\"fedhh.oracles.sketch.rows\"` under `seed`, row `j`'s symbol of `v` is `hash64(σ_j, v, m)`, plus "
+        "`m hash64(σ'_j, v, 2)` when signed.",
+        randomizer="`rows`: `j` uniform in `[0, k)`; `inner`: the inner oracle's report of row `j`'s symbol of `v`.",
+        statistics="When the inner oracle has a flat form of `F` cells and `k F <= FLAT_CELLS_LIMIT`: `cells` is "
+        "row 0's inner flat cells (of the reports that chose row 0), then row 1's, ... (`k F` cells); `reporters` "
+        "is the rows' inner `reporters` one after the other (`k` entries: reports per row).",
+        support="Shape `(k, 1 or 2, C)`, row-major: `counts[j, 0, i]` is the inner support of row `j`'s symbol of "
+        "`candidates[i]` among row `j`'s reports; when signed, `counts[j, 1, i]` is that of the mirror symbol "
+        "(`symbol + m` below `m`, `symbol - m` from `m`); `reporters[j]` (`k` entries) is row `j`'s report count.",
+    )
 
     def __init__(
         self,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_kind, check_lengths
+from .device_spec import DeviceSpec
 from .sampling import RandomSource, check_rng_batch
 
 MAX_UNARY_DOMAIN = 1 << 26
@@ -75,6 +76,16 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
     """Unary encoding with keep probability ``p`` and flip-on probability ``q``."""
 
     max_domain = MAX_UNARY_DOMAIN
+    device_spec = DeviceSpec(
+        parameters="`d <= 2^26`; `sue`: `p = e^(ε/2) / (e^(ε/2) + 1)`, `q = 1 - p`; `oue`: `p = 1/2`, "
+        "`q = 1 / (E + 1)`.",
+        randomizer="`d` independent bits: bit `v` is 1 with probability `p`, every other bit with probability `q`; "
+        "`bits` is the row packed 8 bits per byte, first bit in the most significant bit, zero-padded "
+        "(`numpy.packbits`), `ceil(d / 8)` bytes.",
+        statistics="When `d <= FLAT_CELLS_LIMIT`: `cells[x]` (`x < d`) is the number of reports with bit `x` set; "
+        "`reporters = [n]`.",
+        support="`counts[i]` is the number of reports with bit `candidates[i]` set; `reporters = [n]`.",
+    )
 
     def __init__(self, epsilon: float, domain: int) -> None:
         super().__init__(epsilon, domain)

@@ -154,14 +154,14 @@ def bitstogram_parameters(protocol: Mapping[str, Any], epsilon: float, n_users: 
 class BitstogramRequest(Request):
     """The one round: every public parameter a device needs to send its two reports."""
 
-    value_bits: int = scalar_field(minimum=1)
-    buckets: int = scalar_field(minimum=2)
-    rows: int = scalar_field(minimum=1)
-    bit_epsilon: float = scalar_field(minimum=0.0)
-    final_epsilon: float = scalar_field(minimum=0.0)
-    channel_seed: int
-    partition_seed: int
-    oracle_seed: int
+    value_bits: int = scalar_field(minimum=1)  # m: bits of a value
+    buckets: int = scalar_field(minimum=2)  # T: channels, and the width of both Hashtogram oracles
+    rows: int = scalar_field(minimum=1)  # R: hash rows of the whole-value Hashtogram
+    bit_epsilon: float = scalar_field(minimum=0.0)  # ε of the (channel, bit) report
+    final_epsilon: float = scalar_field(minimum=0.0)  # ε of the whole-value report
+    channel_seed: int  # σ of the channel hash
+    partition_seed: int  # public seed of the users' bit positions
+    oracle_seed: int  # seed of both Hashtogram oracles
 
     def bit_oracle(self) -> Hashtogram:
         """The oracle of the (channel, bit) pairs: ``2T`` values, not hashed."""
@@ -217,7 +217,30 @@ def value_table(shard: Shard, value_bits: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def respond(request: BitstogramRequest, shard: Shard, randomness: RandomnessSource) -> BitstogramResponse:
-    """A shard's two reports per user, summed into the oracles' statistics (vectorised over users)."""
+    """A shard's two reports per user, summed into the oracles' statistics (vectorised over users).
+
+    What each user does (a device is a shard of one user, ``u`` its global id):
+    its value is its item's ``value_bits`` bits in the ``bits`` encoding (the
+    empty value, all bits 0, when it holds no item) and its key the value's
+    oracle key (see "Values as bits or symbols").  Its channel is
+    ``hash64(channel_seed, key, buckets)`` (the seed taken as ``σ`` itself)
+    and its bit position ``l = public_index(partition_seed, u, value_bits)``.
+    It sends two reports:
+
+    * the pair ``2 channel + (bit l of its value, 0 = the first bit)``
+      through ``hashtogram`` at ε = ``bit_epsilon`` over ``d = 2 buckets``
+      values with ``rows = 1``, ``width = 2 buckets`` (so not hashed) and
+      ``seed = oracle_seed``;
+    * its key through ``hashtogram`` at ε = ``final_epsilon`` over
+      ``d = 2^64`` with ``rows = rows``, ``width = buckets``,
+      ``seed = oracle_seed``.
+
+    The reply: ``bit_sums[l]`` is the first oracle's flat cells summed over
+    the users of position ``l`` (zeros for a position without any) and
+    ``bit_users[l]`` their number; ``final_sums`` and ``final_users`` are the
+    second oracle's flat statistics summed over all users;
+    ``sampled_users = responding_users`` = the number of users.
+    """
     bits, keys = value_table(shard, request.value_bits)
     local = np.arange(shard.n_users)
     items = np.full(shard.n_users, -1, dtype=np.int64)  # -1: the empty value, last in the table

@@ -103,12 +103,12 @@ class MCMRequest(Request):
     """A round: the (channel, bit) pairs of every position, or the candidates' full values."""
 
     mode: str  # bits | final
-    value_bits: int = scalar_field(minimum=1)
-    channels: int = scalar_field(minimum=2)
-    bit_epsilon: float = scalar_field(minimum=0.0)
-    final_epsilon: float = scalar_field(minimum=0.0)
-    channel_seed: int
-    partition_seed: int
+    value_bits: int = scalar_field(minimum=1)  # m: bits of a value
+    channels: int = scalar_field(minimum=2)  # h: channels values are hashed into
+    bit_epsilon: float = scalar_field(minimum=0.0)  # ε of the (channel, bit) report
+    final_epsilon: float = scalar_field(minimum=0.0)  # ε of the whole-value report
+    channel_seed: int  # σ of the channel hash
+    partition_seed: int  # public seed of the users' bit positions
     candidates: np.ndarray = array_field("uint64", ("C",))  # final: keys of the candidate values
 
 
@@ -116,6 +116,7 @@ class MCMRequest(Request):
 class MCMResponse(Response):
     """OLH support counts: ``[position, 2h]`` pairs (bits) or one per candidate (final); additive."""
 
+    # [position, 2h] support counts (bits), or one per candidate (final)
     counts: np.ndarray = array_field("int64", ("S",))
     reporters: np.ndarray = array_field("int64", ("U",))  # per position (bits), or all (final)
 
@@ -138,7 +139,26 @@ class MCMResponse(Response):
 
 
 def respond(request: MCMRequest, shard: Shard, randomness: RandomnessSource) -> MCMResponse:
-    """A shard's OLH support counts for the round (vectorised over users; a loop over bit positions)."""
+    """A shard's OLH support counts for the round (vectorised over users; a loop over bit positions).
+
+    What each user does (a device is a shard of one user, ``u`` its global
+    id): its value and key are as for ``bitstogram`` (``bits`` encoding, the
+    empty value without an item).
+
+    * Mode ``bits``: its channel is ``hash64(channel_seed, key, channels)``
+      and its bit position ``l = public_index(partition_seed, u,
+      value_bits)``; it reports ``2 channel + (bit l of its value)`` through
+      ``olh`` at ε = ``bit_epsilon`` over ``d = 2 channels``.  ``counts``
+      holds, position by position, the support counts of the ``2 channels``
+      pairs ``0, 1, ...`` from the reports of that position's users
+      (``counts[l * 2 channels + x]``), ``reporters[l]`` the number of
+      users of position ``l``.
+    * Mode ``final``: it reports its key through ``olh`` at ε =
+      ``final_epsilon`` over ``d = min(2^value_bits, 2^64)``; ``counts[i]``
+      is the support count of ``candidates[i]``, ``reporters = [n]``.
+
+    ``sampled_users = responding_users`` = the number of users.
+    """
     if request.mode not in (BITS, FINAL):
         raise ValueError(f"request.mode: got {request.mode!r}; allowed: {[BITS, FINAL]}")
     bits, keys = value_table(shard, request.value_bits)

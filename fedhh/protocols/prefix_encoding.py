@@ -7,8 +7,9 @@ module gives for the two encodings a config can name:
 
 * ``bits``: [Wang19]'s setting.  Each character becomes a fixed-width code:
   its 1-based alphabet index for the text alphabets (5 bits for lowercase,
-  7 for ascii) and the byte itself for the bytes alphabet (8 bits); code 0
-  marks "no character", so shorter items are padded with zero codes.  A
+  7 for ascii) and the byte itself for the bytes alphabet (8 bits), most
+  significant bit first; code 0 marks "no character", so shorter items are
+  padded with zero codes.  A
   value has ``m = max_length x width`` bits and every bit string of that
   length is a possible value (the protocol assumes no domain knowledge).
 * ``symbols``: the codec's symbols (``unit_size`` characters each, ids in

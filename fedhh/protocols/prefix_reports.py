@@ -63,17 +63,17 @@ class PrefixRequest(Request):
 
     mode: str  # level | final | collect
     level: int = scalar_field(minimum=-1)  # the level asked (mode "level"), else -1
-    levels: int = scalar_field(minimum=1)
-    encoding: str
+    levels: int = scalar_field(minimum=1)  # number of levels (user groups)
+    encoding: str  # bits | symbols: how values become units
     lengths: np.ndarray = array_field("int64", ("levels",), minimum=1)  # prefix length (units) each level reports
     level_bounds: np.ndarray = array_field("float64", ("levels+1",), minimum=0.0)  # cumulative share of users per level
-    partition_seed: int
-    oracle: str
+    partition_seed: int  # public seed of the users' levels
+    oracle: str  # the LDP oracle's name (see "LDP oracles")
     epsilon: float = scalar_field(minimum=0.0)  # ε of a level report
     final_epsilon: float = scalar_field(minimum=0.0)  # ε of the full-value report (0: the protocol has none)
-    oracle_seed: int
-    sketch_rows: int
-    sketch_width: int
+    oracle_seed: int  # the oracle's option seed: names its public hash functions
+    sketch_rows: int  # the oracle's option rows, when not 0
+    sketch_width: int  # the oracle's option width, when not 0
     candidates: np.ndarray = array_field("uint64", ("C",))  # oracle keys of the candidate prefixes
 
     def oracle_for(self, length: int, epsilon: float, encoding: PrefixEncoding) -> FrequencyOracle:
@@ -91,7 +91,7 @@ class PrefixResponse(Response):
     # reports behind them (per sketch row or hash where the oracle has them)
     reporters: np.ndarray = array_field("int64", ("U",))
     report_rows: np.ndarray = array_field("uint64", ("R", "W"))  # distinct report rows, first column the level
-    report_counts: np.ndarray = array_field("int64", ("R",), minimum=1)
+    report_counts: np.ndarray = array_field("int64", ("R",), minimum=1)  # users that sent each row
 
     @classmethod
     def combine(cls: type[ResponseT], responses: Sequence[ResponseT]) -> ResponseT:

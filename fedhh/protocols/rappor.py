@@ -227,12 +227,12 @@ def vocabulary_keys(vocabulary: Vocabulary) -> np.ndarray:
 class RapporRequest(Request):
     """Send your randomised Bloom filter (every public parameter a device needs)."""
 
-    epsilon: float = scalar_field(minimum=0.0)
-    bloom_bits: int = scalar_field(minimum=2)
-    bloom_hashes: int = scalar_field(minimum=1)
-    cohorts: int = scalar_field(minimum=1)
-    cohort_seed: int
-    hash_seed: int
+    epsilon: float = scalar_field(minimum=0.0)  # ε of the whole report (each bit: ε / 2h)
+    bloom_bits: int = scalar_field(minimum=2)  # m: bits of a Bloom filter
+    bloom_hashes: int = scalar_field(minimum=1)  # h: bits set per item
+    cohorts: int = scalar_field(minimum=1)  # C: cohorts, each with its own h hash functions
+    cohort_seed: int  # public seed of the users' cohorts
+    hash_seed: int  # σ_i = splitmix64(hash_seed + i) names hash i = c h + j
 
     def encoder(self) -> BloomEncoder:
         return _encoder(self.epsilon, self.bloom_bits, self.bloom_hashes, self.cohorts, self.hash_seed)
@@ -248,8 +248,8 @@ def _encoder(epsilon: float, bloom_bits: int, bloom_hashes: int, cohorts: int, h
 class RapporResponse(Response):
     """Per cohort, how many reports have each bit set (cohort-major), and how many reports there are."""
 
-    ones: np.ndarray = array_field("int64", ("B",))
-    reporters: np.ndarray = array_field("int64", ("C",))
+    ones: np.ndarray = array_field("int64", ("B",))  # [cohort, bit]: reports with the bit set, cohort-major
+    reporters: np.ndarray = array_field("int64", ("C",))  # reports per cohort
 
     @classmethod
     def combine(cls, responses: Sequence[RapporResponse]) -> RapporResponse:
@@ -267,7 +267,24 @@ class RapporResponse(Response):
 
 
 def respond(request: RapporRequest, shard: Shard, randomness: RandomnessSource) -> RapporResponse:
-    """Every user of the shard sends its randomised Bloom filter; the shard adds them up per cohort."""
+    """Every user of the shard sends its randomised Bloom filter; the shard adds them up per cohort.
+
+    What each user does (a device is a shard of one user, ``u`` its global
+    id): its cohort is ``c = public_index(cohort_seed, u, cohorts)`` and its
+    item's key is ``key_rows`` of the item's symbol row of ``fedhh.items``
+    (``max_symbols + 1`` entries: the symbols, the end symbol 0, then
+    padding -1).  Its Bloom filter has ``m = bloom_bits`` bits, of which the
+    ``h = bloom_hashes`` bits ``hash64(σ_(c h + j), key, m)``, ``j = 0 ..
+    h - 1``, are set, with ``σ_i = splitmix64(hash_seed + i)``; none is set
+    when the user holds no item.  Every bit is reported set with probability
+    ``p = e^(ε/2h) / (e^(ε/2h) + 1)`` when set and ``q = 1 - p`` when clear,
+    independently (ε = ``epsilon``).
+
+    The reply: ``ones[c m + b]`` is the number of the node's cohort-``c``
+    reports with bit ``b`` set, ``reporters[c]`` the number of its
+    cohort-``c`` users; ``sampled_users = responding_users`` = the number of
+    users.
+    """
     encoder = request.encoder()
     local = np.arange(shard.n_users)
     user_ids = local + shard.first_user

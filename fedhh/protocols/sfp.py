@@ -221,15 +221,15 @@ def sketch(name: str, epsilon: float, domain: int, rows: int, width: int, seed: 
 class SFPRequest(Request):
     """Send your fragment report and your word report (every public parameter a device needs)."""
 
-    fragment_length: int = scalar_field(minimum=1)
-    oracle: str
-    fragment_epsilon: float = scalar_field(minimum=0.0)
+    fragment_length: int = scalar_field(minimum=1)  # f: symbols per fragment
+    oracle: str  # cms | hcms: the sketch of both reports
+    fragment_epsilon: float = scalar_field(minimum=0.0)  # ε of the fragment report
     word_epsilon: float = scalar_field(minimum=0.0)  # 0: no full-word report
-    sketch_rows: int = scalar_field(minimum=1)
-    sketch_width: int = scalar_field(minimum=2)
-    position_seed: int
-    oracle_seed: int
-    hash_seed: int
+    sketch_rows: int = scalar_field(minimum=1)  # the sketches' rows
+    sketch_width: int = scalar_field(minimum=2)  # the sketches' width
+    position_seed: int  # public seed of the users' fragment positions
+    oracle_seed: int  # the sketches' seed
+    hash_seed: int  # key of the 8-bit word hash
 
     def fragment_codec(self, codec: ItemCodec) -> FragmentCodec:
         return FragmentCodec(codec, self.fragment_length, self.hash_seed)
@@ -246,10 +246,12 @@ class SFPRequest(Request):
 class SFPResponse(Response):
     """The two sketches' flat statistics, the fragments' per position; additive."""
 
+    # [position, flat cells] of the fragment sketch (signed for hcms)
     fragment_counts: np.ndarray = array_field("int64", ("P", "F"), minimum=None)
-    fragment_reporters: np.ndarray = array_field("int64", ("P", "R"))
+    fragment_reporters: np.ndarray = array_field("int64", ("P", "R"))  # [position, sketch row] reports
+    # flat cells of the word sketch (empty: no word report)
     word_counts: np.ndarray = array_field("int64", ("W",), minimum=None)
-    word_reporters: np.ndarray = array_field("int64", ("V",))
+    word_reporters: np.ndarray = array_field("int64", ("V",))  # reports per sketch row of the word sketch
 
     @classmethod
     def combine(cls, responses: Sequence[SFPResponse]) -> SFPResponse:
@@ -268,7 +270,33 @@ class SFPResponse(Response):
 
 
 def respond(request: SFPRequest, shard: Shard, randomness: RandomnessSource) -> SFPResponse:
-    """Every user of the shard sends its fragment report and its word report; the shard sums them."""
+    """Every user of the shard sends its fragment report and its word report; the shard sums them.
+
+    What each user does (a device is a shard of one user, ``u`` its global
+    id): its value is its item's ``U = max_symbols`` symbols in the
+    ``symbols`` encoding (end symbol and padding as 0; the empty value, all
+    0, without an item), ``B = radix^unit_size`` values per symbol, and its
+    key the value's oracle key (see "Values as bits or symbols").  Its
+    fragment ``k`` (``k < P = U / fragment_length``) is the base-``B`` value
+    of symbols ``[k f, (k + 1) f)``, ``f = fragment_length``, the first most
+    significant; its word hash is ``splitmix64(key XOR hash_seed) >> 56``
+    (8 bits).  Its position is ``k = public_index(position_seed, u, P)``.
+    It sends
+
+    * ``fragment_k x 256 + word hash`` through the sketch ``oracle``
+      (``cms`` or ``hcms``) at ε = ``fragment_epsilon`` over ``d = B^f x
+      256`` values, with ``rows = sketch_rows``, ``width = sketch_width``,
+      ``seed = oracle_seed``;
+    * when ``word_epsilon > 0``, its key through the same sketch at ε =
+      ``word_epsilon`` over ``d = 2^64`` (same rows, width and seed).
+
+    The reply: ``fragment_counts[k]`` and ``fragment_reporters[k]`` are the
+    fragment sketch's flat statistics summed over the users of position
+    ``k`` (zeros for a position without any); ``word_counts`` and
+    ``word_reporters`` the word sketch's summed over all users (empty when
+    ``word_epsilon = 0``); ``sampled_users = responding_users`` = the number
+    of users.
+    """
     codec = shard.vocabulary.codec
     fragments = request.fragment_codec(codec)
     fragment_oracle = request.fragment_oracle(codec)

@@ -139,11 +139,11 @@ class SPMRequest(Request):
     """One of the three rounds, with every public parameter a device needs to answer it."""
 
     mode: str  # segments | pairs | final
-    value_bits: int = scalar_field(minimum=1)
-    segments: int = scalar_field(minimum=2)
+    value_bits: int = scalar_field(minimum=1)  # m: bits of a value
+    segments: int = scalar_field(minimum=2)  # g: segments of a value
     bounds: np.ndarray = array_field("int64", ("segments+1",))  # segment i is bits [bounds[i], bounds[i+1])
     epsilon: float = scalar_field(minimum=0.0)  # ε of each report
-    partition_seed: int
+    partition_seed: int  # public seed of the users' segment pairs
     patterns: np.ndarray = array_field("uint64", ("P",))  # pairs: C_0, C_1, ... concatenated
     pattern_offsets: np.ndarray = array_field("int64", ("segments+1",))  # pairs: C_i = patterns[offsets[i]:offsets[i+1]]
     candidates: np.ndarray = array_field("uint64", ("C",))  # final: keys of the candidate values
@@ -153,7 +153,8 @@ class SPMRequest(Request):
 class SPMResponse(Response):
     """Support counts (segments: every pattern; pairs: joint and single per pair; final: candidates); additive."""
 
-    counts: np.ndarray = array_field("int64", ("S",))
+    counts: np.ndarray = array_field("int64", ("S",))  # support counts, laid out per mode (see How users answer)
+    # users per segment (segments), per pair (pairs), or all (final)
     reporters: np.ndarray = array_field("int64", ("U",))
 
     @classmethod
@@ -217,7 +218,36 @@ def segment_reports(request: SPMRequest, shard: Shard, randomness: RandomnessSou
 
 
 def respond(request: SPMRequest, shard: Shard, randomness: RandomnessSource) -> SPMResponse:
-    """A shard's support counts for the round (vectorised over users; loops over segments and pairs only)."""
+    """A shard's support counts for the round (vectorised over users; loops over segments and pairs only).
+
+    What each user does (a device is a shard of one user, ``u`` its global
+    id): its value and key are as for ``bitstogram`` (``bits`` encoding, the
+    empty value without an item).  Segment ``i`` of the value is its bits
+    ``[bounds[i], bounds[i+1])`` read as a binary number, the first bit most
+    significant.  The user's segment pair is the ``k``-th of the ``g (g -
+    1) / 2`` pairs ``(α, β)``, ``α < β``, in lexicographic order ``(0, 1),
+    (0, 2), ..., (1, 2), ...``, with ``k = public_index(partition_seed, u,
+    g (g - 1) / 2)``.  It draws once, and sends in every round that asks for
+    them, one ``olh`` report of segment ``α`` and one of segment ``β``, each
+    at ε = ``epsilon`` over ``d = 2^(segment width)``; and once one ``olh``
+    report of its key at ε = ``epsilon`` over ``d = min(2^value_bits, 2^64)``.
+
+    * Mode ``segments``: for each segment ``i`` in order, the support counts
+      of every pattern ``0 .. 2^(width of i) - 1`` from the segment-``i``
+      reports (of the users whose pair contains ``i``), concatenated in
+      ``counts``; ``reporters[i]`` the number of those users.
+    * Mode ``pairs``: ``C_i = patterns[pattern_offsets[i] :
+      pattern_offsets[i+1]]``.  For each pair ``(i, j)`` in order, over the
+      users of that pair, ``A[u, x] = 1`` when ``u``'s segment-``i`` report
+      supports ``C_i[x]`` and ``B[u, y]`` likewise for segment ``j``:
+      ``counts`` gets ``A^T B`` (``|C_i| x |C_j|``, row-major), then the
+      column sums of ``A``, then those of ``B``; ``reporters[pair]`` is the
+      pair's number of users.
+    * Mode ``final``: ``counts[i]`` is the support count of
+      ``candidates[i]`` by the full-value reports, ``reporters = [n]``.
+
+    ``sampled_users = responding_users`` = the number of users.
+    """
     if request.mode not in MODES:
         raise ValueError(f"request.mode: got {request.mode!r}; allowed: {list(MODES)}")
     bits, items = users_values(request, shard, randomness)
