@@ -322,9 +322,11 @@ def respond(request: RapporRequest, shard: Shard, randomness: RandomnessSource) 
     padding -1).  Its Bloom filter has ``m = bloom_bits`` bits, of which the
     ``h = bloom_hashes`` bits ``hash64(σ_(c h + j), key, m)``, ``j = 0 ..
     h - 1``, are set, with ``σ_i = splitmix64(hash_seed + i)``; none is set
-    when the user holds no item.  Every bit is reported set with probability
-    ``p = e^(ε/2h) / (e^(ε/2h) + 1)`` when set and ``q = 1 - p`` when clear,
-    independently (ε = ``epsilon``).
+    when the user holds no item.  Bit ``b`` is reported set when a fresh
+    uniform 32-bit integer is below ``T_p = floor(p 2^32)`` if the filter sets
+    it and below ``T_q = ceil(q 2^32)`` if not, independently for every bit,
+    with ``p = e^(ε/2h) / (e^(ε/2h) + 1)``, ``q = 1 - p`` (ε = ``epsilon``):
+    rounding ``p`` down and ``q`` up keeps the report ε-LDP exactly.
 
     The reply: ``ones[c m + b]`` is the number of the node's cohort-``c``
     reports with bit ``b`` set, ``reporters[c]`` the number of its
