@@ -1,0 +1,135 @@
+"""Shards of a population on disk run on the Ray nodes that hold their files (``simulations.placement``).
+
+A real two-node cluster on this machine (``ray.cluster_utils.Cluster``, its
+own temporary folder, torn down by the test through its own handles, which
+checks that no process is left).  Each node declares, in the environment its
+Ray processes start with (``FEDHH_POPULATIONS``), a folder of its own holding
+a different half of the stored shards; the run names a third folder with
+only the manifest and the vocabulary, so a shard can be read only where its
+node holds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fedhh.config import build_config
+from fedhh.experiment import Experiment
+from fedhh.results import ResultsFolder
+from simulations.cli import main
+from simulations.fast import run_fast
+from simulations.placement import HOLDINGS_VARIABLE
+from simulations.population_build import build_population
+from simulations.processes import descendant_identities
+
+USERS, STORED_SHARDS = 24_000, 4
+
+
+@dataclass
+class Spread:
+    """The population built whole, and its copies: each node's half, and the run's catalogue."""
+
+    address: str
+    full: Path
+    catalogue: Path
+    node_of_half: tuple[str, str]  # the node holding stored shards 0-1, the one holding 2-3
+
+
+def config_of(path: Path, shards: int, backend: str) -> object:
+    return build_config({
+        "population": {"source": "dataset", "path": str(path)},
+        "run": {"driver": "fast", "backend": backend, "shards": shards, "seed": 11},
+    })
+
+
+def partial_copy(full: Path, target: Path, keep: set[int]) -> Path:
+    """A copy of the population folder holding only the stored shards ``keep``."""
+    shutil.copytree(full, target)
+    for index in set(range(STORED_SHARDS)) - keep:
+        (target / f"shard-{index:05d}.parquet").unlink()
+    return target
+
+
+@pytest.fixture(scope="module")
+def spread() -> Iterator[Spread]:
+    from ray.cluster_utils import Cluster
+
+    temp = Path(tempfile.mkdtemp(prefix="fedhh-place-"))  # short: Ray's socket paths must fit in 107 bytes
+    full = temp / "full"
+    with ResultsFolder.claim(full) as output:
+        build_population(build_config({"population": {"users": USERS, "vocabulary": 2000}, "run": {"seed": 3}}),
+                         output, shards=STORED_SHARDS, workers=1)
+    halves = partial_copy(full, temp / "a", {0, 1}), partial_copy(full, temp / "b", {2, 3})
+    catalogue = partial_copy(full, temp / "catalogue", set())
+    before = descendant_identities(os.getpid())
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "temp_dir": str(temp / "ray"), "include_dashboard": False,
+        "env_vars": {HOLDINGS_VARIABLE: str(halves[0])},
+    })
+    try:
+        second = cluster.add_node(num_cpus=1, env_vars={HOLDINGS_VARIABLE: str(halves[1])})
+        cluster.wait_for_nodes()
+        yield Spread(cluster.address, full, catalogue, (cluster.head_node.node_id, second.node_id))
+    finally:
+        cluster.shutdown()
+        deadline = time.monotonic() + 30
+        while (left := set(descendant_identities(os.getpid()).items()) - set(before.items())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        shutil.rmtree(temp, ignore_errors=True)  # the folder this fixture made
+        assert not left, f"the cluster left processes behind: {sorted(pid for pid, _ in left)}"
+
+
+def discovery(config: object) -> tuple[dict, list[str]]:
+    experiment = Experiment(config)
+    run = run_fast(experiment, int(config["run"]["shards"]), config["run"]["backend"])
+    document = experiment.finish(run.result, {}, "fast", counts=run.counts)
+    return {key: document[key] for key in ("heavy_hitters", "rounds", "privacy")} | {
+        "truth": document["evaluation"]["metrics"]}, run.nodes
+
+
+def test_each_shard_runs_on_a_node_holding_it_with_the_single_process_result(
+    spread: Spread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    local, no_nodes = discovery(config_of(spread.full, 4, "inprocess"))
+    assert local["heavy_hitters"] and no_nodes == []
+    monkeypatch.setenv("RAY_ADDRESS", spread.address)
+    for shards in (4, 2):  # run shards of one stored shard, and of two held by the same node
+        remote, nodes = discovery(config_of(spread.catalogue, shards, "ray"))
+        assert not ray.is_initialized()
+        assert remote == local, shards
+        per_stored = USERS // STORED_SHARDS
+        expected = [spread.node_of_half[(i * USERS // shards) // per_stored // 2] for i in range(shards)]
+        assert nodes == expected, shards
+
+
+def test_a_shard_no_node_holds_is_refused_before_the_charge(
+    spread: Spread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three run shards: the middle one reads stored shards 1 and 2, which no node holds together."""
+    import ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    ledger = tmp_path / "ledger.json"
+    run = ["run", "--set", "run.driver=fast", "--set", "run.shards=3", "--set", "population.source=dataset",
+           "--set", f"population.path={spread.catalogue}", "--set", f"privacy.ledger={ledger}", "--quiet",
+           "--ray-address", spread.address, "--output", str(tmp_path / "run")]
+    assert main(run) == 2
+    error = capsys.readouterr().err
+    assert "run shard 1 (users 8,000..15,999) reads stored shard(s) [1, 2]" in error
+    assert "no node of the Ray cluster holds" in error
+    assert not (tmp_path / "run").exists() and not ledger.exists()
+    assert not ray.is_initialized()
+    assert main([*run[:-1], str(tmp_path / "fits"), "--set", "run.shards=2"]) == 0  # the same run, placeable
+    assert json.loads(ledger.read_text())  # charged once, by the run that ran
