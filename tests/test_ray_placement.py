@@ -42,6 +42,8 @@ class Spread:
     full: Path
     catalogue: Path
     node_of_half: tuple[str, str]  # the node holding stored shards 0-1, the one holding 2-3
+    other_full: Path  # a second population, held whole by the second node only
+    other_catalogue: Path
 
 
 def config_of(path: Path, shards: int, backend: str) -> object:
@@ -64,21 +66,25 @@ def spread() -> Iterator[Spread]:
     from ray.cluster_utils import Cluster
 
     temp = Path(tempfile.mkdtemp(prefix="fedhh-place-"))  # short: Ray's socket paths must fit in 107 bytes
-    full = temp / "full"
-    with ResultsFolder.claim(full) as output:
-        build_population(build_config({"population": {"users": USERS, "vocabulary": 2000}, "run": {"seed": 3}}),
-                         output, shards=STORED_SHARDS, workers=1)
+    full, other_full = temp / "full", temp / "other-full"
+    for folder, seed in ((full, 3), (other_full, 4)):
+        with ResultsFolder.claim(folder) as output:
+            build_population(build_config({"population": {"users": USERS, "vocabulary": 2000}, "run": {"seed": seed}}),
+                             output, shards=STORED_SHARDS, workers=1)
     halves = partial_copy(full, temp / "a", {0, 1}), partial_copy(full, temp / "b", {2, 3})
     catalogue = partial_copy(full, temp / "catalogue", set())
+    other_whole = partial_copy(other_full, temp / "other", set(range(STORED_SHARDS)))
+    other_catalogue = partial_copy(other_full, temp / "other-catalogue", set())
     before = descendant_identities(os.getpid())
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "temp_dir": str(temp / "ray"), "include_dashboard": False,
         "env_vars": {HOLDINGS_VARIABLE: str(halves[0])},
     })
     try:
-        second = cluster.add_node(num_cpus=1, env_vars={HOLDINGS_VARIABLE: str(halves[1])})
+        second = cluster.add_node(num_cpus=1, env_vars={HOLDINGS_VARIABLE: f"{halves[1]}{os.pathsep}{other_whole}"})
         cluster.wait_for_nodes()
-        yield Spread(cluster.address, full, catalogue, (cluster.head_node.node_id, second.node_id))
+        yield Spread(cluster.address, full, catalogue, (cluster.head_node.node_id, second.node_id), other_full,
+                     other_catalogue)
     finally:
         cluster.shutdown()
         deadline = time.monotonic() + 30
@@ -133,3 +139,35 @@ def test_a_shard_no_node_holds_is_refused_before_the_charge(
     assert not ray.is_initialized()
     assert main([*run[:-1], str(tmp_path / "fits"), "--set", "run.shards=2"]) == 0  # the same run, placeable
     assert json.loads(ledger.read_text())  # charged once, by the run that ran
+
+
+def test_a_sweep_runs_where_its_population_is_held_whole(
+    spread: Spread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sweep's trial reads the whole population: it runs on the node holding all of it (the second
+    node, for the second population: the folder the sweep names holds no shard), and a population
+    no node holds whole is refused before the sweep's folder is made."""
+    import pyarrow.parquet as pq
+
+    def sweep(name: str, folder: Path, *args: str) -> int:
+        spec = tmp_path / f"{name}.toml"
+        spec.write_text(f'[population]\nsource = "dataset"\npath = "{folder}"\n[sweep]\ntrials = 1\n'
+                        '"privacy.epsilon" = [4, 8]\n')
+        return main(["sweep", str(spec), "--output", str(tmp_path / name), "--quiet", *args])
+
+    def rows(name: str) -> list[dict]:
+        table = pq.read_table(tmp_path / name / "trials.parquet").to_pylist()
+        ignored = ("trial_key", "config", "wall_s", "population_s")  # the key and config name the folder
+        return sorted(({k: v for k, v in row.items() if k not in ignored} for row in table),
+                      key=lambda row: row["privacy.epsilon"])
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert sweep("local", spread.other_full, "--workers", "1") == 0
+    assert sweep("cluster", spread.other_catalogue, "--ray-address", spread.address) == 0
+    assert rows("cluster") == rows("local") and len(rows("local")) == 2 and not any(r["error"] for r in rows("local"))
+    named = {json.loads(row["config"])["population"]["path"] for row in pq.read_table(tmp_path / "cluster" / "trials.parquet").to_pylist()}
+    assert named == {str(spread.other_catalogue)}  # the trials as the sweep gave them
+    capsys.readouterr()
+    assert sweep("refused", spread.catalogue, "--ray-address", spread.address) == 2
+    assert "run shard 0 (users 0..23,999) reads stored shard(s) [0, 1, 2, 3]" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
