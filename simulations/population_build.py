@@ -11,8 +11,10 @@ anything fedhh did not write).  The format is :mod:`fedhh.population_store`.
 
 Sampled sources draw each user from (seed, user id), so the stored
 population is exactly the one a run of the same config generates in
-memory.  A file source is read whole once (that is how it is parsed) and
-written from the parent process.
+memory.  A user's CSV or Parquet file is read a record batch at a time and
+spilled into the staging folder by user (:mod:`fedhh.streamed_table`),
+then written a shard at a time from the parent process; a text file is
+read whole.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from fedhh.population_store import (
 )
 from fedhh.results import ResultsFolder
 from fedhh.sources import PopulationSource, make_source
+from fedhh.streamed_table import STREAMED_SUFFIXES, StreamedTableSource
 
 DEFAULT_SHARD_USERS = 1 << 22  # users per stored shard by default: about 16 MiB of one-item users in memory
 BUILDABLE = ("wordfreq", "zipf", "file")
@@ -118,10 +121,13 @@ def build_population(
         raise InputError(f"--workers: must be >= 1, got {workers}")
     started = time.perf_counter()
     codec = item_codec(config)
-    source = make_source(population, codec, int(config["run"]["seed"]))  # the vocabulary; checks the config
+    staging = output.staging_path
+    if population["source"] == "file" and Path(population["path"]).suffix.lower() in STREAMED_SUFFIXES:
+        source: PopulationSource = StreamedTableSource(population["path"], codec, staging)  # one pass, spilled
+    else:
+        source = make_source(population, codec, int(config["run"]["seed"]))  # the vocabulary; checks the config
     num_shards = stored_shard_count(source.n_users, shards)
     workers = min(workers or default_workers(), num_shards)
-    staging = output.staging_path
     flat = tuple(sorted(config.to_flat().items()))
     from .progress import task_progress
 
@@ -132,6 +138,8 @@ def build_population(
             total = part if total is None else total + part  # integer counts: the order does not matter
             advance()
     assert total is not None  # at least one shard
+    if isinstance(source, StreamedTableSource):
+        source.discard_spill()
     counts = total
     write_vocabulary(staging / VOCABULARY_FILE, source.vocabulary, counts)
     manifest = {

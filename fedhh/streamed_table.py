@@ -1,0 +1,194 @@
+"""A user's own CSV or Parquet file of (user, item) rows, read a record batch at a time.
+
+``fedhh population build`` turns such a file into stored shards without
+holding it: one pass reads the file in record batches (pyarrow's streaming
+CSV reader, Parquet batches), checks each row, numbers users and items by
+first appearance (as :class:`fedhh.sources.FileSource` does) and spills each
+row as a (user, item) pair of integers into bucket files of
+:data:`BUCKET_USERS` consecutive users.  A shard is then built from the
+buckets that hold its users.  Memory is one batch, the item vocabulary, the
+index of distinct users (one entry a user, not a row) and one shard's
+pairs, whatever the number of rows; the shards and the vocabulary written
+are byte for byte those of the whole-file reading.
+
+Refusals are :class:`FileSource`'s, at the same place: a row without a user
+at its first occurrence; else an empty or non-text item at its first
+occurrence; else an item the codec refuses at its first occurrence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+from .items import ItemCodec, ItemError
+from .population import Shard, Vocabulary
+from .sources import PopulationSource, _first_row, _is_text, occurrence_place
+
+BUCKET_USERS = 1 << 18  # consecutive users per spill file
+BATCH_ROWS = 1 << 16  # Parquet rows per record batch
+CSV_BLOCK_BYTES = 1 << 20  # CSV bytes per record batch
+SPILL_PREFIX = ".spill-"  # spill files, removed by :meth:`StreamedTableSource.discard_spill`
+STREAMED_SUFFIXES = (".csv", ".parquet", ".pq")
+COLUMNS = ["user", "item"]
+
+
+def record_batches(file: Path, path: str) -> Iterator[Any]:
+    """The ``user`` and ``item`` columns of a CSV or Parquet file, a record batch at a time
+    (CSV cells as text: ``007`` stays ``007``)."""
+    import pyarrow as pa
+    import pyarrow.csv
+    import pyarrow.parquet
+
+    def missing(names: list[str]) -> None:
+        absent = set(COLUMNS) - set(names)
+        if absent:
+            raise InputError(f"population.path {path!r}: missing column(s) {sorted(absent)}; "
+                             f"needs columns 'user' and 'item', has {names}")
+
+    try:
+        if file.suffix.lower() == ".csv":
+            with pyarrow.csv.open_csv(file) as header:  # the column names, from the first block
+                names = header.schema.names
+            missing(names)
+            reader = pyarrow.csv.open_csv(file, read_options=pyarrow.csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                                          convert_options=pyarrow.csv.ConvertOptions(
+                column_types={"user": pa.string(), "item": pa.string()}, include_columns=COLUMNS))
+            yield from reader
+            return
+        parquet = pyarrow.parquet.ParquetFile(file)
+        missing(parquet.schema_arrow.names)
+        yield from parquet.iter_batches(batch_size=BATCH_ROWS, columns=COLUMNS, use_threads=False)
+    except InputError:
+        raise
+    except Exception as error:  # pyarrow raises many types for malformed files
+        raise InputError(f"population.path {path!r}: cannot read ({error})") from None
+
+
+class StreamedTableSource(PopulationSource):
+    """The population of a CSV or Parquet file of (user, item) rows, spilled into ``spill_folder``."""
+
+    def __init__(self, path: str, codec: ItemCodec, spill_folder: Path) -> None:
+        import pyarrow.compute as pc
+
+        self.path = path
+        self._spill = spill_folder
+        self._buckets: set[int] = set()
+        users: dict[str, int] = {}
+        items: dict[str, int] = {}
+        first_row_of_item: list[int] = []
+        bad_item: int | None = None
+        rows = 0
+        file = Path(path)
+        if not file.is_file():
+            raise InputError(f"population.path: {path!r} is not a file")
+        for batch in record_batches(file, path):
+            user, item = batch.column("user"), batch.column("item")
+            self._check_users(user, rows)
+            if bad_item is None:  # reported only if no row further on lacks its user
+                found = _first_row(pc.is_null(item), pc.equal(item, "")) if _is_text(item) else (0 if len(item) else None)
+                bad_item = None if found is None else rows + found
+            if bad_item is None:
+                user_codes = _codes(user, users, text=_is_text(user))
+                item_codes, new_firsts = _codes_with_first_rows(item, items)
+                first_row_of_item.extend((rows + new_firsts).tolist())
+                self._write_pairs(user_codes, item_codes)
+            rows += len(batch)
+        if bad_item is not None:
+            raise ItemError(f"population.path {path!r}: {occurrence_place(path, bad_item)} has an empty or non-text item")
+        if not items:
+            raise InputError(f"population.path {path!r} has no items")
+        self.n_users = len(users)
+        del users
+        try:
+            self.vocabulary, self._candidate_item = Vocabulary.encode(list(items), codec)
+        except ItemError as error:
+            if error.position is None:
+                raise ItemError(f"population.path {path!r}: {error}") from None
+            place = occurrence_place(path, first_row_of_item[error.position])
+            raise ItemError(f"population.path {path!r}: {place}: {error.reason}") from None
+
+    def _check_users(self, user: Any, rows: int) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        missing = _first_row(
+            pc.is_null(user),
+            pc.equal(user, "") if _is_text(user) else None,
+            pc.is_nan(user) if pa.types.is_floating(user.type) else None,
+        )
+        if missing is not None:
+            value = user[missing].as_py()
+            problem = "has no user" if value is None or value == "" else f"has user {value!r}"
+            raise InputError(
+                f"population.path {self.path!r}: {occurrence_place(self.path, rows + missing)} {problem}; every row "
+                "needs the user who holds its item (rows of unknown users cannot be told apart)"
+            )
+
+    def _bucket_file(self, bucket: int, column: str) -> Path:
+        return self._spill / f"{SPILL_PREFIX}{column}-{bucket:06d}.bin"
+
+    def _write_pairs(self, user_codes: np.ndarray, item_codes: np.ndarray) -> None:
+        """Append the batch's pairs to the bucket files of their users."""
+        bucket = user_codes // BUCKET_USERS
+        order = np.argsort(bucket, kind="stable")
+        bucket, user_codes, item_codes = bucket[order], user_codes[order], item_codes[order]
+        starts = np.flatnonzero(np.diff(bucket, prepend=-1))
+        for start, stop in zip(starts.tolist(), [*starts[1:].tolist(), bucket.size]):
+            number = int(bucket[start])
+            self._buckets.add(number)
+            for column, values in (("user", user_codes), ("item", item_codes)):
+                with open(self._bucket_file(number, column), "ab") as spill:
+                    spill.write(values[start:stop].tobytes())
+
+    def build_users(self, start: int, stop: int) -> Shard:
+        """Users ``[start, stop)`` from the buckets holding them: what ``FileSource`` slices from the whole."""
+        users, items = [], []
+        for number in range(start // BUCKET_USERS, (stop - 1) // BUCKET_USERS + 1):
+            if number in self._buckets:
+                users.append(np.fromfile(self._bucket_file(number, "user"), dtype=np.int64))
+                items.append(np.fromfile(self._bucket_file(number, "item"), dtype=np.int64))
+        user = np.concatenate(users) if users else np.zeros(0, dtype=np.int64)
+        item = np.concatenate(items) if items else np.zeros(0, dtype=np.int64)
+        inside = (user >= start) & (user < stop)
+        return Shard.from_pairs(self.vocabulary, start, stop - start, user[inside] - start,
+                                self._candidate_item[item[inside]])
+
+    def discard_spill(self) -> None:
+        """Remove the spill files (before the build's folder is committed)."""
+        for number in self._buckets:
+            for column in ("user", "item"):
+                self._bucket_file(number, column).unlink(missing_ok=True)
+        self._buckets.clear()
+
+    def describe(self) -> dict[str, Any]:
+        return {"source": "file", "path": self.path, "users": self.n_users}
+
+    def describe_data(self) -> dict[str, Any]:
+        return {"vocabulary": self.vocabulary.size, "encoding": self.vocabulary.encoding.to_dict()}
+
+
+def _codes(column: Any, known: dict[str, int], text: bool) -> np.ndarray:
+    """Each row's code in ``known`` (by the value's text, as ``FileSource`` numbers users), new
+    values numbered on in order of first appearance."""
+    encoded = column.dictionary_encode()
+    distinct = encoded.dictionary.to_pylist()
+    if not text:
+        distinct = [str(value) for value in distinct]
+    codes = np.fromiter((known.setdefault(value, len(known)) for value in distinct), dtype=np.int64, count=len(distinct))
+    return codes[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
+def _codes_with_first_rows(column: Any, known: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_codes` for items, with the batch rows where the values new to ``known`` first appear."""
+    encoded = column.dictionary_encode()
+    indices = encoded.indices.to_numpy(zero_copy_only=False)
+    before = len(known)
+    distinct = encoded.dictionary.to_pylist()
+    codes = np.fromiter((known.setdefault(value, len(known)) for value in distinct), dtype=np.int64, count=len(distinct))
+    first_of_distinct = np.unique(indices, return_index=True)[1]  # dictionary entries follow first appearance
+    return codes[indices], first_of_distinct[codes >= before]
