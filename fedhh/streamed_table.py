@@ -3,13 +3,14 @@
 ``fedhh population build`` turns such a file into stored shards without
 holding it: one pass reads the file in record batches (pyarrow's streaming
 CSV reader, Parquet batches), checks each row, numbers users and items by
-first appearance (as :class:`fedhh.sources.FileSource` does) and spills each
-row as a (user, item) pair of integers into bucket files of
-:data:`BUCKET_USERS` consecutive users.  A shard is then built from the
-buckets that hold its users.  Memory is one batch, the item vocabulary, the
-index of distinct users (one entry a user, not a row) and one shard's
-pairs, whatever the number of rows; the shards and the vocabulary written
-are byte for byte those of the whole-file reading.
+first appearance (as :class:`fedhh.sources.FileSource` does) and spills the
+rows as (user, item) pairs of integers, :data:`RUN_ROWS` at a time, each
+run sorted by user into a pair of files.  A shard then takes, from every
+run, the slice holding its users (a binary search in the memory-mapped
+run).  Memory is one run being sorted, the item vocabulary, the index of
+distinct users (one entry a user, not a row) and one shard's pairs,
+whatever the number of rows; the shards and the vocabulary written are
+byte for byte those of the whole-file reading.
 
 Refusals are :class:`FileSource`'s, at the same place: a row without a user
 at its first occurrence; else an empty or non-text item at its first
@@ -29,7 +30,7 @@ from .items import ItemCodec, ItemError
 from .population import Shard, Vocabulary
 from .sources import PopulationSource, _first_row, _is_text, occurrence_place
 
-BUCKET_USERS = 1 << 18  # consecutive users per spill file
+RUN_ROWS = 1 << 21  # rows spilled as one sorted run: 32 MiB of pairs
 BATCH_ROWS = 1 << 16  # Parquet rows per record batch
 CSV_BLOCK_BYTES = 1 << 20  # CSV bytes per record batch
 SPILL_PREFIX = ".spill-"  # spill files, removed by :meth:`StreamedTableSource.discard_spill`
@@ -77,7 +78,8 @@ class StreamedTableSource(PopulationSource):
 
         self.path = path
         self._spill = spill_folder
-        self._buckets: set[int] = set()
+        self._runs: list[tuple[Path, Path]] = []  # (users, items) files, each sorted by user
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []  # pairs not spilled yet
         users: dict[str, int] = {}
         items: dict[str, int] = {}
         first_row_of_item: list[int] = []
@@ -96,13 +98,15 @@ class StreamedTableSource(PopulationSource):
                 user_codes = _codes(user, users, text=_is_text(user))
                 item_codes, new_firsts = _codes_with_first_rows(item, items)
                 first_row_of_item.extend((rows + new_firsts).tolist())
-                self._write_pairs(user_codes, item_codes)
+                self._spill_pairs(user_codes, item_codes)
             rows += len(batch)
+        self._spill_pairs(None, None)
         if bad_item is not None:
             raise ItemError(f"population.path {path!r}: {occurrence_place(path, bad_item)} has an empty or non-text item")
         if not items:
             raise InputError(f"population.path {path!r} has no items")
         self.n_users = len(users)
+        self.rows = rows
         del users
         try:
             self.vocabulary, self._candidate_item = Vocabulary.encode(list(items), codec)
@@ -129,41 +133,39 @@ class StreamedTableSource(PopulationSource):
                 "needs the user who holds its item (rows of unknown users cannot be told apart)"
             )
 
-    def _bucket_file(self, bucket: int, column: str) -> Path:
-        return self._spill / f"{SPILL_PREFIX}{column}-{bucket:06d}.bin"
-
-    def _write_pairs(self, user_codes: np.ndarray, item_codes: np.ndarray) -> None:
-        """Append the batch's pairs to the bucket files of their users."""
-        bucket = user_codes // BUCKET_USERS
-        order = np.argsort(bucket, kind="stable")
-        bucket, user_codes, item_codes = bucket[order], user_codes[order], item_codes[order]
-        starts = np.flatnonzero(np.diff(bucket, prepend=-1))
-        for start, stop in zip(starts.tolist(), [*starts[1:].tolist(), bucket.size]):
-            number = int(bucket[start])
-            self._buckets.add(number)
-            for column, values in (("user", user_codes), ("item", item_codes)):
-                with open(self._bucket_file(number, column), "ab") as spill:
-                    spill.write(values[start:stop].tobytes())
+    def _spill_pairs(self, user_codes: np.ndarray | None, item_codes: np.ndarray | None) -> None:
+        """Keep a batch's pairs; write those kept as a run, sorted by user, once there are
+        :data:`RUN_ROWS` of them or the file has ended (``None``)."""
+        if user_codes is not None and item_codes is not None:
+            self._pending.append((user_codes, item_codes))
+        if not self._pending or (user_codes is not None and sum(u.size for u, _ in self._pending) < RUN_ROWS):
+            return
+        users = np.concatenate([u for u, _ in self._pending])
+        items = np.concatenate([i for _, i in self._pending])
+        self._pending.clear()
+        order = np.argsort(users, kind="stable")
+        run = tuple(self._spill / f"{SPILL_PREFIX}{len(self._runs):05d}-{column}.bin" for column in ("user", "item"))
+        users[order].tofile(run[0])
+        items[order].tofile(run[1])
+        self._runs.append(run)  # type: ignore[arg-type]
 
     def build_users(self, start: int, stop: int) -> Shard:
-        """Users ``[start, stop)`` from the buckets holding them: what ``FileSource`` slices from the whole."""
-        users, items = [], []
-        for number in range(start // BUCKET_USERS, (stop - 1) // BUCKET_USERS + 1):
-            if number in self._buckets:
-                users.append(np.fromfile(self._bucket_file(number, "user"), dtype=np.int64))
-                items.append(np.fromfile(self._bucket_file(number, "item"), dtype=np.int64))
-        user = np.concatenate(users) if users else np.zeros(0, dtype=np.int64)
-        item = np.concatenate(items) if items else np.zeros(0, dtype=np.int64)
-        inside = (user >= start) & (user < stop)
-        return Shard.from_pairs(self.vocabulary, start, stop - start, user[inside] - start,
-                                self._candidate_item[item[inside]])
+        """Users ``[start, stop)`` from every run's slice of them: what ``FileSource`` slices from the whole."""
+        users, items = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        for users_file, items_file in self._runs:
+            run_users = np.memmap(users_file, dtype=np.int64, mode="r")
+            lo, hi = np.searchsorted(run_users, [start, stop])
+            users.append(np.array(run_users[lo:hi]))
+            items.append(np.array(np.memmap(items_file, dtype=np.int64, mode="r")[lo:hi]))
+        return Shard.from_pairs(self.vocabulary, start, stop - start, np.concatenate(users) - start,
+                                self._candidate_item[np.concatenate(items)])
 
     def discard_spill(self) -> None:
         """Remove the spill files (before the build's folder is committed)."""
-        for number in self._buckets:
-            for column in ("user", "item"):
-                self._bucket_file(number, column).unlink(missing_ok=True)
-        self._buckets.clear()
+        for run in self._runs:
+            for file in run:
+                file.unlink(missing_ok=True)
+        self._runs.clear()
 
     def describe(self) -> dict[str, Any]:
         return {"source": "file", "path": self.path, "users": self.n_users}

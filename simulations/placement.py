@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fedhh.config import FedhhConfig
 from fedhh.errors import InputError
 from fedhh.population import shard_bounds
 
@@ -60,7 +61,7 @@ def _held_on_this_node(run_folder: str, manifest: dict[str, Any]) -> tuple[str, 
     shards present there (the folder the run names, then the node's declared ones)."""
     import ray
 
-    from fedhh.population_store import PopulationStore
+    from fedhh.population_store import VOCABULARY_FILE, PopulationStore
 
     declared = [folder for folder in os.environ.get(HOLDINGS_VARIABLE, "").split(os.pathsep) if folder]
     held = []
@@ -69,7 +70,7 @@ def _held_on_this_node(run_folder: str, manifest: dict[str, Any]) -> tuple[str, 
             store = PopulationStore(folder)
         except InputError:  # not here, or not a population folder
             continue
-        if store.manifest != manifest or not (store.path / "vocabulary.parquet").is_file():
+        if store.manifest != manifest or not (store.path / VOCABULARY_FILE).is_file():
             continue
         held.append((folder, [i for i, stored in enumerate(store.shards) if stored.file.is_file()]))
     return ray.get_runtime_context().get_node_id(), held
@@ -137,7 +138,7 @@ def _describe(holdings: Sequence[Holding]) -> str:
     return "; ".join(f"node {h.node_id[:8]} holds {sorted(h.stored_shards)} in {h.folder}" for h in holdings)
 
 
-def dataset_placement(config: Any, num_shards: int) -> list[Placement] | None:
+def dataset_placement(config: FedhhConfig, num_shards: int) -> list[Placement] | None:
     """The placement of ``config``'s run shards when its population is on disk (Ray must be
     initialised); ``None`` for other populations and when nothing needs placing."""
     population = config["population"]

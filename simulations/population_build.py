@@ -49,6 +49,7 @@ from fedhh.sources import PopulationSource, make_source
 from fedhh.streamed_table import STREAMED_SUFFIXES, StreamedTableSource
 
 DEFAULT_SHARD_USERS = 1 << 22  # users per stored shard by default: about 16 MiB of one-item users in memory
+DEFAULT_SHARD_ROWS = 1 << 22  # a file's rows per stored shard by default: its (user, item) pairs, 64 MiB
 BUILDABLE = ("wordfreq", "zipf", "file")
 
 
@@ -56,9 +57,11 @@ def default_workers() -> int:
     return max(len(os.sched_getaffinity(0)), 1)
 
 
-def stored_shard_count(n_users: int, requested: int | None) -> int:
+def stored_shard_count(n_users: int, requested: int | None, rows: int = 0) -> int:
+    """``--shards``, or by default one per :data:`DEFAULT_SHARD_USERS` users and, for a file, at least
+    one per :data:`DEFAULT_SHARD_ROWS` rows (a shard's rows are held at once while it is written)."""
     if requested is None:
-        return max(math.ceil(n_users / DEFAULT_SHARD_USERS), 1)
+        return min(max(math.ceil(n_users / DEFAULT_SHARD_USERS), math.ceil(rows / DEFAULT_SHARD_ROWS), 1), n_users)
     if requested < 1:
         raise InputError(f"--shards: must be >= 1, got {requested}")
     try:
@@ -126,7 +129,7 @@ def build_population(
         source: PopulationSource = StreamedTableSource(population["path"], codec, staging)  # one pass, spilled
     else:
         source = make_source(population, codec, int(config["run"]["seed"]))  # the vocabulary; checks the config
-    num_shards = stored_shard_count(source.n_users, shards)
+    num_shards = stored_shard_count(source.n_users, shards, source.rows if isinstance(source, StreamedTableSource) else 0)
     workers = min(workers or default_workers(), num_shards)
     flat = tuple(sorted(config.to_flat().items()))
     from .progress import task_progress

@@ -27,7 +27,9 @@ def run_experiment(config: FedhhConfig, output: ResultsFolder, show_progress: bo
     Everything that can be checked is checked before the privacy ledger is
     charged or any round runs: the results folder (claimed by the caller),
     the population and what it needs (``Experiment``), the privacy target,
-    and the ledger's budget.  The charge is made once, under the results
+    the placement of its shards (on a Ray cluster, a population on disk
+    must be held by its nodes: :mod:`simulations.placement`) and the
+    ledger's budget.  The charge is made once, under the results
     folder's name and the time (``run_label``): here for the fast driver, by
     the ServerApp for Flower.
     """

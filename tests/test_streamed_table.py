@@ -45,10 +45,10 @@ def config_of(path: Path) -> Any:
 def test_the_streamed_build_writes_the_bytes_of_the_whole_file_reading(
     tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Small batches and buckets, so users' rows are spread over many of both."""
+    """Small batches and runs, so users' rows are spread over many of both."""
     monkeypatch.setattr(streamed, "CSV_BLOCK_BYTES", 1 << 14)
     monkeypatch.setattr(streamed, "BATCH_ROWS", 1000)
-    monkeypatch.setattr(streamed, "BUCKET_USERS", 100)
+    monkeypatch.setattr(streamed, "RUN_ROWS", 2500)
     table = events(30_000, 2_500)
     file = tmp_path / f"events{suffix}"
     if suffix == ".csv":
@@ -148,3 +148,13 @@ def test_a_csv_is_built_under_a_memory_limit_that_reading_it_whole_exceeds(tmp_p
     assert int(built.stdout.split()[-1]) == users
     whole = limited("whole")
     assert whole.returncode == 3 and "out of memory" in whole.stdout, whole.stderr[-2000:]
+
+
+def test_a_files_default_shards_hold_a_bounded_number_of_rows() -> None:
+    """A shard's rows are held at once while it is written: by default a file of many rows per user
+    gets a shard per DEFAULT_SHARD_ROWS rows, never more shards than users."""
+    from simulations.population_build import DEFAULT_SHARD_ROWS, stored_shard_count
+
+    assert stored_shard_count(20_000, None, rows=2 * DEFAULT_SHARD_ROWS + 1) == 3
+    assert stored_shard_count(2, None, rows=10 * DEFAULT_SHARD_ROWS) == 2
+    assert stored_shard_count(20_000, None) == 1 and stored_shard_count(20_000, 5, rows=10 * DEFAULT_SHARD_ROWS) == 5
