@@ -13,8 +13,8 @@ looked at too).  Before any actor starts, one small task pinned to each
 alive node (:func:`_held_on_this_node`) opens each of those folders and
 reports which stored shards of *this* population (the same manifest as the
 run's) are there.  Each run shard (a range of users, which may span stored
-shards) then goes to a node that holds every stored shard it reads, the
-least loaded such node first, and its actor reads from that node's folder.
+shards) then goes to a node that holds every stored shard it reads (the one
+with the fewest actors per CPU so far), and its actor reads that node's folder.
 
 When every node holds every shard under ``population.path`` (a shared file
 system, or one machine) nothing is constrained: Ray places the actors as
@@ -126,7 +126,8 @@ def place_shards(
                 f"copy them to a node's population folder (listed in that node's {HOLDINGS_VARIABLE}) "
                 "or choose run.shards to match how the stored shards are spread"
             )
-        best = min(candidates, key=lambda h: load[h.node_id])  # the first of the least loaded: deterministic
+        # the node with the fewest actors per CPU (the first of them: deterministic)
+        best = min(candidates, key=lambda h: load[h.node_id] / max(node_cpus[h.node_id], 1.0))
         load[best.node_id] += 1
         chosen.append(best)
     return [Placement(h.node_id, h.folder, min(1.0, node_cpus[h.node_id] / load[h.node_id])) for h in chosen]

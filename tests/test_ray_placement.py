@@ -171,3 +171,21 @@ def test_a_sweep_runs_where_its_population_is_held_whole(
     assert sweep("refused", spread.catalogue, "--ray-address", spread.address) == 2
     assert "run shard 0 (users 0..23,999) reads stored shard(s) [0, 1, 2, 3]" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
+
+
+def test_placement_rules_without_a_cluster() -> None:
+    """What each node holds -> where each run shard goes (``place_shards`` alone)."""
+    from fedhh.errors import InputError
+    from simulations.placement import Holding, place_shards
+
+    cpus = {"a": 2.0, "b": 1.0}
+    firsts, users = [0, 100, 200, 300], 400
+    shared = [Holding(node, "/pop", frozenset(range(4))) for node in cpus]
+    assert place_shards(shared, cpus, "/pop", firsts, users, 8) is None  # a shared file system: unconstrained
+    both = [Holding("a", "/a", frozenset({0, 1, 2, 3})), Holding("b", "/b", frozenset({2, 3}))]
+    placed = place_shards(both, cpus, "/pop", firsts, users, 4)
+    assert [(p.node_id, p.folder) for p in placed] == [("a", "/a"), ("a", "/a"), ("b", "/b"), ("a", "/a")]
+    assert [p.cpus for p in placed] == [2 / 3, 2 / 3, 1.0, 2 / 3]  # a's 2 CPUs shared by its 3 actors
+    with pytest.raises(InputError, match=r"run shard 1 \(users 133..265\) reads stored shard\(s\) \[1, 2\]"):
+        place_shards([Holding("a", "/a", frozenset({0, 1})), Holding("b", "/b", frozenset({2, 3}))], cpus, "/pop",
+                     firsts, users, 3)
