@@ -95,7 +95,7 @@ class StreamedTableSource(PopulationSource):
                 found = _first_row(pc.is_null(item), pc.equal(item, "")) if _is_text(item) else (0 if len(item) else None)
                 bad_item = None if found is None else rows + found
             if bad_item is None:
-                user_codes = _codes(user, users, text=_is_text(user))
+                user_codes = _codes(user, users)
                 item_codes, new_firsts = _codes_with_first_rows(item, items)
                 first_row_of_item.extend((rows + new_firsts).tolist())
                 self._spill_pairs(user_codes, item_codes)
@@ -174,23 +174,27 @@ class StreamedTableSource(PopulationSource):
         return {"vocabulary": self.vocabulary.size, "encoding": self.vocabulary.encoding.to_dict()}
 
 
-def _codes(column: Any, known: dict[str, int], text: bool) -> np.ndarray:
-    """Each row's code in ``known`` (by the value's text, as ``FileSource`` numbers users), new
-    values numbered on in order of first appearance."""
+def _number(column: Any, known: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Number the batch's distinct values in ``known`` (by their text, as ``FileSource`` does),
+    new ones on from ``len(known)`` in order of first appearance.  Returns each distinct value's
+    code and each row's distinct value (pyarrow's dictionary follows first appearance)."""
     encoded = column.dictionary_encode()
     distinct = encoded.dictionary.to_pylist()
-    if not text:
+    if not _is_text(column):
         distinct = [str(value) for value in distinct]
     codes = np.fromiter((known.setdefault(value, len(known)) for value in distinct), dtype=np.int64, count=len(distinct))
-    return codes[encoded.indices.to_numpy(zero_copy_only=False)]
+    return codes, encoded.indices.to_numpy(zero_copy_only=False)
+
+
+def _codes(column: Any, known: dict[str, int]) -> np.ndarray:
+    """Each row's code in ``known`` (:func:`_number`)."""
+    codes, rows = _number(column, known)
+    return codes[rows]
 
 
 def _codes_with_first_rows(column: Any, known: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_codes` for items, with the batch rows where the values new to ``known`` first appear."""
-    encoded = column.dictionary_encode()
-    indices = encoded.indices.to_numpy(zero_copy_only=False)
+    """:func:`_codes`, and the batch rows where the values new to ``known`` first appear, by code."""
     before = len(known)
-    distinct = encoded.dictionary.to_pylist()
-    codes = np.fromiter((known.setdefault(value, len(known)) for value in distinct), dtype=np.int64, count=len(distinct))
-    first_of_distinct = np.unique(indices, return_index=True)[1]  # dictionary entries follow first appearance
-    return codes[indices], first_of_distinct[codes >= before]
+    codes, rows = _number(column, known)
+    first_of_distinct = np.unique(rows, return_index=True)[1]
+    return codes[rows], first_of_distinct[codes >= before]

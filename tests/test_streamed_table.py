@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute
 import pyarrow.csv
 import pyarrow.parquet as pq
 import pytest
@@ -41,15 +42,17 @@ def config_of(path: Path) -> Any:
     return build_config({"population": {"source": "file", "path": str(path)}, "run": {"seed": 1}})
 
 
-@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+@pytest.mark.parametrize(("suffix", "numbered_users"), [(".csv", False), (".parquet", False), (".parquet", True)])
 def test_the_streamed_build_writes_the_bytes_of_the_whole_file_reading(
-    tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, suffix: str, numbered_users: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Small batches and runs, so users' rows are spread over many of both."""
     monkeypatch.setattr(streamed, "CSV_BLOCK_BYTES", 1 << 14)
     monkeypatch.setattr(streamed, "BATCH_ROWS", 1000)
     monkeypatch.setattr(streamed, "RUN_ROWS", 2500)
     table = events(30_000, 2_500)
+    if numbered_users:  # a Parquet user column of integers: users are told apart by their text, as read whole
+        table = table.set_column(0, "user", pa.compute.cast(pa.compute.utf8_slice_codeunits(table["user"], 1), pa.int64()))
     file = tmp_path / f"events{suffix}"
     if suffix == ".csv":
         pyarrow.csv.write_csv(table, file)
