@@ -142,12 +142,34 @@ def _describe(holdings: Sequence[Holding]) -> str:
 def dataset_placement(config: FedhhConfig, num_shards: int) -> list[Placement] | None:
     """The placement of ``config``'s run shards when its population is on disk (Ray must be
     initialised); ``None`` for other populations and when nothing needs placing."""
-    population = config["population"]
-    if population["source"] != "dataset":
+    if config["population"]["source"] != "dataset":
         return None
+    return _placed(config, num_shards)[0]
+
+
+def whole_population_holders(config: FedhhConfig) -> list[Placement] | None:
+    """Where work that reads all of ``config``'s population on disk can run (a sweep's trials): one
+    placement per node holding every stored shard in one folder; ``None`` for other populations and
+    when every node holds it at ``population.path``.  Refuses a population no node holds whole."""
+    if config["population"]["source"] != "dataset":
+        return None
+    placed, holdings, stored = _placed(config, 1)
+    if placed is None:
+        return None
+    whole: dict[str, Holding] = {}  # by node, its first folder holding everything
+    for holding in holdings:
+        if holding.stored_shards == frozenset(range(stored)):
+            whole.setdefault(holding.node_id, holding)
+    return [Placement(node_id, holding.folder, 1.0) for node_id, holding in whole.items()]
+
+
+def _placed(config: FedhhConfig, num_shards: int) -> tuple[list[Placement] | None, list[Holding], int]:
+    """:func:`place_shards` for ``config``'s population on disk, with the holdings and the number of
+    stored shards it was placed from."""
     from fedhh.population_store import PopulationStore
 
-    folder = os.path.abspath(population["path"])  # the nodes' workers do not share this process's directory
+    folder = os.path.abspath(config["population"]["path"])  # the nodes' workers do not share this directory
     store = PopulationStore(folder)
     holdings, node_cpus = find_holdings(folder, store.manifest)
-    return place_shards(holdings, node_cpus, folder, [s.first_user for s in store.shards], store.n_users, num_shards)
+    placed = place_shards(holdings, node_cpus, folder, [s.first_user for s in store.shards], store.n_users, num_shards)
+    return placed, holdings, len(store.shards)

@@ -19,6 +19,7 @@ end, also after Ctrl-C.
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
 import os
@@ -40,7 +41,7 @@ from rich.progress import (
 
 from fedhh.errors import InputError
 
-from .placement import Placement, dataset_placement
+from .placement import Placement, whole_population_holders
 from .ray_runtime import named_cluster
 from .sweep_spec import SweepSpec, Trial
 from .sweep_store import SweepFolder
@@ -186,23 +187,24 @@ class RayTrials:
         self._task = ray.remote(num_cpus=1, num_returns="streaming")(run_chunk)
         self._task_in = ray.remote(num_cpus=1, num_returns="streaming")(run_chunk_in)
         self._pending: list[Any] = []
-        self._placements: dict[str, Placement] = {}  # population.path -> where its trials run
+        self._placements: dict[str, Iterator[Placement]] = {}  # population.path -> where its chunks run, in turn
 
     def place(self, trials: Sequence[Trial]) -> None:
-        """A node holding every stored shard of each population on disk the trials run from (see
+        """The nodes holding every stored shard of each population on disk the trials run from (see
         :mod:`simulations.placement`); refuses one that no node holds whole, before any trial runs."""
-        for config in {trial.config["population"]["path"]: trial.config for trial in trials
-                       if trial.config["population"]["source"] == "dataset"}.values():
-            placements = dataset_placement(config, 1)
-            if placements is not None:
-                self._placements[config["population"]["path"]] = placements[0]
+        for path, config in {trial.config["population"]["path"]: trial.config for trial in trials
+                             if trial.config["population"]["source"] == "dataset"}.items():
+            holders = whole_population_holders(config)
+            if holders is not None:
+                self._placements[path] = itertools.cycle(holders)  # the chunks of a population in turn
 
     def _submit(self, chunk: Chunk) -> Any:
-        place = self._placements.get(chunk[0].config["population"]["path"])
-        if place is None or chunk[0].config["population"]["source"] != "dataset":
+        holders = self._placements.get(chunk[0].config["population"]["path"])
+        if holders is None:
             return self._task.remote(chunk)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        place = next(holders)
         return self._task_in.options(scheduling_strategy=NodeAffinitySchedulingStrategy(place.node_id, soft=False)
                                      ).remote(chunk, place.folder)
 
