@@ -23,6 +23,7 @@ from fedhh.experiment import Experiment
 from fedhh.population import PopulationCounts, Shard, check_shard_count
 from fedhh.protocols import ProtocolResult, Request, Response, ServerProtocol
 
+from .placement import dataset_placement
 from .progress import RoundProgress
 from .ray_runtime import ADDRESS_VARIABLE, named_cluster, ray_runtime
 
@@ -38,6 +39,7 @@ class FastRun:
     timing: dict[str, float]
     backend: str
     counts: PopulationCounts
+    nodes: list[str]  # the Ray node of each shard's actor (none in process)
 
 
 def choose_backend(requested: str) -> Backend:
@@ -84,6 +86,10 @@ class InProcessShards:
     def close(self) -> None:
         self.shards.clear()
 
+    @property
+    def nodes(self) -> list[str]:
+        return []
+
 
 class ShardHolder:
     """A Ray actor's state: one shard, built inside the actor from the config."""
@@ -101,6 +107,12 @@ class ShardHolder:
     def counts(self) -> PopulationCounts:
         """The shard's true counts; also tells the driver that the shard is placed."""
         return self._shard.counts()
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (where its shard was read)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
 
 class RayShards:
@@ -123,14 +135,23 @@ class RayShards:
 
         self._ray = ray
         cpus = max(ray.available_resources().get("CPU", 1.0), 1.0)
-        actor_class = ray.remote(ShardHolder).options(
-            num_cpus=min(1.0, cpus / num_shards),
-            max_restarts=self.MAX_RESTARTS,
-            max_task_retries=self.MAX_RESTARTS,
-        )
+        holder = ray.remote(ShardHolder)
+        retries = {"max_restarts": self.MAX_RESTARTS, "max_task_retries": self.MAX_RESTARTS}
         flat = config.to_flat()
-        self.actors = [actor_class.remote(flat, i, num_shards) for i in range(num_shards)]
+        placements = dataset_placement(config, num_shards)  # a population on disk: the nodes holding it
+        if placements is None:
+            actor_class = holder.options(num_cpus=min(1.0, cpus / num_shards), **retries)
+            self.actors = [actor_class.remote(flat, i, num_shards) for i in range(num_shards)]
+        else:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            self.actors = [
+                holder.options(num_cpus=place.cpus, **retries, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    place.node_id, soft=False)).remote({**flat, "population.path": place.folder}, i, num_shards)
+                for i, place in enumerate(placements)
+            ]
         self.counts = PopulationCounts.combine(ray.get([actor.counts.remote() for actor in self.actors]))
+        self.nodes = ray.get([actor.node_id.remote() for actor in self.actors])
 
     def answer(self, request: Request) -> list[Response]:
         return self._ray.get([actor.respond.remote(request) for actor in self.actors])
@@ -146,8 +167,12 @@ def run_fast(
     num_shards: int,
     backend: str = "auto",
     show_progress: bool = False,
+    when_placed: Callable[[], None] | None = None,
 ) -> FastRun:
-    """Run the experiment's protocol over ``num_shards`` shards; time setup and rounds apart."""
+    """Run the experiment's protocol over ``num_shards`` shards; time setup and rounds apart.
+
+    ``when_placed`` runs once every shard is held, before the first round: what must not happen
+    for a run its shards cannot be placed for (the privacy charge)."""
     chosen = choose_backend(backend)
     check_shard_count(experiment.n_users, num_shards)
     with contextlib.ExitStack() as stack:
@@ -159,9 +184,11 @@ def run_fast(
             holders = RayShards(experiment.config, num_shards)
         stack.callback(holders.close)
         setup = time.perf_counter() - started
+        if when_placed is not None:
+            when_placed()
         server = experiment.make_server()
         rounds_started = time.perf_counter()
         with RoundProgress(server, enabled=show_progress) as progress:
             result = drive(server, holders.answer, progress.update)
         rounds = time.perf_counter() - rounds_started
-    return FastRun(result, {"setup_s": setup, "rounds_s": rounds}, chosen, holders.counts)
+    return FastRun(result, {"setup_s": setup, "rounds_s": rounds}, chosen, holders.counts, holders.nodes)

@@ -11,8 +11,10 @@ anything fedhh did not write).  The format is :mod:`fedhh.population_store`.
 
 Sampled sources draw each user from (seed, user id), so the stored
 population is exactly the one a run of the same config generates in
-memory.  A file source is read whole once (that is how it is parsed) and
-written from the parent process.
+memory.  A user's CSV or Parquet file is read a record batch at a time and
+spilled into the staging folder by user (:mod:`fedhh.streamed_table`),
+then written a shard at a time from the parent process; a text file is
+read whole.
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ from fedhh.population_store import (
 )
 from fedhh.results import ResultsFolder
 from fedhh.sources import PopulationSource, make_source
+from fedhh.streamed_table import STREAMED_SUFFIXES, StreamedTableSource
 
 DEFAULT_SHARD_USERS = 1 << 22  # users per stored shard by default: about 16 MiB of one-item users in memory
+DEFAULT_SHARD_ROWS = 1 << 22  # a file's rows per stored shard by default: its (user, item) pairs, 64 MiB
 BUILDABLE = ("wordfreq", "zipf", "file")
 
 
@@ -53,9 +57,11 @@ def default_workers() -> int:
     return max(len(os.sched_getaffinity(0)), 1)
 
 
-def stored_shard_count(n_users: int, requested: int | None) -> int:
+def stored_shard_count(n_users: int, requested: int | None, rows: int = 0) -> int:
+    """``--shards``, or by default one per :data:`DEFAULT_SHARD_USERS` users and, for a file, at least
+    one per :data:`DEFAULT_SHARD_ROWS` rows (a shard's rows are held at once while it is written)."""
     if requested is None:
-        return max(math.ceil(n_users / DEFAULT_SHARD_USERS), 1)
+        return min(max(math.ceil(n_users / DEFAULT_SHARD_USERS), math.ceil(rows / DEFAULT_SHARD_ROWS), 1), n_users)
     if requested < 1:
         raise InputError(f"--shards: must be >= 1, got {requested}")
     try:
@@ -118,10 +124,13 @@ def build_population(
         raise InputError(f"--workers: must be >= 1, got {workers}")
     started = time.perf_counter()
     codec = item_codec(config)
-    source = make_source(population, codec, int(config["run"]["seed"]))  # the vocabulary; checks the config
-    num_shards = stored_shard_count(source.n_users, shards)
-    workers = min(workers or default_workers(), num_shards)
     staging = output.staging_path
+    if population["source"] == "file" and Path(population["path"]).suffix.lower() in STREAMED_SUFFIXES:
+        source: PopulationSource = StreamedTableSource(population["path"], codec, staging)  # one pass, spilled
+    else:
+        source = make_source(population, codec, int(config["run"]["seed"]))  # the vocabulary; checks the config
+    num_shards = stored_shard_count(source.n_users, shards, source.rows if isinstance(source, StreamedTableSource) else 0)
+    workers = min(workers or default_workers(), num_shards)
     flat = tuple(sorted(config.to_flat().items()))
     from .progress import task_progress
 
@@ -132,6 +141,8 @@ def build_population(
             total = part if total is None else total + part  # integer counts: the order does not matter
             advance()
     assert total is not None  # at least one shard
+    if isinstance(source, StreamedTableSource):
+        source.discard_spill()
     counts = total
     write_vocabulary(staging / VOCABULARY_FILE, source.vocabulary, counts)
     manifest = {

@@ -20,7 +20,8 @@ def add_population_arguments(population: argparse.ArgumentParser) -> None:
     build.add_argument("--output", required=True, help="the population folder, new or empty")
     build.add_argument("--overwrite", action="store_true",
                        help="replace --output if it holds a population fedhh built (and nothing else)")
-    build.add_argument("--shards", type=int, help="stored shards (default: one per 4,194,304 users)")
+    build.add_argument("--shards", type=int,
+                       help="stored shards (default: one per 4,194,304 users; for a file, also one per 4,194,304 rows)")
     build.add_argument("--workers", type=int, help="worker processes (default: the cores available)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.set_defaults(func=_build)

@@ -27,7 +27,9 @@ def run_experiment(config: FedhhConfig, output: ResultsFolder, show_progress: bo
     Everything that can be checked is checked before the privacy ledger is
     charged or any round runs: the results folder (claimed by the caller),
     the population and what it needs (``Experiment``), the privacy target,
-    and the ledger's budget.  The charge is made once, under the results
+    the placement of its shards (on a Ray cluster, a population on disk
+    must be held by its nodes: :mod:`simulations.placement`) and the
+    ledger's budget.  The charge is made once, under the results
     folder's name and the time (``run_label``): here for the fast driver, by
     the ServerApp for Flower.
     """
@@ -57,8 +59,10 @@ def run_experiment(config: FedhhConfig, output: ResultsFolder, show_progress: bo
             )
         except FederationError as error:
             raise FlowerRunFailed(f"the Flower run failed in its ServerApp: {error}") from error
-    privacy = charge_run(config["privacy"], experiment.privacy, run_id)
-    fast = run_fast(experiment, run["shards"], run["backend"], show_progress=show_progress)
+    charged = []  # once the shards are placed (a population on disk may be refused there)
+    fast = run_fast(experiment, run["shards"], run["backend"], show_progress=show_progress,
+                    when_placed=lambda: charged.append(charge_run(config["privacy"], experiment.privacy, run_id)))
+    privacy = charged[0]
     timing = {"population_s": population_s, **fast.timing}
     result = experiment.finish(fast.result, timing, f"fast/{fast.backend}", counts=fast.counts)
     result["privacy"] = privacy.to_dict()

@@ -19,6 +19,7 @@ end, also after Ctrl-C.
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
 import os
@@ -40,10 +41,11 @@ from rich.progress import (
 
 from fedhh.errors import InputError
 
+from .placement import Placement, whole_population_holders
 from .ray_runtime import named_cluster
 from .sweep_spec import SweepSpec, Trial
 from .sweep_store import SweepFolder
-from .sweep_trial import PopulationCache, TrialRecord, run_chunk
+from .sweep_trial import PopulationCache, TrialRecord, run_chunk, run_chunk_in
 
 Chunk = list[Trial]
 
@@ -90,6 +92,9 @@ class InProcessTrials:
         cache = PopulationCache()
         for chunk in chunks:
             yield from run_chunk(chunk, cache)
+
+    def place(self, trials: Sequence[Trial]) -> None:
+        """Nothing to place: every trial runs on this machine."""
 
     def close(self) -> None:
         pass
@@ -152,6 +157,9 @@ class ProcessTrials:
                 except futures.process.BrokenProcessPool as error:
                     raise WorkerLost(f"a worker process died ({error})") from None
 
+    def place(self, trials: Sequence[Trial]) -> None:
+        """Nothing to place: every trial runs on this machine."""
+
     def close(self) -> None:
         self._stop.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -177,12 +185,33 @@ class RayTrials:
         self._ray = ray
         self.workers = max(int(ray.cluster_resources().get("CPU", 1)), 1)
         self._task = ray.remote(num_cpus=1, num_returns="streaming")(run_chunk)
+        self._task_in = ray.remote(num_cpus=1, num_returns="streaming")(run_chunk_in)
         self._pending: list[Any] = []
+        self._placements: dict[str, Iterator[Placement]] = {}  # population.path -> where its chunks run, in turn
+
+    def place(self, trials: Sequence[Trial]) -> None:
+        """The nodes holding every stored shard of each population on disk the trials run from (see
+        :mod:`simulations.placement`); refuses one that no node holds whole, before any trial runs."""
+        for path, config in {trial.config["population"]["path"]: trial.config for trial in trials
+                             if trial.config["population"]["source"] == "dataset"}.items():
+            holders = whole_population_holders(config)
+            if holders is not None:
+                self._placements[path] = itertools.cycle(holders)  # the chunks of a population in turn
+
+    def _submit(self, chunk: Chunk) -> Any:
+        holders = self._placements.get(chunk[0].config["population"]["path"])
+        if holders is None:
+            return self._task.remote(chunk)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        place = next(holders)
+        return self._task_in.options(scheduling_strategy=NodeAffinitySchedulingStrategy(place.node_id, soft=False)
+                                     ).remote(chunk, place.folder)
 
     def records(self, chunks: Sequence[Chunk]) -> Iterator[TrialRecord]:
         from ray.exceptions import RayError
 
-        self._pending = pending = [self._task.remote(chunk) for chunk in chunks]
+        self._pending = pending = [self._submit(chunk) for chunk in chunks]
         while pending:
             ready, _ = self._ray.wait(pending, num_returns=1)
             for generator in ready:
@@ -278,6 +307,7 @@ def run_sweep(
     trials = spec.expand()
     executor = make_executor(workers or default_workers(), ray_address)  # a cluster that cannot be reached writes nothing
     try:
+        executor.place(trials)  # nor does a population on disk that no node of the cluster holds
         folder = SweepFolder.claim(output, spec)
     except BaseException:
         executor.close()

@@ -79,9 +79,10 @@ class PopulationCache:
     """The last population built, reused while trials share it; the next population that
     differs only in size reuses its encoded vocabulary and prefix index."""
 
-    def __init__(self) -> None:
+    def __init__(self, dataset_folder: str | None = None) -> None:
         self._population: Population | None = None
         self._vocabulary_key = ""
+        self._dataset_folder = dataset_folder  # where this node holds a population on disk, if not at its path
 
     def get(self, trial: Trial) -> tuple[Population, float]:
         """The trial's population and the seconds spent building it now (0 when reused)."""
@@ -95,7 +96,10 @@ class PopulationCache:
                 self._vocabulary_key == trial.vocabulary_key):
             source: PopulationSource = previous.source.with_users(int(config["population"]["users"]))
         else:
-            source = make_source(config["population"], item_codec(config), trial.population_seed)
+            section = config["population"]
+            if self._dataset_folder is not None and section["source"] == "dataset":
+                section = {**section, "path": self._dataset_folder}
+            source = make_source(section, item_codec(config), trial.population_seed)
         del previous
         shard = source.build_all()
         shard.vocabulary.prefixes.build_all()
@@ -110,6 +114,12 @@ def run_chunk(trials: Iterable[Trial], cache: PopulationCache | None = None) -> 
         cache = PopulationCache()
     for trial in trials:
         yield run_trial(trial, cache)
+
+
+def run_chunk_in(trials: Iterable[Trial], folder: str) -> Iterator[TrialRecord]:
+    """:func:`run_chunk` with a population on disk read from ``folder``, this node's copy of it
+    (:mod:`simulations.placement`); the trials and their records are unchanged."""
+    yield from run_chunk(trials, PopulationCache(dataset_folder=folder))
 
 
 def run_trial(trial: Trial, cache: PopulationCache) -> TrialRecord:
