@@ -8,7 +8,7 @@ from typing import Any
 
 from fedhh.config import ConfigError, FedhhConfig
 from fedhh.experiment import Experiment
-from fedhh.privacy.charge import charge_run, run_label
+from fedhh.privacy.charge import charge_run, check_budget, run_label
 from fedhh.results import ResultsFolder
 
 from .fast import run_fast
@@ -59,6 +59,7 @@ def run_experiment(config: FedhhConfig, output: ResultsFolder, show_progress: bo
             )
         except FederationError as error:
             raise FlowerRunFailed(f"the Flower run failed in its ServerApp: {error}") from error
+    check_budget(config["privacy"], experiment.privacy, run_id)  # refuse before building shards, charge after placing them
     charged = []  # once the shards are placed (a population on disk may be refused there)
     fast = run_fast(experiment, run["shards"], run["backend"], show_progress=show_progress,
                     when_placed=lambda: charged.append(charge_run(config["privacy"], experiment.privacy, run_id)))
