@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -59,10 +58,9 @@ from strategies.server_app import PROGRESS, RUN_ID, PreparedRun, StopHandle, mak
 
 from .plot_process import plots_aside
 from .progress import RoundProgress
-from .ray_runtime import ADDRESS_VARIABLE, ray_runtime
+from .ray_runtime import DEFAULT_NUM_CPUS, ray_runtime, run_init_args
 from .report import write_run_outputs
 
-DEFAULT_NUM_CPUS = 2  # this machine; each virtual SuperNode's ClientApp takes one
 STOP_GRACE = 5.0  # seconds an interrupted ServerApp gets to end (its waits end within 0.1 s)
 
 
@@ -120,7 +118,8 @@ def run_flower_simulation(
 
         if write is not None or folder is not None:
             # The results folder's plot: matplotlib imported by a child forked now, before Ray
-            # starts, while Ray starts; the ServerApp's thread draws through it (this context).
+            # starts, while Ray starts (or the one `fedhh run` forked); the ServerApp's thread
+            # draws through it (this context).
             stack.enter_context(plots_aside())
         context = contextvars.copy_context()
 
@@ -137,13 +136,7 @@ def run_flower_simulation(
             RUN_ID: run_id,
             PROTOCOL_MODULE: protocol_module(str(config["protocol"]["name"])),
         }
-        on_cluster = bool(os.environ.get(ADDRESS_VARIABLE, "").strip())  # a named cluster has its own CPUs
-        init_args = {
-            **({} if on_cluster else {"num_cpus": num_cpus}),
-            "logging_level": "INFO" if verbose else "ERROR",
-            "log_to_driver": verbose,
-            "configure_logging": verbose,
-        }
+        init_args = run_init_args(num_cpus, verbose)
         backend_config = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": init_args}
         with _quiet_unless(verbose), ray_runtime(**init_args):
             population = SharedPopulation.put(experiment.source) if isinstance(experiment.source, SampledSource) else None

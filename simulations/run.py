@@ -8,10 +8,12 @@ from typing import Any
 
 from fedhh.config import ConfigError, FedhhConfig
 from fedhh.experiment import Experiment
-from fedhh.privacy.charge import charge_run, run_label
+from fedhh.privacy.charge import charge_run, check_budget, run_label
 from fedhh.results import ResultsFolder
 
 from .fast import run_fast
+from .import_aside import ImportAside
+from .ray_runtime import ray_runtime, run_init_args
 from .report import write_run_outputs
 
 
@@ -42,21 +44,25 @@ def run_experiment(config: FedhhConfig, output: ResultsFolder, show_progress: bo
     run_id = run_label(output.path.name)
     run = config["run"]
     if run["driver"] == "flower":
-        from .flower import run_flower_simulation
 
         def write(document: dict[str, Any]) -> Path:
             document["timing_s"]["total_s"] = time.perf_counter() - started
             return write_run_outputs(output, document)
 
-        from strategies.errors import FederationError
+        # What the ServerApp would refuse is refused before Ray starts; Flower's modules are
+        # imported aside while it starts.
+        check_budget(config["privacy"], experiment.privacy, run_id)
+        flower = ImportAside("simulations.flower")
+        with ray_runtime(**run_init_args()):
+            from strategies.errors import FederationError
 
-        # One experiment (population, truth, privacy solve) and one write, by the ServerApp.
-        try:
-            return run_flower_simulation(
-                config, experiment=experiment, write=write, show_progress=show_progress, run_id=run_id
-            )
-        except FederationError as error:
-            raise FlowerRunFailed(f"the Flower run failed in its ServerApp: {error}") from error
+            # One experiment (population, truth, privacy solve) and one write, by the ServerApp.
+            try:
+                return flower.module().run_flower_simulation(
+                    config, experiment=experiment, write=write, show_progress=show_progress, run_id=run_id
+                )
+            except FederationError as error:
+                raise FlowerRunFailed(f"the Flower run failed in its ServerApp: {error}") from error
     privacy = charge_run(config["privacy"], experiment.privacy, run_id)
     fast = run_fast(experiment, run["shards"], run["backend"], show_progress=show_progress)
     timing = {"population_s": population_s, **fast.timing}
