@@ -128,8 +128,7 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
         if started_here:
             if address is None:  # a Ray started here: its processes, and the workers its raylet started since
                 started.update(_new_processes(before))
-                for pid in list(started):
-                    started.update(descendant_identities(pid))
+                started.update(descendant_identities(*started))
             if ray.is_initialized():
                 ray.shutdown()
             restore_stop_handlers(handlers)
