@@ -36,12 +36,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-# the command line: fedhh.cli in a reference checkout from before it moved, else simulations.cli
+# the command line as the ``fedhh`` console script runs it (``simulations.cli.run``, which ends the
+# process); in a reference checkout from before it existed, ``main`` (from fedhh.cli before it moved)
 RUN = (
     "import sys\n"
-    "try:\n    from fedhh.cli import main\n"
-    "except ModuleNotFoundError:\n    from simulations.cli import main\n"
-    "sys.exit(main(sys.argv[1:]))"
+    "try:\n    from simulations.cli import run\n"
+    "except ImportError:\n"
+    "    try:\n        from fedhh.cli import main\n"
+    "    except ModuleNotFoundError:\n        from simulations.cli import main\n"
+    "    sys.exit(main(sys.argv[1:]))\n"
+    "run()"
 )
 BURNER = "while True: pass"
 

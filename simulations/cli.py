@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import sys
 import threading
@@ -77,11 +78,10 @@ def _run(args: argparse.Namespace) -> int:
     from .report import print_run_report
     from .run import FlowerRunFailed, run_experiment
 
-    # forked once the output is claimed (a refused run starts nothing) and ended before the claim is
-    # released; Flower's ServerApp draws in its own thread
-    drawing = plots_aside() if config["run"]["driver"] == "fast" else contextlib.nullcontext()
+    # forked once the output is claimed (a refused run starts nothing), before Ray starts, and ended
+    # before the claim is released; Flower's ServerApp draws through it from its own thread
     try:
-        with claim_output(args, config) as output, ray_address(args.ray_address), drawing:
+        with claim_output(args, config) as output, ray_address(args.ray_address), plots_aside():
             result = run_experiment(config, output, show_progress=not args.quiet)
     except FlowerRunFailed as failure:
         from rich.markup import escape
@@ -239,8 +239,14 @@ def run() -> None:
     then); Python would wait for them at exit forever.  Everything fedhh
     started has been stopped and cleaned up when :func:`main` returns, so
     the process ends at once with :func:`main`'s status.
+
+    The objects still alive are frozen first (``gc.freeze``): Python's last
+    collection at exit would otherwise traverse every object the run's
+    imports left (Flower, Ray, fastapi, SQLAlchemy), 0.6 s on a quiet machine
+    and over 1.5 s on a loaded one, only to free memory the exit frees anyway.
     """
     status = main()
+    gc.freeze()
     lingering = [
         thread for thread in threading.enumerate()
         if thread is not threading.current_thread() and not thread.daemon and thread.is_alive()

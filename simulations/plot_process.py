@@ -92,7 +92,11 @@ def _serve(connection: Connection, parent_end: Connection) -> None:
 @contextlib.contextmanager
 def plots_aside() -> Iterator[PlotProcess | None]:
     """Within this block, :func:`draw` runs in a :class:`PlotProcess` forked on entry (where fork
-    exists; the block gets it, or ``None``)."""
+    exists; the block gets it, or ``None``); inside another such block, in that block's process."""
+    enclosing = _CURRENT.get()
+    if enclosing is not None and enclosing.alive:
+        yield enclosing
+        return
     if "fork" not in multiprocessing.get_all_start_methods():
         yield None
         return

@@ -43,14 +43,14 @@ def descendants(root: int) -> set[int]:
     return set(descendant_identities(root))
 
 
-def descendant_identities(root: int) -> dict[int, int]:
-    """PID -> start time of every live process below ``root``."""
+def descendant_identities(*roots: int) -> dict[int, int]:
+    """PID -> start time of every live process below any of ``roots`` (one look at ``/proc``)."""
     table = processes()
     children: dict[int, list[ProcessEntry]] = {}
     for entry in table:
         children.setdefault(entry.parent, []).append(entry)
     found: dict[int, int] = {}
-    stack = [root]
+    stack = list(roots)
     while stack:
         for child in children.get(stack.pop(), []):
             if child.pid not in found and not child.zombie:

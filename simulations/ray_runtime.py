@@ -26,6 +26,11 @@ given no address, ``ray.init`` would join the last cluster ``ray start``
 recorded on this machine.  Joining a cluster
 starts no Ray process on this machine, so nothing but the connection is
 undone at the end; the cluster belongs to whoever started it.
+
+A Ray started here runs without its autoscaler monitor: one machine's Ray of
+fixed size has nothing to scale, and the monitor held every ``ray.shutdown``
+up for a second (stopped after the GCS, it answers SIGTERM by reporting to
+the GCS that is gone, until Ray kills it after a second).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ ADDRESS_VARIABLE = "RAY_ADDRESS"
 NICENESS_VARIABLE = "RAY_worker_niceness"  # Ray's config, read from the environment by its raylet
 CONNECT_TIMEOUT = 5.0  # seconds to reach a named cluster's head before it is called unreachable
 LOCAL = "local"  # ray.init's address for a new Ray of this process's own
+DEFAULT_NUM_CPUS = 2  # this machine; each virtual SuperNode's ClientApp takes one
 
 
 def named_cluster(address: str | None, field: str = f"{ADDRESS_VARIABLE} (or --ray-address)") -> str | None:
@@ -77,6 +83,18 @@ def _require_listening(address: str, field: str) -> None:
                          "is it running? (`ray status --address` on its head tells)") from None
 
 
+def run_init_args(num_cpus: int = DEFAULT_NUM_CPUS, verbose: bool = False) -> dict[str, Any]:
+    """``ray.init`` arguments of a Flower run: ``num_cpus`` for a Ray of its own (a named cluster
+    has its own CPUs); Ray's logs shown only when ``verbose``."""
+    on_cluster = bool(os.environ.get(ADDRESS_VARIABLE, "").strip())
+    return {
+        **({} if on_cluster else {"num_cpus": num_cpus}),
+        "logging_level": "INFO" if verbose else "ERROR",
+        "log_to_driver": verbose,
+        "configure_logging": verbose,
+    }
+
+
 @contextlib.contextmanager
 def ray_runtime(**init_args: Any) -> Iterator[None]:
     """Ray initialised for the body; shut down afterwards, with every process it started, if started here."""
@@ -102,14 +120,15 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
                 raise
             finally:
                 restore_stop_handlers(handlers)
-                started = _new_processes(before) if address is None else {}
+                if address is None:
+                    _stop_autoscaler_monitor()
+                    started = _new_processes(before)
         yield
     finally:
         if started_here:
             if address is None:  # a Ray started here: its processes, and the workers its raylet started since
                 started.update(_new_processes(before))
-                for pid in list(started):
-                    started.update(descendant_identities(pid))
+                started.update(descendant_identities(*started))
             if ray.is_initialized():
                 ray.shutdown()
             restore_stop_handlers(handlers)
@@ -150,3 +169,13 @@ def _worker_environment(local: bool) -> Iterator[None]:
 def _new_processes(before: dict[int, int]) -> dict[int, int]:
     """This process's descendants that were not there ``before`` (Ray's GCS, raylet, agents, workers)."""
     return {pid: tick for pid, tick in descendant_identities(os.getpid()).items() if before.get(pid) != tick}
+
+
+def _stop_autoscaler_monitor() -> None:
+    """Stop the autoscaler monitor of the Ray this process just started, by its PID (see the module's doc)."""
+    from ray._private import ray_constants, worker
+
+    node = getattr(worker, "_global_node", None)
+    for info in getattr(node, "all_processes", {}).get(ray_constants.PROCESS_TYPE_MONITOR, []):
+        info.process.kill()
+        info.process.wait()

@@ -12,6 +12,8 @@ from fedhh.privacy.charge import charge_run, check_budget, run_label
 from fedhh.results import ResultsFolder
 
 from .fast import run_fast
+from .import_aside import ImportAside
+from .ray_runtime import ray_runtime, run_init_args
 from .report import write_run_outputs
 
 
@@ -43,23 +45,27 @@ def run_experiment(config: FedhhConfig, output: ResultsFolder, show_progress: bo
     population_s = time.perf_counter() - started
     run_id = run_label(output.path.name)
     run = config["run"]
+    # A run over budget is refused before Ray starts or shards are built; the charge itself comes
+    # later (by the ServerApp for Flower, once the shards are placed for the fast driver).
+    check_budget(config["privacy"], experiment.privacy, run_id)
     if run["driver"] == "flower":
-        from .flower import run_flower_simulation
 
         def write(document: dict[str, Any]) -> Path:
             document["timing_s"]["total_s"] = time.perf_counter() - started
             return write_run_outputs(output, document)
 
-        from strategies.errors import FederationError
+        # Flower's modules are imported aside while Ray starts.
+        flower = ImportAside("simulations.flower")
+        with ray_runtime(**run_init_args()):
+            from strategies.errors import FederationError
 
-        # One experiment (population, truth, privacy solve) and one write, by the ServerApp.
-        try:
-            return run_flower_simulation(
-                config, experiment=experiment, write=write, show_progress=show_progress, run_id=run_id
-            )
-        except FederationError as error:
-            raise FlowerRunFailed(f"the Flower run failed in its ServerApp: {error}") from error
-    check_budget(config["privacy"], experiment.privacy, run_id)  # refuse before building shards, charge after placing them
+            # One experiment (population, truth, privacy solve) and one write, by the ServerApp.
+            try:
+                return flower.module().run_flower_simulation(
+                    config, experiment=experiment, write=write, show_progress=show_progress, run_id=run_id
+                )
+            except FederationError as error:
+                raise FlowerRunFailed(f"the Flower run failed in its ServerApp: {error}") from error
     charged = []  # once the shards are placed (a population on disk may be refused there)
     fast = run_fast(experiment, run["shards"], run["backend"], show_progress=show_progress,
                     when_placed=lambda: charged.append(charge_run(config["privacy"], experiment.privacy, run_id)))

@@ -61,3 +61,13 @@ def test_a_plot_process_that_died_leaves_the_drawing_to_this_process(tmp_path: P
         os.kill(process.pid, signal.SIGKILL)
         draw(record_pid, tmp_path / "pid")
     assert int((tmp_path / "pid").read_text(encoding="utf-8")) == os.getpid()
+
+
+def test_a_block_inside_another_draws_in_the_enclosing_process_and_leaves_it_running(tmp_path: Path) -> None:
+    with plots_aside() as outer:
+        with plots_aside() as inner:
+            assert inner is outer
+        assert outer is not None and outer.alive  # the inner block's end did not close it
+        draw(record_pid, tmp_path / "pid")
+        assert int((tmp_path / "pid").read_text(encoding="utf-8")) == outer.pid
+    assert outer.pid is not None and gone(outer.pid)
