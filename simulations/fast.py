@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -54,18 +54,65 @@ def choose_backend(requested: str) -> Backend:
     return requested  # type: ignore[return-value]
 
 
+class RunClock:
+    """Where a run's rounds spend their time: the server's own work and the shards' answers.
+
+    ``server_s``: planning each request (``next_request``), combining the
+    shards' responses and absorbing their sum (aggregation and decoding), and
+    the final ``result``.  ``shards_s``: the shards' answers, that is the
+    users' randomisation and what a simulated shard does for the server
+    before it answers: summing its users' reports (the client function is
+    vectorised over the shard) and, for an oracle whose statistics have no
+    fixed-size form (OLH), the support counts of the request's candidates.  A
+    deployment's server does that last part itself, over the individual
+    reports, so for OLH-based protocols its decoding time lies between
+    ``server_s`` and ``server_s + shards_s``.  Building the population is in
+    neither.
+    """
+
+    def __init__(self) -> None:
+        self.server_s = 0.0
+        self.shards_s = 0.0
+
+    @contextlib.contextmanager
+    def server(self) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.server_s += time.perf_counter() - started
+
+    @contextlib.contextmanager
+    def shards(self) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.shards_s += time.perf_counter() - started
+
+
 def drive(
     server: ServerProtocol,
     answer: Callable[[Request], Sequence[Response]],
     on_round: Callable[[ServerProtocol], None] | None = None,
+    clock: RunClock | None = None,
 ) -> ProtocolResult:
-    """Run a server to completion against a function returning the shards' responses."""
-    while (request := server.next_request()) is not None:
-        responses = answer(request)
-        server.absorb(server.response_type.combine(list(responses)))
+    """Run a server to completion against a function returning the shards' responses;
+    ``clock`` (if given) accumulates the server's and the shards' time (:class:`RunClock`)."""
+    clock = clock if clock is not None else RunClock()
+    while True:
+        with clock.server():
+            request = server.next_request()
+        if request is None:
+            break
+        with clock.shards():
+            responses = answer(request)
+        with clock.server():
+            server.absorb(server.response_type.combine(list(responses)))
         if on_round is not None:
             on_round(server)
-    return server.result()
+    with clock.server():
+        return server.result()
 
 
 class InProcessShards:
@@ -147,7 +194,9 @@ def run_fast(
     backend: str = "auto",
     show_progress: bool = False,
 ) -> FastRun:
-    """Run the experiment's protocol over ``num_shards`` shards; time setup and rounds apart."""
+    """Run the experiment's protocol over ``num_shards`` shards; time setup and rounds apart,
+    and within the rounds the server's own work and the shards' answers (``server_s``,
+    ``shards_s``: :class:`RunClock`)."""
     chosen = choose_backend(backend)
     check_shard_count(experiment.n_users, num_shards)
     with contextlib.ExitStack() as stack:
@@ -160,8 +209,9 @@ def run_fast(
         stack.callback(holders.close)
         setup = time.perf_counter() - started
         server = experiment.make_server()
+        clock = RunClock()
         rounds_started = time.perf_counter()
         with RoundProgress(server, enabled=show_progress) as progress:
-            result = drive(server, holders.answer, progress.update)
+            result = drive(server, holders.answer, progress.update, clock)
         rounds = time.perf_counter() - rounds_started
-    return FastRun(result, {"setup_s": setup, "rounds_s": rounds}, chosen, holders.counts)
+    return FastRun(result, {"setup_s": setup, "rounds_s": rounds, "server_s": clock.server_s, "shards_s": clock.shards_s}, chosen, holders.counts)
