@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,6 +22,7 @@ from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.population import PopulationCounts, Shard, check_shard_count
 from fedhh.protocols import ProtocolResult, Request, Response, ServerProtocol
+from fedhh.run_clock import RunClock
 
 from .progress import RoundProgress
 from .ray_runtime import ADDRESS_VARIABLE, named_cluster, ray_runtime
@@ -52,43 +53,6 @@ def choose_backend(requested: str) -> Backend:
     if requested not in ("inprocess", "ray"):
         raise InputError(f"run.backend: got {requested!r}; allowed: ['auto', 'inprocess', 'ray']")
     return requested  # type: ignore[return-value]
-
-
-class RunClock:
-    """Where a run's rounds spend their time: the server's own work and the shards' answers.
-
-    ``server_s``: planning each request (``next_request``), combining the
-    shards' responses and absorbing their sum (aggregation and decoding), and
-    the final ``result``.  ``shards_s``: the shards' answers, that is the
-    users' randomisation and what a simulated shard does for the server
-    before it answers: summing its users' reports (the client function is
-    vectorised over the shard) and, for an oracle whose statistics have no
-    fixed-size form (OLH), the support counts of the request's candidates.  A
-    deployment's server does that last part itself, over the individual
-    reports, so for OLH-based protocols its decoding time lies between
-    ``server_s`` and ``server_s + shards_s``.  Building the population is in
-    neither.
-    """
-
-    def __init__(self) -> None:
-        self.server_s = 0.0
-        self.shards_s = 0.0
-
-    @contextlib.contextmanager
-    def server(self) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.server_s += time.perf_counter() - started
-
-    @contextlib.contextmanager
-    def shards(self) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.shards_s += time.perf_counter() - started
 
 
 def drive(

@@ -24,10 +24,11 @@ from fedhh.experiment import Experiment, item_codec
 from fedhh.metrics import Truth, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
 from fedhh.population import Shard
 from fedhh.protocols import ProtocolResult, ServerProtocol
+from fedhh.run_clock import RunClock
 from fedhh.sources import PopulationSource, SampledSource, make_source
 
 from .analytic import expected_ncr, expected_recall, predicted_discovery, prediction_key
-from .fast import RunClock, drive
+from .fast import drive
 from .sweep_spec import Trial
 
 RECALL_KS = (1, 5, 10, 25, 50, 100, 250)
@@ -199,7 +200,8 @@ def _outcome(
 
 def _costs(experiment: Experiment, clock: RunClock) -> dict[str, Any]:
     """The run's costs: the server's own time (aggregation and decoding) and the shards'
-    (the users' reports and what a shard sums for the server, :class:`RunClock`), and the bits one user sends over the run, on average and at most (:mod:`fedhh.communication`;
+    (the users' reports and what a shard sums for the server, :class:`RunClock`), and the
+    bits one user sends over the run, on average and at most (:mod:`fedhh.communication`;
     empty for a protocol that declares no derivation)."""
     communication = experiment.communication
     return {
