@@ -178,4 +178,5 @@ def run_fast(
         with RoundProgress(server, enabled=show_progress) as progress:
             result = drive(server, holders.answer, progress.update, clock)
         rounds = time.perf_counter() - rounds_started
-    return FastRun(result, {"setup_s": setup, "rounds_s": rounds, "server_s": clock.server_s, "shards_s": clock.shards_s}, chosen, holders.counts)
+    timing = {"setup_s": setup, "rounds_s": rounds, "server_s": clock.server_s, "shards_s": clock.shards_s}
+    return FastRun(result, timing, chosen, holders.counts)

@@ -194,7 +194,7 @@ class ProtocolStrategy(Strategy):
         self._notices: dict[int, str] = {}  # node -> why its last reply was refused, told with its next request
         self.setup_seconds = 0.0
         self.round_seconds: list[float] = []
-        self.clock = RunClock()  # the server's own work within the rounds (server_s)
+        self.clock = RunClock()  # the server's own work: planning, absorbing, its result (server_s)
 
     # -- Strategy interface -----------------------------------------------------
 
