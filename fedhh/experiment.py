@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
+from .communication import Communication, derive_communication
 from .config import FedhhConfig
 from .items import ItemCodec, get_alphabet
 from .metrics import Truth, utility_metrics
@@ -99,6 +100,10 @@ class Experiment:
         # the server built for it is the first one make_server hands out.
         self._fresh_server: ServerProtocol | None = self._build_server()
         self.privacy: PrivacyReport = self._fresh_server.privacy_report()
+        # What one user sends, from the protocol's own parameters (None: the spec declares no derivation).
+        self.communication: Communication | None = (
+            derive_communication(self.spec.communication, self._fresh_server) if self.spec.communication else None
+        )
 
     @property
     def respond(self) -> ClientFunction:
@@ -148,7 +153,8 @@ class Experiment:
         transport: str,
         counts: PopulationCounts | None = None,
     ) -> dict[str, Any]:
-        """The result document: discovery, privacy, parameters, trace, and (with
+        """The result document: discovery, privacy, parameters, trace, the bits a user sends
+        (``communication``, :mod:`fedhh.communication`), and (with
         ``run.evaluation``) the evaluation against the truth, taken from the
         ``counts`` of the shards the driver built if it has them (:meth:`whole_counts`)."""
         document = {
@@ -160,6 +166,8 @@ class Experiment:
             "population": self.source.describe(),
             **run_record(result, timing),
         }
+        if self.communication is not None:
+            document["communication"] = self.communication.to_dict()
         if self.config["run"]["evaluation"]:
             document["evaluation"] = self.evaluate(document["heavy_hitters"], counts)
         return document

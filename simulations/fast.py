@@ -22,6 +22,7 @@ from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.population import PopulationCounts, Shard, check_shard_count
 from fedhh.protocols import ProtocolResult, Request, Response, ServerProtocol
+from fedhh.run_clock import RunClock
 
 from .placement import dataset_placement
 from .progress import RoundProgress
@@ -60,14 +61,24 @@ def drive(
     server: ServerProtocol,
     answer: Callable[[Request], Sequence[Response]],
     on_round: Callable[[ServerProtocol], None] | None = None,
+    clock: RunClock | None = None,
 ) -> ProtocolResult:
-    """Run a server to completion against a function returning the shards' responses."""
-    while (request := server.next_request()) is not None:
-        responses = answer(request)
-        server.absorb(server.response_type.combine(list(responses)))
+    """Run a server to completion against a function returning the shards' responses;
+    ``clock`` (if given) accumulates the server's and the shards' time (:class:`RunClock`)."""
+    clock = clock if clock is not None else RunClock()
+    while True:
+        with clock.server():
+            request = server.next_request()
+        if request is None:
+            break
+        with clock.shards():
+            responses = answer(request)
+        with clock.server():
+            server.absorb(server.response_type.combine(list(responses)))
         if on_round is not None:
             on_round(server)
-    return server.result()
+    with clock.server():
+        return server.result()
 
 
 class InProcessShards:
@@ -169,7 +180,9 @@ def run_fast(
     show_progress: bool = False,
     when_placed: Callable[[], None] | None = None,
 ) -> FastRun:
-    """Run the experiment's protocol over ``num_shards`` shards; time setup and rounds apart.
+    """Run the experiment's protocol over ``num_shards`` shards; time setup and rounds apart,
+    and within the rounds the server's own work and the shards' answers (``server_s``,
+    ``shards_s``: :class:`RunClock`).
 
     ``when_placed`` runs once every shard is held, before the first round: what must not happen
     for a run its shards cannot be placed for (the privacy charge)."""
@@ -187,8 +200,10 @@ def run_fast(
         if when_placed is not None:
             when_placed()
         server = experiment.make_server()
+        clock = RunClock()
         rounds_started = time.perf_counter()
         with RoundProgress(server, enabled=show_progress) as progress:
-            result = drive(server, holders.answer, progress.update)
+            result = drive(server, holders.answer, progress.update, clock)
         rounds = time.perf_counter() - rounds_started
-    return FastRun(result, {"setup_s": setup, "rounds_s": rounds}, chosen, holders.counts, holders.nodes)
+    timing = {"setup_s": setup, "rounds_s": rounds, "server_s": clock.server_s, "shards_s": clock.shards_s}
+    return FastRun(result, timing, chosen, holders.counts, holders.nodes)

@@ -47,7 +47,7 @@ BINS_PER_DECADE = 4
 DENSE = 120  # points of an analytic curve drawn over a continuous axis
 SIMULATED = "simulated: mean, 95% interval"
 MARKED = 30  # curves with at most this many points show a marker at each
-SUMMARY_METRICS = ("recall_at_10", "precision", "f1", "ncr", "discovered", "rounds", "wall_s")
+SUMMARY_METRICS = ("recall_at_10", "precision", "f1", "ncr", "discovered", "rounds", "user_bits", "server_s", "wall_s")
 TRIEHH_CURVE_KEYS = ("population.users", "privacy.epsilon", "privacy.delta")
 LABELS = {
     "population.users": "users n", "privacy.epsilon": "target ε", "privacy.delta": "target δ",
@@ -55,7 +55,8 @@ LABELS = {
     "protocol.top_k": "k (values reported)", "protocol.oracle": "oracle", "protocol.segment_length": "η", "epsilon": "ε", "delta": "δ", "n": "users n",
     K_AXIS: "K (true top K)", FREQUENCY_AXIS: "true frequency (share of users)", DISCOVERY: "discovery rate",
     RECALL: "recall of the true top K", "f1": "F1", "ncr": "NCR", "precision": "precision",
-    "wall_s": "seconds per trial",
+    "wall_s": "seconds per trial", "user_bits": "bits a user sends", "user_bits_max": "most bits a user sends",
+    "server_s": "server seconds", "shards_s": "shards' seconds",
 }
 
 

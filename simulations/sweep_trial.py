@@ -24,6 +24,7 @@ from fedhh.experiment import Experiment, item_codec
 from fedhh.metrics import Truth, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
 from fedhh.population import Shard
 from fedhh.protocols import ProtocolResult, ServerProtocol
+from fedhh.run_clock import RunClock
 from fedhh.sources import PopulationSource, SampledSource, make_source
 
 from .analytic import expected_ncr, expected_recall, predicted_discovery, prediction_key
@@ -31,6 +32,8 @@ from .fast import drive
 from .sweep_spec import Trial
 
 RECALL_KS = (1, 5, 10, 25, 50, 100, 250)
+# Columns of the trials table measured in seconds: the only ones that differ between two runs of a sweep.
+TIMING_COLUMNS = ("wall_s", "population_s", "server_s", "shards_s")
 # The items table: column -> pyarrow type name (cells may be null where noted in the README).
 ITEM_COLUMNS = {"trial_key": "string", "item": "string", "true_rank": "int64", "true_frequency": "double",
                 "true_count": "int64", "discovered": "bool", "estimated_count": "double", "predicted": "double"}
@@ -127,7 +130,8 @@ def run_trial(trial: Trial, cache: PopulationCache) -> TrialRecord:
 
     ``wall_s`` is the trial's own time (experiment set-up, rounds, metrics);
     ``population_s`` the time it spent building its population and truth
-    (0 for every trial after the first on a population).
+    (0 for every trial after the first on a population); ``server_s`` and
+    ``user_bits`` are the run's costs (:func:`_costs`).
     """
     identity = {"trial_key": trial.key, "point": trial.point, "trial": trial.index, **trial.values,
                 "protocol": trial.config["protocol"]["name"], "seed": trial.seed,
@@ -143,8 +147,10 @@ def run_trial(trial: Trial, cache: PopulationCache) -> TrialRecord:
         started += truth_s
         server = experiment.make_server()
         shard = population.shard
-        result = drive(server, lambda request: [experiment.respond(request, shard, experiment.randomness)])
+        clock = RunClock()
+        result = drive(server, lambda request: [experiment.respond(request, shard, experiment.randomness)], clock=clock)
         row, items = _outcome(trial, server, result, population)
+        row.update(_costs(experiment, clock))
     except Exception as error:  # a trial's failure is data: the sweep goes on
         row, items = {"error": f"{type(error).__name__}: {error}"}, {}
     row = {**identity, **row, "wall_s": time.perf_counter() - started, "population_s": population_s,
@@ -200,6 +206,20 @@ def _outcome(
         "predicted": predicted[: len(names)].tolist() if predicted is not None else [None] * len(names),
     }
     return row, items
+
+
+def _costs(experiment: Experiment, clock: RunClock) -> dict[str, Any]:
+    """The run's costs: the server's own time (aggregation and decoding) and the shards'
+    (the users' reports and what a shard sums for the server, :class:`RunClock`), and the
+    bits one user sends over the run, on average and at most (:mod:`fedhh.communication`;
+    empty for a protocol that declares no derivation)."""
+    communication = experiment.communication
+    return {
+        "server_s": clock.server_s,
+        "shards_s": clock.shards_s,
+        "user_bits": communication.expected_bits if communication is not None else None,
+        "user_bits_max": communication.max_bits if communication is not None else None,
+    }
 
 
 def _scalar(value: Any) -> Any:

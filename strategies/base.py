@@ -50,6 +50,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from fedhh.errors import InputError
 from fedhh.protocols import InvalidReply, ProtocolSpec, Request, Response, RoundRecord, ServerProtocol
+from fedhh.run_clock import RunClock
 
 from .codec import MessageDecodeError, attach_notice, codec_for
 from .errors import FederationError, RunStopped
@@ -193,6 +194,7 @@ class ProtocolStrategy(Strategy):
         self._notices: dict[int, str] = {}  # node -> why its last reply was refused, told with its next request
         self.setup_seconds = 0.0
         self.round_seconds: list[float] = []
+        self.clock = RunClock()  # the server's own work: planning, absorbing, its result (server_s)
 
     # -- Strategy interface -----------------------------------------------------
 
@@ -215,7 +217,7 @@ class ProtocolStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """The protocol's next request, to every admitted, online node it concerns."""
-        request = self.server.next_request()
+        request = self.next_request()
         if request is None:
             return []
         asked, participation = self.targets(server_round, request, grid)
@@ -331,7 +333,7 @@ class ProtocolStrategy(Strategy):
         display = _NoDisplay() if self.progress is None else self.progress(self.server, label=label)
         with display as progress:
             server_round = 0
-            while server_round < limit and self.server.next_request() is not None:
+            while server_round < limit and self.next_request() is not None:
                 if self.stop is not None and self.stop.is_set():
                     raise RunStopped(f"the run was stopped before round {server_round + 1}")
                 server_round += 1
@@ -405,6 +407,11 @@ class ProtocolStrategy(Strategy):
         self.spec.check_reply(request, response, shard, self.server)
         return response
 
+    def next_request(self) -> Request | None:
+        """The server's next request (planned once, then the same until absorbed), timed as its own work."""
+        with self.clock.server():
+            return self.server.next_request()
+
     def absorb_round(
         self, server_round: int, responses: list[Response], participation: RoundParticipation
     ) -> MetricRecord:
@@ -417,7 +424,8 @@ class ProtocolStrategy(Strategy):
                 f"round {server_round}: no node contributed ({participation.describe()}); "
                 f"see the warnings above, and run.round_timeout = {self.round_timeout:g} s"
             )
-        self.server.absorb(self.server.response_type.combine(responses))
+        with self.clock.server():
+            self.server.absorb(self.server.response_type.combine(responses))
         return round_metrics(self.server.trace[-1], participation)
 
     def _connect(self, grid: Grid) -> None:

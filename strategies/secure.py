@@ -125,7 +125,7 @@ class SecureAggregation:
 
     def run_round(self, strategy: ProtocolStrategy, server_round: int, grid: Grid) -> Any:
         """One round summed by SecAgg+: the server learns the sum and who contributed, nothing else."""
-        request = strategy.server.next_request()
+        request = strategy.next_request()
         assert request is not None
         asked, participation = strategy.targets(server_round, request, grid)
         secure_sum = self.aggregate(grid, server_round, request, asked, strategy.round_timeout)

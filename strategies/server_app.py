@@ -62,7 +62,7 @@ from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat
 from fedhh.experiment import Experiment, item_codec, run_record
 from fedhh.items import ItemCodec
 from fedhh.privacy.charge import charge_run
-from fedhh.protocols import ProtocolResult, ServerProtocol, get_protocol
+from fedhh.protocols import ProtocolResult, get_protocol
 from fedhh.protocols.spec import ProtocolSpec
 from fedhh.results import ResultsFolder, write_result
 
@@ -218,10 +218,13 @@ def _run(
         "mean_round_s": sum(rounds) / len(rounds) if rounds else 0.0,
         "max_round_s": max(rounds, default=0.0),
     }
+    with strategy.clock.server():
+        result = server.result()
+    timing["server_s"] = strategy.clock.server_s  # requests, combining and absorbing, the result
     if experiment is None:
-        document = device_document(config, server, timing)
+        document = device_document(config, result, timing)
     else:
-        document = experiment.finish(server.result(), timing, transport="flower")
+        document = experiment.finish(result, timing, transport="flower")
     add_participation(document, strategy)
     document["privacy"] = privacy.to_dict()
     path = write(document)
@@ -252,9 +255,8 @@ def add_participation(document: dict[str, Any], strategy: ProtocolStrategy) -> N
     )
 
 
-def device_document(config: FedhhConfig, server: ServerProtocol, timing: dict[str, float]) -> dict[str, Any]:
+def device_document(config: FedhhConfig, result: ProtocolResult, timing: dict[str, float]) -> dict[str, Any]:
     """The result of a device federation: what the server can know without anyone's data."""
-    result: ProtocolResult = server.result()
     return {
         "protocol": result.protocol,
         "seed": int(config["run"]["seed"]),

@@ -99,6 +99,9 @@ def test_flower_simulation_matches_fast_driver(
     assert document["transport"] == "flower"
     assert document["config"]["run"]["shards"] == supernodes
     assert flower_view(document) == reference
+    # the same costs as the fast driver reports: the bits a user sends, and the server's own time
+    assert document["communication"] == Experiment(small_config).communication.to_dict()
+    assert document["timing_s"]["server_s"] > 0
 
 
 def test_impossible_privacy_target_fails_before_flower_starts(tmp_path: Path) -> None:

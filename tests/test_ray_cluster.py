@@ -22,6 +22,7 @@ import pytest
 
 from simulations.cli import main
 from simulations.processes import descendant_identities
+from simulations.sweep_trial import TIMING_COLUMNS
 
 SMALL = ["--set", "run.driver=fast", "--set", "population.users=30000", "--set", "population.vocabulary=3000",
          "--set", "run.shards=4", "--set", "run.seed=5", "--quiet"]
@@ -124,7 +125,7 @@ def test_sweep_on_a_two_node_cluster_gives_the_single_process_tables(
 
     def rows(folder: str) -> list[dict]:
         table = pq.read_table(tmp_path / folder / "trials.parquet").to_pylist()
-        return sorted(({k: v for k, v in row.items() if k not in ("wall_s", "population_s")} for row in table),
+        return sorted(({k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in table),
                       key=lambda row: row["trial_key"])
 
     assert rows("cluster") == rows("local") and len(rows("local")) == 2

@@ -20,8 +20,9 @@ from simulations.cli import main
 from simulations.deployment import descendants
 from simulations.fast import run_fast
 from simulations.sweep import plan_chunks
+from simulations.sweep_report import SweepTables, write_summary
 from simulations.sweep_spec import load_sweep
-from simulations.sweep_trial import RECALL_KS
+from simulations.sweep_trial import RECALL_KS, TIMING_COLUMNS
 
 TINY = """
 [population]
@@ -40,12 +41,12 @@ items = 50
 "population.users" = [20_000, 40_000]
 "privacy.epsilon" = [4, 8]
 """
-TIMING = ["wall_s", "population_s"]
+TIMING = list(TIMING_COLUMNS)
 DOCUMENTED = [
     "trial_key", "point", "trial", "population.users", "privacy.epsilon", "protocol", "seed", "population_seed",
     "n", "epsilon", "delta", "privacy_model", "param.theta", "param.batch_size", "param.max_rounds", "top_k",
     *(f"recall_at_{k}" for k in RECALL_KS), "precision", "f1", "ncr", "discovered", "rounds", "stopped_because",
-    *(f"predicted_recall_at_{k}" for k in RECALL_KS), "predicted_ncr", "wall_s", "population_s", "error", "config",
+    *(f"predicted_recall_at_{k}" for k in RECALL_KS), "predicted_ncr", "user_bits", "user_bits_max", "server_s", "shards_s", "wall_s", "population_s", "error", "config",
 ]
 
 
@@ -95,6 +96,18 @@ def test_tiny_sweep_writes_one_documented_row_per_trial(tiny: tuple[Path, Path])
     manifest = json.loads((output / "sweep.json").read_text(encoding="utf-8"))
     assert manifest["status"] == "complete" and manifest["trials"] == 8 and "[sweep]" in manifest["sweep_text"]
     assert {"fedhh", "numpy"} <= set(manifest["versions"]) and manifest["machine"]["cpus"] >= 1
+
+
+def test_trials_table_holds_each_runs_costs(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    """The bits a TrieHH user sends (a depth-r prefix of 5-bit symbols in each round r it is
+    sampled in, over L = 7 rounds) and the server's and shards' seconds, per trial."""
+    _, output = tiny
+    for row in pq.read_table(output / "trials.parquet").to_pylist():
+        assert row["param.max_rounds"] == 7 and row["user_bits_max"] == 5 * 28
+        assert row["user_bits"] == pytest.approx(row["param.batch_size"] / row["n"] * 5 * 28)
+        assert 0 < row["server_s"] < row["wall_s"] and 0 < row["shards_s"] < row["wall_s"]
+    header = write_summary(SweepTables(output), [], tmp_path).read_text(encoding="utf-8").splitlines()[4]
+    assert "bits a user sends" in header and "server seconds" in header
 
 
 def test_trial_metrics_equal_a_direct_run(tiny: tuple[Path, Path]) -> None:

@@ -101,6 +101,12 @@ def check_values(values: Any, domain: int, field: str = "values") -> np.ndarray:
     return array
 
 
+def index_bits(choices: int) -> int:
+    """Bits of a fixed-width field that names one of ``choices`` values: ``ceil(log2 choices)``
+    (0 for a single choice, which needs no field)."""
+    return (int(choices) - 1).bit_length()
+
+
 def check_lengths(owner: str, **arrays: np.ndarray) -> int:
     """Report arrays of one report set must describe the same number of users."""
     lengths = {name: int(np.shape(array)[0]) for name, array in arrays.items()}
@@ -224,6 +230,16 @@ class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
         """Entries of :attr:`Support.n_users`: one per row where the support has rows, else one."""
         shape = self.support_shape()
         return shape[0] if shape else 1
+
+    @abstractmethod
+    def report_bits(self) -> int:
+        """Bits of one user's report as a deployed device sends it.
+
+        Every field of the report :meth:`randomize` produces, each at the fixed
+        width of its range (:func:`index_bits`), the public randomness the user
+        draws (a hash seed, a sketch row, a Hadamard index) included: the server
+        cannot decode a report without it.  Transport framing is not counted.
+        """
 
     def max_support(self) -> int:
         """The most one report adds to one candidate's support count, in absolute value

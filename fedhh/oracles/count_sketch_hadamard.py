@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..randomness import derive_key, splitmix64
-from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_kind, check_lengths, check_positive_int
+from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_kind, check_lengths, check_positive_int, index_bits
 from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from .sampling import RandomSource, check_rng_batch
@@ -205,6 +205,10 @@ class CountSketchHadamard(FrequencyOracle[CountSketchHadamardReports, CountSketc
     def from_flat(self, cells: np.ndarray, reporters: np.ndarray) -> CountSketchHadamardStatistics:
         cells, reporters = self._check_flat(cells, reporters, self.hashes)
         return CountSketchHadamardStatistics(cells.reshape(self.hashes, self.width), reporters)
+
+    def report_bits(self) -> int:
+        """The hash index in ``[0, t)``, the Hadamard row in ``[0, m)`` and the randomised bit."""
+        return index_bits(self.hashes) + index_bits(self.width) + 1
 
     def support_shape(self) -> tuple[int, ...]:
         """One count per hash index and candidate."""

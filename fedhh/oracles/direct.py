@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import HistogramFlatForm, PureOracle, Support, check_kind, check_values
+from .base import HistogramFlatForm, PureOracle, Support, check_kind, check_values, index_bits
 from .device_spec import DeviceSpec
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch, randomized_response
@@ -86,6 +86,10 @@ class DirectEncoding(HistogramFlatForm, PureOracle[DirectReports, DirectStatisti
         check_kind(self.name, statistics, DirectStatistics, "statistics")
         candidates = self._values(candidates, "candidates")
         return Support(statistics.reported.lookup(candidates), statistics.n_users)
+
+    def report_bits(self) -> int:
+        """One value of the domain."""
+        return index_bits(self.domain)
 
     def report_probabilities(self, value: int, reports: DirectReports) -> np.ndarray:
         return np.where(reports.values == np.uint64(value), self.p, self.q)

@@ -32,7 +32,7 @@ import numpy as np
 
 from fedhh.randomness import derive_key, splitmix64
 
-from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_kind, check_lengths, check_positive_int
+from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_kind, check_lengths, check_positive_int, index_bits
 from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, hash_keys, map_blocks, mix_keys, slices
 from .histogram import Histogram
@@ -190,6 +190,10 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
         counts = truth.lookup(self._values(candidates, "candidates")).astype(np.float64)
         pair_mass = float(np.sum(truth.counts.astype(np.float64) * (truth.counts - 1)))
         return base + (pair_mass - counts * (counts - 1)) / ((self.g - 1) * self.hash_functions)
+
+    def report_bits(self) -> int:
+        """Which of the ``k'`` public hash functions, and the bucket in ``[0, g)``."""
+        return index_bits(self.hash_functions) + index_bits(self.g)
 
     def report_probabilities(self, value: int, reports: FastLocalHashReports) -> np.ndarray:
         hashed = hash_keys(self.function_seeds[reports.functions.astype(np.intp)], np.uint64(value), self.g)

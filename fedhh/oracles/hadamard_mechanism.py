@@ -35,7 +35,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import FrequencyOracle, HistogramFlatForm, Support, check_kind, check_lengths, check_positive_int, check_values
+from .base import (
+    FrequencyOracle,
+    HistogramFlatForm,
+    Support,
+    check_kind,
+    check_lengths,
+    check_positive_int,
+    check_values,
+    index_bits,
+)
 from .device_spec import DeviceSpec
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch, randomized_response, uniform_below
@@ -155,6 +164,10 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
             return Support(transformed[candidates.astype(np.intp)], statistics.n_users)
         sums = statistics.coefficients
         return Support(signed_sums(sums.keys, sums.counts, candidates), statistics.n_users)
+
+    def report_bits(self) -> int:
+        """``t`` row indices in ``[0, K)`` and the randomised ``t``-bit word of their coefficients."""
+        return self.coefficients * (index_bits(self.rows) + 1)
 
     def max_support(self) -> int:
         """A report carries ``coefficients`` signs, each of which may add one to a candidate."""

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from .base import FrequencyOracle, HistogramFlatForm, Support, check_kind, check_values
+from .base import FrequencyOracle, HistogramFlatForm, Support, check_kind, check_values, index_bits
 from .device_spec import DeviceSpec
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch, uniform_below
@@ -198,6 +198,10 @@ class HadamardResponse(HistogramFlatForm, FrequencyOracle[HadamardResponseReport
         counts = truth.lookup(candidates).astype(np.float64)
         uniform_part = 2 * self.normaliser / (self.exp_epsilon - 1) ** 2
         return truth.total * uniform_part + block_counts * self.scale - counts
+
+    def report_bits(self) -> int:
+        """One output index in ``[0, K)``: ``log2 K`` bits (``K = B b`` is a power of two)."""
+        return index_bits(self.outputs)
 
     def report_probabilities(self, value: int, reports: HadamardResponseReports) -> np.ndarray:
         block, position = self._locate(np.array([value], dtype=np.uint64))

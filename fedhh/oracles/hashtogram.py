@@ -50,7 +50,16 @@ import numpy as np
 
 from ..errors import InputError
 from ..randomness import derive_key, splitmix64
-from .base import FLAT_CELLS_LIMIT, FrequencyOracle, LinearVariance, Support, check_kind, check_lengths, check_positive_int
+from .base import (
+    FLAT_CELLS_LIMIT,
+    FrequencyOracle,
+    LinearVariance,
+    Support,
+    check_kind,
+    check_lengths,
+    check_positive_int,
+    index_bits,
+)
 from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from .histogram import Histogram
@@ -180,6 +189,10 @@ class Hashtogram(FrequencyOracle[HashtogramReports, HashtogramStatistics]):
         columns = fwht(statistics.sums)
         index = np.arange(self.rows)[:, None]
         return Support(columns[index, self.buckets(index, candidates[None, :]).astype(np.intp)], statistics.users)
+
+    def report_bits(self) -> int:
+        """The hash row in ``[0, R)``, the Hadamard index in ``[0, T)`` and the randomised bit."""
+        return index_bits(self.rows) + index_bits(self.width) + 1
 
     def support_shape(self) -> tuple[int, ...]:
         """One count per hash row and candidate (each row's reporters counted apart)."""

@@ -24,12 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import PureOracle, Support, check_epsilon, check_kind, check_lengths, check_positive_int
+from .base import PureOracle, Support, check_epsilon, check_kind, check_lengths, check_positive_int, index_bits
 from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, count_supports, local_hash
 from .sampling import RandomSource, check_rng_batch, randomized_response, uniform_words
 
-_SEED_PROBABILITY = 2.0**-64
+SEED_BITS = 64  # a user's hash seed: uniform over 64-bit words
+_SEED_PROBABILITY = 2.0**-SEED_BITS
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,10 @@ class LocalHashing(PureOracle[LocalHashReports, LocalHashReports]):
         candidates = self._values(candidates, "candidates")
         counts = count_supports(statistics.seeds, statistics.buckets, self.g, candidates)
         return Support(counts, len(statistics))
+
+    def report_bits(self) -> int:
+        """The 64-bit seed naming the user's own hash function, and the bucket in ``[0, g)``."""
+        return SEED_BITS + index_bits(self.g)
 
     def report_probabilities(self, value: int, reports: LocalHashReports) -> np.ndarray:
         hashed = local_hash(reports.seeds, np.uint64(value), self.g)

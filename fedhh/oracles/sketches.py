@@ -38,7 +38,7 @@ import numpy as np
 from fedhh.errors import InputError
 from fedhh.randomness import derive_key, splitmix64
 
-from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_kind, check_positive_int
+from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_kind, check_positive_int, index_bits
 from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from .histogram import Histogram
@@ -216,6 +216,10 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
                 counts.append(np.stack([self.inner.support(stats, symbol).counts for symbol in symbols]))
         n_users = np.array([stats.n_users for stats in statistics.rows], dtype=np.int64)
         return Support(np.stack(counts), n_users)
+
+    def report_bits(self) -> int:
+        """The sketch row in ``[0, k)`` and the inner oracle's report of the row's symbol."""
+        return index_bits(self.rows) + self.inner.report_bits()
 
     def support_shape(self) -> tuple[int, ...]:
         """One count per row and candidate; a signed sketch's in two halves (its inner domain is

@@ -150,6 +150,10 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         candidates = self._values(candidates, "candidates")
         return Support(statistics.counts[candidates.astype(np.intp)], statistics.n_users)
 
+    def report_bits(self) -> int:
+        """The randomised bit vector: one bit per value of the domain."""
+        return self.domain
+
     def report_probabilities(self, value: int, reports: UnaryReports) -> np.ndarray:
         bits = np.unpackbits(reports.bits, axis=1, count=self.domain).astype(bool)
         log_other = np.where(bits, math.log(self.q), math.log1p(-self.q)).sum(axis=1)

@@ -451,5 +451,6 @@ SPEC = register_protocol(
         budget=BUDGET,
         planner="fedhh.planning.bitstogram:plan_bitstogram",
         plan_command="fedhh.planning.bitstogram:add_bitstogram_plan_parser",
+        communication="fedhh.communication:bitstogram_bits",
     )
 )

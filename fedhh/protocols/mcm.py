@@ -335,5 +335,6 @@ SPEC = register_protocol(
         budget=BUDGET,
         planner="fedhh.planning.mcm:plan_mcm",
         plan_command="fedhh.planning.mcm:add_mcm_plan_parser",
+        communication="fedhh.communication:mcm_bits",
     )
 )

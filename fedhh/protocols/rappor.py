@@ -645,5 +645,6 @@ SPEC = register_protocol(
         budget=rappor_budget(),
         planner="fedhh.planning.rappor:plan_rappor",
         plan_command="fedhh.planning.rappor:add_rappor_plan_parser",
+        communication="fedhh.communication:rappor_bits",
     )
 )

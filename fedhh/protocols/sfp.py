@@ -598,5 +598,6 @@ SPEC = register_protocol(
         budget=sfp_budget(),
         planner="fedhh.planning.sfp:plan_sfp",
         plan_command="fedhh.planning.sfp:add_sfp_plan_parser",
+        communication="fedhh.communication:sfp_bits",
     )
 )

@@ -24,9 +24,10 @@ A protocol is registered once, with one :class:`ProtocolSpec`
   :func:`fedhh.protocols.registry.split_budget`);
 * optionally, the tools above the protocols that serve it: its planner
   (``planner``, behind ``fedhh plan NAME``) and its sizing (``sizing``,
-  behind ``fedhh size NAME``), named as ``"module:attribute"`` references
-  so that the protocol imports none of them and they load only when asked
-  for (:func:`load_tool`).
+  behind ``fedhh size NAME``), and the derivation of the bits one user
+  sends over a run (``communication``, :mod:`fedhh.communication`), named
+  as ``"module:attribute"`` references so that the protocol imports none
+  of them and they load only when asked for (:func:`load_tool`).
 
 Nothing here knows a transport: ``strategies/`` carries any registered spec
 over Flower, ``simulations/fast.py`` over Ray or in process.
@@ -129,6 +130,7 @@ class ProtocolSpec:
     planner: str | None = None  # "module:function": plan(**target) -> dict, behind `fedhh plan NAME`
     plan_command: str | None = None  # "module:function": adds `fedhh plan NAME` to the plan subparsers
     sizing: str | None = None  # "module:attribute": its sizing tool (fedhh.planning.sizing.Sizing), `fedhh size NAME`
+    communication: str | None = None  # "module:function": (fresh server) -> fedhh.communication.Communication
 
     def build_server(
         self, privacy: Section, n_users: int, codec: ItemCodec, seed: int, protocol: Section | None = None

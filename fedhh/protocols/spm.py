@@ -547,5 +547,6 @@ SPEC = register_protocol(
         budget=BUDGET,
         planner="fedhh.planning.spm:plan_spm",
         plan_command="fedhh.planning.spm:add_spm_plan_parser",
+        communication="fedhh.communication:spm_bits",
     )
 )

@@ -447,5 +447,6 @@ SPEC = register_protocol(
         planner="fedhh.planning.plan:plan_triehh",
         plan_command="fedhh.planning.plan:add_triehh_plan_parser",
         sizing="fedhh.planning.sizing_cli:TRIEHH",
+        communication="fedhh.communication:triehh_bits",
     )
 )

@@ -1,0 +1,220 @@
+"""Users' bits sent: what one user of a protocol puts on the wire over a whole run, in a deployment.
+
+Every protocol's spec names its derivation (``ProtocolSpec.communication``,
+a ``"module:function"`` reference to one of the functions below); the
+function reads the protocol's own parameters from a freshly built server
+and asks each report's frequency oracle for its size
+(:meth:`fedhh.oracles.FrequencyOracle.report_bits`), so a new oracle or a
+new protocol declares its own cost and nothing here is keyed by a name.
+
+Conventions, the same for every protocol, so that the numbers compare:
+
+* a field that names one of ``c`` public choices costs ``ceil(log2 c)``
+  bits (:func:`~fedhh.oracles.base.index_bits`);
+* a user's assignment by public randomness (PEM's group, TreeHist's level,
+  SFP's fragment position, Bitstogram's and MCM's bit position, SPM's
+  segment pair, RAPPOR's cohort) is counted as sent with the report: a
+  server that receives reports without their sender's identity (Apple's
+  and RAPPOR's deployments strip it) cannot decode one without it.  A
+  deployment that keys the assignment on an identity the server sees would
+  save those few bits;
+* only the users' reports count: not the server's requests (broadcast, the
+  same for everyone), not transport framing, not the per-shard sums of a
+  simulation (a shard of users is a transport device, not a user).
+
+Every derivation returns a :class:`Communication`: the reports a user may
+send, each with the expected number a user sends, and the most any one user
+sends.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .oracles.base import index_bits
+
+if TYPE_CHECKING:
+    from .protocols.base import ServerProtocol
+    from .protocols.bitstogram import BitstogramServer
+    from .protocols.mcm import MCMServer
+    from .protocols.prefix_search import PrefixSearchServer
+    from .protocols.rappor import RapporServer
+    from .protocols.sfp import SFPServer
+    from .protocols.spm import SPMServer
+    from .protocols.triehh import TrieHHServer
+
+
+@dataclass(frozen=True)
+class SentReport:
+    """One kind of report a user may send: its size and how many of them a user sends on average."""
+
+    what: str
+    bits: int
+    per_user: float  # expected number of such reports one user sends over the run
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "bits": self.bits, "per_user": self.per_user}
+
+
+@dataclass(frozen=True)
+class Communication:
+    """What one user sends over a run: every kind of report, the expected and the largest total."""
+
+    reports: tuple[SentReport, ...]
+    max_bits: int  # the most any one user sends over the run
+    note: str = ""
+
+    @property
+    def expected_bits(self) -> float:
+        """Bits one user sends on average over the run (over its random assignment or sampling)."""
+        return math.fsum(report.bits * report.per_user for report in self.reports)
+
+    def to_dict(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "user_bits_expected": self.expected_bits,
+            "user_bits_max": self.max_bits,
+            "reports": [report.to_dict() for report in self.reports],
+        }
+        if self.note:
+            document["note"] = self.note
+        return document
+
+
+def derive_communication(reference: str, server: ServerProtocol) -> Communication:
+    """The communication of ``server``'s run by its spec's derivation ``reference`` (``"module:function"``)."""
+    from .protocols.spec import load_tool
+
+    return load_tool(reference, "protocol.communication")(server)
+
+
+def prefix_search_bits(server: PrefixSearchServer) -> Communication:
+    """PEM and TreeHist: one report of a prefix at the user's level, and TreeHist's full-value report.
+
+    A user is assigned one of the ``g`` levels (PEM's groups) with
+    probability ``shares[i]`` and sends its level ``i`` (``ceil(log2 g)``
+    bits) with that level's oracle report; TreeHist's users also send their
+    whole value through the final pass's oracle.  Levels differ in domain,
+    so an oracle whose report grows with the domain (GRR, unary encoding)
+    sends more at the deeper levels: the expectation weighs each level by
+    its share, the maximum takes the deepest costliest level.
+    """
+    params = server.params
+    level_field = index_bits(params.levels)
+    levels = [level_field + server.level_oracle(level).report_bits() for level in range(params.levels)]
+    reports = [
+        SentReport(f"level {level + 1} prefix ({params.oracle}) with its level", bits, share)
+        for level, (bits, share) in enumerate(zip(levels, params.shares, strict=True))
+    ]
+    final = 0
+    if server.final_pass:
+        final = server.final_oracle().report_bits()
+        reports.append(SentReport(f"full value ({params.oracle})", final, 1.0))
+    return Communication(tuple(reports), max(levels) + final)
+
+
+def triehh_bits(server: TrieHHServer) -> Communication:
+    """TrieHH: a sampled user's vote, its item's prefix of ``r`` symbols in round ``r``.
+
+    Round ``r`` samples ``m`` of the ``n`` users; a sampled user whose item
+    extends the trie votes with its depth-``r`` prefix, ``r`` symbols of
+    ``ceil(log2 S)`` bits each (``S`` symbol ids, end-of-sequence included),
+    as the votes travel.  A user takes part in a round with probability
+    ``m / n``, so over a run of all ``L`` rounds it sends on average
+    ``(m / n) b L (L + 1) / 2`` bits; one sampled in every round sends
+    ``b L (L + 1) / 2``.  A run that stops before round ``L`` (a round that
+    adds nothing) sends less: these are the figures of the full ``L`` rounds.
+    A sampled user whose prefix left the trie sends nothing, counted here as
+    a full vote (an upper bound).
+    """
+    from .protocols.triehh import symbol_count
+
+    params = server.params
+    symbol_bits = index_bits(symbol_count(server.codec))
+    rate = params.batch_size / params.n_users
+    reports = tuple(
+        SentReport(f"round {round_} vote: a depth-{round_} prefix", round_ * symbol_bits, rate)
+        for round_ in range(1, params.max_rounds + 1)
+    )
+    return Communication(
+        reports,
+        sum(report.bits for report in reports),
+        note=f"over all L = {params.max_rounds} rounds; a user is sampled in a round with probability m/n = {rate:.3g}",
+    )
+
+
+def sfp_bits(server: SFPServer) -> Communication:
+    """SFP: the fragment report (position, then fragment and word hash through the sketch) and the word report.
+
+    Every user sends its fragment position (``ceil(log2 P)`` bits) with its
+    sketch report of (fragment, 8-bit hash), and, with the word pass, the
+    sketch report of its whole value: a row index and the inner oracle's
+    report (OUE: the sketch's width in bits, Apple's CMS; HM(1): a Hadamard
+    index and a bit, HCMS).
+    """
+    from .protocols.sfp import HASH_VALUES, ORACLE_PURPOSE, sketch
+
+    params = server.params
+    epsilons = [epsilon for _, epsilon in server.split.parts]  # the fragment's, then the word pass's if any
+    seed = server.seeds[ORACLE_PURPOSE]
+    domain = server.fragments.fragment_values * HASH_VALUES
+    fragment_oracle = sketch(params.oracle, epsilons[0], domain, params.sketch_rows, params.sketch_width, seed)
+    fragment = index_bits(server.positions) + fragment_oracle.report_bits()
+    reports = [SentReport(f"fragment with its position ({params.oracle})", fragment, 1.0)]
+    if len(epsilons) > 1:
+        word_oracle = sketch(params.oracle, epsilons[1], 1 << 64, params.sketch_rows, params.sketch_width, seed)
+        reports.append(SentReport(f"whole word ({params.oracle})", word_oracle.report_bits(), 1.0))
+    return Communication(tuple(reports), sum(report.bits for report in reports))
+
+
+def bitstogram_bits(server: BitstogramServer) -> Communication:
+    """Bitstogram: the (channel, bit) pair of the user's bit position through Hashtogram, and the full value.
+
+    The bit report is the position (``ceil(log2 m)`` bits for ``m``-bit
+    values) and a Hashtogram report over the ``2T`` pairs (one row: a
+    Hadamard index of ``log2 2T`` bits and the randomised bit); the full
+    value goes through the ``R``-row Hashtogram of ``T`` buckets (row,
+    index, bit).
+    """
+    request = server.request
+    bits = index_bits(request.value_bits) + request.bit_oracle().report_bits()
+    final = request.final_oracle().report_bits()
+    reports = (SentReport("(channel, bit) pair with its bit position (hashtogram)", bits, 1.0),
+               SentReport("full value (hashtogram)", final, 1.0))
+    return Communication(reports, bits + final)
+
+
+def mcm_bits(server: MCMServer) -> Communication:
+    """MCM: the (channel, bit) pair of the user's bit position through OLH, and the full value through OLH.
+
+    Each OLH report is a 64-bit hash seed and a bucket of ``ceil(log2 g)``
+    bits (``g`` from the report's ε/2); the bit report also names the
+    position (``ceil(log2 m)`` bits).
+    """
+    bits = index_bits(server.params.value_bits) + server.bit_oracle.report_bits()
+    final = server.final_oracle.report_bits()
+    reports = (SentReport("(channel, bit) pair with its bit position (olh)", bits, 1.0),
+               SentReport("full value (olh)", final, 1.0))
+    return Communication(reports, bits + final)
+
+
+def spm_bits(server: SPMServer) -> Communication:
+    """SPM: the user's segment pair, and three OLH reports at ε/3 (segment α, segment β, whole value).
+
+    The pair is one of ``C(g, 2)`` (``ceil(log2 C(g, 2))`` bits); each OLH
+    report is a 64-bit seed and a bucket, its size set by ε/3 alone.  The
+    three rounds read the same reports, so they are sent once.
+    """
+    pairs = math.comb(server.params.segments, 2)
+    report = server.oracle.report_bits()
+    reports = (SentReport("segment pair", index_bits(pairs), 1.0),
+               SentReport("segment or whole-value report (olh)", report, 3.0))
+    return Communication(reports, index_bits(pairs) + 3 * report)
+
+
+def rappor_bits(server: RapporServer) -> Communication:
+    """RAPPOR: the randomised Bloom filter, ``m`` bits (SUE on every bit), and the user's cohort."""
+    params = server.params
+    bits = params.bloom_bits + index_bits(params.cohorts)
+    return Communication((SentReport("randomised Bloom filter with its cohort", bits, 1.0),), bits)
