@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from . import cache
 from .errors import InputError
 from .items import ALPHABETS, ItemCodec, ItemError
 from .population import PopulationCounts, Shard, Vocabulary, shard_bounds
@@ -151,10 +152,50 @@ class WordfreqSource(SampledSource):
         return {"source": "wordfreq", "language": self.language, **self._base_description()}
 
 
+CANDIDATES_FORMAT = 1  # of the cached candidates: raise it when the selection below changes
+
+
 @functools.lru_cache(maxsize=4)
 def wordfreq_candidates(language: str, size: int, alphabet: str) -> tuple[list[str], np.ndarray]:
     """The ``size`` most frequent words of ``language`` made only of ``alphabet``'s characters,
     by decreasing frequency (equal frequencies alphabetically), with their frequencies.
+
+    Kept in fedhh's cache folder (:mod:`fedhh.cache`) under wordfreq's
+    version and these parameters: a later process reads them back without
+    importing wordfreq (0.15 s) or filtering its list (0.2 s).
+    """
+    key = _candidates_key(language, size, alphabet)
+    cached = cache.load("wordfreq", key) if key is not None else None
+    if cached is not None:
+        try:
+            words = cache.array_to_texts(cached["words"], int(cached["frequencies"].size))
+        except (KeyError, ValueError):
+            pass
+        else:
+            return words, cached["frequencies"]
+    words, frequencies = _select_candidates(language, size, alphabet)
+    encoded = cache.texts_to_array(words)
+    if key is not None and encoded is not None:
+        cache.store("wordfreq", key, {"words": encoded, "frequencies": frequencies})
+    return words, frequencies
+
+
+def _candidates_key(language: str, size: int, alphabet: str) -> dict[str, Any] | None:
+    """Everything the candidates depend on (``None``: wordfreq's version unknown, not cached)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("wordfreq")
+    except metadata.PackageNotFoundError:
+        return None
+    if alphabet not in ALPHABETS:
+        return None
+    return {"format": CANDIDATES_FORMAT, "wordfreq": version, "language": language, "size": size,
+            "alphabet": alphabet, "characters": ALPHABETS[alphabet].characters.hex()}
+
+
+def _select_candidates(language: str, size: int, alphabet: str) -> tuple[list[str], np.ndarray]:
+    """:func:`wordfreq_candidates`, computed from wordfreq's list.
 
     wordfreq ships its list as frequency buckets, most frequent first, each
     word in one bucket; so the order comes from the bucket numbers and one
