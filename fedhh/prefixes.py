@@ -68,10 +68,15 @@ class PrefixIndex:
     a few passes over the items per depth instead of a sort per depth.
     """
 
-    def __init__(self, rows: np.ndarray) -> None:
+    def __init__(self, rows: np.ndarray, key_order: np.ndarray | None = None) -> None:
+        """``key_order``: the row indices ordered by :func:`row_keys`, when the caller has sorted
+        them already (:meth:`fedhh.population.Vocabulary.encode` does, to find distinct rows)."""
         self._rows = np.ascontiguousarray(rows, dtype=np.int64)
         if self._rows.ndim != 2:
             raise ValueError(f"item rows must be 2-D, got shape {self._rows.shape}")
+        if key_order is not None and key_order.shape != (self._rows.shape[0],):
+            raise ValueError(f"key_order must order the {self._rows.shape[0]} rows, got shape {key_order.shape}")
+        self._key_order = key_order
         self._levels: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # rows, item map, parent ids
         self._sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # order, sorted rows, first difference
         self._extending: tuple[int, np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None  # the last answer
@@ -128,7 +133,7 @@ class PrefixIndex:
         """The rows in key order (with that order), and for each row the first symbol where it
         differs from the previous row (``max_depth`` for an equal row; 0 for the first row)."""
         if self._sorted is None:
-            order = np.argsort(row_keys(self._rows), kind="stable")
+            order = self._key_order if self._key_order is not None else np.argsort(row_keys(self._rows))
             rows = self._rows[order]
             differs = rows[1:] != rows[:-1]
             first_difference = np.zeros(rows.shape[0], dtype=np.int64)

@@ -88,3 +88,18 @@ def test_the_kept_answer_is_only_reused_for_the_same_question() -> None:
     assert vocabulary.codec.decode_rows(second) == ["th", "to", "tr"]
     with pytest.raises(ValueError, match="rows of 1 symbols"):
         index.extending(2, np.zeros((1, 2), dtype=np.int64))
+
+
+def test_a_vocabulary_hands_its_sorted_key_order_to_its_index() -> None:
+    rng = np.random.default_rng(11)
+    letters = np.array(list("abcdefghij"))
+    words = ["".join(rng.choice(letters, int(rng.integers(1, 7)))) for _ in range(2_000)]  # repeats too
+    vocabulary, _ = Vocabulary.encode(words + WORDS, lowercase_codec(max_length=6, unit_size=2))
+    order = vocabulary._key_order
+    assert order is not None and sorted(order.tolist()) == list(range(vocabulary.size))
+    keys = row_keys(vocabulary.rows)[order]
+    np.testing.assert_array_equal(keys, np.unique(keys))  # in key order, and the rows distinct
+    fresh = PrefixIndex(vocabulary.rows)  # sorts for itself
+    for depth in range(1, vocabulary.rows.shape[1] + 1):
+        for given, own in zip(vocabulary.prefixes.at(depth), fresh.at(depth)):
+            np.testing.assert_array_equal(given, own)
