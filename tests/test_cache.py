@@ -132,3 +132,42 @@ def test_texts_round_trip_and_a_separator_is_refused() -> None:
     assert cache.texts_to_array(["a\x00b"]) is None
     with pytest.raises(ValueError, match="list of 3 texts holds 2"):
         cache.array_to_texts(cache.texts_to_array(["a", "b"]), 3)
+
+
+def test_a_wordfreq_vocabulary_is_read_back_as_it_was_encoded(cache_folder: Path) -> None:
+    from fedhh.items import ItemCodec, get_alphabet
+    from fedhh.sources import WordfreqSource
+
+    codec = ItemCodec(get_alphabet("lowercase"), 2, 6, overlong="truncate")  # merged rows: items are decoded
+    encoded = WordfreqSource(5_000, "en", 2_000, 1, codec, 0)
+    wordfreq_candidates.cache_clear()
+    read_back = WordfreqSource(5_000, "en", 2_000, 1, codec, 0)
+    assert sorted(path.name.partition("-")[0] for path in cache_folder.iterdir()) == ["vocabulary", "wordfreq"]
+    first, second = encoded.vocabulary, read_back.vocabulary
+    assert first.items == second.items and first.encoding == second.encoding and first.encoding.truncated > 0
+    for array in ("rows", "key_order"):
+        np.testing.assert_array_equal(getattr(first, array), getattr(second, array))
+        assert getattr(second, array).dtype == np.int64
+    np.testing.assert_array_equal(encoded.build_users(0, 5_000).item_of_user, read_back.build_users(0, 5_000).item_of_user)
+    for depth in range(1, codec.max_rounds + 1):
+        for a, b in zip(first.prefixes.at(depth), second.prefixes.at(depth)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_later_source_takes_its_vocabulary_from_the_entry(cache_folder: Path) -> None:
+    """The entry is what a later source reads (here an entry fedhh wrote, then rewritten through
+    the cache with marked items, so that reading it shows)."""
+    from fedhh.items import ItemCodec, get_alphabet
+    from fedhh.sources import WordfreqSource
+
+    codec = ItemCodec(get_alphabet("lowercase"), 1, 10)
+    encoded = WordfreqSource(100, "en", 2_000, 1, codec, 0)
+    (entry,) = cache_folder.glob("vocabulary-*.npz")
+    with np.load(entry) as stored:
+        arrays = {name: stored[name] for name in stored.files if name != "key"}
+        key = json.loads(stored["key"].tobytes())
+    entry.unlink()
+    marked = [item.upper() for item in encoded.vocabulary.items]
+    assert cache.store("vocabulary", key, {**arrays, "items": cache.texts_to_array(marked)}) == entry
+    wordfreq_candidates.cache_clear()
+    assert WordfreqSource(100, "en", 2_000, 1, codec, 0).vocabulary.items == marked

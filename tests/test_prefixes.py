@@ -95,7 +95,7 @@ def test_a_vocabulary_hands_its_sorted_key_order_to_its_index() -> None:
     letters = np.array(list("abcdefghij"))
     words = ["".join(rng.choice(letters, int(rng.integers(1, 7)))) for _ in range(2_000)]  # repeats too
     vocabulary, _ = Vocabulary.encode(words + WORDS, lowercase_codec(max_length=6, unit_size=2))
-    order = vocabulary._key_order
+    order = vocabulary.key_order
     assert order is not None and sorted(order.tolist()) == list(range(vocabulary.size))
     keys = row_keys(vocabulary.rows)[order]
     np.testing.assert_array_equal(keys, np.unique(keys))  # in key order, and the rows distinct
