@@ -68,16 +68,19 @@ def load(kind: str, key: dict[str, Any]) -> dict[str, np.ndarray] | None:
         status = os.fstat(descriptor)
         if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_ENTRY_BYTES:
             return None
-        with os.fdopen(os.dup(descriptor), "rb") as handle, np.load(handle, allow_pickle=False) as stored:
-            arrays = {name: stored[name] for name in stored.files}
+        with os.fdopen(os.dup(descriptor), "rb") as handle:
+            loaded = np.load(handle, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):  # a bare .npy array: not an entry
+                return None
+            with loaded as stored:
+                stored_key = stored["key"]  # checked before anything else is read
+                if stored_key.dtype != np.uint8 or stored_key.tobytes() != _key_text(key).encode("utf-8"):
+                    return None
+                return {name: stored[name] for name in stored.files if name != "key"}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):  # damaged, or not an entry
         return None
     finally:
         os.close(descriptor)
-    stored_key = arrays.pop("key", None)
-    if stored_key is None or stored_key.dtype != np.uint8 or stored_key.tobytes() != _key_text(key).encode("utf-8"):
-        return None
-    return arrays
 
 
 def store(kind: str, key: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path | None:

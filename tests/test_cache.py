@@ -83,6 +83,9 @@ def test_a_file_fedhh_did_not_write_is_neither_trusted_nor_overwritten(cache_fol
         np.savez(handle, key=np.frombuffer(json.dumps(other_key).encode(), dtype=np.uint8),
                  words=cache.texts_to_array(["a", "b", "c"]), frequencies=np.ones(3))
     foreign.append(path.read_bytes())
+    with open(path, "wb") as handle:  # a bare array
+        np.save(handle, np.arange(3))
+    foreign.append(path.read_bytes())
     expected_words, expected_frequencies = _select_candidates(*PARAMETERS)
     for content in foreign:
         path.write_bytes(content)
