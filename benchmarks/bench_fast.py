@@ -9,7 +9,10 @@ Targets (issue 14, speed of the whole run):
   The floor samples with the protocol's own sampler
   (``fedhh.sampling.uniform_subset``: O(m log m)); the floor of earlier
   results, which sampled with ``Generator.choice(n, m, replace=False)``
-  (numpy's O(n) path at these rates), is reported next to it;
+  (numpy's O(n) path at these rates), is reported next to it.  The
+  in-process cases are timed again in this process's CPU seconds
+  (``time.process_time``), rounds and floor alike (``inprocessxS_cpu``): on
+  a shared machine other jobs inflate wall times far more than CPU times;
 * the whole ``fedhh run --set run.driver="fast"`` process at 10^7 users
   (and at the default 10^6): at most 4 s and 0.6 GiB peak; reported with and
   without the import of ``simulations.cli``, with the share of the rounds.
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +51,7 @@ from fedhh.config import load_config  # noqa: E402
 from fedhh.experiment import Experiment  # noqa: E402
 from fedhh.prefixes import rows_in  # noqa: E402
 from fedhh.protocols.triehh import SAMPLE_PURPOSE, round_sample  # noqa: E402
-from simulations.fast import RayShards, run_fast  # noqa: E402
+from simulations.fast import InProcessShards, RayShards, drive, run_fast  # noqa: E402
 from simulations.ray_runtime import ray_runtime  # noqa: E402
 
 FAST = ['run.driver="fast"']
@@ -66,11 +70,14 @@ sys.exit(code)
 """
 
 
-def bare_numpy_rounds(experiment: Experiment, rounds: int, sampler: str) -> float:
+def bare_numpy_rounds(experiment: Experiment, rounds: int, sampler: str,
+                      clock: Callable[[], float] = time.perf_counter) -> float:
     """The same rounds written as plain numpy over one whole population.
 
     ``sampler``: ``"subset"`` draws each round's sample as the protocol does
     (the same users), ``"choice"`` with ``Generator.choice`` (the earlier floor).
+    ``clock``: wall (``time.perf_counter``) or this process's CPU time
+    (``time.process_time``, which other jobs on a shared machine disturb less).
     """
     population = experiment.build_shard(0, 1)
     vocabulary = population.vocabulary
@@ -80,7 +87,7 @@ def bare_numpy_rounds(experiment: Experiment, rounds: int, sampler: str) -> floa
     item_of_user = np.full(population.n_users, -1, dtype=np.int64)
     item_of_user[holds] = items
     vocabulary.prefixes.build_all()
-    started = time.perf_counter()
+    started = clock()
     parents = np.zeros((0, 0), dtype=np.int64)
     for depth in range(1, rounds + 1):
         if sampler == "subset":
@@ -101,7 +108,15 @@ def bare_numpy_rounds(experiment: Experiment, rounds: int, sampler: str) -> floa
             counts = votes[voted]
         accepted = rows[counts >= params.theta]
         parents = accepted[accepted[:, -1] != 0]
-    return time.perf_counter() - started
+    return clock() - started
+
+
+def rounds_cpu_seconds(experiment: Experiment, holders: InProcessShards) -> float:
+    """CPU seconds of this process for one run of the rounds over in-process shards."""
+    server = experiment.make_server()
+    started = time.process_time()
+    drive(server, holders.answer)
+    return time.process_time() - started
 
 
 def rounds_against_floor(users: int, repeats: int, ray: bool) -> dict[str, Any]:
@@ -119,6 +134,15 @@ def rounds_against_floor(users: int, repeats: int, ray: bool) -> dict[str, Any]:
             setups.append(run.timing["setup_s"])
             floor.append(bare_numpy_rounds(experiment, len(run.result.trace), "subset"))
             choice_floor.append(bare_numpy_rounds(experiment, len(run.result.trace), "choice"))
+        if backend == "inprocess":  # the same rounds in CPU seconds, alternating with the floor
+            holders = InProcessShards(experiment, shards)
+            cpu = [rounds_cpu_seconds(experiment, holders) for _ in range(repeats)]
+            cpu_floor = [bare_numpy_rounds(experiment, len(run.result.trace), "subset", time.process_time)
+                         for _ in range(repeats)]
+            figures[f"{backend}x{shards}_cpu"] = {
+                "rounds_s": statistics.median(cpu), "floor_s": statistics.median(cpu_floor),
+                "ratio": statistics.median(cpu) / statistics.median(cpu_floor),
+            }
         figures[f"{backend}x{shards}"] = {
             "rounds_s": statistics.median(rounds),
             "floor_s": statistics.median(floor),
