@@ -228,16 +228,22 @@ def wordfreq_candidates(language: str, size: int, alphabet: str) -> tuple[list[s
 
 def _candidates_key(language: str, size: int, alphabet: str) -> dict[str, Any] | None:
     """Everything the candidates depend on (``None``: wordfreq's version unknown, not cached)."""
-    from importlib import metadata
-
-    try:
-        version = metadata.version("wordfreq")
-    except metadata.PackageNotFoundError:
-        return None
-    if alphabet not in ALPHABETS:
+    version = _wordfreq_version()
+    if version is None or alphabet not in ALPHABETS:
         return None
     return {"format": CANDIDATES_FORMAT, "wordfreq": version, "language": language, "size": size,
             "alphabet": alphabet, "characters": ALPHABETS[alphabet].characters.hex()}
+
+
+@functools.cache
+def _wordfreq_version() -> str | None:
+    """The installed wordfreq's version, read from its package metadata (without importing it)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("wordfreq")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _select_candidates(language: str, size: int, alphabet: str) -> tuple[list[str], np.ndarray]:
