@@ -161,4 +161,6 @@ class PrefixIndex:
             else:
                 parent_of = self._level(depth - 1)[1][order[first_rows]]
             self._levels[depth] = (prefix_rows, item_to_prefix, parent_of)
+            if len(self._levels) == self.max_depth:
+                self._sorted = None  # every depth built: the sorted copy of the rows is not needed again
         return self._levels[depth]
