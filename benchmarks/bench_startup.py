@@ -10,7 +10,9 @@ With ``--reference DIR`` (a checkout of an earlier commit, e.g. a temporary
 ``PYTHONPATH``, same interpreter and packages), alternated with the current
 tree's runs so that both see the same load; the medians are reported side
 by side.  Peak RSS is the ``fedhh`` process's own and, separately, that of
-its largest child (the plot process).
+its largest child (the plot process).  The CPU seconds of each run (user
+and system, of the process and the plot process) are reported too: on a
+shared machine other jobs inflate the wall time, far less the CPU time.
 
 fedhh's cache folder (``FEDHH_CACHE_DIR``, :mod:`fedhh.cache`: wordfreq's
 filtered list) is a fresh temporary folder for each tree, filled by that
@@ -29,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -71,9 +74,12 @@ def timed(argv: list[str], tree: Path | None, measure_memory: bool, cache: Path)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
     command = [sys.executable, "-c", MEASURED, *argv] if measure_memory else [str(FEDHH), *argv]
     with tempfile.TemporaryDirectory(prefix="fedhh-bench-") as cwd:  # `-c` puts the working folder first on sys.path
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         child = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, check=True)
         figures = {"wall_s": time.perf_counter() - started}
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the process and the plot process it waited for
+        figures["cpu_s"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if measure_memory:
         line = next(line for line in child.stderr.splitlines() if line.startswith("BENCH"))
         own, largest_child = (float(value) for value in line.split()[1:])
@@ -113,12 +119,13 @@ def main() -> None:
             figures = {"help_s": timed(["--help"], tree, False, caches[name])["wall_s"]}
             run = default_run(tree, caches[name])
             figures["default_run_s"] = run["wall_s"]
+            figures["default_run_cpu_s"] = run["cpu_s"]
             figures["load_1min"] = os.getloadavg()[0]  # right after the run
             for key, value in figures.items():
                 samples[name].setdefault(key, []).append(value)
     for name, tree in trees.items():  # memory once each: the wrapper adds nothing to the time but a little
         samples[name].update({key: [value] for key, value in default_run(tree, caches[name], True).items()
-                              if key != "wall_s"})
+                              if key not in ("wall_s", "cpu_s")})
     shutil.rmtree(scratch)
     document["machine"]["load_average_end"] = os.getloadavg()
     document["median"] = {name: {key: statistics.median(values) for key, values in figures.items()}
@@ -126,7 +133,7 @@ def main() -> None:
     document["runs"] = samples
     if args.reference is not None:
         document["speedup"] = {key: document["median"]["reference"][key] / document["median"]["current"][key]
-                               for key in ("help_s", "default_run_s")}
+                               for key in ("help_s", "default_run_s", "default_run_cpu_s")}
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(document, indent=2), encoding="utf-8")
