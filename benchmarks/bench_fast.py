@@ -24,7 +24,7 @@ beside it.
 
 Usage::
 
-    python benchmarks/bench_fast.py [--repeats 5] [--users 1000000 10000000] [--ray] [--output FILE]
+    python benchmarks/bench_fast.py [--repeats 5] [--users 1000000 10000000] [--ray] [--rounds-only] [--output FILE]
 """
 
 from __future__ import annotations
@@ -126,19 +126,21 @@ def rounds_against_floor(users: int, repeats: int, ray: bool) -> dict[str, Any]:
     cases = [("inprocess", 1), ("inprocess", 8)] + ([("ray", 8)] if ray else [])
     for backend, shards in cases:
         rounds, setups, floor, choice_floor = [], [], [], []
-        # One Ray for all repeats (run_fast alone would start and stop one each time).
+        # One Ray for all repeats (run_fast alone would start and stop one each time); each run is
+        # followed by the floors, so that both see the same load.
         with ray_runtime(**RayShards.INIT_ARGS) if backend == "ray" else contextlib.nullcontext():
-            runs = [run_fast(experiment, shards, backend) for _ in range(repeats)]
-        for run in runs:
-            rounds.append(run.timing["rounds_s"])
-            setups.append(run.timing["setup_s"])
-            floor.append(bare_numpy_rounds(experiment, len(run.result.trace), "subset"))
-            choice_floor.append(bare_numpy_rounds(experiment, len(run.result.trace), "choice"))
+            for _ in range(repeats):
+                run = run_fast(experiment, shards, backend)
+                rounds.append(run.timing["rounds_s"])
+                setups.append(run.timing["setup_s"])
+                floor.append(bare_numpy_rounds(experiment, len(run.result.trace), "subset"))
+                choice_floor.append(bare_numpy_rounds(experiment, len(run.result.trace), "choice"))
         if backend == "inprocess":  # the same rounds in CPU seconds, alternating with the floor
             holders = InProcessShards(experiment, shards)
-            cpu = [rounds_cpu_seconds(experiment, holders) for _ in range(repeats)]
-            cpu_floor = [bare_numpy_rounds(experiment, len(run.result.trace), "subset", time.process_time)
-                         for _ in range(repeats)]
+            cpu, cpu_floor = [], []
+            for _ in range(repeats):
+                cpu.append(rounds_cpu_seconds(experiment, holders))
+                cpu_floor.append(bare_numpy_rounds(experiment, len(run.result.trace), "subset", time.process_time))
             figures[f"{backend}x{shards}_cpu"] = {
                 "rounds_s": statistics.median(cpu), "floor_s": statistics.median(cpu_floor),
                 "ratio": statistics.median(cpu) / statistics.median(cpu_floor),
@@ -186,6 +188,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--users", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--ray", action="store_true", help="also Ray with 8 actors (about 15 s of start-up each)")
+    parser.add_argument("--rounds-only", action="store_true", help="only the rounds against the floor, no whole runs")
     parser.add_argument("--output", default="results/bench_fast.json")
     args = parser.parse_args()
     document: dict[str, Any] = {
@@ -193,7 +196,8 @@ def main() -> None:
                     "load_average_start": os.getloadavg()},
     }
     for users in args.users:
-        document[f"whole_run_{users}"] = whole_run(users, args.repeats)
+        if not args.rounds_only:
+            document[f"whole_run_{users}"] = whole_run(users, args.repeats)
         document[f"rounds_{users}"] = rounds_against_floor(users, args.repeats, args.ray and users <= 1_000_000)
     document["machine"]["load_average_end"] = os.getloadavg()
     output = Path(args.output)
