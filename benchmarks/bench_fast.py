@@ -9,7 +9,10 @@ Targets (issue 14, speed of the whole run):
   The floor samples with the protocol's own sampler
   (``fedhh.sampling.uniform_subset``: O(m log m)); the floor of earlier
   results, which sampled with ``Generator.choice(n, m, replace=False)``
-  (numpy's O(n) path at these rates), is reported next to it;
+  (numpy's O(n) path at these rates), is reported next to it.  The
+  in-process cases are timed again in this process's CPU seconds
+  (``time.process_time``), rounds and floor alike (``inprocessxS_cpu``): on
+  a shared machine other jobs inflate wall times far more than CPU times;
 * the whole ``fedhh run --set run.driver="fast"`` process at 10^7 users
   (and at the default 10^6): at most 4 s and 0.6 GiB peak; reported with and
   without the import of ``simulations.cli``, with the share of the rounds.
@@ -21,7 +24,7 @@ beside it.
 
 Usage::
 
-    python benchmarks/bench_fast.py [--repeats 5] [--users 1000000 10000000] [--ray] [--output FILE]
+    python benchmarks/bench_fast.py [--repeats 5] [--users 1000000 10000000] [--ray] [--rounds-only] [--output FILE]
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +51,7 @@ from fedhh.config import load_config  # noqa: E402
 from fedhh.experiment import Experiment  # noqa: E402
 from fedhh.prefixes import rows_in  # noqa: E402
 from fedhh.protocols.triehh import SAMPLE_PURPOSE, round_sample  # noqa: E402
-from simulations.fast import RayShards, run_fast  # noqa: E402
+from simulations.fast import InProcessShards, RayShards, drive, run_fast  # noqa: E402
 from simulations.ray_runtime import ray_runtime  # noqa: E402
 
 FAST = ['run.driver="fast"']
@@ -66,11 +70,14 @@ sys.exit(code)
 """
 
 
-def bare_numpy_rounds(experiment: Experiment, rounds: int, sampler: str) -> float:
+def bare_numpy_rounds(experiment: Experiment, rounds: int, sampler: str,
+                      clock: Callable[[], float] = time.perf_counter) -> float:
     """The same rounds written as plain numpy over one whole population.
 
     ``sampler``: ``"subset"`` draws each round's sample as the protocol does
     (the same users), ``"choice"`` with ``Generator.choice`` (the earlier floor).
+    ``clock``: wall (``time.perf_counter``) or this process's CPU time
+    (``time.process_time``, which other jobs on a shared machine disturb less).
     """
     population = experiment.build_shard(0, 1)
     vocabulary = population.vocabulary
@@ -80,7 +87,7 @@ def bare_numpy_rounds(experiment: Experiment, rounds: int, sampler: str) -> floa
     item_of_user = np.full(population.n_users, -1, dtype=np.int64)
     item_of_user[holds] = items
     vocabulary.prefixes.build_all()
-    started = time.perf_counter()
+    started = clock()
     parents = np.zeros((0, 0), dtype=np.int64)
     for depth in range(1, rounds + 1):
         if sampler == "subset":
@@ -101,7 +108,15 @@ def bare_numpy_rounds(experiment: Experiment, rounds: int, sampler: str) -> floa
             counts = votes[voted]
         accepted = rows[counts >= params.theta]
         parents = accepted[accepted[:, -1] != 0]
-    return time.perf_counter() - started
+    return clock() - started
+
+
+def rounds_cpu_seconds(experiment: Experiment, holders: InProcessShards) -> float:
+    """CPU seconds of this process for one run of the rounds over in-process shards."""
+    server = experiment.make_server()
+    started = time.process_time()
+    drive(server, holders.answer)
+    return time.process_time() - started
 
 
 def rounds_against_floor(users: int, repeats: int, ray: bool) -> dict[str, Any]:
@@ -111,14 +126,25 @@ def rounds_against_floor(users: int, repeats: int, ray: bool) -> dict[str, Any]:
     cases = [("inprocess", 1), ("inprocess", 8)] + ([("ray", 8)] if ray else [])
     for backend, shards in cases:
         rounds, setups, floor, choice_floor = [], [], [], []
-        # One Ray for all repeats (run_fast alone would start and stop one each time).
+        # One Ray for all repeats (run_fast alone would start and stop one each time); each run is
+        # followed by the floors, so that both see the same load.
         with ray_runtime(**RayShards.INIT_ARGS) if backend == "ray" else contextlib.nullcontext():
-            runs = [run_fast(experiment, shards, backend) for _ in range(repeats)]
-        for run in runs:
-            rounds.append(run.timing["rounds_s"])
-            setups.append(run.timing["setup_s"])
-            floor.append(bare_numpy_rounds(experiment, len(run.result.trace), "subset"))
-            choice_floor.append(bare_numpy_rounds(experiment, len(run.result.trace), "choice"))
+            for _ in range(repeats):
+                run = run_fast(experiment, shards, backend)
+                rounds.append(run.timing["rounds_s"])
+                setups.append(run.timing["setup_s"])
+                floor.append(bare_numpy_rounds(experiment, len(run.result.trace), "subset"))
+                choice_floor.append(bare_numpy_rounds(experiment, len(run.result.trace), "choice"))
+        if backend == "inprocess":  # the same rounds in CPU seconds, alternating with the floor
+            holders = InProcessShards(experiment, shards)
+            cpu, cpu_floor = [], []
+            for _ in range(repeats):
+                cpu.append(rounds_cpu_seconds(experiment, holders))
+                cpu_floor.append(bare_numpy_rounds(experiment, len(run.result.trace), "subset", time.process_time))
+            figures[f"{backend}x{shards}_cpu"] = {
+                "rounds_s": statistics.median(cpu), "floor_s": statistics.median(cpu_floor),
+                "ratio": statistics.median(cpu) / statistics.median(cpu_floor),
+            }
         figures[f"{backend}x{shards}"] = {
             "rounds_s": statistics.median(rounds),
             "floor_s": statistics.median(floor),
@@ -162,6 +188,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--users", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--ray", action="store_true", help="also Ray with 8 actors (about 15 s of start-up each)")
+    parser.add_argument("--rounds-only", action="store_true", help="only the rounds against the floor, no whole runs")
     parser.add_argument("--output", default="results/bench_fast.json")
     args = parser.parse_args()
     document: dict[str, Any] = {
@@ -169,7 +196,8 @@ def main() -> None:
                     "load_average_start": os.getloadavg()},
     }
     for users in args.users:
-        document[f"whole_run_{users}"] = whole_run(users, args.repeats)
+        if not args.rounds_only:
+            document[f"whole_run_{users}"] = whole_run(users, args.repeats)
         document[f"rounds_{users}"] = rounds_against_floor(users, args.repeats, args.ray and users <= 1_000_000)
     document["machine"]["load_average_end"] = os.getloadavg()
     output = Path(args.output)

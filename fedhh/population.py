@@ -115,6 +115,7 @@ class Vocabulary:
     rows: np.ndarray
     codec: ItemCodec
     encoding: EncodingReport
+    key_order: np.ndarray | None = field(default=None, repr=False)  # item ids by row key, if known
     _prefix_index: PrefixIndex | None = field(default=None, repr=False)
 
     @property
@@ -124,7 +125,7 @@ class Vocabulary:
     @property
     def prefixes(self) -> PrefixIndex:
         if self._prefix_index is None:
-            self._prefix_index = PrefixIndex(self.rows)
+            self._prefix_index = PrefixIndex(self.rows, key_order=self.key_order)
         return self._prefix_index
 
     @classmethod
@@ -149,7 +150,9 @@ class Vocabulary:
             items = codec.decode_rows(rows)
         else:
             items = [kept_texts[i] for i in first[order].tolist()]
-        return cls(items, rows, codec, encoded.report), item_id
+        # the distinct rows came sorted by key: item rank[u] has the u-th key, which the prefix index
+        # would otherwise sort again
+        return cls(items, rows, codec, encoded.report, key_order=rank), item_id
 
 
 @dataclass

@@ -20,6 +20,18 @@ def _flower_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("FLWR_HOME", str(tmp_path_factory.mktemp("flwr-home")))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fedhh_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """fedhh's cache folder (``FEDHH_CACHE_DIR``, :mod:`fedhh.cache`) for this session: never the real one."""
+    previous = os.environ.get("FEDHH_CACHE_DIR")
+    os.environ["FEDHH_CACHE_DIR"] = str(tmp_path_factory.mktemp("fedhh-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("FEDHH_CACHE_DIR", None)
+    else:
+        os.environ["FEDHH_CACHE_DIR"] = previous
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(12345)

@@ -71,3 +71,27 @@ def test_a_block_inside_another_draws_in_the_enclosing_process_and_leaves_it_run
         draw(record_pid, tmp_path / "pid")
         assert int((tmp_path / "pid").read_text(encoding="utf-8")) == outer.pid
     assert outer.pid is not None and gone(outer.pid)
+
+
+def test_unlabelled_minor_ticks_become_grid_lines_and_labelled_ones_stay() -> None:
+    """The discovery plot's minor grid (:func:`simulations.report.minor_grid`): on an axis over more
+    than a decade, lines at 2..9 x each power of ten within the limits, which stay as the data gave."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullLocator
+
+    from simulations.report import minor_grid
+
+    axes = Figure().add_subplot()
+    axes.loglog([1, 500], [20, 80])  # x over 2.7 decades, y over 0.6
+    limits = (axes.get_xlim(), axes.get_ylim())
+    minor_grid(axes, alpha=0.25)
+    assert (axes.get_xlim(), axes.get_ylim()) == limits
+    (lines,) = [c for c in axes.collections if isinstance(c, LineCollection)]
+    low, high = limits[0]
+    expected = [m * 10.0**e for e in range(-1, 4) for m in range(2, 10) if low <= m * 10.0**e <= high]
+    assert [segment[0, 0] for segment in lines.get_segments()] == pytest.approx(expected)
+    assert isinstance(axes.xaxis.get_minor_locator(), NullLocator)
+    assert not isinstance(axes.yaxis.get_minor_locator(), NullLocator)  # its minor ticks carry labels
+    minor_ticks = axes.yaxis.get_minor_ticks()
+    assert minor_ticks and all(tick.gridline.get_visible() for tick in minor_ticks)

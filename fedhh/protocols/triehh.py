@@ -123,26 +123,26 @@ def respond(request: TrieHHRequest, shard: Shard, randomness: RandomnessSource) 
     counts the sampled users, ``responding_users`` the votes.
 
     Work is proportional to the shard's sampled users, not to the vocabulary:
-    the chosen items are mapped to their prefixes through the vocabulary's
-    cached prefix index, and only the distinct voted prefixes are checked
-    against the trie.
+    the chosen items are mapped to their prefixes, and these to the round's
+    candidates (the prefixes that extend the trie), through the
+    vocabulary's prefix index, which works out the candidates once per
+    round for all the shards a process holds.
     """
     depth = request.round
     local = sampled_in_shard(request.sampled, shard)
     _, chosen = choose_items(shard, local, randomness, CHOICE_PURPOSE, depth)
-    prefix_rows, item_to_prefix = shard.vocabulary.prefixes.at(depth)
-    prefix_of_vote = item_to_prefix[chosen]
-    prefix_of_vote = prefix_of_vote[prefix_of_vote >= 0]
-    if prefix_rows.shape[0] <= 4 * prefix_of_vote.size:  # a count per prefix beats sorting the votes
-        tally = np.bincount(prefix_of_vote, minlength=prefix_rows.shape[0])
+    prefixes = shard.vocabulary.prefixes
+    candidate_rows, candidate_of_prefix = prefixes.extending(depth, request.parents)
+    _, item_to_prefix = prefixes.at(depth)
+    candidate = candidate_of_prefix[item_to_prefix[chosen]]  # -1: no symbol at this depth, or off the trie
+    candidate = candidate[candidate >= 0]
+    if candidate_rows.shape[0] <= 4 * candidate.size:  # a count per candidate beats sorting the votes
+        tally = np.bincount(candidate, minlength=candidate_rows.shape[0])
         voted = np.flatnonzero(tally)
         votes = tally[voted]
     else:
-        voted, votes = np.unique(prefix_of_vote, return_counts=True)
-    rows = prefix_rows[voted]
-    if depth > 1:
-        extends_trie = rows_in(rows[:, :-1], request.parents)
-        rows, votes = rows[extends_trie], votes[extends_trie]
+        voted, votes = np.unique(candidate, return_counts=True)
+    rows = candidate_rows[voted]
     return TrieHHResponse(
         round=depth,
         sampled_users=int(local.size),
