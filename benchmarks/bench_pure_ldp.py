@@ -257,6 +257,10 @@ def compare(protocol: str, args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
+def ratio(value: float) -> str:
+    return f"{value:.1f}x" if value < 10 else f"{value:,.0f}x"
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| protocol | users | µs/user pure-ldp wall (CPU) | µs/user fedhh wall (CPU) | ratio wall (CPU) "
              "| F1@10 pure-ldp | F1@10 fedhh (mean ± sd) | z | load |",
@@ -265,7 +269,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {row['protocol']} ({row['oracle']}) | {row['users']:,} | {row['reference_wall_us']:,.0f} "
             f"({row['reference_cpu_us']:,.0f}) | {row['fedhh_wall_us']:,.1f} ({row['fedhh_cpu_us']:,.1f}) | "
-            f"**{row['wall_ratio']:,.0f}x** ({row['cpu_ratio']:,.0f}x) | {row['reference_f1_mean']:.2f} | "
+            f"**{ratio(row['wall_ratio'])}** ({ratio(row['cpu_ratio'])}) | {row['reference_f1_mean']:.2f} | "
             f"{row['fedhh_f1_mean']:.2f} ± {row['fedhh_f1_sd']:.2f} | {row['f1_z_fedhh_minus_reference']:+.1f} | "
             f"{row['load_start'][0]:.1f}-{row['load_end'][0]:.1f} |"
         )
