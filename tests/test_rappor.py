@@ -161,11 +161,54 @@ def test_a_dictionary_file_replaces_the_population_vocabulary(tmp_path: Path) ->
         (['protocol.candidates="/nonexistent/words.txt"'], "protocol.candidates"),
         (["protocol.bloom_hashes=0"], "protocol.bloom_hashes"),
         (["privacy.epsilon=200.0"], "privacy.epsilon"),
+        (['protocol.report="best"'], "protocol.report"),
+        (['protocol.report="top_k"', "protocol.top_k=0"], "protocol.top_k"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(settings: list[str], key: str) -> None:
     with pytest.raises((ConfigError, InputError), match=key):
         Experiment(load_config(None, [*SMALL_RUN, *settings]))
+
+
+@pytest.mark.parametrize(("report", "top_k", "key"), [("top-k", 5, "protocol.report"), ("top_k", 0, "protocol.top_k")])
+def test_bad_report_settings_are_refused_by_the_parameters_too(report: str, top_k: int, key: str) -> None:
+    with pytest.raises(InputError, match=key):
+        RapporParameters(N_USERS, 8.0, 64, 2, 128, "", report=report, top_k=top_k)
+
+
+def test_the_default_reports_exactly_the_significant_candidates(planted_population: Shard) -> None:
+    """Without protocol.report, what is reported is every regressed candidate whose estimate clears
+    Bonferroni's level, best first, and nothing else; naming the default changes nothing."""
+    server = planted_server(planted_population, 5)
+    result = drive(server, lambda request: [respond(request, planted_population, KeyedRandomness(5))])
+    regression = server._regression
+    assert regression is not None
+    clears = regression.estimates > regression.threshold * regression.errors
+    expected = sorted(zip(regression.estimates[clears].tolist(), regression.candidates[clears].tolist()), reverse=True)
+    assert [(d.estimated_count, planted_population.vocabulary.items.index(d.item)) for d in result.discoveries] == expected
+    assert {d.item for d in result.discoveries} >= {"apple", "mango"}
+    assert result.trace[0].values["significant"] == len(result.discoveries) and "reported" not in result.trace[0].values
+    named = RapporServer(RapporParameters(N_USERS, 8.0, 64, 2, 128, "", report="significant"), CODEC, 5)
+    named.offer_vocabulary(planted_population.vocabulary)
+    again = drive(named, lambda request: [respond(request, planted_population, KeyedRandomness(5))])
+    assert run_view(again) == run_view(result)
+
+
+def test_top_k_reports_the_k_best_estimates_whatever_their_significance(planted_population: Shard) -> None:
+    """protocol.report = top_k: exactly K candidates, best estimate first, the heavy words leading,
+    although only the heavy ones are significant; the privacy report is the default's."""
+    k = 7
+    default = planted_server(planted_population, 5)
+    significant = drive(default, lambda request: [respond(request, planted_population, KeyedRandomness(5))])
+    server = RapporServer(RapporParameters(N_USERS, 8.0, 64, 2, 128, "", report="top_k", top_k=k), CODEC, 5)
+    server.offer_vocabulary(planted_population.vocabulary)
+    result = drive(server, lambda request: [respond(request, planted_population, KeyedRandomness(5))])
+    estimates = [d.estimated_count for d in result.discoveries]
+    assert len(result.discoveries) == k > len(significant.discoveries)
+    assert estimates == sorted(estimates, reverse=True)
+    assert [d.item for d in result.discoveries[:2]] == ["apple", "mango"]
+    assert result.trace[0].values["reported"] == k and result.params["report"] == "top_k"
+    assert result.privacy.to_dict() == significant.privacy.to_dict()
 
 
 def run_view(result) -> list[tuple[str, float | None]]:  # noqa: ANN001

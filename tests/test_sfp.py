@@ -41,11 +41,15 @@ CODEC = ItemCodec(get_alphabet("lowercase"), 1, 6)
 
 @pytest.fixture(scope="module")
 def planted_population() -> Shard:
+    return planted(PLANTED)
+
+
+def planted(shares: dict[str, float]) -> Shard:
     """The planted words, the rest spread over random six-letter words (about 9 users each)."""
     generator = np.random.default_rng(0)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    pool = sorted({"".join(generator.choice(letters, 6)) for _ in range(2 * POOL)} - set(PLANTED))[: POOL - len(PLANTED)]
-    items = [item for item, share in PLANTED.items() for _ in range(int(share * N_USERS))]
+    pool = sorted({"".join(generator.choice(letters, 6)) for _ in range(2 * POOL)} - set(shares))[: POOL - len(shares)]
+    items = [item for item, share in shares.items() for _ in range(int(share * N_USERS))]
     items += generator.choice(pool, N_USERS - len(items)).tolist()
     vocabulary, _ = Vocabulary.encode(sorted(set(items)), CODEC)
     index = {item: i for i, item in enumerate(vocabulary.items)}
@@ -154,11 +158,45 @@ def test_a_users_two_reports_are_exactly_epsilon_ldp() -> None:
         (["protocol.fragment_share=1.0"], "protocol.fragment_share"),
         (["protocol.fragment_sketch_rows=64", "protocol.fragment_sketch_width=65536"], "protocol.fragment_sketch_width"),
         (['protocol.fragment_oracle="olh"'], "protocol.fragment_oracle"),
+        (['protocol.report="all"'], "protocol.report"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(settings: list[str], key: str) -> None:
     with pytest.raises((ConfigError, InputError), match=key):
         Experiment(load_config(None, [*SMALL_RUN, *settings]))
+
+
+def test_a_bad_report_mode_is_refused_by_the_parameters_too() -> None:
+    with pytest.raises(InputError, match="protocol.report"):
+        SFPParameters(N_USERS, 8.0, 2, 0.5, True, 64, 32, "hcms", 8, 1024, report="top-k")
+
+
+FRUITS = ("apples", "orange", "grapes", "banana", "cherry", "lemons", "melons", "papaya", "quince", "raisin",
+          "tomato", "walnut")
+
+
+def test_top_k_reports_the_best_words_whatever_their_noise() -> None:
+    """Twelve words held by 4% of the users each, near SFP's noise level (about 3% here): by default
+    only the fragments above it are kept and fewer than K = 8 words are reported; protocol.report =
+    top_k keeps protocol.fragment_candidates pairs per position whatever their noise, assembles every
+    word, and reports exactly K, best estimate first (every word the puzzle assembles when K is
+    larger); the privacy report is the default's."""
+    shard = planted({fruit: 0.04 for fruit in FRUITS})
+
+    def run(report: str, fragments: int, words: int):  # noqa: ANN202
+        params = SFPParameters(N_USERS, 8.0, 2, 0.5, True, fragments, words, "hcms", 8, 1024, report=report)
+        return drive(SFPServer(params, CODEC, 3), lambda request: [respond(request, shard, KeyedRandomness(3))])
+
+    default, top, every = run("significant", 64, 8), run("top_k", 64, 8), run("top_k", 64, 64)
+    assert max(default.trace[0].values["fragments_kept"]) < 64 and top.trace[0].values["fragments_kept"] == [64, 64, 64]
+    assert len(default.discoveries) < 8 and {d.item for d in default.discoveries} <= set(FRUITS)
+    estimates = [d.estimated_count for d in top.discoveries]
+    assert len(top.discoveries) == 8 and {d.item for d in top.discoveries} <= set(FRUITS)
+    assert estimates == sorted(estimates, reverse=True)
+    assert [d.item for d in every.discoveries[:8]] == [d.item for d in top.discoveries]
+    assert len(every.discoveries) == every.trace[0].values["candidates"] < 64 and {d.item for d in every.discoveries} == set(FRUITS)
+    assert top.params["report"] == "top_k" and default.params["report"] == "significant"
+    assert top.privacy.to_dict() == default.privacy.to_dict()
 
 
 def run_view(result) -> list[tuple[str, float | None]]:  # noqa: ANN001

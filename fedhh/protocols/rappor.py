@@ -33,6 +33,12 @@ size.  The server decodes once:
    (``β_v / se_v > Φ⁻¹(1 - 0.05 / M)``), the residuals giving the noise
    variance, as in RAPPOR's own decoder.
 
+With ``protocol.report = "top_k"`` (:mod:`fedhh.protocols.report_mode`) the
+server reports instead the ``K = protocol.top_k`` best estimates whatever
+their significance, as pure-ldp does: the screening then also keeps the ``K``
+best-scored candidates below its level, so that ``min(K, M)`` are regressed
+and reported, best first.
+
 The regression identifies ``M`` candidates only when the ``mC`` bits outnumber
 them, so a smaller Bloom filter is refused (``protocol.bloom_bits``).
 The candidate dictionary (``protocol.candidates``) is by default the
@@ -66,7 +72,9 @@ from ..privacy.validation import check_users
 from ..randomness import RandomnessSource, UserRandom, derive_key, splitmix64
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
 from .messages import array_field, scalar_field
+from .prefix_config import PREFIX_KEYS
 from .registry import register_protocol
+from .report_mode import REPORT_KEY, SIGNIFICANT, TOP_K, check_report_mode
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
 from .triehh import choose_items
 from .value_reports import check_all_users_report
@@ -87,6 +95,8 @@ RAPPOR_KEYS: dict[str, Key] = {
     "bloom_hashes": Key(int, 2, "RAPPOR: hash functions h per cohort (bits an item sets)", check=lambda v: 1 <= v <= 16, constraint="in 1..16"),
     "cohorts": Key(int, 512, "RAPPOR: cohorts C, user groups with their own hash functions", check=lambda v: 1 <= v <= 1 << 16, constraint="in 1..65536"),
     "candidates": Key(str, "", "RAPPOR: candidate dictionary the server decodes against, a text file of one candidate per line; empty: the population's vocabulary, which a real deployment would not have"),
+    "report": REPORT_KEY,  # shared with SFP
+    "top_k": PREFIX_KEYS["top_k"],  # shared with PEM/TreeHist: K under protocol.report = "top_k"
 }
 
 POPULATION_DICTIONARY_NOTE = (
@@ -373,10 +383,20 @@ class RapporParameters:
     bloom_hashes: int
     cohorts: int
     candidates: str  # dictionary file; empty: the population's vocabulary
+    report: str = SIGNIFICANT  # significant | top_k (fedhh.protocols.report_mode)
+    top_k: int = 32  # K: candidates reported under report = top_k
 
     def __post_init__(self) -> None:
         check_users(self.n_users)
         rappor_split(self.epsilon, bloom_hashes=self.bloom_hashes)
+        check_report_mode(self.report)
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
+            raise InputError(f"protocol.top_k: must be an integer >= 1, got {self.top_k!r}")
+
+    @property
+    def at_least(self) -> int:
+        """Candidates the decoder regresses whatever their screening score (0: only those above it)."""
+        return self.top_k if self.report == TOP_K else 0
 
 
 @dataclass
@@ -457,19 +477,32 @@ class RapporServer(ServerProtocol):
         if self._trace or response.round != 1:
             raise ValueError(f"response for round {response.round}, but no request is pending")
         assert self.dictionary is not None
-        self._regression = decode(self.encoder, response, vocabulary_keys(self.dictionary))
+        self._regression = decode(self.encoder, response, vocabulary_keys(self.dictionary), self.params.at_least)
         found = int(np.count_nonzero(self._significant()))
-        self._trace.append(RoundRecord(1, {
+        values = {
             "users": int(response.responding_users),
             "candidates": self.dictionary.size,
             "regressed": int(self._regression.candidates.size),
             "significant": found,
-        }))
+        }
+        if self.params.report == TOP_K:
+            values["reported"] = int(self._reported().size)
+        self._trace.append(RoundRecord(1, values))
 
     def _significant(self) -> np.ndarray:
         regression = self._regression
         assert regression is not None
         return regression.estimates > regression.threshold * regression.errors
+
+    def _reported(self) -> np.ndarray:
+        """Indices into the regression of the reported candidates, best estimate first:
+        the significant ones, or under ``report = top_k`` the ``K`` best whatever their significance."""
+        regression = self._regression
+        assert regression is not None
+        if self.params.report == TOP_K:
+            return np.argsort(-regression.estimates, kind="stable")[: self.params.top_k]
+        significant = np.flatnonzero(self._significant())
+        return significant[np.argsort(-regression.estimates[significant], kind="stable")]
 
     def privacy_report(self) -> PrivacyReport:
         p = self.params
@@ -492,10 +525,9 @@ class RapporServer(ServerProtocol):
         if self._regression is not None:
             assert self.dictionary is not None
             regression = self._regression
-            significant = self._significant()
-            order = np.argsort(-regression.estimates[significant], kind="stable")
-            for index, estimate in zip(regression.candidates[significant][order].tolist(),
-                                       regression.estimates[significant][order].tolist(), strict=True):
+            order = self._reported()
+            for index, estimate in zip(regression.candidates[order].tolist(),
+                                       regression.estimates[order].tolist(), strict=True):
                 row = self.dictionary.rows[index]
                 discoveries.append(Discovery(self.dictionary.items[index], tuple(int(s) for s in row),
                                              estimated_count=float(estimate)))
@@ -512,6 +544,8 @@ class RapporServer(ServerProtocol):
                 "candidates": self.dictionary.size if self.dictionary else 0,
                 "significance": SIGNIFICANCE,
                 "significance_z": self._regression.threshold if self._regression else None,
+                "report": p.report,
+                **({"top_k": p.top_k} if p.report == TOP_K else {}),
             },
             stopped_because="one round of Bloom filters decoded" if self._trace else "not finished",
         )
@@ -529,8 +563,13 @@ def read_dictionary(path: str, codec: ItemCodec) -> Vocabulary:
     return vocabulary
 
 
-def decode(encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.ndarray) -> Regression:
-    """Bit estimates, screening, regression and the significance threshold (module docstring)."""
+def decode(encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.ndarray, at_least: int = 0) -> Regression:
+    """Bit estimates, screening, regression and the significance threshold (module docstring).
+
+    ``at_least``: the best-scored candidates regressed whatever their score
+    (``report = top_k``: the ``K`` the server must report); 0 keeps only those
+    above the screening level.
+    """
     from scipy import sparse  # server side only: devices never import scipy
 
     p, q = encoder.probabilities
@@ -547,8 +586,11 @@ def decode(encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.n
     spread = 1.4826 * float(np.median(np.abs(centred)))  # robust sd of a bit estimate: heavy bits stand out
     screen = NormalDist().inv_cdf(1 - 1 / max(candidate_keys.size, 2)) * spread * math.sqrt(encoder.bloom_hashes * cohorts)
     limit = min(max(1, bits * cohorts // 4), MAX_REGRESSED)
-    chosen = np.sort(np.argsort(-scores, kind="stable")[:limit])
+    ranked = np.argsort(-scores, kind="stable")
+    chosen = np.sort(ranked[:limit])
     chosen = chosen[scores[chosen] > screen]
+    if at_least:
+        chosen = np.union1d(chosen, ranked[:at_least])
     regressed = chosen.size
     positions = encoder.positions(candidate_keys[chosen][:, None], all_cohorts[None, :])  # (R, C, h)
     first_time = np.ones(positions.shape, dtype=bool)  # an item sets a bit once, however many hashes hit it
@@ -608,8 +650,9 @@ def reply_budget(request: RapporRequest, node: HeldUsers, server: ServerProtocol
 
 def describe_round(record: RoundRecord) -> str:
     values = record.values
+    reported = f", {values['reported']} reported (the best estimates)" if "reported" in values else ""
     return (f"Bloom filters of {values['users']:,} users decoded against {values['candidates']:,} candidates: "
-            f"{values['regressed']} regressed, {values['significant']} significant")
+            f"{values['regressed']} regressed, {values['significant']} significant{reported}")
 
 
 def build_rappor(
@@ -622,6 +665,8 @@ def build_rappor(
         bloom_hashes=int(protocol["bloom_hashes"]),
         cohorts=int(protocol["cohorts"]),
         candidates=str(protocol["candidates"]),
+        report=str(protocol["report"]),
+        top_k=int(protocol["top_k"]),
     )
     return RapporServer(params, codec, seed)
 

@@ -28,7 +28,13 @@ fragments: additive, decoded once.  The server
    is what keeps "apples" and "orange" from becoming "orales");
 3. estimates the candidates with the full-word sketch (without one, with
    the mean of their fragments' estimates) and reports the best
-   ``protocol.words_reported``.
+   ``protocol.words_reported`` of those with a positive estimate.
+
+With ``protocol.report = "top_k"`` (:mod:`fedhh.protocols.report_mode`) the
+server keeps the best ``protocol.fragment_candidates`` pairs per position
+whatever the noise level and reports the best ``protocol.words_reported``
+candidates whatever their estimate, as pure-ldp does (every candidate the
+puzzle assembles, if fewer).
 
 Both reports are ε-LDP by their oracles at their share of ε; a user's
 guarantee is their sum (basic composition), as the privacy report states.
@@ -59,6 +65,7 @@ from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, Ser
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol
+from .report_mode import REPORT_KEY, SIGNIFICANT, check_report_mode
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
 from .triehh import choose_items
 from .value_reports import check_all_users_report
@@ -81,11 +88,12 @@ SFP_KEYS: dict[str, Key] = {
     "fragment_length": Key(int, 2, "SFP: symbols f of a fragment; must divide the item's symbols (max_length / unit_size)", check=lambda v: v >= 1, constraint=">= 1"),
     "fragment_share": Key(float, 0.5, "SFP: share of ε on the fragment report, the rest on the full word", check=lambda v: 0 < v < 1, constraint="in the open interval (0, 1)"),
     "word_pass": Key(bool, True, "SFP: also report the whole word through a second sketch (the optional full-string pass); false: the fragment report takes the whole ε"),
-    "fragment_candidates": Key(int, 64, "SFP: (fragment, hash) pairs kept per position, the best above the noise level", check=lambda v: v >= 1, constraint=">= 1"),
-    "words_reported": Key(int, 32, "SFP: most words reported, the best by the full-word estimate", check=lambda v: v >= 1, constraint=">= 1"),
+    "fragment_candidates": Key(int, 64, "SFP: (fragment, hash) pairs kept per position, the best above the noise level (protocol.report = top_k: the best whatever their noise)", check=lambda v: v >= 1, constraint=">= 1"),
+    "words_reported": Key(int, 32, "SFP: most words reported, the best by the full-word estimate with a positive one (protocol.report = top_k: whatever their estimate)", check=lambda v: v >= 1, constraint=">= 1"),
     "fragment_oracle": Key(str, "cms", "SFP: sketch oracle of both reports (cms: count-mean over OUE; hcms: over HM(1))", SKETCH_ORACLES),
     "fragment_sketch_rows": Key(int, 16, "SFP: rows of both sketches", check=lambda v: 1 <= v <= 1 << 16, constraint="in 1..65536"),
     "fragment_sketch_width": Key(int, 1024, "SFP: width of both sketches", check=lambda v: 2 <= v <= 1 << 20, constraint="in 2..1048576"),
+    "report": REPORT_KEY,  # shared with RAPPOR
 }
 
 
@@ -358,12 +366,14 @@ class SFPParameters:
     oracle: str
     sketch_rows: int
     sketch_width: int
+    report: str = SIGNIFICANT  # significant | top_k (fedhh.protocols.report_mode)
 
     def __post_init__(self) -> None:
         check_users(self.n_users)
         if self.oracle not in SKETCH_ORACLES:
             raise InputError(f"protocol.fragment_oracle: got {self.oracle!r}; allowed: {list(SKETCH_ORACLES)}")
         sfp_split(self.epsilon, fragment_share=self.fragment_share, word_pass=self.word_pass)
+        check_report_mode(self.report)
 
 
 @dataclass
@@ -434,8 +444,18 @@ class SFPServer(ServerProtocol):
             "users": int(response.responding_users),
             "fragments_kept": [int(kept.size) for kept in self._puzzle.kept],
             "candidates": int(self._puzzle.rows.shape[0]),
-            "reported": int(min(self.params.words_reported, np.count_nonzero(self._puzzle.estimates > 0))),
+            "reported": int(self._reported().size),
         }))
+
+    def _reported(self) -> np.ndarray:
+        """Indices of the reported candidate words, best estimate first: at most
+        ``words_reported``, only positive estimates unless ``report = top_k``."""
+        puzzle = self._puzzle
+        assert puzzle is not None
+        order = np.argsort(-puzzle.estimates, kind="stable")
+        if self.params.report == SIGNIFICANT:
+            order = order[puzzle.estimates[order] > 0]
+        return order[: self.params.words_reported]
 
     def solve(self, response: SFPResponse) -> Puzzle:
         """Fragments above the noise level, the puzzle, and the words' estimates (module docstring)."""
@@ -450,7 +470,8 @@ class SFPServer(ServerProtocol):
             estimates = oracle.estimate(statistics, every_pair) * self.positions  # the position's share is 1/P
             threshold = z * 1.4826 * float(np.median(np.abs(estimates - np.median(estimates))))
             order = np.argsort(-estimates, kind="stable")[: self.params.fragment_candidates]
-            order = order[estimates[order] > threshold]
+            if self.params.report == SIGNIFICANT:
+                order = order[estimates[order] > threshold]
             kept.append(order.astype(np.int64))
             kept_estimates.append(estimates[order])
             thresholds.append(threshold)
@@ -502,9 +523,7 @@ class SFPServer(ServerProtocol):
         discoveries: list[Discovery] = []
         if self._puzzle is not None:
             puzzle = self._puzzle
-            order = np.argsort(-puzzle.estimates, kind="stable")
-            order = order[puzzle.estimates[order] > 0][: self.params.words_reported]
-            for index in order.tolist():
+            for index in self._reported().tolist():
                 row = puzzle.rows[index]
                 discoveries.append(Discovery(self.fragments.encoding.decode(row), tuple(int(s) for s in row),
                                              estimated_count=float(puzzle.estimates[index])))
@@ -518,7 +537,7 @@ class SFPServer(ServerProtocol):
             params={
                 "fragment_length": p.fragment_length, "positions": self.positions, "fragment_share": p.fragment_share,
                 "word_pass": p.word_pass,
-                "fragment_candidates": p.fragment_candidates, "words_reported": p.words_reported,
+                "fragment_candidates": p.fragment_candidates, "words_reported": p.words_reported, "report": p.report,
                 "oracle": p.oracle, "sketch_rows": p.sketch_rows, "sketch_width": p.sketch_width,
                 "fragment_thresholds": [round(t, 1) for t in self._puzzle.thresholds] if self._puzzle else None,
             },
@@ -575,6 +594,7 @@ def build_sfp(
         oracle=str(protocol["fragment_oracle"]),
         sketch_rows=int(protocol["fragment_sketch_rows"]),
         sketch_width=int(protocol["fragment_sketch_width"]),
+        report=str(protocol["report"]),
     )
     return SFPServer(params, codec, seed)
 
