@@ -6,17 +6,20 @@ would give a different run for 1 and 7 shards.  Here every draw is a pure
 function of its key, hashed with SplitMix64 (vectorised over user ids), so a
 user's randomness is the same whatever shard or transport carries it.
 
-Randomisers that draw many words per user (a Bloom filter's bits) over a
-shard's contiguous range of users use :meth:`KeyedRandomness.range_words`
-instead: one Philox stream per block of :data:`GRID_USERS` consecutive
-global ids, keyed by (purpose key, block) and positioned by its counter at
-the user's row, so a user's words are again the same whatever range holds
-it, at about a fifth of SplitMix64's cost per word in numpy.
+Randomisers that draw many words per user (a Bloom filter's bits, a unary
+encoding's bits) over a shard's contiguous range of users use
+:meth:`KeyedRandomness.range_words` or :class:`RangeRandom` instead: one
+Philox stream per block of :data:`GRID_USERS` consecutive global ids, keyed
+by (purpose key, block) and positioned by its counter at the user's row, so
+a user's words are again the same whatever range holds it, at about a fifth
+of SplitMix64's cost per word in numpy.
 
-``UserRandom`` (and ``OsRandom``, for real devices) exposes the two methods the client-side code needs
-(``random`` and ``integers``) with ``Generator``-compatible signatures, so a
+``UserRandom``, ``RangeRandom`` (and ``OsRandom``, for real devices) expose the two methods the client-side
+code needs (``random`` and ``integers``) with ``Generator``-compatible signatures, so a
 randomiser written against ``numpy.random.Generator`` runs unchanged on it
-as long as each call draws one value (or one fixed-size row) per user.
+as long as each call draws one value (or one fixed-size row) per user; and
+``words``, raw uniform 64-bit words, for randomisers that compare 32-bit
+halves with integer thresholds (:func:`fedhh.oracles.sampling.random_words`).
 """
 
 from __future__ import annotations
@@ -108,6 +111,12 @@ class _PerUserDraws:
         """``(n_users, columns)`` fresh uint64 words."""
         raise NotImplementedError
 
+    def words(self, columns: int) -> np.ndarray:
+        """``(n_users, columns)`` uniform uint64 words, one row per user (one call, like ``random``)."""
+        if columns < 1:
+            raise ValueError(f"words: columns must be >= 1, got {columns}")
+        return self._bits(int(columns))
+
     def _check_size(self, size: int | tuple[int, ...] | None) -> tuple[int, ...]:
         if size is None:
             size = self.n_users
@@ -160,13 +169,36 @@ class UserRandom(_PerUserDraws):
         self._counter = 0
 
     def _bits(self, columns: int) -> np.ndarray:
-        words = np.empty((self.n_users, columns), dtype=np.uint64)
+        """Word ``j`` of a user is ``splitmix64(splitmix64(id XOR key) + j)``, ``j`` counting every
+        word the user drew before (so one call of ``c`` columns equals ``c`` calls of one)."""
+        counters = np.uint64(self._counter) + np.arange(columns, dtype=np.uint64)
+        self._counter += columns
         with np.errstate(over="ignore"):
-            user_keys = splitmix64(self._ids ^ self._key)
-            for column in range(columns):
-                words[:, column] = splitmix64(user_keys + np.uint64(self._counter))
-                self._counter += 1
-        return words
+            return splitmix64(splitmix64(self._ids ^ self._key)[:, None] + counters)
+
+
+class RangeRandom(_PerUserDraws):
+    """Per-user draws for the contiguous global users ``first_user, first_user + 1, ...``.
+
+    Call ``j`` (counting from 0) is one :func:`keyed_range_words` draw under
+    the key ``splitmix64(key XOR j)``: a user's words depend only on the key,
+    its global id and the call sequence, so they are the same whatever range
+    (shard, block of users) holds it, as with :class:`UserRandom`, at about a
+    fifth of its cost per word.
+    """
+
+    def __init__(self, key: np.uint64, first_user: int, n_users: int) -> None:
+        if first_user < 0 or n_users < 0:
+            raise ValueError(f"RangeRandom: first_user and n_users must be >= 0, got {first_user} and {n_users}")
+        super().__init__(int(n_users))
+        self._key = np.uint64(key)
+        self._first_user = int(first_user)
+        self._calls = 0
+
+    def _bits(self, columns: int) -> np.ndarray:
+        call_key = np.uint64(splitmix64(self._key ^ np.uint64(self._calls)))
+        self._calls += 1
+        return keyed_range_words(call_key, self._first_user, self.n_users, columns)
 
 
 class OsRandom(_PerUserDraws):
@@ -182,6 +214,10 @@ class RandomnessSource(Protocol):
     def for_users(self, purpose: str, round: int, user_ids: np.ndarray) -> UserRandom | OsRandom:
         ...
 
+    def for_range(self, purpose: str, round: int, first_user: int, n_users: int) -> RangeRandom | OsRandom:
+        """Per-user draws for a contiguous range of global users (cheaper per word than ``for_users``)."""
+        ...
+
     def range_words(self, purpose: str, round: int, first_user: int, n_users: int, columns: int) -> np.ndarray:
         """``(n_users, columns)`` uniform uint64 words for a contiguous range of global users."""
         ...
@@ -195,6 +231,9 @@ class KeyedRandomness:
 
     def for_users(self, purpose: str, round: int, user_ids: np.ndarray) -> UserRandom:
         return UserRandom(derive_key(self.seed, purpose, round), user_ids)
+
+    def for_range(self, purpose: str, round: int, first_user: int, n_users: int) -> RangeRandom:
+        return RangeRandom(derive_key(self.seed, purpose, round), first_user, n_users)
 
     def range_words(self, purpose: str, round: int, first_user: int, n_users: int, columns: int) -> np.ndarray:
         """:func:`keyed_range_words` under this seed, purpose and round."""
@@ -213,6 +252,9 @@ class SecureRandomness:
 
     def for_users(self, purpose: str, round: int, user_ids: np.ndarray) -> OsRandom:
         return OsRandom(int(np.asarray(user_ids).shape[0]))
+
+    def for_range(self, purpose: str, round: int, first_user: int, n_users: int) -> OsRandom:
+        return OsRandom(n_users)
 
     def range_words(self, purpose: str, round: int, first_user: int, n_users: int, columns: int) -> np.ndarray:
         return os_words(n_users, columns)

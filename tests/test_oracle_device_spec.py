@@ -40,6 +40,7 @@ from fedhh.oracles.hashing import hash_keys, local_hash
 from fedhh.oracles.keys import key_rows
 from fedhh.oracles.registry import ORACLE_NAMES
 from fedhh.protocols.report_table import from_table
+from fedhh.randomness import UserRandom
 
 U64 = np.uint64
 ALL_ONES = U64(0xFFFFFFFFFFFFFFFF)
@@ -162,18 +163,29 @@ class GRR(Device):
 class Unary(Device):
     symmetric = True
 
-    def pq(self) -> tuple[float, float]:
+    def thresholds(self) -> tuple[int, int]:
         if self.symmetric:
             half = math.exp(self.epsilon / 2)
-            return half / (half + 1), 1 - half / (half + 1)
-        return 0.5, 1 / (math.exp(self.epsilon) + 1)
+            p, q = half / (half + 1), 1 / (half + 1)
+        else:
+            p, q = 0.5, 1 / (math.exp(self.epsilon) + 1)
+        return min(math.floor(p * 2**32), 2**32 - 1), math.ceil(q * 2**32)
+
+    def pq(self) -> tuple[float, float]:
+        t_p, t_q = self.thresholds()
+        return t_p / 2**32, t_q / 2**32
+
+    def bits_of_words(self, v: np.ndarray, words: np.ndarray) -> np.ndarray:
+        """The packed report rows of values ``v`` from ``ceil(d / 2)`` words per user."""
+        t_p, t_q = self.thresholds()
+        halves = np.empty((v.size, 2 * words.shape[1]), dtype=U64)
+        halves[:, 0::2], halves[:, 1::2] = words & U64(0xFFFFFFFF), words >> U64(32)
+        own = np.arange(self.d)[None, :] == v[:, None].astype(np.int64)
+        bits = np.where(own, halves[:, : self.d] < t_p, halves[:, : self.d] < t_q)
+        return np.packbits(bits, axis=1)
 
     def report(self, v, rng):
-        p, q = self.pq()
-        uniforms = rng.random((v.size, self.d))
-        own = np.arange(self.d)[None, :] == v[:, None].astype(np.int64)
-        bits = np.where(own, uniforms < p, uniforms < q)
-        return {"bits": np.packbits(bits, axis=1)}
+        return {"bits": self.bits_of_words(v, rng.integers(0, 1 << 64, size=(v.size, -(-self.d // 2)), dtype=U64))}
 
     def _bits(self, report):
         return np.unpackbits(report["bits"], axis=1, count=self.d).astype(bool)
@@ -560,6 +572,20 @@ def test_a_device_following_the_document_reports_as_fedhh_decodes(
     mine_counts, mine_reporters = device.support(report, candidates)
     assert np.array_equal(support.counts.ravel(), mine_counts)
     assert np.array_equal(np.atleast_1d(support.n_users), mine_reporters)
+
+
+@pytest.mark.parametrize(("name", "epsilon", "d"), [("sue", 1.0, 50), ("rappor", 0.5, 7), ("oue", 2.0, 1024), ("oue", 4.0, 515)])
+def test_unary_reports_are_the_documented_bits_of_their_words(name: str, epsilon: float, d: int) -> None:
+    """fedhh's unary randomizer maps its words to bits as the document says (32-bit halves, low half
+    first, against ``T_p`` and ``T_q``): given the same words, the packed rows are identical.  The words
+    come from ``UserRandom``, whose ``j``-th word of a user is the same however many calls draw it."""
+    users = np.arange(400)
+    values = np.random.default_rng(d).integers(0, d, users.size).astype(U64)
+    key = U64(0x5EED)
+    words = UserRandom(key, users).words(-(-d // 2))
+    mine = DEVICES[name](epsilon, d).bits_of_words(values, words)  # type: ignore[attr-defined]
+    theirs = make_oracle(name, epsilon=epsilon, domain=d).randomize(values, UserRandom(key, users)).bits
+    assert np.array_equal(mine, theirs)
 
 
 # sketches whose estimator has no closed-form variance; their rows' device side is the exact test's

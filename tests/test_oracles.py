@@ -114,7 +114,11 @@ def test_worst_case_ratio_is_exactly_e_to_the_epsilon(name: str, options: dict, 
     assert np.all(probabilities > 0)
     worst = float((probabilities.max(axis=0) / probabilities.min(axis=0)).max())
     assert worst <= math.exp(epsilon) * (1 + 1e-12)
-    assert worst >= math.exp(epsilon) * (1 - 1e-9)
+    if isinstance(oracle, UnaryEncoding):  # tight at its realised 32-bit p' <= p and q' >= q, a hair below e^ε
+        assert worst == pytest.approx(oracle.p * (1 - oracle.q) / (oracle.q * (1 - oracle.p)), rel=1e-12)
+        assert worst >= math.exp(epsilon) * (1 - 1e-8)
+    else:
+        assert worst >= math.exp(epsilon) * (1 - 1e-9)
     totals = probabilities.sum(axis=1)
     if isinstance(oracle, LocalHashing) and not isinstance(oracle, FastLocalHashing):
         totals = totals * 2.0**64 / 64  # each enumerated seed has probability 2**-64
@@ -173,12 +177,30 @@ def test_reference_variance_table() -> None:
         }
         for name, value in expected.items():
             oracle = make_oracle(name, epsilon=epsilon, domain=d)
-            assert oracle.per_user_variance()[0] == pytest.approx(value, rel=1e-12)
+            # unary encodings realise p and q as 32-bit thresholds, under 2^-32 away (exact test below)
+            tolerance = 1e-7 if isinstance(oracle, UnaryEncoding) else 1e-12
+            assert oracle.per_user_variance()[0] == pytest.approx(value, rel=tolerance)
         olh = make_oracle("olh", epsilon=epsilon, domain=d)
         assert olh.g == round(e) + 1
         exact = (e + olh.g - 1) ** 2 / ((olh.g - 1) * (e - 1) ** 2)
         assert olh.per_user_variance()[0] == pytest.approx(exact, rel=1e-12)
         assert olh.per_user_variance()[0] == pytest.approx(4 * e / (e - 1) ** 2, rel=0.1)
+
+
+@pytest.mark.parametrize("name", ["sue", "oue"])
+@pytest.mark.parametrize("epsilon", [1e-6, 0.5, 1.0, 4.0, 50.0])
+def test_unary_thresholds_round_towards_less_privacy_loss(name: str, epsilon: float) -> None:
+    """``p' = floor(p 2^32) / 2^32`` and ``q' = ceil(q 2^32) / 2^32`` (``p'`` at most ``1 - 2^-32``):
+    each within 2^-32 of the ideal, on the private side, and what the variance uses."""
+    oracle = make_oracle(name, epsilon=epsilon, domain=10)
+    assert isinstance(oracle, UnaryEncoding)
+    ideal_p, ideal_q = oracle.bit_probabilities(epsilon)
+    t_p, t_q = oracle.thresholds
+    assert (oracle.p, oracle.q) == (t_p / 2**32, t_q / 2**32)
+    assert ideal_p - 2**-32 < oracle.p <= ideal_p and ideal_q <= oracle.q < ideal_q + 2**-32
+    assert oracle.p * (1 - oracle.q) / (oracle.q * (1 - oracle.p)) <= math.exp(epsilon)
+    gap = (oracle.p - oracle.q) ** 2
+    assert oracle.per_user_variance() == (oracle.q * (1 - oracle.q) / gap, oracle.p * (1 - oracle.p) / gap)
 
 
 # ---------------------------------------------------------------- accuracy

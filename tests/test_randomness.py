@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from fedhh.randomness import GRID_USERS, KeyedRandomness, OsRandom, SecureRandomness
+from fedhh.randomness import GRID_USERS, KeyedRandomness, OsRandom, RangeRandom, SecureRandomness, derive_key
 
 
 def test_a_users_draws_do_not_depend_on_its_batch() -> None:
@@ -61,3 +61,39 @@ def test_range_words_are_uniform_bits() -> None:
     assert stats.kstest(halves, "uniform").pvalue > 1e-4
     device = SecureRandomness()
     assert not np.array_equal(device.range_words("d", 1, 0, 4, 2), device.range_words("d", 1, 0, 4, 2))
+
+
+def test_a_users_words_are_the_same_in_one_call_or_many() -> None:
+    """``UserRandom.words``: a user's ``j``-th word does not depend on how many calls drew it,
+    nor on its batch, and is the word ``random`` turns into its ``j``-th uniform."""
+    source = KeyedRandomness(9)
+    once = source.for_users("w", 1, np.arange(500)).words(7)
+    part = source.for_users("w", 1, np.arange(100, 300))
+    np.testing.assert_array_equal(np.hstack([part.words(3), part.words(1), part.words(3)]), once[100:300])
+    uniforms = source.for_users("w", 1, np.arange(500)).random((500, 7))
+    np.testing.assert_array_equal(uniforms, (once >> np.uint64(11)).astype(np.float64) / 2.0**53)
+
+
+def test_range_draws_of_a_user_do_not_depend_on_the_range() -> None:
+    """``for_range``: each call is a keyed range draw of its own, so any range (inside Philox blocks,
+    across them) gives each user the draws of the whole population's, call by call."""
+    source = KeyedRandomness(13)
+    everyone = source.for_range("r", 2, 0, 2 * GRID_USERS + 50)
+    assert isinstance(everyone, RangeRandom)
+    whole = [everyone.words(3), everyone.integers(0, 10), everyone.words(1), everyone.random()]
+    for first, count in ((0, 1), (GRID_USERS - 2, 9), (7, 2 * GRID_USERS + 43)):
+        part = source.for_range("r", 2, first, count)
+        piece = [part.words(3), part.integers(0, 10), part.words(1), part.random()]
+        for mine, theirs in zip(piece, whole, strict=True):
+            np.testing.assert_array_equal(mine, theirs[first : first + count])
+    key = derive_key(13, "r", 2)
+    assert np.array_equal(RangeRandom(key, 0, 10).words(3), whole[0][:10])
+    assert not np.any(source.for_range("r", 3, 0, 100).words(3) == whole[0][:100])
+    assert not np.any(everyone.words(3)[:100] == whole[0][:100])  # a later call: fresh words
+    assert isinstance(SecureRandomness().for_range("d", 1, 5, 4), OsRandom)
+
+
+def test_range_draws_are_uniform() -> None:
+    draws = KeyedRandomness(17).for_range("ks", 1, 123, 100_000)
+    assert stats.kstest(draws.random(), "uniform").pvalue > 1e-4
+    assert stats.chisquare(np.bincount(draws.integers(0, 6), minlength=6)).pvalue > 1e-4

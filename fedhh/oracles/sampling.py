@@ -1,10 +1,10 @@
-"""The only draws the client side makes: uniform floats and bounded integers.
+"""The only draws the client side makes: uniform floats, bounded integers and raw words.
 
 Every randomiser takes ``rng``: a ``numpy.random.Generator``, a
-:class:`fedhh.randomness.UserRandom` (simulation) or an
-:class:`fedhh.randomness.OsRandom` (a device).  ``UserRandom`` keys each
-draw by (user, call number), so a randomiser must make the *same sequence of
-calls* whatever the shard holds: each call draws one value (or one
+:class:`fedhh.randomness.UserRandom` or :class:`fedhh.randomness.RangeRandom`
+(simulation) or an :class:`fedhh.randomness.OsRandom` (a device).  The
+simulation's kinds key each draw by (user, call number), so a randomiser must
+make the *same sequence of calls* whatever the shard holds: each call draws one value (or one
 fixed-width row) per user, and no call count may depend on the data or on the
 number of users.  The
 helpers here keep that discipline while reaching bounds beyond the 2**52 that
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedhh.randomness import OsRandom, UserRandom
+from fedhh.randomness import OsRandom, RangeRandom, UserRandom
 
-RandomSource = np.random.Generator | UserRandom | OsRandom
+RandomSource = np.random.Generator | UserRandom | RangeRandom | OsRandom
 
 _WORD_HALF = 1 << 32
 _SMALL_BOUND = 1 << 52
@@ -31,6 +31,14 @@ def check_rng_batch(rng: RandomSource, n_users: int) -> None:
             f"rng: per-user randomness for {rng.n_users} users but values has {n_users}; "
             "build it over the same users as the values"
         )
+
+
+def random_words(rng: RandomSource, n_users: int, columns: int) -> np.ndarray:
+    """``(n_users, columns)`` uniform uint64 words in one call: raw bits for integer thresholds,
+    about half the cost of two 32-bit ``integers`` draws (:func:`uniform_words`) per word."""
+    if isinstance(rng, np.random.Generator):
+        return rng.integers(0, np.iinfo(np.uint64).max, size=(n_users, columns), dtype=np.uint64, endpoint=True)
+    return rng.words(columns)
 
 
 def uniform_words(rng: RandomSource, shape: tuple[int, ...]) -> np.ndarray:

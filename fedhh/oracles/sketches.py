@@ -67,6 +67,9 @@ class SketchReports:
     def __len__(self) -> int:
         return int(self.rows.shape[0])
 
+    def take(self, rows: np.ndarray) -> SketchReports:
+        return SketchReports(self.rows[rows], self.inner.take(rows))
+
 
 @dataclass(frozen=True)
 class SketchStatistics:
@@ -164,7 +167,7 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
 
     def randomize_aggregate(self, values: np.ndarray, rng: RandomSource) -> SketchStatistics:
         """With a Generator each row's users go through the inner oracle's shard path
-        (for OUE: the Binomial counts); with a UserRandom, through per-user reports."""
+        (for OUE: the Binomial counts); with per-user randomness, through per-user reports."""
         if not isinstance(rng, np.random.Generator):
             return self.aggregate(self.randomize(values, rng))
         values = self._values(values)

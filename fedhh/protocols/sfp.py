@@ -318,16 +318,16 @@ def respond(request: SFPRequest, shard: Shard, randomness: RandomnessSource) -> 
     positions = user_positions(request.position_seed, fragments.positions, user_ids)
     fragment_stats: list[Any] = [None] * fragments.positions
     word_stats: Any = None
-    for first in range(0, shard.n_users, USERS_PER_BLOCK):
-        block = slice(first, first + USERS_PER_BLOCK)
-        held, ids, placed = items[block], user_ids[block], positions[block]
+    for first in range(0, shard.n_users, USERS_PER_BLOCK):  # users' private draws: one Philox pass per block and report
+        held, placed = items[first : first + USERS_PER_BLOCK], positions[first : first + USERS_PER_BLOCK]
+        block_users = (shard.first_user + first, held.size)
+        fragment_reports = fragment_oracle.randomize(
+            reports[held, placed], randomness.for_range(FRAGMENT_PURPOSE, request.round, *block_users))
         for position in range(fragments.positions):
-            members = placed == position
-            rng = randomness.for_users(FRAGMENT_PURPOSE, request.round, ids[members])
-            stats = fragment_oracle.randomize_aggregate(reports[held[members], position], rng)
+            stats = fragment_oracle.aggregate(fragment_reports.take(np.flatnonzero(placed == position)))
             fragment_stats[position] = stats if fragment_stats[position] is None else fragment_stats[position] + stats
         if word_oracle is not None:
-            stats = word_oracle.randomize_aggregate(words[held], randomness.for_users(WORD_PURPOSE, request.round, ids))
+            stats = word_oracle.randomize_aggregate(words[held], randomness.for_range(WORD_PURPOSE, request.round, *block_users))
             word_stats = stats if word_stats is None else word_stats + stats
     flat = [fragment_oracle.to_flat(stats) for stats in fragment_stats] if shard.n_users else []
     if not flat:  # a shard of no user
