@@ -196,7 +196,9 @@ def test_top_k_reports_the_best_words_whatever_their_noise() -> None:
     assert len(top.discoveries) == 8 and {d.item for d in top.discoveries} <= set(FRUITS)
     assert estimates == sorted(estimates, reverse=True)
     assert [d.item for d in every.discoveries[:8]] == [d.item for d in top.discoveries]
-    assert len(every.discoveries) == every.trace[0].values["candidates"] < 64 and {d.item for d in every.discoveries} == set(FRUITS)
+    assert len(every.discoveries) == every.trace[0].values["candidates"] < 64
+    # every planted word is assembled and estimated above any word a hash collision assembles (near 0)
+    assert {d.item for d in every.discoveries[: len(FRUITS)]} == set(FRUITS)
     assert top.params["report"] == "top_k" and default.params["report"] == "significant"
     assert top.privacy.to_dict() == default.privacy.to_dict()
 

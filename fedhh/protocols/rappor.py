@@ -65,6 +65,7 @@ from ..errors import InputError
 from ..items import ItemCodec
 from ..oracles.hashing import expand_seeds, hash_expanded, mix_keys
 from ..oracles.keys import key_rows
+from ..oracles.unary import word_thresholds
 from ..population import Shard, Vocabulary
 from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
 from ..privacy.report import Coverage, PrivacyReport
@@ -184,18 +185,9 @@ class BloomEncoder:
 
     @functools.cached_property
     def thresholds(self) -> tuple[np.uint32, np.uint32]:
-        """``(T_p, T_q)``: a bit is reported set when a uniform 32-bit word is below its threshold.
-
-        ``T_p`` rounds ``p 2^32`` down and ``T_q`` rounds ``q 2^32`` up, so the
-        realised ``p' = T_p / 2^32 <= p`` and ``q' >= q``: every likelihood
-        ratio of a report is at most the ideal one, and the randomiser stays
-        ε-LDP exactly (``p'`` and ``q'`` differ from ``p``, ``q`` by under 2^-32).
-        """
-        p, q = bit_probabilities(self.epsilon, self.bloom_hashes)
-        t_p, t_q = min(math.floor(p * 2.0**32), (1 << 32) - 1), math.ceil(q * 2.0**32)
-        if t_p <= t_q:
-            raise InputError(f"privacy.epsilon: {self.epsilon} leaves RAPPOR's bits no 32-bit difference between "
-                             "a set and a clear bit; use a larger ε")
+        """``(T_p, T_q)`` of the bit probabilities (:func:`fedhh.oracles.unary.word_thresholds`):
+        rounded towards less privacy loss, so the randomiser stays ε-LDP exactly."""
+        t_p, t_q = word_thresholds(*bit_probabilities(self.epsilon, self.bloom_hashes))
         return np.uint32(t_p), np.uint32(t_q)
 
     @property
