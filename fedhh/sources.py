@@ -465,18 +465,7 @@ def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]
             f"needs columns 'user' and 'item', has {table.column_names}"
         )
     user, item = table.column("user"), table.column("item")
-    missing_user = _first_row(
-        pc.is_null(user),
-        pc.equal(user, "") if _is_text(user) else None,
-        pc.is_nan(user) if pa.types.is_floating(user.type) else None,
-    )
-    if missing_user is not None:
-        value = user[missing_user].as_py()
-        problem = "has no user" if value is None or value == "" else f"has user {value!r}"
-        raise InputError(
-            f"population.path {path!r}: {occurrence_place(path, missing_user)} {problem}; every row needs "
-            "the user who holds its item (rows of unknown users cannot be told apart)"
-        )
+    check_users_present(path, user)
     if _is_text(item):
         bad_item = _first_row(pc.is_null(item), pc.equal(item, ""))
     else:
@@ -484,6 +473,26 @@ def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]
     if bad_item is not None:
         raise ItemError(f"population.path {path!r}: {occurrence_place(path, bad_item)} has an empty or non-text item")
     return user.to_pylist(), item.to_pylist()
+
+
+def check_users_present(path: str, user: Any, first_row: int = 0) -> None:
+    """Refuse the first row of a ``user`` column (a pyarrow array whose row 0 is row ``first_row``
+    of the file) that names no user: null, empty text or NaN, with its place in the file."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    missing = _first_row(
+        pc.is_null(user),
+        pc.equal(user, "") if _is_text(user) else None,
+        pc.is_nan(user) if pa.types.is_floating(user.type) else None,
+    )
+    if missing is not None:
+        value = user[missing].as_py()
+        problem = "has no user" if value is None or value == "" else f"has user {value!r}"
+        raise InputError(
+            f"population.path {path!r}: {occurrence_place(path, first_row + missing)} {problem}; every row needs "
+            "the user who holds its item (rows of unknown users cannot be told apart)"
+        )
 
 
 def _is_text(column: Any) -> bool:

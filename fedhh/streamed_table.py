@@ -28,7 +28,7 @@ import numpy as np
 from .errors import InputError
 from .items import ItemCodec, ItemError
 from .population import Shard, Vocabulary
-from .sources import PopulationSource, _first_row, _is_text, occurrence_place
+from .sources import PopulationSource, _first_row, _is_text, check_users_present, occurrence_place
 
 RUN_ROWS = 1 << 21  # rows spilled as one sorted run: 32 MiB of pairs
 BATCH_ROWS = 1 << 16  # Parquet rows per record batch
@@ -90,7 +90,7 @@ class StreamedTableSource(PopulationSource):
             raise InputError(f"population.path: {path!r} is not a file")
         for batch in record_batches(file, path):
             user, item = batch.column("user"), batch.column("item")
-            self._check_users(user, rows)
+            check_users_present(self.path, user, rows)
             if bad_item is None:  # reported only if no row further on lacks its user
                 found = _first_row(pc.is_null(item), pc.equal(item, "")) if _is_text(item) else (0 if len(item) else None)
                 bad_item = None if found is None else rows + found
@@ -115,23 +115,6 @@ class StreamedTableSource(PopulationSource):
                 raise ItemError(f"population.path {path!r}: {error}") from None
             place = occurrence_place(path, first_row_of_item[error.position])
             raise ItemError(f"population.path {path!r}: {place}: {error.reason}") from None
-
-    def _check_users(self, user: Any, rows: int) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        missing = _first_row(
-            pc.is_null(user),
-            pc.equal(user, "") if _is_text(user) else None,
-            pc.is_nan(user) if pa.types.is_floating(user.type) else None,
-        )
-        if missing is not None:
-            value = user[missing].as_py()
-            problem = "has no user" if value is None or value == "" else f"has user {value!r}"
-            raise InputError(
-                f"population.path {self.path!r}: {occurrence_place(self.path, rows + missing)} {problem}; every row "
-                "needs the user who holds its item (rows of unknown users cannot be told apart)"
-            )
 
     def _spill_pairs(self, user_codes: np.ndarray | None, item_codes: np.ndarray | None) -> None:
         """Keep a batch's pairs; write those kept as a run, sorted by user, once there are
