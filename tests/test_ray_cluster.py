@@ -24,6 +24,8 @@ from simulations.cli import main
 from simulations.processes import descendant_identities
 from simulations.sweep_trial import TIMING_COLUMNS
 
+from .helpers import processes_left_behind
+
 SMALL = ["--set", "run.driver=fast", "--set", "population.users=30000", "--set", "population.vocabulary=3000",
          "--set", "run.shards=4", "--set", "run.seed=5", "--quiet"]
 SWEEP = """
@@ -51,11 +53,9 @@ def cluster() -> Iterator[str]:
         yield cluster.address
     finally:
         cluster.shutdown()
-        deadline = time.monotonic() + 30
-        while (left := set(descendant_identities(os.getpid()).items()) - set(before.items())) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        left = processes_left_behind(before)
         shutil.rmtree(temp, ignore_errors=True)  # the folder this fixture made
-        assert not left, f"the cluster left processes behind: {sorted(pid for pid, _ in left)}"
+        assert not left, f"the cluster left processes behind: {left}"
 
 
 def test_a_run_naming_no_cluster_does_not_join_one_that_ray_start_recorded(

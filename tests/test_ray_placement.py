@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,8 @@ from simulations.placement import HOLDINGS_VARIABLE
 from simulations.population_build import build_population
 from simulations.processes import descendant_identities
 from simulations.sweep_trial import TIMING_COLUMNS
+
+from .helpers import processes_left_behind
 
 USERS, STORED_SHARDS = 24_000, 4
 
@@ -88,11 +89,9 @@ def spread() -> Iterator[Spread]:
                      other_catalogue)
     finally:
         cluster.shutdown()
-        deadline = time.monotonic() + 30
-        while (left := set(descendant_identities(os.getpid()).items()) - set(before.items())) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        left = processes_left_behind(before)
         shutil.rmtree(temp, ignore_errors=True)  # the folder this fixture made
-        assert not left, f"the cluster left processes behind: {sorted(pid for pid, _ in left)}"
+        assert not left, f"the cluster left processes behind: {left}"
 
 
 def discovery(config: object) -> tuple[dict, list[str]]:
