@@ -40,8 +40,8 @@ def main() -> None:
     args = parser.parse_args()
     from ray.cluster_utils import Cluster
 
-    temp = Path(tempfile.mkdtemp(prefix="fedhh-bp-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="fedhh-bp-", ignore_cleanup_errors=True) as scratch:
+        temp = Path(scratch)
         full = temp / "full"
         with ResultsFolder.claim(full) as output:
             build_population(build_config({"population": {"users": args.users}, "run": {"seed": 1}}), output,
@@ -87,8 +87,6 @@ def main() -> None:
                               "placement_s": probes, "run_placed_s": placed, "run_shared_folder_s": shared}))
         finally:
             cluster.shutdown()
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ import json
 import os
 import platform
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -128,27 +127,27 @@ def main() -> None:
         "scope": "whole fedhh process (wall clock of the console script)",
         "bytecode": "as the environment says" if args.no_bytecode_cache else "cached (PYTHONPYCACHEPREFIX)",
     }
-    scratch = Path(tempfile.mkdtemp(prefix="fedhh-bench-caches-"))
-    bytecode = None if args.no_bytecode_cache else scratch / "bytecode"
-    envs = {name: environment(tree, scratch / name, bytecode) for name, tree in trees.items()}
-    samples: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
-    for name, tree in trees.items():  # warm the file cache and the bytecode, then fill fedhh's cache
-        timed(["--help"], envs[name], False)
-        default_run(environment(tree, scratch / f"{name}-warm-up", bytecode))
-        samples[name]["cold_cache_run_s"] = [default_run(envs[name])["wall_s"]]
-    for _ in range(args.repeats):
-        for name in trees:
-            figures = {"help_s": timed(["--help"], envs[name], False)["wall_s"]}
-            run = default_run(envs[name])
-            figures["default_run_s"] = run["wall_s"]
-            figures["default_run_cpu_s"] = run["cpu_s"]
-            figures["load_1min"] = os.getloadavg()[0]  # right after the run
-            for key, value in figures.items():
-                samples[name].setdefault(key, []).append(value)
-    for name in trees:  # memory once each: the wrapper adds nothing to the time but a little
-        samples[name].update({key: [value] for key, value in default_run(envs[name], True).items()
-                              if key not in ("wall_s", "cpu_s")})
-    shutil.rmtree(scratch)
+    with tempfile.TemporaryDirectory(prefix="fedhh-bench-caches-") as caches:
+        scratch = Path(caches)
+        bytecode = None if args.no_bytecode_cache else scratch / "bytecode"
+        envs = {name: environment(tree, scratch / name, bytecode) for name, tree in trees.items()}
+        samples: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
+        for name, tree in trees.items():  # warm the file cache and the bytecode, then fill fedhh's cache
+            timed(["--help"], envs[name], False)
+            default_run(environment(tree, scratch / f"{name}-warm-up", bytecode))
+            samples[name]["cold_cache_run_s"] = [default_run(envs[name])["wall_s"]]
+        for _ in range(args.repeats):
+            for name in trees:
+                figures = {"help_s": timed(["--help"], envs[name], False)["wall_s"]}
+                run = default_run(envs[name])
+                figures["default_run_s"] = run["wall_s"]
+                figures["default_run_cpu_s"] = run["cpu_s"]
+                figures["load_1min"] = os.getloadavg()[0]  # right after the run
+                for key, value in figures.items():
+                    samples[name].setdefault(key, []).append(value)
+        for name in trees:  # memory once each: the wrapper adds nothing to the time but a little
+            samples[name].update({key: [value] for key, value in default_run(envs[name], True).items()
+                                  if key not in ("wall_s", "cpu_s")})
     document["machine"]["load_average_end"] = os.getloadavg()
     document["median"] = {name: {key: statistics.median(values) for key, values in figures.items()}
                           for name, figures in samples.items()}
