@@ -52,7 +52,9 @@ before its 10 best are taken: this can only raise its F1.
 Utility: F1@10 of each side's 10 reported words against the users' true top
 10 (fedhh: mean ± sd over ``--runs`` runs, each with its own seed for the
 hash functions, the public randomness and the users' noise; pure-ldp over
-``--reference-runs``).  Cost per user: the whole protocol (every user's
+``--reference-runs``); z is the difference over the pooled sd (pure-ldp's
+taken as fedhh's when it has one run), undefined ("n/a") when every run of
+both sides gave the same F1.  Cost per user: the whole protocol (every user's
 report, the aggregation and the server's decoding) in one process, wall
 and CPU seconds, median over the runs, divided by the users; the ratio is
 pure-ldp's over fedhh's, measured in the same run.  ``--profile`` adds
@@ -238,8 +240,11 @@ def compare(protocol: str, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  {protocol} fedhh run {run}: {wall:.2f} s wall, {cpu:.2f} s CPU, F1@10 {ours.f1[-1]:.2f} "
               f"({len(found)} reported)", file=sys.stderr, flush=True)
     spread = statistics.stdev(ours.f1) if len(ours.f1) > 1 else 0.0
-    z = ((statistics.fmean(ours.f1) - statistics.fmean(reference.f1))
-         / ((spread or 1e-9) * math.sqrt(1 / len(ours.f1) + 1 / len(reference.f1))))
+    reference_spread = statistics.stdev(reference.f1) if len(reference.f1) > 1 else spread
+    pooled = math.sqrt((spread**2 + reference_spread**2) / 2)
+    difference = statistics.fmean(ours.f1) - statistics.fmean(reference.f1)
+    # no spread on either side (every run the same F1): the difference has no noise scale, z is undefined
+    z = difference / (pooled * math.sqrt(1 / len(ours.f1) + 1 / len(reference.f1))) if pooled > 0 else None
     row: dict[str, Any] = {
         "protocol": protocol, "oracle": args.oracle if protocol != "rappor" else "SUE on Bloom bits",
         "fedhh_config": overrides(protocol, args.oracle), "users": shard.n_users, "reference_users": reference.users,
@@ -261,6 +266,10 @@ def ratio(value: float) -> str:
     return f"{value:.1f}x" if value < 10 else f"{value:,.0f}x"
 
 
+def z_text(z: float | None) -> str:
+    return "n/a" if z is None else f"{z:+.1f}"
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| protocol | users | µs/user pure-ldp wall (CPU) | µs/user fedhh wall (CPU) | ratio wall (CPU) "
              "| F1@10 pure-ldp | F1@10 fedhh (mean ± sd) | z | load |",
@@ -270,7 +279,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"| {row['protocol']} ({row['oracle']}) | {row['users']:,} | {row['reference_wall_us']:,.0f} "
             f"({row['reference_cpu_us']:,.0f}) | {row['fedhh_wall_us']:,.1f} ({row['fedhh_cpu_us']:,.1f}) | "
             f"**{ratio(row['wall_ratio'])}** ({ratio(row['cpu_ratio'])}) | {row['reference_f1_mean']:.2f} | "
-            f"{row['fedhh_f1_mean']:.2f} ± {row['fedhh_f1_sd']:.2f} | {row['f1_z_fedhh_minus_reference']:+.1f} | "
+            f"{row['fedhh_f1_mean']:.2f} ± {row['fedhh_f1_sd']:.2f} | {z_text(row['f1_z_fedhh_minus_reference'])} | "
             f"{row['load_start'][0]:.1f}-{row['load_end'][0]:.1f} |"
         )
     for row in rows:
