@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fedhh.items import ItemCodec, get_alphabet
 from fedhh.population import Shard, Vocabulary
 
@@ -28,3 +30,40 @@ def processes_left_behind(before: dict[int, int], timeout: float = 30.0) -> list
     while (left := set(descendant_identities(os.getpid()).items()) - set(before.items())) and time.monotonic() < deadline:
         time.sleep(0.2)
     return sorted(pid for pid, _ in left)
+
+
+def run_view(result) -> list[tuple[str, float | None]]:  # noqa: ANN001 -- a protocol's DiscoveryResult
+    """A run's discoveries as (item, estimated count) pairs, in the server's order."""
+    return [(d.item, d.estimated_count) for d in result.discoveries]
+
+
+def one_and_seven_shards(overrides: list[str], whole_trace: bool = True) -> list[tuple[str, float | None]]:
+    """Run a config on the fast driver with 1 and 7 in-process shards, assert the two runs agree
+    (discoveries, and every round's trace or only the first), and return the discoveries."""
+    from fedhh.config import load_config
+    from fedhh.experiment import Experiment
+    from simulations.fast import run_fast
+
+    experiment = Experiment(load_config(None, overrides))
+    one = run_fast(experiment, 1, "inprocess").result
+    seven = run_fast(experiment, 7, "inprocess").result
+    assert run_view(one) == run_view(seven)
+    compared = len(one.trace) if whole_trace else 1
+    assert [r.to_dict() for r in one.trace[:compared]] == [r.to_dict() for r in seven.trace[:compared]]
+    return run_view(one)
+
+
+def flower_matches_fast(overrides: list[str], output_dir: Path) -> tuple[set[tuple[str, float | None]], int]:
+    """Run a config in Flower's simulation with 2 nodes, assert it finds exactly the one-shard fast
+    run's items and estimates, and return them with the number of rounds the document records."""
+    from fedhh.config import load_config
+    from fedhh.experiment import Experiment
+    from simulations.fast import run_fast
+    from simulations.flower import run_flower_simulation
+
+    config = load_config(None, overrides)
+    reference = run_fast(Experiment(config), 1, "inprocess").result
+    document = run_flower_simulation(config, 2, output_dir=output_dir)
+    found = {(h["item"], h["estimated_count"]) for h in document["heavy_hitters"]}
+    assert found == set(run_view(reference))
+    return found, len(document["rounds"])

@@ -30,7 +30,8 @@ from fedhh.protocols.bitstogram import (
 )
 from fedhh.protocols.spec import InvalidReply
 from fedhh.randomness import KeyedRandomness
-from simulations.fast import drive, run_fast
+from simulations.fast import drive
+from .helpers import flower_matches_fast, one_and_seven_shards
 
 SMALL_RUN = [
     'protocol.name="bitstogram"', 'population.source="zipf"', "population.users=30000", "population.vocabulary=2000",
@@ -38,9 +39,6 @@ SMALL_RUN = [
     "run.seed=9", "run.top_k=5",
 ]
 
-
-def run_view(result) -> list[tuple[str, float | None]]:  # noqa: ANN001
-    return [(d.item, d.estimated_count) for d in result.discoveries]
 
 
 # -- the Hashtogram oracle ----------------------------------------------------------------------------
@@ -163,23 +161,13 @@ def test_heavy_values_are_found_light_ones_are_not_and_counts_are_unbiased(plant
 
 
 def test_one_and_seven_shards_give_the_same_run() -> None:
-    experiment = Experiment(load_config(None, SMALL_RUN))
-    one = run_fast(experiment, 1, "inprocess").result
-    seven = run_fast(experiment, 7, "inprocess").result
-    assert [item for item, _ in run_view(one)][:2] == ["vcby", "hbnc"]  # the two heaviest of this population
-    assert run_view(one) == run_view(seven)
-    assert one.trace[0].to_dict() == seven.trace[0].to_dict()
+    discoveries = one_and_seven_shards(SMALL_RUN, whole_trace=False)
+    assert [item for item, _ in discoveries][:2] == ["vcby", "hbnc"]  # the two heaviest of this population
 
 
 def test_flower_simulation_matches_the_fast_driver(tmp_path: Path) -> None:
-    from simulations.flower import run_flower_simulation
-
-    config = load_config(None, SMALL_RUN)
-    reference = run_fast(Experiment(config), 1, "inprocess").result
-    document = run_flower_simulation(config, 2, output_dir=tmp_path / "out")
-    found = {(h["item"], h["estimated_count"]) for h in document["heavy_hitters"]}
-    assert found == set(run_view(reference)) and len(found) >= 2
-    assert len(document["rounds"]) == 1
+    found, rounds = flower_matches_fast(SMALL_RUN, tmp_path / "out")
+    assert len(found) >= 2 and rounds == 1
 
 
 def test_a_reply_no_honest_node_can_send_is_refused() -> None:

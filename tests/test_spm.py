@@ -20,7 +20,8 @@ from fedhh.protocols.prefix_encoding import PrefixEncoding
 from fedhh.planning.plan import plan
 from fedhh.protocols.spm import SPMParameters, SPMServer, respond, segment_keys, stage_margins
 from fedhh.randomness import KeyedRandomness
-from simulations.fast import drive, run_fast
+from simulations.fast import drive
+from .helpers import flower_matches_fast, one_and_seven_shards
 
 SMALL_RUN = [
     'protocol.name="spm"', 'population.source="zipf"', "population.users=30000", "population.vocabulary=2000",
@@ -29,10 +30,6 @@ SMALL_RUN = [
 ]
 PLANTED = {"apple": 0.12, "mango": 0.09, "kiwis": 0.0005, "figgy": 0.0005}
 EPSILON = 12.0  # ε/3 = 4 per report
-
-
-def run_view(result) -> list[tuple[str, float | None]]:  # noqa: ANN001
-    return [(d.item, d.estimated_count) for d in result.discoveries]
 
 
 @pytest.fixture(scope="module")
@@ -122,23 +119,13 @@ def test_every_report_is_exactly_its_share_of_epsilon() -> None:
 
 
 def test_one_and_seven_shards_give_the_same_run() -> None:
-    experiment = Experiment(load_config(None, SMALL_RUN))
-    one = run_fast(experiment, 1, "inprocess").result
-    seven = run_fast(experiment, 7, "inprocess").result
-    assert [item for item, _ in run_view(one)][:3] == ["vcby", "hbnc", "cpmd"]  # the three heaviest
-    assert run_view(one) == run_view(seven)
-    assert [r.to_dict() for r in one.trace] == [r.to_dict() for r in seven.trace]
+    discoveries = one_and_seven_shards(SMALL_RUN)
+    assert [item for item, _ in discoveries][:3] == ["vcby", "hbnc", "cpmd"]  # the three heaviest
 
 
 def test_flower_simulation_matches_the_fast_driver(tmp_path: Path) -> None:
-    from simulations.flower import run_flower_simulation
-
-    config = load_config(None, SMALL_RUN)
-    reference = run_fast(Experiment(config), 1, "inprocess").result
-    document = run_flower_simulation(config, 2, output_dir=tmp_path / "out")
-    found = {(h["item"], h["estimated_count"]) for h in document["heavy_hitters"]}
-    assert found == set(run_view(reference)) and len(found) >= 3
-    assert len(document["rounds"]) == 3
+    found, rounds = flower_matches_fast(SMALL_RUN, tmp_path / "out")
+    assert len(found) >= 3 and rounds == 3
 
 
 @pytest.mark.parametrize(
