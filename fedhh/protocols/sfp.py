@@ -150,6 +150,16 @@ def sketch_noise(oracle: str, epsilon: float, rows: int, width: int, users: floa
     return users * other * (width / (width - 1)) ** 2
 
 
+def best_first(scores: np.ndarray, count: int) -> np.ndarray:
+    """``np.argsort(-scores, kind="stable")[:count]`` (ties by index) without sorting every score:
+    only those at least the ``count``-th largest are sorted."""
+    if count >= scores.size:
+        return np.argsort(-scores, kind="stable")
+    kth = np.partition(scores, scores.size - count)[scores.size - count]
+    top = np.flatnonzero(scores >= kth)
+    return top[np.argsort(-scores[top], kind="stable")][:count]
+
+
 # -- the public encoding --------------------------------------------------------------------------
 
 
@@ -321,10 +331,10 @@ def respond(request: SFPRequest, shard: Shard, randomness: RandomnessSource) -> 
     for first in range(0, shard.n_users, USERS_PER_BLOCK):  # users' private draws: one Philox pass per block and report
         held, placed = items[first : first + USERS_PER_BLOCK], positions[first : first + USERS_PER_BLOCK]
         block_users = (shard.first_user + first, held.size)
-        fragment_reports = fragment_oracle.randomize(
-            reports[held, placed], randomness.for_range(FRAGMENT_PURPOSE, request.round, *block_users))
-        for position in range(fragments.positions):
-            stats = fragment_oracle.aggregate(fragment_reports.take(np.flatnonzero(placed == position)))
+        per_position = fragment_oracle.randomize_aggregate_groups(
+            reports[held, placed], placed, fragments.positions,
+            randomness.for_range(FRAGMENT_PURPOSE, request.round, *block_users))
+        for position, stats in enumerate(per_position):
             fragment_stats[position] = stats if fragment_stats[position] is None else fragment_stats[position] + stats
         if word_oracle is not None:
             stats = word_oracle.randomize_aggregate(words[held], randomness.for_range(WORD_PURPOSE, request.round, *block_users))
@@ -465,11 +475,12 @@ class SFPServer(ServerProtocol):
         kept: list[np.ndarray] = []
         kept_estimates: list[np.ndarray] = []
         thresholds: list[float] = []
-        for position in range(self.positions):
-            statistics = oracle.from_flat(response.fragment_counts[position], response.fragment_reporters[position])
-            estimates = oracle.estimate(statistics, every_pair) * self.positions  # the position's share is 1/P
+        statistics = [oracle.from_flat(counts, reporters)
+                      for counts, reporters in zip(response.fragment_counts, response.fragment_reporters, strict=True)]
+        for support in oracle.supports(statistics, every_pair):  # every position's pairs hashed once
+            estimates = oracle.estimate_support(support) * self.positions  # the position's share is 1/P
             threshold = z * 1.4826 * float(np.median(np.abs(estimates - np.median(estimates))))
-            order = np.argsort(-estimates, kind="stable")[: self.params.fragment_candidates]
+            order = best_first(estimates, self.params.fragment_candidates)
             if self.params.report == SIGNIFICANT:
                 order = order[estimates[order] > threshold]
             kept.append(order.astype(np.int64))
