@@ -41,8 +41,8 @@ Two client paths give the same statistics (the per-value support counts):
   ``p'`` and ``q'``, up to the sampler's 53-bit truncation; a different
   sample from ``randomize``'s, but still a function of the user's global
   id and the call sequence, so the same under any sharding.  Above
-  :data:`SPARSE_MAX_Q` (SUE at small ε, OUE below ε = 2) the bits are drawn
-  densely and counted without packing.
+  :data:`SPARSE_MAX_Q` (SUE below ε = 4.4, OUE below ε = 2.2) the bits are
+  drawn densely and counted without packing.
 """
 
 from __future__ import annotations
@@ -66,10 +66,12 @@ WORD_SCALE = 1 << 32  # a bit compares a uniform 32-bit word with its threshold
 _WORDS_PER_DRAW = 128  # 256 bits per call on the rng: fixed, so the call sequence never depends on the shard
 _BYTE_SUM_ROWS = 255  # rows a uint8 column sum can take without overflowing
 _LOW_HALF = np.uint64(0xFFFFFFFF)
-# The sparse sampler costs about 21 ns a set bit plus counting, the dense path about 3.2 ns a bit
-# (half a Philox word and a comparison): they cross near q' = 0.15; below 1/8 the sampler is the
-# faster by a margin (measured on 1,024-bit rows, benchmarks/RESULTS.md, issue 12).
-SPARSE_MAX_Q = 0.125
+# The sparse sampler costs about 26 ns a set bit with its counting, the dense path about 3.2 ns a
+# bit (half a Philox word, a comparison, a column sum): on 1,024-bit rows they cost the same at
+# q' = 0.12 (3.2 µs a user), and at q' = 0.10 the sampler is 15% cheaper, at 0.076 40% (CPU time,
+# 100,000 users, load 3.6; benchmarks/RESULTS.md, issue 12).  The switch depends on q' alone, so
+# every shard takes the same path.
+SPARSE_MAX_Q = 0.1
 
 
 def column_counts(bits: np.ndarray) -> np.ndarray:
