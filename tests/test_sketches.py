@@ -214,3 +214,16 @@ def test_bad_sketch_parameters_name_the_field() -> None:
     median = make_oracle("count-median", epsilon=1.0, domain=100, rows=2, width=8)
     with pytest.raises(ValueError, match="closed-form variance exists for the unsigned count-mean sketch only"):
         median.variance(np.arange(3), Histogram.of(np.arange(3)))
+
+
+@pytest.mark.parametrize(("name", "options"), [("cms", {}), ("hcms", {}), ("count-median", {}), ("count-sketch", {})])
+def test_estimates_of_several_statistics_are_exactly_their_estimates_one_by_one(name: str, options: dict) -> None:
+    """``estimates`` reads each row's inner estimates decoded once per symbol: the very floats of
+    ``estimate_support(support(...))`` (whole rows, 600 candidates) and of the per-symbol path (5)."""
+    sketch = make_oracle(name, epsilon=3.0, domain=1 << 64, rows=6, width=64, **options)
+    values = np.random.default_rng(10).integers(0, 1 << 62, 2_000, dtype=np.uint64)
+    statistics = [sketch.aggregate(sketch.randomize(values[part], np.random.default_rng(11)))
+                  for part in (slice(0, 700), slice(700, 2_000))]
+    for candidates in (values[:600], values[:5]):
+        for together, stats in zip(sketch.estimates(statistics, candidates), statistics, strict=True):
+            np.testing.assert_array_equal(together, sketch.estimate_support(sketch.support(stats, candidates)))

@@ -252,6 +252,11 @@ class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
         """Unbiased count estimate of each candidate value."""
         return self.estimate_support(self.support(statistics, candidates))
 
+    def estimates(self, statistics: Sequence[StatisticsT], candidates: np.ndarray) -> list[np.ndarray]:
+        """:meth:`estimate` of each statistics for the same candidates (a protocol's positions;
+        sketches decode the candidates' symbols once for all of them)."""
+        return [self.estimate(stats, candidates) for stats in statistics]
+
     # flat form of the statistics ---------------------------------------------
     def flat_size(self) -> int | None:
         """Cells of the statistics' flat form, or ``None`` when there is none of a size

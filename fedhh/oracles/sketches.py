@@ -225,9 +225,7 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         """:meth:`support` of each statistics for the same candidates (a protocol's positions):
         the candidates' symbols are hashed once for all of them, every row in one pass."""
         for stats in statistics:
-            check_kind(self.name, stats, SketchStatistics, "statistics")
-            if len(stats.rows) != self.rows:
-                raise ValueError(f"{self.name}: statistics must have {self.rows} rows, got {len(stats.rows)}")
+            self._check_statistics(stats)
         candidates = self._values(candidates, "candidates")
         symbols = self._candidate_symbols(candidates)
         whole_rows = self.inner.domain <= 4 * candidates.shape[0]
@@ -243,6 +241,11 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
                         counts[row, half] = self.inner.support(row_stats, half_symbols.astype(np.uint64)).counts
             supports.append(Support(counts, np.array([row.n_users for row in stats.rows], dtype=np.int64)))
         return supports
+
+    def _check_statistics(self, statistics: SketchStatistics) -> None:
+        check_kind(self.name, statistics, SketchStatistics, "statistics")
+        if len(statistics.rows) != self.rows:
+            raise ValueError(f"{self.name}: statistics must have {self.rows} rows, got {len(statistics.rows)}")
 
     def _candidate_symbols(self, candidates: np.ndarray) -> np.ndarray:
         """``(rows, 1 or 2, candidates)`` inner symbols (intp): each row's symbol of every candidate
@@ -298,6 +301,30 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         for row, halves in enumerate(support.counts):
             for half, counts in enumerate(halves):
                 row_estimates[row, half] = self.inner.estimate_support(Support(counts, support.n_users[row]))
+        return self._combine(row_estimates, support.n_users)
+
+    def estimates(self, statistics: Sequence[SketchStatistics], candidates: np.ndarray) -> list[np.ndarray]:
+        """:meth:`estimate` of each statistics for the same candidates.  When whole rows are
+        decoded (an inner domain at most 4 times the candidates), each row's inner estimate of
+        every symbol is computed once and the candidates read theirs: the same floats as
+        ``estimate_support(support(...))``, an inner estimate being elementwise in its counts."""
+        candidates = self._values(candidates, "candidates")
+        if self.inner.domain > 4 * candidates.shape[0]:
+            return [self.estimate_support(support) for support in self.supports(statistics, candidates)]
+        symbols = self._candidate_symbols(candidates)
+        all_symbols = np.arange(self.inner.domain, dtype=np.uint64)
+        results = []
+        for stats in statistics:
+            self._check_statistics(stats)
+            row_estimates = np.empty(symbols.shape)
+            for row, row_stats in enumerate(stats.rows):
+                row_estimates[row] = self.inner.estimate_support(self.inner.support(row_stats, all_symbols))[symbols[row]]
+            results.append(self._combine(row_estimates, np.array([row.n_users for row in stats.rows], dtype=np.int64)))
+        return results
+
+    def _combine(self, row_estimates: np.ndarray, n_users: np.ndarray) -> np.ndarray:
+        """The sketch's estimate from each row's inner estimates ``(rows, 1 or 2, candidates)``
+        of the candidates' symbols (and mirrors) and the rows' report counts."""
         if self.signed:
             per_row = (row_estimates[:, 0] - row_estimates[:, 1]) * self.rows
             return per_row.mean(axis=0) if self.estimator == "mean" else np.median(per_row, axis=0)
@@ -305,8 +332,7 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         combined = {"mean": np.mean, "median": np.median, "min": np.min}[self.estimator](per_row, axis=0)
         if self.estimator == "min":
             return combined
-        n_users = float(support.n_users.sum())
-        return (self.width / (self.width - 1)) * (combined - n_users / self.width)
+        return (self.width / (self.width - 1)) * (combined - float(n_users.sum()) / self.width)
 
     def per_user_variance(self) -> tuple[float, float]:
         raise NotImplementedError("sketch variance depends on the whole population: use variance(candidates, truth)")
