@@ -124,8 +124,9 @@ def _block_positions(key: np.uint64, block: int, length: int, probability: float
     draw = min(int(expected + _SPREAD * math.sqrt(expected)) + 16, _MAX_DRAW)
     last = -1
     while True:
-        uniforms = ((stream.random_raw(draw) >> np.uint64(11)) + np.uint64(1)).astype(np.float64)
-        uniforms *= _UNIT
+        uniforms = (stream.random_raw(draw) >> np.uint64(11)).astype(np.float64)  # exact: below 2^53
+        uniforms += 1.0
+        uniforms *= _UNIT  # (k + 1) 2^-53, exactly
         steps = np.log(uniforms, out=uniforms)
         steps /= log_keep
         steps += 1.0  # >= 1, so truncation is floor: the step to the next 1 is gap + 1

@@ -231,8 +231,11 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         cells = (n_groups + 1) * self.domain
         counts = np.bincount(own_cells[own], minlength=cells)
         for users, columns in grid_set_bits(rng, self.domain, self.q):
-            hit = base[users] + columns
-            counts += np.bincount(hit[hit != own_cells[users]], minlength=cells)
+            hit = base[users]
+            hit += columns
+            counts += np.bincount(hit, minlength=cells)
+            replaced = np.flatnonzero(hit == own_cells[users])  # the grid's bits at own values (few)
+            counts -= np.bincount(hit[replaced], minlength=cells)
         reporters = np.bincount(groups[counted], minlength=n_groups)
         per_group = counts[: n_groups * self.domain].reshape(n_groups, self.domain)
         return [UnaryStatistics(row, int(users)) for row, users in zip(per_group, reporters, strict=True)]
