@@ -15,8 +15,8 @@ independent Bernoulli(q) bits -- every bit of every user independent with
 probability ``q``, which is the law of the device's "other" bits.
 Truncation: ``U = (k + 1) 2^-53`` from the top 53 bits ``k`` of a 64-bit
 word, so ``P(G >= k)`` is ``(1 - q)^k`` rounded down to a multiple of
-``2^-53`` (and ``log`` and the division round by ``~1e-16`` relative,
-moving ``floor`` only within ``1e-16`` of an integer): each gap's law is
+``2^-53`` (and ``log``, the division and the ``+ 1`` round by ``~1e-16``
+relative, moving ``floor`` only within ``1e-16`` of an integer): each gap's law is
 within about ``2^-52`` of the geometric law in total variation, so a whole
 run of ``N`` set bits is within ``N 2^-52`` (``2e-7`` for ``10^9`` set
 bits) of the exact law -- far below anything a simulation can detect.  The
@@ -42,10 +42,12 @@ per-user budget must cover a user's mean number of set bits plus several
 standard deviations (36 words for OUE's 18 expected set bits of 1,024),
 so it draws about twice the words the walk needs, on an ``(n, S)`` array
 of cumulative sums and masks; the block walk draws one word per set bit
-(plus one per block), on flat arrays, and needs no second mechanism.
+(plus a margin of 6 sd per block, 2% at SFP's sizes, drawn in one go and
+dropped), on flat arrays, and needs no second mechanism.
 Measured on SFP's OUE rows (200,000 users x 1,024 bits, ``q' = 0.018``,
-CPU time, load 0.8): 21 ns a set bit (0.39 µs a user) for the walk, 60 ns
-for a 36-word budget, 178 ns (3.3 µs a user) for a 32-bit uniform per bit.
+CPU time, load 0.8 to 3): 18-21 ns a set bit (0.33-0.39 µs a user) for the
+walk, 60 ns for a 36-word budget, 178 ns (3.3 µs a user) for a 32-bit
+uniform per bit.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ WORD_PURPOSE = "sfp.word-report"
 HASH_VALUES = 256  # Apple's 8-bit hash of the whole word
 MAX_PAIRS = 1 << 22  # (fragment, hash) pairs a position may have: each is estimated
 MAX_PUZZLE = 4096  # candidate words one hash value may assemble (the weakest fragments go first)
-USERS_PER_BLOCK = 1 << 15  # a multiple of fedhh.randomness.GRID_USERS
+USERS_PER_BLOCK = 1 << 17  # a multiple of fedhh.randomness.GRID_USERS
 SKETCH_ORACLES: tuple[str, ...] = ("cms", "hcms")
 _POSITIVE_63 = (1 << 63) - 1
 
