@@ -132,8 +132,9 @@ def _block_positions(key: np.uint64, block: int, length: int, probability: float
         steps = np.log(uniforms, out=uniforms)
         steps /= log_keep
         steps += 1.0  # >= 1, so truncation is floor: the step to the next 1 is gap + 1
-        positions = np.cumsum(steps.astype(np.int64))
-        positions += last
+        positions = steps.astype(np.int64)
+        positions[0] += last
+        np.cumsum(positions, out=positions)
         if positions[-1] >= length:
             yield positions[: np.searchsorted(positions, length)]
             return
