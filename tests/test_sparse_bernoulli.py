@@ -18,12 +18,13 @@ Z = 5.0  # standard errors allowed in every statistical comparison
 Q = 214_748_365 / 2**32  # a realised 32-bit probability near 0.05
 
 
-def dense_grid(rng: RangeRandom, width: int, probability: float, **options: int) -> np.ndarray:
+def dense_grid(rng: RangeRandom, width: int, probability: float) -> np.ndarray:
     """The sampler's set bits as a dense ``(n_users, width)`` bool matrix."""
     grid = np.zeros((rng.n_users, width), dtype=bool)
-    for users, columns in grid_set_bits(rng, width, probability, **options):
-        assert not grid[users, columns].any()  # each bit is reported once
-        grid[users, columns] = True
+    for first, positions in grid_set_bits(rng, width, probability):
+        assert np.all(np.diff(positions) > 0)  # ascending, each bit once
+        users, columns = np.divmod(positions, width)
+        grid[first + users, columns] = True
     return grid
 
 
@@ -56,12 +57,12 @@ def test_the_grid_has_the_law_of_independent_bernoulli_bits() -> None:
 
 def test_a_users_bits_do_not_depend_on_the_range_that_holds_it() -> None:
     """One range of 2.5 blocks, starting inside a block, against pieces cut inside and on block
-    boundaries, in small batches, and with the walk forced to draw its words a few at a time."""
+    boundaries."""
     source, width, first = KeyedRandomness(4), 48, GRID_USERS - 300
     n = 2 * GRID_USERS + 500
     whole = dense_grid(source.for_range("g", 2, first, n), width, Q)
     cuts = [0, 1, 299, 300, 301, GRID_USERS + 300, GRID_USERS + 777, n]
-    pieces = [dense_grid(source.for_range("g", 2, first + a, b - a), width, Q, batch_bits=97)
+    pieces = [dense_grid(source.for_range("g", 2, first + a, b - a), width, Q)
               for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
     np.testing.assert_array_equal(np.concatenate(pieces), whole)
     assert whole.sum() > 0.9 * n * width * Q  # not trivially empty

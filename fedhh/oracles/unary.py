@@ -41,8 +41,8 @@ Two client paths give the same statistics (the per-value support counts):
   ``p'`` and ``q'``, up to the sampler's 53-bit truncation; a different
   sample from ``randomize``'s, but still a function of the user's global
   id and the call sequence, so the same under any sharding.  Above
-  :data:`SPARSE_MAX_Q` (SUE below ε = 4.4, OUE below ε = 2.2) the bits are
-  drawn densely and counted without packing.
+  :data:`SPARSE_MAX_Q` (SUE below ε = 2 ln 7 = 3.9, OUE below ε = ln 7 =
+  1.95) the bits are drawn densely and counted without packing.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..randomness import RangeRandom
+from ..randomness import GRID_USERS, RangeRandom
 from ..sparse_bernoulli import grid_set_bits
 from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_groups, check_kind, check_lengths, group_members
 from .device_spec import DeviceSpec
@@ -66,12 +66,12 @@ WORD_SCALE = 1 << 32  # a bit compares a uniform 32-bit word with its threshold
 _WORDS_PER_DRAW = 128  # 256 bits per call on the rng: fixed, so the call sequence never depends on the shard
 _BYTE_SUM_ROWS = 255  # rows a uint8 column sum can take without overflowing
 _LOW_HALF = np.uint64(0xFFFFFFFF)
-# The sparse sampler costs about 26 ns a set bit with its counting, the dense path about 3.2 ns a
-# bit (half a Philox word, a comparison, a column sum): on 1,024-bit rows they cost the same at
-# q' = 0.12 (3.2 µs a user), and at q' = 0.10 the sampler is 15% cheaper, at 0.076 40% (CPU time,
-# 100,000 users, load 3.6; benchmarks/RESULTS.md, issue 12).  The switch depends on q' alone, so
-# every shard takes the same path.
-SPARSE_MAX_Q = 0.1
+_BATCH_BITS = 1 << 20  # set bits counted at once by the sparse path
+# The sparse sampler costs about 19 ns a set bit with its counting, the dense path about 3.3 ns a
+# bit (half a Philox word, a comparison, a column sum): on 1,024-bit rows they cost the same near
+# q' = 0.155; at q' = 0.142 the sampler is 16% cheaper, at 0.119 23%, at 0.100 52% (CPU time,
+# 100,000 users, load 2.9).  The switch depends on q' alone, so every shard takes the same path.
+SPARSE_MAX_Q = 0.125
 
 
 def column_counts(bits: np.ndarray) -> np.ndarray:
@@ -226,16 +226,29 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         check_rng_batch(rng, values.shape[0])
         own = (rng.words(1)[:, 0] & _LOW_HALF) < np.uint64(self.thresholds[0])
         counted = groups >= 0
-        base = np.where(counted, groups, n_groups) * self.domain  # uncounted users fill a discarded group
-        own_cells = base + values.astype(np.int64)
-        cells = (n_groups + 1) * self.domain
-        counts = np.bincount(own_cells[own], minlength=cells)
-        for users, columns in grid_set_bits(rng, self.domain, self.q):
-            hit = base[users]
-            hit += columns
-            counts += np.bincount(hit, minlength=cells)
-            replaced = np.flatnonzero(hit == own_cells[users])  # the grid's bits at own values (few)
-            counts -= np.bincount(hit[replaced], minlength=cells)
+        d = self.domain
+        base = np.where(counted, groups, n_groups) * d  # uncounted users fill a discarded group
+        values = values.astype(np.int64)
+        cells = (n_groups + 1) * d
+        counts = np.bincount((base + values)[own], minlength=cells)
+        shift = d.bit_length() - 1 if d & (d - 1) == 0 else None
+        hits: list[np.ndarray] = []
+        held = 0
+        for first, positions in grid_set_bits(rng, d, self.q):
+            # bit (first + r, p - r d) of line position p counts in cell base + p - r d: per block, the
+            # tables of base - r d and of the own value's position v + r d serve every bit of a row
+            rows = positions >> shift if shift is not None else positions // d
+            line = np.arange(min(GRID_USERS, values.shape[0] - first), dtype=np.int64) * d
+            hit = (base[first : first + line.size] - line)[rows]
+            hit += positions
+            own_positions = (values[first : first + line.size] + line)[rows]
+            hits.append(np.delete(hit, np.flatnonzero(own_positions == positions)))  # own values: the own bit
+            held += hit.size
+            if held >= _BATCH_BITS:
+                counts += np.bincount(np.concatenate(hits), minlength=cells)
+                hits, held = [], 0
+        if hits:
+            counts += np.bincount(np.concatenate(hits), minlength=cells)
         reporters = np.bincount(groups[counted], minlength=n_groups)
         per_group = counts[: n_groups * self.domain].reshape(n_groups, self.domain)
         return [UnaryStatistics(row, int(users)) for row, users in zip(per_group, reporters, strict=True)]
