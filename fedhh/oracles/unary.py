@@ -221,8 +221,8 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         self, values: np.ndarray, groups: np.ndarray, n_groups: int, rng: RangeRandom
     ) -> list[UnaryStatistics]:
         """Two calls on ``rng``: the own bits (a word per user, its low half below ``T_p``), then
-        the grid of other bits; a set bit at ``(user, x)`` counts in cell ``group x d + x``
-        unless ``x`` is the user's value."""
+        the grid of other bits; a set bit at ``(user, x)`` counts in cell ``group * d + x``
+        unless ``x`` is the user's value (there the own bit counts instead)."""
         check_rng_batch(rng, values.shape[0])
         own = (rng.words(1)[:, 0] & _LOW_HALF) < np.uint64(self.thresholds[0])
         counted = groups >= 0
