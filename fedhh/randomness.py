@@ -195,10 +195,20 @@ class RangeRandom(_PerUserDraws):
         self._first_user = int(first_user)
         self._calls = 0
 
-    def _bits(self, columns: int) -> np.ndarray:
+    @property
+    def first_user(self) -> int:
+        """Global id of the range's first user."""
+        return self._first_user
+
+    def next_call_key(self) -> np.uint64:
+        """The key of this range's next call, consuming the call: a sampler that draws from its own
+        keyed streams (:mod:`fedhh.sparse_bernoulli`) takes one call like ``words``."""
         call_key = np.uint64(splitmix64(self._key ^ np.uint64(self._calls)))
         self._calls += 1
-        return keyed_range_words(call_key, self._first_user, self.n_users, columns)
+        return call_key
+
+    def _bits(self, columns: int) -> np.ndarray:
+        return keyed_range_words(self.next_call_key(), self._first_user, self.n_users, columns)
 
 
 class OsRandom(_PerUserDraws):

@@ -27,9 +27,9 @@ from fedhh.oracles.hadamard_response import HadamardResponse, HadamardResponseRe
 from fedhh.oracles.hashing import count_supports, hash_keys, local_hash
 from fedhh.oracles.local_hashing import LocalHashing, LocalHashReports
 from fedhh.oracles.registry import ORACLE_NAMES
-from fedhh.oracles.unary import UnaryEncoding, UnaryReports
+from fedhh.oracles.unary import SPARSE_MAX_Q, UnaryEncoding, UnaryReports
 from fedhh.oracles.walsh_hadamard import fwht, hadamard_signs, signed_sums
-from fedhh.randomness import UserRandom, derive_key
+from fedhh.randomness import GRID_USERS, KeyedRandomness, UserRandom, derive_key
 
 Z = 5.0  # standard errors allowed in every statistical comparison
 
@@ -271,6 +271,111 @@ def test_unary_shard_counts_have_the_per_user_distribution(name: str) -> None:
     assert np.all(np.abs(difference) <= Z * np.sqrt(2 * theory_var / runs))
     ratio = bit_path.var(axis=0, ddof=1) / shard_path.var(axis=0, ddof=1)
     assert np.all(np.abs(np.log(ratio)) <= Z * math.sqrt(4 / runs))
+
+
+@pytest.mark.parametrize(("name", "epsilon", "domain"), [("oue", 3.0, 8), ("sue", 6.0, 8), ("oue", 4.0, 6)])
+def test_sparse_shard_counts_have_the_device_law(name: str, epsilon: float, domain: int) -> None:
+    """With range randomness and ``q' <= SPARSE_MAX_Q`` the counts come from the sparse sampler
+    (a different sample from ``randomize``'s, of the same law): 1,500 runs, each under its own
+    seed, chi-square of the heaviest and a light value against Binomial(n_v, p') + Binomial(n - n_v,
+    q'), and every value's mean and variance within 5 standard errors of that law (rows of a power
+    of two bits and of another width)."""
+    users, runs = 1_000, 1_500
+    values, counts = zipf_values(domain, users, 1.1, seed=5)
+    oracle = make_oracle(name, epsilon=epsilon, domain=domain)
+    assert oracle.q <= SPARSE_MAX_Q
+    sample = np.array([oracle.randomize_aggregate(values, KeyedRandomness(run).for_range("sparse", 1, 3, users)).counts
+                       for run in range(runs)])
+    support = np.arange(users + 1)
+    for value in (0, domain - 1):
+        law = np.convolve(stats.binom.pmf(support, counts[value], oracle.p),
+                          stats.binom.pmf(support, users - counts[value], oracle.q))[: users + 1]
+        edges = np.unique(np.r_[0, np.searchsorted(np.cumsum(law), np.linspace(0.1, 0.9, 9)), users + 1])
+        observed = np.histogram(sample[:, value], bins=edges)[0]
+        expected = np.add.reduceat(law, edges[:-1]) * runs
+        assert stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-6
+    mean = counts * oracle.p + (users - counts) * oracle.q
+    variance = counts * oracle.p * (1 - oracle.p) + (users - counts) * oracle.q * (1 - oracle.q)
+    assert np.all(np.abs(sample.mean(axis=0) - mean) <= Z * np.sqrt(variance / runs))
+    assert np.all(np.abs(np.log(sample.var(axis=0, ddof=1) / variance)) <= Z * math.sqrt(2 / (runs - 1)))
+
+
+def test_sparse_shard_counts_do_not_depend_on_the_split_into_ranges_or_groups() -> None:
+    """1 range against 7 (cut inside and across the sampler's blocks), grouped with users of
+    group -1: every group's counts are the sum of its pieces'; a group's counts are the same when
+    every other user is put in group -1 (drawn, not counted); the groups sum to the ungrouped
+    counts; with the dense path (q' above SPARSE_MAX_Q) the split changes nothing either."""
+    users, groups_count = 3 * GRID_USERS + 123, 3
+    source = KeyedRandomness(21)
+    values = np.random.default_rng(1).integers(0, 40, users).astype(np.uint64)
+    groups = np.random.default_rng(2).integers(-1, groups_count, users)
+    cuts = [0, 1, 2_000, GRID_USERS, GRID_USERS + 1, 2 * GRID_USERS + 5, 3 * GRID_USERS, users]
+    for epsilon in (4.0, 1.0):
+        oracle = make_oracle("oue", epsilon=epsilon, domain=40)
+        first = 777
+
+        def grouped(a: int, b: int, labels: np.ndarray = groups) -> list[np.ndarray]:
+            stats_ = oracle.randomize_aggregate_groups(values[a:b], labels[a:b], groups_count,
+                                                       source.for_range("split", 1, first + a, b - a))
+            return [np.r_[s.counts, s.n_users] for s in stats_]
+
+        whole = grouped(0, users)
+        pieces = [grouped(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        for group in range(groups_count):
+            np.testing.assert_array_equal(sum(piece[group] for piece in pieces), whole[group])
+            assert whole[group][-1] == np.count_nonzero(groups == group)
+        alone = np.where(groups == 1, 1, -1)
+        np.testing.assert_array_equal(grouped(0, users, alone)[1], whole[1])
+        everyone = np.zeros(users, dtype=np.int64)
+        ungrouped = oracle.randomize_aggregate(values, source.for_range("split", 1, first, users))
+        np.testing.assert_array_equal(grouped(0, users, everyone)[0], np.r_[ungrouped.counts, users])
+
+
+GROUPED = [
+    ("grr", {}, 50),
+    ("oue", {}, 20),
+    ("olh", {}, 1 << 64),
+    ("flh", {"hash_functions": 64}, 1 << 64),
+    ("hr", {}, 1000),
+    ("hm", {"coefficients": 2}, 50),
+    ("cms", {"rows": 4, "width": 16}, 1 << 64),
+    ("hcms", {"rows": 4, "width": 16}, 1 << 64),
+]
+
+
+@pytest.mark.parametrize(("name", "options", "domain"), GROUPED)
+def test_grouped_statistics_default_to_each_groups_share_of_the_reports(name: str, options: dict, domain: int) -> None:
+    """Without the sparse sampler (per-user randomness, or an oracle without one) group ``g``'s
+    statistics are exactly those of ``aggregate(randomize(values).take(users of g))``."""
+    oracle = make_oracle(name, epsilon=4.0, domain=domain, **options)
+    values = np.random.default_rng(15).integers(0, min(domain, 1 << 62), 600, dtype=np.uint64)
+    groups = np.random.default_rng(16).integers(-1, 3, 600)
+    key, ids = derive_key(5, "grouped", 1), np.arange(600)
+    grouped = oracle.randomize_aggregate_groups(values, groups, 3, UserRandom(key, ids))
+    reports = oracle.randomize(values, UserRandom(key, ids))
+    candidates = values[:25]
+    for group, statistics in enumerate(grouped):
+        expected = oracle.support(oracle.aggregate(reports.take(np.flatnonzero(groups == group))), candidates)
+        actual = oracle.support(statistics, candidates)
+        np.testing.assert_array_equal(actual.counts, expected.counts)
+        np.testing.assert_array_equal(actual.n_users, expected.n_users)
+
+
+@pytest.mark.parametrize(
+    ("groups", "n_groups", "message"),
+    [
+        (np.zeros(9, dtype=np.int64), 3, r"groups must be 10 integers \(one per value\) in \[-1, 3\)"),
+        (np.full(10, 0.5), 3, r"groups must be 10 integers"),
+        (np.full(10, -2), 3, r"groups must be in \[-1, 3\), got values from -2 to -2"),
+        (np.full(10, 3), 3, r"groups must be in \[-1, 3\), got values from 3 to 3"),
+        (np.zeros(10, dtype=np.int64), 0, r"n_groups must be an integer >= 1, got 0"),
+    ],
+)
+@pytest.mark.parametrize("name", ["oue", "cms", "grr"])
+def test_bad_groups_are_refused_naming_the_field(groups: np.ndarray, n_groups: int, message: str, name: str) -> None:
+    oracle = make_oracle(name, epsilon=4.0, domain=1 << 20)
+    with pytest.raises(InputError, match=message):
+        oracle.randomize_aggregate_groups(np.arange(10), groups, n_groups, KeyedRandomness(1).for_range("bad", 1, 0, 10))
 
 
 # ---------------------------------------------------------------- federation

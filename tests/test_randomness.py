@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from fedhh.randomness import GRID_USERS, KeyedRandomness, OsRandom, RangeRandom, SecureRandomness, derive_key
+from fedhh.randomness import (
+    GRID_USERS,
+    KeyedRandomness,
+    OsRandom,
+    RangeRandom,
+    SecureRandomness,
+    derive_key,
+    keyed_range_words,
+    splitmix64,
+)
 
 
 def test_a_users_draws_do_not_depend_on_its_batch() -> None:
@@ -97,3 +106,13 @@ def test_range_draws_are_uniform() -> None:
     draws = KeyedRandomness(17).for_range("ks", 1, 123, 100_000)
     assert stats.kstest(draws.random(), "uniform").pvalue > 1e-4
     assert stats.chisquare(np.bincount(draws.integers(0, 6), minlength=6)).pvalue > 1e-4
+
+
+def test_a_ranges_call_keys_number_its_calls() -> None:
+    """``next_call_key`` is call ``j``'s key, ``splitmix64(key XOR j)``, and consumes the call: a
+    sampler drawing from its own keyed streams keeps the calls after it where they were."""
+    key = derive_key(2, "calls", 1)
+    draws = RangeRandom(key, 4_100, 30)
+    assert draws.first_user == 4_100
+    assert [draws.next_call_key() for _ in range(2)] == [splitmix64(key ^ np.uint64(j)) for j in range(2)]
+    np.testing.assert_array_equal(draws.words(2), keyed_range_words(splitmix64(key ^ np.uint64(2)), 4_100, 30, 2))

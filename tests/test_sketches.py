@@ -11,7 +11,8 @@ import pytest
 from fedhh.oracles import Histogram, key_items, make_oracle
 from fedhh.oracles.direct import DirectReports
 from fedhh.oracles.sketches import SketchOracle, SketchReports
-from fedhh.oracles.unary import UnaryReports
+from fedhh.oracles.unary import SPARSE_MAX_Q, UnaryReports
+from fedhh.randomness import KeyedRandomness
 
 Z = 5.0
 
@@ -81,6 +82,72 @@ def test_count_mean_is_unbiased_with_the_derived_variance(name: str, options: di
     assert abs(mse.mean() - predicted.mean()) <= Z * mse.std(ddof=1) / math.sqrt(runs)
 
 
+def test_count_mean_over_sparse_oue_rows_is_unbiased_with_the_derived_variance() -> None:
+    """The shard path with range randomness at ε = 4 (inner OUE rows through the sparse sampler):
+    as above, 1,000 runs of 3,000 Zipf users over 24 values, each run its own seed."""
+    domain, users, runs = 24, 3_000, 1_000
+    weights = np.arange(1, domain + 1, dtype=float) ** -1.1
+    counts = np.random.default_rng(1).multinomial(users, weights / weights.sum())
+    values = np.repeat(np.arange(domain, dtype=np.uint64), counts)
+    truth = Histogram.from_dense(counts)
+    candidates = np.arange(domain)
+    errors = np.empty((runs, domain))
+    for run in range(runs):
+        sketch = make_oracle("cms", epsilon=4.0, domain=domain, rows=4, width=8, seed=run)
+        assert sketch.inner.q <= SPARSE_MAX_Q
+        statistics = sketch.randomize_aggregate(values, KeyedRandomness(run).for_range("cms", 1, 0, users))
+        errors[run] = sketch.estimate(statistics, candidates) - counts
+    predicted = sketch.variance(candidates, truth)
+    assert np.abs(errors.mean(axis=0) / np.sqrt(predicted / runs)).max() <= Z
+    mse = (errors**2).mean(axis=1)
+    assert abs(mse.mean() - predicted.mean()) <= Z * mse.std(ddof=1) / math.sqrt(runs)
+
+
+@pytest.mark.parametrize("name", ["cms", "hcms"])
+def test_grouped_sketch_statistics_choose_rows_as_randomize_and_split_exactly(name: str) -> None:
+    """Each group's reports per row are those ``randomize`` puts in that row (the rows are its
+    first call), and the groups' statistics of one range are the sums of those of 7 ranges."""
+    users, rows = 2 * 4096 + 300, 4
+    sketch = make_oracle(name, epsilon=4.0, domain=1 << 64, rows=rows, width=32)
+    values = np.random.default_rng(3).integers(0, 1 << 62, users, dtype=np.uint64)
+    groups = np.random.default_rng(4).integers(-1, 3, users)
+    source = KeyedRandomness(6)
+    whole = sketch.randomize_aggregate_groups(values, groups, 3, source.for_range("s", 1, 50, users))
+    chosen = sketch.randomize(values, source.for_range("s", 1, 50, users)).rows
+    for group, statistics in enumerate(whole):
+        np.testing.assert_array_equal([row.n_users for row in statistics.rows],
+                                      np.bincount(chosen[groups == group], minlength=rows))
+    cuts = [0, 10, 4000, 4096, 5000, 8192, 8200, users]
+    pieces = [sketch.randomize_aggregate_groups(values[a:b], groups[a:b], 3, source.for_range("s", 1, 50 + a, b - a))
+              for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    for group in range(3):
+        total = pieces[0][group]
+        for piece in pieces[1:]:
+            total = total + piece[group]
+        for mine, theirs in zip(sketch.to_flat(total), sketch.to_flat(whole[group]), strict=True):
+            np.testing.assert_array_equal(mine, theirs)
+
+
+def test_supports_are_the_inner_supports_of_each_rows_symbols() -> None:
+    """``supports`` (several statistics, the candidates hashed once for every row) gives, per
+    statistics, row ``j``'s inner support of ``symbols(j, candidate)`` (and of its mirror, signed),
+    whether it decodes symbol by symbol (7 candidates) or whole rows (100)."""
+    for name, options in (("cms", {}), ("count-sketch", {"inner": "olh"})):
+        sketch = make_oracle(name, epsilon=2.0, domain=1 << 64, rows=5, width=16, **options)
+        values = np.random.default_rng(8).integers(0, 1 << 62, 900, dtype=np.uint64)
+        statistics = [sketch.aggregate(sketch.randomize(values[part], np.random.default_rng(9)))
+                      for part in (slice(0, 300), slice(300, 900))]
+        for candidates in (values[:7], values[:100]):
+            for support, stats in zip(sketch.supports(statistics, candidates), statistics, strict=True):
+                for row, row_stats in enumerate(stats.rows):
+                    own = sketch.symbols(np.full(candidates.size, row), candidates)
+                    halves = [own] if not sketch.signed else [own, (own + np.uint64(16)) % np.uint64(32)]
+                    for half, symbols in enumerate(halves):
+                        expected = sketch.inner.support(row_stats, symbols).counts
+                        np.testing.assert_array_equal(support.counts[row, half], expected)
+                np.testing.assert_array_equal(support.n_users, [row.n_users for row in stats.rows])
+
+
 def test_count_sketch_mean_is_unbiased() -> None:
     """Signed rows cancel collisions in expectation: the mean error of every
     value is within 5 empirical standard errors of zero over 600 hash draws."""
@@ -147,3 +214,16 @@ def test_bad_sketch_parameters_name_the_field() -> None:
     median = make_oracle("count-median", epsilon=1.0, domain=100, rows=2, width=8)
     with pytest.raises(ValueError, match="closed-form variance exists for the unsigned count-mean sketch only"):
         median.variance(np.arange(3), Histogram.of(np.arange(3)))
+
+
+@pytest.mark.parametrize(("name", "options"), [("cms", {}), ("hcms", {}), ("count-median", {}), ("count-sketch", {})])
+def test_estimates_of_several_statistics_are_exactly_their_estimates_one_by_one(name: str, options: dict) -> None:
+    """``estimates`` reads each row's inner estimates decoded once per symbol: the very floats of
+    ``estimate_support(support(...))`` (whole rows, 600 candidates) and of the per-symbol path (5)."""
+    sketch = make_oracle(name, epsilon=3.0, domain=1 << 64, rows=6, width=64, **options)
+    values = np.random.default_rng(10).integers(0, 1 << 62, 2_000, dtype=np.uint64)
+    statistics = [sketch.aggregate(sketch.randomize(values[part], np.random.default_rng(11)))
+                  for part in (slice(0, 700), slice(700, 2_000))]
+    for candidates in (values[:600], values[:5]):
+        for together, stats in zip(sketch.estimates(statistics, candidates), statistics, strict=True):
+            np.testing.assert_array_equal(together, sketch.estimate_support(sketch.support(stats, candidates)))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -99,6 +100,29 @@ def check_values(values: Any, domain: int, field: str = "values") -> np.ndarray:
     if domain < MAX_DOMAIN and int(array.max()) >= domain:
         raise InputError(f"{field} must be in [0, {domain}), got {int(array.max())}")
     return array
+
+
+def check_groups(groups: Any, n_users: int, n_groups: Any) -> np.ndarray:
+    """Each user's group as int64: in ``[0, n_groups)``, or -1 for a user drawn but not counted."""
+    n_groups = check_positive_int(n_groups, "n_groups")
+    array = np.asarray(groups)
+    if array.shape != (n_users,) or (array.size and not np.issubdtype(array.dtype, np.integer)):
+        raise InputError(
+            f"groups must be {n_users} integers (one per value) in [-1, {n_groups}), got shape {array.shape} "
+            f"and dtype {array.dtype}"
+        )
+    array = array.astype(np.int64)
+    if array.size and (int(array.min()) < -1 or int(array.max()) >= n_groups):
+        raise InputError(f"groups must be in [-1, {n_groups}), got values from {int(array.min())} to {int(array.max())}")
+    return array
+
+
+def group_members(groups: np.ndarray, n_groups: int) -> list[np.ndarray]:
+    """Indices of the users of each group ``0 .. n_groups - 1``, ascending (one sort, not ``n_groups``
+    scans); users of group -1 are in none."""
+    order = np.argsort(groups, kind="stable")
+    bounds = np.searchsorted(groups[order], np.arange(n_groups + 1))
+    return [order[bounds[group] : bounds[group + 1]] for group in range(n_groups)]
 
 
 def index_bits(choices: int) -> int:
@@ -188,6 +212,24 @@ class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
         the per-user reports)."""
         return self.aggregate(self.randomize(values, rng))
 
+    def randomize_aggregate_groups(
+        self, values: np.ndarray, groups: np.ndarray, n_groups: int, rng: RandomSource
+    ) -> list[StatisticsT]:
+        """Element ``g`` is the statistics of the users whose ``groups`` entry is ``g``, for
+        every ``g`` in ``[0, n_groups)`` (``groups``: one integer in ``[-1, n_groups)`` per
+        value); users of group -1 are randomised, their draws consumed as in
+        ``randomize``, but counted in no group.
+
+        This default randomises every user once with ``randomize`` and aggregates
+        each group's reports, so with per-user randomness a user's contribution is
+        its device report whatever group or shard it is in.  Oracles override it
+        with a cheaper route of the same law (a unary encoding's sparse sampler).
+        """
+        values = self._values(values)
+        groups = check_groups(groups, values.shape[0], n_groups)
+        reports: Any = self.randomize(values, rng)
+        return [self.aggregate(reports.take(members)) for members in group_members(groups, int(n_groups))]
+
     # server side -----------------------------------------------------------
     @abstractmethod
     def aggregate(self, reports: ReportsT) -> StatisticsT:
@@ -197,6 +239,11 @@ class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
     def support(self, statistics: StatisticsT, candidates: np.ndarray) -> Support:
         """Support counts of each candidate; additive across shards."""
 
+    def supports(self, statistics: Sequence[StatisticsT], candidates: np.ndarray) -> list[Support]:
+        """:meth:`support` of each statistics for the same candidates (sketches hash the
+        candidates once for all of them)."""
+        return [self.support(stats, candidates) for stats in statistics]
+
     @abstractmethod
     def estimate_support(self, support: Support) -> np.ndarray:
         """Unbiased count estimates from (summed) support counts."""
@@ -204,6 +251,11 @@ class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
     def estimate(self, statistics: StatisticsT, candidates: np.ndarray) -> np.ndarray:
         """Unbiased count estimate of each candidate value."""
         return self.estimate_support(self.support(statistics, candidates))
+
+    def estimates(self, statistics: Sequence[StatisticsT], candidates: np.ndarray) -> list[np.ndarray]:
+        """:meth:`estimate` of each statistics for the same candidates (a protocol's positions;
+        sketches decode the candidates' symbols once for all of them)."""
+        return [self.estimate(stats, candidates) for stats in statistics]
 
     # flat form of the statistics ---------------------------------------------
     def flat_size(self) -> int | None:

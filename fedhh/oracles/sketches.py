@@ -30,6 +30,7 @@ c_u^2 / k``).  The estimate's variance is that times ``(m / (m - 1))^2``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,7 +39,7 @@ import numpy as np
 from fedhh.errors import InputError
 from fedhh.randomness import derive_key, splitmix64
 
-from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_kind, check_positive_int, index_bits
+from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_groups, check_kind, check_positive_int, index_bits
 from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from .histogram import Histogram
@@ -47,6 +48,7 @@ from .sampling import RandomSource, check_rng_batch
 SketchEstimator = Literal["mean", "median", "min"]
 SKETCH_ESTIMATORS: tuple[str, ...] = ("mean", "median", "min")
 MAX_ROWS = 1 << 16
+_HASHED_AT_ONCE = 1 << 22  # (row, candidate) symbols hashed in one pass of a decoding
 
 
 @dataclass(frozen=True)
@@ -167,15 +169,33 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
 
     def randomize_aggregate(self, values: np.ndarray, rng: RandomSource) -> SketchStatistics:
         """With a Generator each row's users go through the inner oracle's shard path
-        (for OUE: the Binomial counts); with per-user randomness, through per-user reports."""
+        (for OUE: the Binomial counts); with per-user randomness, through
+        :meth:`randomize_aggregate_groups` with one group."""
         if not isinstance(rng, np.random.Generator):
-            return self.aggregate(self.randomize(values, rng))
+            values = self._values(values)
+            return self.randomize_aggregate_groups(values, np.zeros(values.shape[0], dtype=np.int64), 1, rng)[0]
         values = self._values(values)
         rows = rng.integers(0, self.rows, size=values.shape[0])
         symbols = self.symbols(rows, values)
         return SketchStatistics(
             tuple(self.inner.randomize_aggregate(symbols[members], rng) for members in self._row_members(rows))
         )
+
+    def randomize_aggregate_groups(
+        self, values: np.ndarray, groups: np.ndarray, n_groups: int, rng: RandomSource
+    ) -> list[SketchStatistics]:
+        """Each user's row is drawn exactly as ``randomize`` draws it; the inner oracle then
+        randomises the rows' symbols grouped by (group, row), group ``g``'s row ``j`` being
+        inner group ``g x rows + j`` (group -1 stays -1: drawn, not counted)."""
+        values = self._values(values)
+        groups = check_groups(groups, values.shape[0], n_groups)
+        check_rng_batch(rng, values.shape[0])
+        rows = rng.integers(0, self.rows, size=values.shape[0])
+        inner_groups = np.where(groups >= 0, groups * self.rows + rows, -1)
+        inner = self.inner.randomize_aggregate_groups(
+            self.symbols(rows, values), inner_groups, int(n_groups) * self.rows, rng
+        )
+        return [SketchStatistics(tuple(inner[group * self.rows : (group + 1) * self.rows])) for group in range(n_groups)]
 
     def _row_members(self, rows: np.ndarray) -> list[np.ndarray]:
         """Indices of the users in each sketch row, in row order (one sort, not ``k`` scans)."""
@@ -199,26 +219,51 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         row decodes all its symbols once (one transform, or one pass of FLH's
         functions) and the candidates read their symbols from it.
         """
+        return self.supports([statistics], candidates)[0]
+
+    def supports(self, statistics: Sequence[SketchStatistics], candidates: np.ndarray) -> list[Support]:
+        """:meth:`support` of each statistics for the same candidates (a protocol's positions):
+        the candidates' symbols are hashed once for all of them, every row in one pass."""
+        for stats in statistics:
+            self._check_statistics(stats)
+        candidates = self._values(candidates, "candidates")
+        symbols = self._candidate_symbols(candidates)
+        whole_rows = self.inner.domain <= 4 * candidates.shape[0]
+        all_symbols = np.arange(self.inner.domain, dtype=np.uint64)
+        supports = []
+        for stats in statistics:
+            counts = np.empty(symbols.shape, dtype=np.int64)
+            for row, row_stats in enumerate(stats.rows):
+                if whole_rows:
+                    counts[row] = self.inner.support(row_stats, all_symbols).counts[symbols[row]]
+                else:
+                    for half, half_symbols in enumerate(symbols[row]):
+                        counts[row, half] = self.inner.support(row_stats, half_symbols.astype(np.uint64)).counts
+            supports.append(Support(counts, np.array([row.n_users for row in stats.rows], dtype=np.int64)))
+        return supports
+
+    def _check_statistics(self, statistics: SketchStatistics) -> None:
         check_kind(self.name, statistics, SketchStatistics, "statistics")
         if len(statistics.rows) != self.rows:
             raise ValueError(f"{self.name}: statistics must have {self.rows} rows, got {len(statistics.rows)}")
-        candidates = self._values(candidates, "candidates")
-        whole_rows = self.inner.domain <= 4 * candidates.shape[0]
-        all_symbols = np.arange(self.inner.domain, dtype=np.uint64)
-        counts = []
-        for row, stats in enumerate(statistics.rows):
-            own = self.symbols(np.full(candidates.shape[0], row), candidates)
-            symbols = [own]
+
+    def _candidate_symbols(self, candidates: np.ndarray) -> np.ndarray:
+        """``(rows, 1 or 2, candidates)`` inner symbols (intp): each row's symbol of every candidate
+        and, signed, its mirror in the other half; keys mixed once, rows hashed a few at a time."""
+        mixed = mix_keys(candidates)
+        symbols = np.empty((self.rows, 1 + int(self.signed), candidates.shape[0]), dtype=np.intp)
+        step = max(1, _HASHED_AT_ONCE // max(candidates.shape[0], 1))
+        for first in range(0, self.rows, step):
+            rows = np.arange(first, min(first + step, self.rows))[:, None]
+            multipliers, offsets = self.row_hashes
+            own = hash_expanded(multipliers[rows], offsets[rows], mixed, self.width)
             if self.signed:
+                multipliers, offsets = self.sign_hashes
+                own += hash_expanded(multipliers[rows], offsets[rows], mixed, 2) * np.uint64(self.width)
                 width = np.uint64(self.width)
-                symbols.append(np.where(own < width, own + width, own - width))
-            if whole_rows:
-                decoded = self.inner.support(stats, all_symbols).counts
-                counts.append(np.stack([decoded[symbol.astype(np.intp)] for symbol in symbols]))
-            else:
-                counts.append(np.stack([self.inner.support(stats, symbol).counts for symbol in symbols]))
-        n_users = np.array([stats.n_users for stats in statistics.rows], dtype=np.int64)
-        return Support(np.stack(counts), n_users)
+                symbols[first : first + step, 1] = np.where(own < width, own + width, own - width)
+            symbols[first : first + step, 0] = own
+        return symbols
 
     def report_bits(self) -> int:
         """The sketch row in ``[0, k)`` and the inner oracle's report of the row's symbol."""
@@ -252,12 +297,34 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
                 f"{self.name}: support.counts must have shape (rows={self.rows}, {1 + self.signed}, candidates), "
                 f"got {support.counts.shape}"
             )
-        row_estimates = np.stack(
-            [
-                np.stack([self.inner.estimate_support(Support(half, support.n_users[row])) for half in halves])
-                for row, halves in enumerate(support.counts)
-            ]
-        )
+        row_estimates = np.empty(support.counts.shape)
+        for row, halves in enumerate(support.counts):
+            for half, counts in enumerate(halves):
+                row_estimates[row, half] = self.inner.estimate_support(Support(counts, support.n_users[row]))
+        return self._combine(row_estimates, support.n_users)
+
+    def estimates(self, statistics: Sequence[SketchStatistics], candidates: np.ndarray) -> list[np.ndarray]:
+        """:meth:`estimate` of each statistics for the same candidates.  When whole rows are
+        decoded (an inner domain at most 4 times the candidates), each row's inner estimate of
+        every symbol is computed once and the candidates read theirs: the same floats as
+        ``estimate_support(support(...))``, an inner estimate being elementwise in its counts."""
+        candidates = self._values(candidates, "candidates")
+        if self.inner.domain > 4 * candidates.shape[0]:
+            return [self.estimate_support(support) for support in self.supports(statistics, candidates)]
+        symbols = self._candidate_symbols(candidates)
+        all_symbols = np.arange(self.inner.domain, dtype=np.uint64)
+        results = []
+        for stats in statistics:
+            self._check_statistics(stats)
+            row_estimates = np.empty(symbols.shape)
+            for row, row_stats in enumerate(stats.rows):
+                row_estimates[row] = self.inner.estimate_support(self.inner.support(row_stats, all_symbols))[symbols[row]]
+            results.append(self._combine(row_estimates, np.array([row.n_users for row in stats.rows], dtype=np.int64)))
+        return results
+
+    def _combine(self, row_estimates: np.ndarray, n_users: np.ndarray) -> np.ndarray:
+        """The sketch's estimate from each row's inner estimates ``(rows, 1 or 2, candidates)``
+        of the candidates' symbols (and mirrors) and the rows' report counts."""
         if self.signed:
             per_row = (row_estimates[:, 0] - row_estimates[:, 1]) * self.rows
             return per_row.mean(axis=0) if self.estimator == "mean" else np.median(per_row, axis=0)
@@ -265,8 +332,7 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         combined = {"mean": np.mean, "median": np.median, "min": np.min}[self.estimator](per_row, axis=0)
         if self.estimator == "min":
             return combined
-        n_users = float(support.n_users.sum())
-        return (self.width / (self.width - 1)) * (combined - n_users / self.width)
+        return (self.width / (self.width - 1)) * (combined - float(n_users.sum()) / self.width)
 
     def per_user_variance(self) -> tuple[float, float]:
         raise NotImplementedError("sketch variance depends on the whole population: use variance(candidates, truth)")

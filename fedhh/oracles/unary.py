@@ -28,9 +28,21 @@ Two client paths give the same statistics (the per-value support counts):
   probability ``q``, and all bits of all columns are independent; so the
   count vector has *exactly* the law ``Binomial(n_v, p) + Binomial(n - n_v, q)``
   independently per ``v``, which is what is sampled, in ``O(n + d)``.
-  It is the same distribution, not the same sample: with per-user
-  randomness this method counts the bits of the per-user path without
-  packing them.
+  It is the same distribution, not the same sample.
+* ``randomize_aggregate`` (and ``randomize_aggregate_groups``) with a
+  :class:`fedhh.randomness.RangeRandom` and ``q' <=``
+  :data:`SPARSE_MAX_Q`: the counts of the set bits only
+  (:mod:`fedhh.sparse_bernoulli`).  A user's bits are an independent
+  Bernoulli(``q'``) row (walked by geometric gaps over a keyed grid, one
+  call on the rng) whose bit at the user's own value is replaced by an own
+  bit, a uniform 32-bit word (the low half of the word of one more call)
+  below ``T_p``: independent bits, 1 with probability ``p'`` at the value
+  and ``q'`` elsewhere -- the device's law, with the device's realised
+  ``p'`` and ``q'``, up to the sampler's 53-bit truncation; a different
+  sample from ``randomize``'s, but still a function of the user's global
+  id and the call sequence, so the same under any sharding.  Above
+  :data:`SPARSE_MAX_Q` (SUE below ε = 2 ln 7 = 3.9, OUE below ε = ln 7 =
+  1.95) the bits are drawn densely and counted without packing.
 """
 
 from __future__ import annotations
@@ -43,7 +55,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_kind, check_lengths
+from ..randomness import GRID_USERS, RangeRandom
+from ..sparse_bernoulli import grid_set_bits
+from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_groups, check_kind, check_lengths, group_members
 from .device_spec import DeviceSpec
 from .sampling import RandomSource, check_rng_batch, random_words
 
@@ -51,6 +65,13 @@ MAX_UNARY_DOMAIN = 1 << 26
 WORD_SCALE = 1 << 32  # a bit compares a uniform 32-bit word with its threshold
 _WORDS_PER_DRAW = 128  # 256 bits per call on the rng: fixed, so the call sequence never depends on the shard
 _BYTE_SUM_ROWS = 255  # rows a uint8 column sum can take without overflowing
+_LOW_HALF = np.uint64(0xFFFFFFFF)
+_BATCH_BITS = 1 << 20  # set bits counted at once by the sparse path
+# The sparse sampler costs about 19 ns a set bit with its counting, the dense path about 3.3 ns a
+# bit (half a Philox word, a comparison, a column sum): on 1,024-bit rows they cost the same near
+# q' = 0.155; at q' = 0.142 the sampler is 16% cheaper, at 0.119 23%, at 0.100 52% (CPU time,
+# 100,000 users, load 2.9).  The switch depends on q' alone, so every shard takes the same path.
+SPARSE_MAX_Q = 0.125
 
 
 def column_counts(bits: np.ndarray) -> np.ndarray:
@@ -168,6 +189,8 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
 
     def randomize_aggregate(self, values: np.ndarray, rng: RandomSource) -> UnaryStatistics:
         values = self._values(values)
+        if self._sparse(rng):
+            return self._sparse_statistics(values, np.zeros(values.shape[0], dtype=np.int64), 1, rng)[0]
         if not isinstance(rng, np.random.Generator):
             counts = np.zeros(self.domain, dtype=np.int64)
             for first, block in self._bit_blocks(values, rng):
@@ -176,6 +199,59 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         holders = np.bincount(values.astype(np.intp), minlength=self.domain)
         counts = rng.binomial(holders, self.p) + rng.binomial(values.shape[0] - holders, self.q)
         return UnaryStatistics(counts.astype(np.int64), int(values.shape[0]))
+
+    def randomize_aggregate_groups(
+        self, values: np.ndarray, groups: np.ndarray, n_groups: int, rng: RandomSource
+    ) -> list[UnaryStatistics]:
+        """Per group, the counts of its users' bits: the sparse sampler with a :class:`RangeRandom`
+        when ``q' <=`` :data:`SPARSE_MAX_Q`, each group's Binomial counts with a Generator, else
+        the per-user reports (module docstring)."""
+        values = self._values(values)
+        groups = check_groups(groups, values.shape[0], n_groups)
+        if self._sparse(rng):
+            return self._sparse_statistics(values, groups, int(n_groups), rng)
+        if isinstance(rng, np.random.Generator):
+            return [self.randomize_aggregate(values[members], rng) for members in group_members(groups, int(n_groups))]
+        return super().randomize_aggregate_groups(values, groups, n_groups, rng)
+
+    def _sparse(self, rng: RandomSource) -> bool:
+        return isinstance(rng, RangeRandom) and self.q <= SPARSE_MAX_Q
+
+    def _sparse_statistics(
+        self, values: np.ndarray, groups: np.ndarray, n_groups: int, rng: RangeRandom
+    ) -> list[UnaryStatistics]:
+        """Two calls on ``rng``: the own bits (a word per user, its low half below ``T_p``), then
+        the grid of other bits; a set bit at ``(user, x)`` counts in cell ``group * d + x``
+        unless ``x`` is the user's value (there the own bit counts instead)."""
+        check_rng_batch(rng, values.shape[0])
+        own = (rng.words(1)[:, 0] & _LOW_HALF) < np.uint64(self.thresholds[0])
+        counted = groups >= 0
+        d = self.domain
+        base = np.where(counted, groups, n_groups) * d  # uncounted users fill a discarded group
+        values = values.astype(np.int64)
+        cells = (n_groups + 1) * d
+        counts = np.bincount((base + values)[own], minlength=cells)
+        shift = d.bit_length() - 1 if d & (d - 1) == 0 else None
+        hits: list[np.ndarray] = []
+        held = 0
+        for first, positions in grid_set_bits(rng, d, self.q):
+            # bit (first + r, p - r d) of line position p counts in cell base + p - r d: per block, the
+            # tables of base - r d and of the own value's position v + r d serve every bit of a row
+            rows = positions >> shift if shift is not None else positions // d
+            line = np.arange(min(GRID_USERS, values.shape[0] - first), dtype=np.int64) * d
+            hit = (base[first : first + line.size] - line)[rows]
+            hit += positions
+            own_positions = (values[first : first + line.size] + line)[rows]
+            hits.append(np.delete(hit, np.flatnonzero(own_positions == positions)))  # own values: the own bit
+            held += hit.size
+            if held >= _BATCH_BITS:
+                counts += np.bincount(np.concatenate(hits), minlength=cells)
+                hits, held = [], 0
+        if hits:
+            counts += np.bincount(np.concatenate(hits), minlength=cells)
+        reporters = np.bincount(groups[counted], minlength=n_groups)
+        per_group = counts[: n_groups * self.domain].reshape(n_groups, self.domain)
+        return [UnaryStatistics(row, int(users)) for row, users in zip(per_group, reporters, strict=True)]
 
     def aggregate(self, reports: UnaryReports) -> UnaryStatistics:
         check_kind(self.name, reports, UnaryReports, "reports")

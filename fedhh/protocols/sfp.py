@@ -80,7 +80,7 @@ WORD_PURPOSE = "sfp.word-report"
 HASH_VALUES = 256  # Apple's 8-bit hash of the whole word
 MAX_PAIRS = 1 << 22  # (fragment, hash) pairs a position may have: each is estimated
 MAX_PUZZLE = 4096  # candidate words one hash value may assemble (the weakest fragments go first)
-USERS_PER_BLOCK = 1 << 15
+USERS_PER_BLOCK = 1 << 17  # a multiple of fedhh.randomness.GRID_USERS
 SKETCH_ORACLES: tuple[str, ...] = ("cms", "hcms")
 _POSITIVE_63 = (1 << 63) - 1
 
@@ -148,6 +148,16 @@ def sketch_noise(oracle: str, epsilon: float, rows: int, width: int, users: floa
     inner = make_oracle({"cms": "oue", "hcms": "hm"}[oracle], epsilon=epsilon, domain=width)
     other, _ = inner.per_user_variance()
     return users * other * (width / (width - 1)) ** 2
+
+
+def best_first(scores: np.ndarray, count: int) -> np.ndarray:
+    """``np.argsort(-scores, kind="stable")[:count]`` (ties by index) without sorting every score:
+    only those at least the ``count``-th largest are sorted."""
+    if count >= scores.size:
+        return np.argsort(-scores, kind="stable")
+    kth = np.partition(scores, scores.size - count)[scores.size - count]
+    top = np.flatnonzero(scores >= kth)
+    return top[np.argsort(-scores[top], kind="stable")][:count]
 
 
 # -- the public encoding --------------------------------------------------------------------------
@@ -316,37 +326,44 @@ def respond(request: SFPRequest, shard: Shard, randomness: RandomnessSource) -> 
     holders, chosen = choose_items(shard, local, randomness, ITEM_PURPOSE, 0)
     items[holders] = chosen
     positions = user_positions(request.position_seed, fragments.positions, user_ids)
-    fragment_stats: list[Any] = [None] * fragments.positions
-    word_stats: Any = None
-    for first in range(0, shard.n_users, USERS_PER_BLOCK):  # users' private draws: one Philox pass per block and report
-        held, placed = items[first : first + USERS_PER_BLOCK], positions[first : first + USERS_PER_BLOCK]
+    fragment_counts = np.zeros((fragments.positions, fragment_oracle.flat_size()), dtype=np.int64)
+    fragment_reporters = np.zeros((fragments.positions, request.sketch_rows), dtype=np.int64)
+    word_counts = np.zeros(0 if word_oracle is None else word_oracle.flat_size(), dtype=np.int64)
+    word_reporters = np.zeros(0 if word_oracle is None else request.sketch_rows, dtype=np.int64)
+    for first, stop in user_blocks(shard.first_user, shard.n_users):  # users' private draws: one pass per block and report
+        held, placed = items[first:stop], positions[first:stop]
         block_users = (shard.first_user + first, held.size)
-        fragment_reports = fragment_oracle.randomize(
-            reports[held, placed], randomness.for_range(FRAGMENT_PURPOSE, request.round, *block_users))
-        for position in range(fragments.positions):
-            stats = fragment_oracle.aggregate(fragment_reports.take(np.flatnonzero(placed == position)))
-            fragment_stats[position] = stats if fragment_stats[position] is None else fragment_stats[position] + stats
+        per_position = fragment_oracle.randomize_aggregate_groups(
+            reports[held, placed], placed, fragments.positions,
+            randomness.for_range(FRAGMENT_PURPOSE, request.round, *block_users))
+        for position, stats in enumerate(per_position):
+            cells, reporters = fragment_oracle.to_flat(stats)
+            fragment_counts[position] += cells
+            fragment_reporters[position] += reporters
         if word_oracle is not None:
             stats = word_oracle.randomize_aggregate(words[held], randomness.for_range(WORD_PURPOSE, request.round, *block_users))
-            word_stats = stats if word_stats is None else word_stats + stats
-    flat = [fragment_oracle.to_flat(stats) for stats in fragment_stats] if shard.n_users else []
-    if not flat:  # a shard of no user
-        size, rows = fragment_oracle.flat_size(), request.sketch_rows
-        flat = [(np.zeros(size, dtype=np.int64), np.zeros(rows, dtype=np.int64))] * fragments.positions
-    word_counts, word_reporters = (
-        word_oracle.to_flat(word_stats) if word_oracle is not None and word_stats is not None
-        else (np.zeros(0 if word_oracle is None else word_oracle.flat_size(), dtype=np.int64),
-              np.zeros(0 if word_oracle is None else request.sketch_rows, dtype=np.int64))
-    )
+            cells, reporters = word_oracle.to_flat(stats)
+            word_counts += cells
+            word_reporters += reporters
     return SFPResponse(
         round=request.round,
         sampled_users=shard.n_users,
         responding_users=shard.n_users,
-        fragment_counts=np.stack([counts for counts, _ in flat]).astype(np.int64),
-        fragment_reporters=np.stack([users for _, users in flat]).astype(np.int64),
-        word_counts=np.asarray(word_counts, dtype=np.int64),
-        word_reporters=np.asarray(word_reporters, dtype=np.int64),
+        fragment_counts=fragment_counts,
+        fragment_reporters=fragment_reporters,
+        word_counts=word_counts,
+        word_reporters=word_reporters,
     )
+
+
+def user_blocks(first_user: int, n_users: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` local bounds of a shard's users cut at global multiples of
+    :data:`USERS_PER_BLOCK` (bounded memory per block; cuts on the keyed grids' block bounds, so
+    no block's walk is replayed by two of the shard's blocks)."""
+    bounds = range((first_user // USERS_PER_BLOCK + 1) * USERS_PER_BLOCK, first_user + n_users, USERS_PER_BLOCK)
+    cuts = [first_user, *bounds, first_user + n_users]
+    return [(start - first_user, stop - first_user) for start, stop in zip(cuts[:-1], cuts[1:], strict=True)
+            if stop > start]
 
 
 # -- the server -----------------------------------------------------------------------------------
@@ -465,11 +482,12 @@ class SFPServer(ServerProtocol):
         kept: list[np.ndarray] = []
         kept_estimates: list[np.ndarray] = []
         thresholds: list[float] = []
-        for position in range(self.positions):
-            statistics = oracle.from_flat(response.fragment_counts[position], response.fragment_reporters[position])
-            estimates = oracle.estimate(statistics, every_pair) * self.positions  # the position's share is 1/P
+        statistics = [oracle.from_flat(counts, reporters)
+                      for counts, reporters in zip(response.fragment_counts, response.fragment_reporters, strict=True)]
+        for estimates in oracle.estimates(statistics, every_pair):  # every position's pairs hashed once
+            estimates = estimates * self.positions  # the position's share is 1/P
             threshold = z * 1.4826 * float(np.median(np.abs(estimates - np.median(estimates))))
-            order = np.argsort(-estimates, kind="stable")[: self.params.fragment_candidates]
+            order = best_first(estimates, self.params.fragment_candidates)
             if self.params.report == SIGNIFICANT:
                 order = order[estimates[order] > threshold]
             kept.append(order.astype(np.int64))

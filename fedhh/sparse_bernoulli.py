@@ -1,0 +1,121 @@
+"""The set bits of a keyed grid of independent Bernoulli(q) bits, at a cost proportional to them.
+
+A simulated shard of ``n`` users each holding ``w`` independent bits that
+are 1 with a small probability ``q`` (the "other" bits of OUE: ``q' =
+0.018`` at ε = 4, about 19 set bits of 1,024) need not draw ``n w``
+uniforms to find the few ``n w q`` ones: it walks from one set bit to the
+next by geometric gaps.
+
+Law.  Lay the grid's bits on a line and let ``G_1, G_2, ...`` be
+independent with ``G = floor(log U / log(1 - q))``, ``U`` uniform on
+``(0, 1]``: ``P(G >= k) = P(U <= (1 - q)^k) = (1 - q)^k``, so ``G`` is the
+number of 0 bits before the next 1 of a Bernoulli(q) sequence, and the
+positions ``G_1, G_1 + 1 + G_2, ...`` are exactly the 1s of a sequence of
+independent Bernoulli(q) bits -- every bit of every user independent with
+probability ``q``, which is the law of the device's "other" bits.
+Truncation: ``U = (k + 1) 2^-53`` from the top 53 bits ``k`` of a 64-bit
+word, so ``P(G >= k)`` is ``(1 - q)^k`` rounded down to a multiple of
+``2^-53`` (and ``log``, the division and the ``+ 1`` round by ``~1e-16``
+relative, moving ``floor`` only within ``1e-16`` of an integer): each gap's law is
+within about ``2^-52`` of the geometric law in total variation, so a whole
+run of ``N`` set bits is within ``N 2^-52`` (``2e-7`` for ``10^9`` set
+bits) of the exact law -- far below anything a simulation can detect.  The
+longest gap a 53-bit ``U`` gives is ``53 ln 2 / -log(1 - q)``, exceeded by
+the exact law with probability ``2^-53``.
+
+Keys and sharding.  The line is cut into blocks of
+:data:`fedhh.randomness.GRID_USERS` consecutive global users (``GRID_USERS
+x w`` bits, user ``u``'s row at bits ``[r w, (r + 1) w)``, ``r = u mod
+GRID_USERS``), each walked by its own Philox-4x64 stream keyed ``(call key,
+block)``, the call key being one call of the range's
+:class:`fedhh.randomness.RangeRandom` (so a user's bits depend only on the
+seed, purpose, round, its global id and the call sequence).  A range that
+starts inside a block replays the block's walk from the block's first user
+and drops the bits before its own users; one that ends inside a block stops
+walking at its last user.  Every user's bits are therefore the same in any
+range, shard or transport, at the price, for a range that does not start
+on a block boundary, of walking up to ``GRID_USERS - 1`` users' rows more.
+
+Why blocks rather than a fixed number of gap words per user (with a
+further keyed draw for the few users whose gaps fall short of ``w``): a
+per-user budget must cover a user's mean number of set bits plus several
+standard deviations (36 words for OUE's 18 expected set bits of 1,024),
+so it draws about twice the words the walk needs, on an ``(n, S)`` array
+of cumulative sums and masks; the block walk draws one word per set bit
+(plus a margin of 6 sd per block, 2% at SFP's sizes, drawn in one go and
+dropped), on flat arrays, and needs no second mechanism.
+Measured on SFP's OUE rows (200,000 users x 1,024 bits, ``q' = 0.018``,
+CPU time, load 2.9): 13 ns a set bit (0.25 µs a user) for the walk and
+the rows and columns of its bits, 66 ns for a 36-word budget, 184 ns (3.4
+µs a user) for a 32-bit uniform per bit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from .randomness import GRID_USERS, RangeRandom
+
+_UNIT = 1.0 / float(1 << 53)
+_SPREAD = 6.0  # a block's first draw covers its expected set bits plus 6 sd (one draw, nearly always)
+_MAX_DRAW = 1 << 20  # words drawn at once, so memory stays bounded for wide rows
+# The smallest probability a 32-bit threshold gives: a gap is then at most 53 ln 2 / 2^-32 < 2^38,
+# so the cumulative sum of one draw (at most 2^20 gaps) stays far inside int64.
+MIN_PROBABILITY = 2.0**-32
+
+
+def grid_set_bits(rng: RangeRandom, width: int, probability: float) -> Iterator[tuple[int, np.ndarray]]:
+    """The set bits of ``rng``'s ``(n_users, width)`` grid of independent Bernoulli(``probability``)
+    bits, a block of users at a time: ``(first, positions)``, ``positions`` int64 ascending on the
+    line of the users ``first, first + 1, ...`` (the range's local indices) laid row after row --
+    bit ``(first + p // width, p % width)`` for each ``p``.
+
+    Consumes one call of ``rng`` now (whether or not the blocks are read), so the
+    calls that follow are the same whatever the grid holds.
+    """
+    if not isinstance(rng, RangeRandom):
+        raise TypeError(f"grid_set_bits: rng must be a RangeRandom, got {type(rng).__name__}")
+    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
+        raise ValueError(f"grid_set_bits: width must be an integer >= 1, got {width!r}")
+    if not MIN_PROBABILITY <= probability < 1:
+        raise ValueError(f"grid_set_bits: probability must be in [2^-32, 1), got {probability!r}")
+    return _walk(rng.next_call_key(), rng.first_user, rng.n_users, int(width), float(probability))
+
+
+def _walk(key: np.uint64, first_user: int, n_users: int, width: int, probability: float) -> Iterator[tuple[int, np.ndarray]]:
+    end = first_user + n_users
+    for block in range(first_user // GRID_USERS, -(-end // GRID_USERS)):
+        origin = block * GRID_USERS
+        skipped = max(first_user - origin, 0) * width
+        for positions in _block_positions(key, block, (min(end - origin, GRID_USERS)) * width, probability):
+            if skipped:
+                positions = positions[np.searchsorted(positions, skipped) :]
+                positions -= skipped
+            yield max(origin - first_user, 0), positions
+
+
+def _block_positions(key: np.uint64, block: int, length: int, probability: float) -> Iterator[np.ndarray]:
+    """Ascending positions below ``length`` of the 1s on block ``block``'s line (module docstring)."""
+    stream = np.random.Philox(key=np.array([key, block], dtype=np.uint64))
+    log_keep = math.log1p(-probability)
+    expected = length * probability
+    draw = min(int(expected + _SPREAD * math.sqrt(expected)) + 16, _MAX_DRAW)
+    last = -1
+    while True:
+        uniforms = (stream.random_raw(draw) >> np.uint64(11)).astype(np.float64)  # exact: below 2^53
+        uniforms += 1.0
+        uniforms *= _UNIT  # (k + 1) 2^-53, exactly
+        steps = np.log(uniforms, out=uniforms)
+        steps /= log_keep
+        steps += 1.0  # >= 1, so truncation is floor: the step to the next 1 is gap + 1
+        positions = steps.astype(np.int64)
+        positions[0] += last
+        np.cumsum(positions, out=positions)
+        if positions[-1] >= length:
+            yield positions[: np.searchsorted(positions, length)]
+            return
+        yield positions
+        last = int(positions[-1])

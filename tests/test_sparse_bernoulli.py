@@ -1,0 +1,106 @@
+"""The sparse Bernoulli grid: the law of independent Bernoulli(q) bits (per column, per user,
+between neighbours), exactly the same bits for any split of the users into ranges, one call on
+the range's randomness, and refusals naming the field."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedhh import sparse_bernoulli
+from fedhh.randomness import GRID_USERS, KeyedRandomness, RangeRandom, derive_key
+from fedhh.sparse_bernoulli import grid_set_bits
+
+Z = 5.0  # standard errors allowed in every statistical comparison
+Q = 214_748_365 / 2**32  # a realised 32-bit probability near 0.05
+
+
+def dense_grid(rng: RangeRandom, width: int, probability: float) -> np.ndarray:
+    """The sampler's set bits as a dense ``(n_users, width)`` bool matrix."""
+    grid = np.zeros((rng.n_users, width), dtype=bool)
+    for first, positions in grid_set_bits(rng, width, probability):
+        assert np.all(np.diff(positions) > 0)  # ascending, each bit once
+        users, columns = np.divmod(positions, width)
+        grid[first + users, columns] = True
+    return grid
+
+
+def test_the_grid_has_the_law_of_independent_bernoulli_bits() -> None:
+    """20,000 users x 64 bits at q = 0.05: every column's count within 5 sd of Binomial(n, q); the
+    set bits per user chi-square against Binomial(64, q) with the mean and variance within 5 standard
+    errors; neighbouring bits (a user's last and the next user's first included) and bits 32 apart
+    set together with probability q^2."""
+    n, width = 20_000, 64
+    grid = dense_grid(KeyedRandomness(1).for_range("grid", 1, 1_000, n), width, Q)
+    column_counts = grid.sum(axis=0)
+    assert np.abs(column_counts - n * Q).max() <= Z * math.sqrt(n * Q * (1 - Q))
+    per_user = grid.sum(axis=1)
+    law = stats.binom(width, Q)
+    mean, variance = width * Q, width * Q * (1 - Q)
+    assert abs(per_user.mean() - mean) <= Z * math.sqrt(variance / n)
+    excess_kurtosis = (1 - 6 * Q * (1 - Q)) / variance
+    variance_se = variance * math.sqrt(2 / (n - 1) + excess_kurtosis / n)
+    assert abs(per_user.var(ddof=1) - variance) <= Z * variance_se
+    edges = np.array([0, 1, 2, 3, 4, 5, 6, width + 1])
+    observed = np.histogram(per_user, bins=edges)[0]
+    expected = np.diff(law.cdf(edges - 1)) * n
+    assert stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-6
+    line = grid.ravel()
+    for lag in (1, 32):
+        pairs = line.size - lag
+        together = int(np.count_nonzero(line[:-lag] & line[lag:]))
+        assert abs(together - pairs * Q**2) <= Z * math.sqrt(pairs * Q**2 * (1 + 2 * Q))
+
+
+def test_a_users_bits_do_not_depend_on_the_range_that_holds_it() -> None:
+    """One range of 2.5 blocks, starting inside a block, against pieces cut inside and on block
+    boundaries."""
+    source, width, first = KeyedRandomness(4), 48, GRID_USERS - 300
+    n = 2 * GRID_USERS + 500
+    whole = dense_grid(source.for_range("g", 2, first, n), width, Q)
+    cuts = [0, 1, 299, 300, 301, GRID_USERS + 300, GRID_USERS + 777, n]
+    pieces = [dense_grid(source.for_range("g", 2, first + a, b - a), width, Q)
+              for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    np.testing.assert_array_equal(np.concatenate(pieces), whole)
+    assert whole.sum() > 0.9 * n * width * Q  # not trivially empty
+
+
+def test_the_walk_gives_the_same_bits_however_many_words_it_draws_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block whose first draw falls short of its end draws again from the same stream: the
+    bits are those of one long draw."""
+    source, width, n = KeyedRandomness(8), 200, GRID_USERS + 10
+    whole = dense_grid(source.for_range("w", 1, 0, n), width, Q)
+    monkeypatch.setattr(sparse_bernoulli, "_MAX_DRAW", 7)
+    np.testing.assert_array_equal(dense_grid(source.for_range("w", 1, 0, n), width, Q), whole)
+
+
+def test_the_sampler_takes_one_call_of_the_range() -> None:
+    key = derive_key(3, "calls", 1)
+    sampled, fresh = RangeRandom(key, 10, 50), RangeRandom(key, 10, 50)
+    grid_set_bits(sampled, 32, Q)  # consumed now, read or not
+    fresh.words(1)
+    np.testing.assert_array_equal(sampled.words(3), fresh.words(3))
+    other = RangeRandom(derive_key(4, "calls", 1), 10, 50)
+    assert not np.array_equal(dense_grid(RangeRandom(key, 10, 50), 32, Q), dense_grid(other, 32, Q))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ((0, Q), "width must be an integer >= 1"),
+        ((8, 0.0), r"probability must be in \[2\^-32, 1\)"),
+        ((8, 2.0**-33), r"probability must be in \[2\^-32, 1\)"),
+        ((8, 1.0), r"probability must be in \[2\^-32, 1\)"),
+    ],
+)
+def test_bad_arguments_name_the_field(arguments: tuple[int, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        grid_set_bits(KeyedRandomness(1).for_range("bad", 1, 0, 10), *arguments)
+
+
+def test_only_keyed_range_randomness_is_accepted() -> None:
+    with pytest.raises(TypeError, match="rng must be a RangeRandom, got Generator"):
+        grid_set_bits(np.random.default_rng(0), 8, Q)  # type: ignore[arg-type]
