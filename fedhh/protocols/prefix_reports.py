@@ -32,7 +32,7 @@ decode the same statistics.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -53,6 +53,7 @@ MODES: tuple[str, ...] = (LEVEL, FINAL, COLLECT)
 LEVEL_PURPOSE = "prefix.level-report"
 FINAL_PURPOSE = "prefix.final-report"
 ITEM_PURPOSE = "prefix.item"
+USERS_PER_BLOCK = 1 << 15  # users of one range draw: bounds the memory of a block's reports (a CMS row: 128 bytes each)
 
 ResponseT = TypeVar("ResponseT", bound="PrefixResponse")
 
@@ -131,31 +132,59 @@ def level_sizes(partition_seed: int, level_bounds: np.ndarray, first_user: int, 
     return np.bincount(levels, minlength=level_bounds.size - 1)
 
 
-def held_items(shard: Shard, members: np.ndarray, randomness: RandomnessSource) -> np.ndarray:
-    """The item each member reports (one per user for the whole run), ``-1`` for none."""
-    items = np.full(members.size, -1, dtype=np.int64)
-    holders, chosen = choose_items(shard, members, randomness, ITEM_PURPOSE, 0)
-    items[np.searchsorted(members, holders)] = chosen
+def held_items(shard: Shard, randomness: RandomnessSource) -> np.ndarray:
+    """The item each user of the shard reports (one per user for the whole run), ``-1`` for none."""
+    if shard.one_item_per_user:
+        return np.asarray(shard.item_of_user, dtype=np.int64)
+    items = np.full(shard.n_users, -1, dtype=np.int64)
+    holders, chosen = choose_items(shard, np.arange(shard.n_users), randomness, ITEM_PURPOSE, 0)
+    items[holders] = chosen
     return items
 
 
-def _reports(
-    request: PrefixRequest,
-    shard: Shard,
-    encoding: PrefixEncoding,
-    members: np.ndarray,
-    items: np.ndarray,
-    randomness: RandomnessSource,
-    final: bool,
-    level: int,
-) -> tuple[FrequencyOracle, object]:
-    """The members' reports of their level's prefix (or of their whole value)."""
+def _report_values(
+    request: PrefixRequest, shard: Shard, encoding: PrefixEncoding, items: np.ndarray, final: bool, level: int
+) -> tuple[FrequencyOracle, np.ndarray]:
+    """The oracle of a level's prefixes (or of whole values) and the key each user reports to it."""
     length = encoding.length if final else int(request.lengths[level])
     oracle = request.oracle_for(length, request.final_epsilon if final else request.epsilon, encoding)
-    values = encoding.prefix_keys(shard.vocabulary, length)[items]  # item -1: the empty value, last
-    rng = randomness.for_users(FINAL_PURPOSE if final else LEVEL_PURPOSE, 0 if final else level,
-                               members + shard.first_user)
-    return oracle, oracle.randomize(values, rng)
+    return oracle, encoding.prefix_keys(shard.vocabulary, length)[items]  # item -1: the empty value, last
+
+
+def _member_reports(
+    oracle: FrequencyOracle,
+    values: np.ndarray,
+    members: np.ndarray | None,
+    randomness: RandomnessSource,
+    draws: tuple[str, int, int],
+) -> Iterator[object]:
+    """The reports of the shard's ``members`` (local indices; ``None``: every user), block by
+    block of :data:`USERS_PER_BLOCK` users in user order; ``draws`` is ``(purpose, round, first
+    global user of the shard)``.
+
+    Every user's report (the final pass) draws from the Philox range streams
+    (:meth:`~fedhh.randomness.RandomnessSource.for_range`) of the block's
+    users; a level's members, scattered over the shard by the public
+    partition, draw from their own keyed streams
+    (:meth:`~fedhh.randomness.RandomnessSource.for_users`).  Either way a
+    user's draws depend on its global id only, never on the shard or block
+    holding it.  Why not range streams for a level too: a range draw covers
+    every user of the range, and at a member share of 1/3 (1/L for L levels)
+    drawing for everyone costs more than the members' own streams for every
+    oracle measured, OUE's 512 words a user included (benchmarks/RESULTS.md,
+    "Issue 12: TreeHist per-user cost").
+    """
+    purpose, round_, first_user = draws
+    users = values.size if members is None else members.size
+    for first in range(0, max(users, 1), USERS_PER_BLOCK):
+        if members is None:
+            block = values[first : first + USERS_PER_BLOCK]
+            rng = randomness.for_range(purpose, round_, first_user + first, block.size)
+        else:
+            chosen = members[first : first + USERS_PER_BLOCK]
+            block = values[chosen]
+            rng = randomness.for_users(purpose, round_, chosen + first_user)
+        yield oracle.randomize(block, rng)
 
 
 def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) -> PrefixResponse:
@@ -165,17 +194,23 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
     encoding = PrefixEncoding(request.encoding, shard.vocabulary.codec)  # type: ignore[arg-type]
     local = np.arange(shard.n_users)
     levels = user_levels(request.partition_seed, request.level_bounds, local + shard.first_user)
-    members = local[levels == request.level] if request.mode == LEVEL else local
-    items = held_items(shard, members, randomness)
+    items = held_items(shard, randomness)
     if request.mode == COLLECT:
-        return _collect(request, shard, encoding, members, levels, items, randomness)
-    oracle, reports = _reports(request, shard, encoding, members, items, randomness, request.mode == FINAL,
-                               request.level)
-    counts, reporters = shard_counts(oracle, oracle.aggregate(reports), request.candidates)
+        return _collect(request, shard, encoding, levels, items, randomness)
+    final = request.mode == FINAL
+    oracle, values = _report_values(request, shard, encoding, items, final, request.level)
+    members = None if final else np.flatnonzero(levels == request.level)
+    draws = (FINAL_PURPOSE, 0, shard.first_user) if final else (LEVEL_PURPOSE, request.level, shard.first_user)
+    statistics = None
+    for reports in _member_reports(oracle, values, members, randomness, draws):
+        block = oracle.aggregate(reports)
+        statistics = block if statistics is None else statistics + block
+    counts, reporters = shard_counts(oracle, statistics, request.candidates)
+    reporting = shard.n_users if members is None else int(members.size)
     return PrefixResponse(
         round=request.round,
-        sampled_users=int(members.size),
-        responding_users=int(members.size),
+        sampled_users=reporting,
+        responding_users=reporting,
         counts=np.asarray(counts, dtype=np.int64),
         reporters=np.asarray(reporters, dtype=np.int64),
         report_rows=np.zeros((0, 0), dtype=np.uint64),
@@ -187,29 +222,42 @@ def _collect(
     request: PrefixRequest,
     shard: Shard,
     encoding: PrefixEncoding,
-    members: np.ndarray,
     levels: np.ndarray,
     items: np.ndarray,
     randomness: RandomnessSource,
 ) -> PrefixResponse:
     """Every user's reports as one table: ``[level, level report..., full-value report...]``."""
+    final_table = None
+    if request.final_epsilon > 0:
+        oracle, values = _report_values(request, shard, encoding, items, True, -1)
+        final_table = _table(oracle, values, None, randomness, (FINAL_PURPOSE, 0, shard.first_user))
     tables = []
     for level in range(request.levels):
         in_level = levels == level
-        level_members, level_items = members[in_level], items[in_level]
-        _, reports = _reports(request, shard, encoding, level_members, level_items, randomness, False, level)
-        columns = [np.full((level_members.size, 1), level, dtype=np.uint64), to_table(reports)]
-        if request.final_epsilon > 0:
-            _, final = _reports(request, shard, encoding, level_members, level_items, randomness, True, level)
-            columns.append(to_table(final))
+        oracle, values = _report_values(request, shard, encoding, items, False, level)
+        reports = _table(oracle, values, np.flatnonzero(in_level), randomness, (LEVEL_PURPOSE, level, shard.first_user))
+        columns = [np.full((reports.shape[0], 1), level, dtype=np.uint64), reports]
+        if final_table is not None:
+            columns.append(final_table[in_level])
         tables.append(np.concatenate(columns, axis=1))
     rows, counts = distinct_rows(np.concatenate(tables))
     return PrefixResponse(
         round=request.round,
-        sampled_users=int(members.size),
-        responding_users=int(members.size),
+        sampled_users=shard.n_users,
+        responding_users=shard.n_users,
         counts=np.zeros(0, dtype=np.int64),
         reporters=np.zeros(0, dtype=np.int64),
         report_rows=rows,
         report_counts=counts,
     )
+
+
+def _table(
+    oracle: FrequencyOracle,
+    values: np.ndarray,
+    members: np.ndarray | None,
+    randomness: RandomnessSource,
+    draws: tuple[str, int, int],
+) -> np.ndarray:
+    """The members' reports (local indices; ``None``: every user's) as one report table, in user order."""
+    return np.concatenate([to_table(reports) for reports in _member_reports(oracle, values, members, randomness, draws)])
