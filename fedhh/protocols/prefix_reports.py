@@ -32,6 +32,7 @@ decode the same statistics.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -39,6 +40,7 @@ from typing import TypeVar
 import numpy as np
 
 from ..oracles import FrequencyOracle
+from ..oracles.sampling import RandomSource
 from ..population import Shard
 from ..randomness import RandomnessSource, UserRandom
 from .base import Request, Response
@@ -128,8 +130,27 @@ def user_levels(partition_seed: int, level_bounds: np.ndarray, user_ids: np.ndar
 
 def level_sizes(partition_seed: int, level_bounds: np.ndarray, first_user: int, users: int) -> np.ndarray:
     """How many of the users ``[first_user, first_user + users)`` each level holds."""
-    levels = user_levels(partition_seed, level_bounds, np.arange(first_user, first_user + users))
+    levels = range_levels(partition_seed, level_bounds, first_user, users)
     return np.bincount(levels, minlength=level_bounds.size - 1)
+
+
+def range_levels(partition_seed: int, level_bounds: np.ndarray, first_user: int, users: int) -> np.ndarray:
+    """:func:`user_levels` of the users ``[first_user, first_user + users)``, read-only.
+
+    Every level round of a shard asks for the same levels, so the last few
+    ranges' are kept (one byte or two a user) rather than drawn again each round.
+    """
+    bounds = np.asarray(level_bounds, dtype=np.float64)
+    return _range_levels(int(partition_seed), bounds.tobytes(), int(first_user), int(users))
+
+
+@functools.lru_cache(maxsize=8)
+def _range_levels(partition_seed: int, bounds: bytes, first_user: int, users: int) -> np.ndarray:
+    level_bounds = np.frombuffer(bounds, dtype=np.float64)
+    levels = user_levels(partition_seed, level_bounds, np.arange(first_user, first_user + users))
+    levels = levels.astype(np.min_scalar_type(level_bounds.size))
+    levels.flags.writeable = False
+    return levels
 
 
 def held_items(shard: Shard, randomness: RandomnessSource) -> np.ndarray:
@@ -151,14 +172,13 @@ def _report_values(
     return oracle, encoding.prefix_keys(shard.vocabulary, length)[items]  # item -1: the empty value, last
 
 
-def _member_reports(
-    oracle: FrequencyOracle,
+def _member_draws(
     values: np.ndarray,
     members: np.ndarray | None,
     randomness: RandomnessSource,
     draws: tuple[str, int, int],
-) -> Iterator[object]:
-    """The reports of the shard's ``members`` (local indices; ``None``: every user), block by
+) -> Iterator[tuple[np.ndarray, RandomSource]]:
+    """The values and draws of the shard's ``members`` (local indices; ``None``: every user), block by
     block of :data:`USERS_PER_BLOCK` users in user order; ``draws`` is ``(purpose, round, first
     global user of the shard)``.
 
@@ -184,7 +204,7 @@ def _member_reports(
             chosen = members[first : first + USERS_PER_BLOCK]
             block = values[chosen]
             rng = randomness.for_users(purpose, round_, chosen + first_user)
-        yield oracle.randomize(block, rng)
+        yield block, rng
 
 
 def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) -> PrefixResponse:
@@ -192,20 +212,22 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
     if request.mode not in MODES:
         raise ValueError(f"request.mode: got {request.mode!r}; allowed: {list(MODES)}")
     encoding = PrefixEncoding(request.encoding, shard.vocabulary.codec)  # type: ignore[arg-type]
-    local = np.arange(shard.n_users)
-    levels = user_levels(request.partition_seed, request.level_bounds, local + shard.first_user)
     items = held_items(shard, randomness)
     if request.mode == COLLECT:
+        levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
         return _collect(request, shard, encoding, levels, items, randomness)
     final = request.mode == FINAL
     oracle, values = _report_values(request, shard, encoding, items, final, request.level)
-    members = None if final else np.flatnonzero(levels == request.level)
+    members = None
+    if not final:
+        levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
+        members = np.flatnonzero(levels == request.level)
     draws = (FINAL_PURPOSE, 0, shard.first_user) if final else (LEVEL_PURPOSE, request.level, shard.first_user)
-    statistics = None
-    for reports in _member_reports(oracle, values, members, randomness, draws):
-        block = oracle.aggregate(reports)
-        statistics = block if statistics is None else statistics + block
-    counts, reporters = shard_counts(oracle, statistics, request.candidates)
+    counts = reporters = None
+    for block, rng in _member_draws(values, members, randomness, draws):  # what a shard sends is additive: sum it
+        block_counts, block_reporters = shard_counts(oracle, oracle.randomize_aggregate(block, rng), request.candidates)
+        counts = block_counts if counts is None else counts + block_counts
+        reporters = block_reporters if reporters is None else reporters + block_reporters
     reporting = shard.n_users if members is None else int(members.size)
     return PrefixResponse(
         round=request.round,
@@ -260,4 +282,5 @@ def _table(
     draws: tuple[str, int, int],
 ) -> np.ndarray:
     """The members' reports (local indices; ``None``: every user's) as one report table, in user order."""
-    return np.concatenate([to_table(reports) for reports in _member_reports(oracle, values, members, randomness, draws)])
+    blocks = _member_draws(values, members, randomness, draws)
+    return np.concatenate([to_table(oracle.randomize(block, rng)) for block, rng in blocks])
