@@ -132,7 +132,7 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         t = self.coefficients
         indices = uniform_below(rng, (n_users, t), self.rows)
         negative = hadamard_parity(indices, values[:, None]).astype(np.uint64)
-        true_words = (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
+        true_words = negative[:, 0] if t == 1 else (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
         return HadamardMechanismReports(indices, randomized_response(rng, true_words, 1 << t, self.keep_probability))
 
     def _signs(self, reports: HadamardMechanismReports) -> np.ndarray:
@@ -151,9 +151,14 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
             raise ValueError(
                 f"{self.name}: reports.words must be in [0, {1 << self.coefficients}), got {int(reports.words.max())}"
             )
-        bound = self.rows if self.rows <= _DENSE_INDICES else None
-        sums = Histogram.of(reports.indices.ravel(), self._signs(reports).ravel(), bound=bound)
-        return HadamardMechanismStatistics(sums, len(reports))
+        if self.rows > _DENSE_INDICES:
+            sparse = Histogram.of(reports.indices.ravel(), self._signs(reports).ravel())
+            return HadamardMechanismStatistics(sparse, len(reports))
+        # dense rows: every sign is +1 less 2 for each -1, two integer bincounts (no sort, no float weights)
+        indices = reports.indices.ravel().astype(np.intp)
+        negative = ((reports.words[:, None] >> np.arange(self.coefficients, dtype=np.uint32)) & 1).ravel().astype(bool)
+        sums = np.bincount(indices, minlength=self.rows) - 2 * np.bincount(indices[negative], minlength=self.rows)
+        return HadamardMechanismStatistics(Histogram.from_dense(sums), len(reports))
 
     def support(self, statistics: HadamardMechanismStatistics, candidates: np.ndarray) -> Support:
         """``D(x) = sum_j T[j] H[j, x]`` per candidate (signed, additive)."""
