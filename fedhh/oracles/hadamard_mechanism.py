@@ -156,7 +156,10 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
             return HadamardMechanismStatistics(sparse, len(reports))
         # dense rows: every sign is +1 less 2 for each -1, two integer bincounts (no sort, no float weights)
         indices = reports.indices.ravel().astype(np.intp)
-        negative = ((reports.words[:, None] >> np.arange(self.coefficients, dtype=np.uint32)) & 1).ravel().astype(bool)
+        if self.coefficients == 1:
+            negative = reports.words.astype(bool)
+        else:
+            negative = ((reports.words[:, None] >> np.arange(self.coefficients, dtype=np.uint32)) & 1).ravel().astype(bool)
         sums = np.bincount(indices, minlength=self.rows) - 2 * np.bincount(indices[negative], minlength=self.rows)
         return HadamardMechanismStatistics(Histogram.from_dense(sums), len(reports))
 

@@ -166,7 +166,8 @@ def held_items(shard: Shard, randomness: RandomnessSource) -> np.ndarray:
 def _report_values(
     request: PrefixRequest, shard: Shard, encoding: PrefixEncoding, items: np.ndarray, final: bool, level: int
 ) -> tuple[FrequencyOracle, np.ndarray]:
-    """The oracle of a level's prefixes (or of whole values) and the key each user reports to it."""
+    """The oracle of a level's prefixes (or of whole values) and the key the holder of each of
+    ``items`` reports to it."""
     length = encoding.length if final else int(request.lengths[level])
     oracle = request.oracle_for(length, request.final_epsilon if final else request.epsilon, encoding)
     return oracle, encoding.prefix_keys(shard.vocabulary, length)[items]  # item -1: the empty value, last
@@ -178,9 +179,9 @@ def _member_draws(
     randomness: RandomnessSource,
     draws: tuple[str, int, int],
 ) -> Iterator[tuple[np.ndarray, RandomSource]]:
-    """The values and draws of the shard's ``members`` (local indices; ``None``: every user), block by
-    block of :data:`USERS_PER_BLOCK` users in user order; ``draws`` is ``(purpose, round, first
-    global user of the shard)``.
+    """The ``values`` of the shard's ``members`` (local indices, one value each; ``None``: every
+    user) with their draws, block by block of :data:`USERS_PER_BLOCK` users in user order;
+    ``draws`` is ``(purpose, round, first global user of the shard)``.
 
     Every user's report (the final pass) draws from the Philox range streams
     (:meth:`~fedhh.randomness.RandomnessSource.for_range`) of the block's
@@ -195,16 +196,12 @@ def _member_draws(
     "Issue 12: TreeHist per-user cost").
     """
     purpose, round_, first_user = draws
-    users = values.size if members is None else members.size
-    for first in range(0, max(users, 1), USERS_PER_BLOCK):
+    for first in range(0, max(values.size, 1), USERS_PER_BLOCK):
+        block = values[first : first + USERS_PER_BLOCK]
         if members is None:
-            block = values[first : first + USERS_PER_BLOCK]
-            rng = randomness.for_range(purpose, round_, first_user + first, block.size)
+            yield block, randomness.for_range(purpose, round_, first_user + first, block.size)
         else:
-            chosen = members[first : first + USERS_PER_BLOCK]
-            block = values[chosen]
-            rng = randomness.for_users(purpose, round_, chosen + first_user)
-        yield block, rng
+            yield block, randomness.for_users(purpose, round_, members[first : first + USERS_PER_BLOCK] + first_user)
 
 
 def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) -> PrefixResponse:
@@ -217,11 +214,11 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
         levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
         return _collect(request, shard, encoding, levels, items, randomness)
     final = request.mode == FINAL
-    oracle, values = _report_values(request, shard, encoding, items, final, request.level)
     members = None
     if not final:
         levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
         members = np.flatnonzero(levels == request.level)
+    oracle, values = _report_values(request, shard, encoding, items if final else items[members], final, request.level)
     draws = (FINAL_PURPOSE, 0, shard.first_user) if final else (LEVEL_PURPOSE, request.level, shard.first_user)
     counts = reporters = None
     for block, rng in _member_draws(values, members, randomness, draws):  # what a shard sends is additive: sum it
@@ -256,7 +253,7 @@ def _collect(
     tables = []
     for level in range(request.levels):
         in_level = levels == level
-        oracle, values = _report_values(request, shard, encoding, items, False, level)
+        oracle, values = _report_values(request, shard, encoding, items[in_level], False, level)
         reports = _table(oracle, values, np.flatnonzero(in_level), randomness, (LEVEL_PURPOSE, level, shard.first_user))
         columns = [np.full((reports.shape[0], 1), level, dtype=np.uint64), reports]
         if final_table is not None:
@@ -281,6 +278,7 @@ def _table(
     randomness: RandomnessSource,
     draws: tuple[str, int, int],
 ) -> np.ndarray:
-    """The members' reports (local indices; ``None``: every user's) as one report table, in user order."""
+    """The reports of the ``members`` (local indices; ``None``: every user) of their ``values``
+    as one report table, in user order."""
     blocks = _member_draws(values, members, randomness, draws)
     return np.concatenate([to_table(oracle.randomize(block, rng)) for block, rng in blocks])
