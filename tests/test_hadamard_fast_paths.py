@@ -19,7 +19,7 @@ def butterflies(values: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> np.ndarr
 
 @pytest.mark.parametrize("bits", range(0, 16))
 def test_matrix_product_transform_equals_the_butterflies(bits: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every length up to 2^15 (the products stop at 2^14), with leading axes, and values up to
+    """Every length up to 2^15 (the products stop at 2^12), with leading axes, and values up to
     the float64-exact limit and beyond it (where the butterflies take over)."""
     size = 1 << bits
     rng = np.random.default_rng(bits)

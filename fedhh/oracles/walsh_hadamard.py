@@ -12,7 +12,8 @@ import functools
 import numpy as np
 
 _PAIR_BLOCK = 1 << 20
-_KRONECKER_MAX = 1 << 14  # longest transform done as two matrix products (sides of at most 128)
+_KRONECKER_MAX = 1 << 12  # longest transform done as two matrix products (sides of at most 64): from 2^13 on
+# OpenBLAS goes multi-threaded and, on a busy machine, slower than the butterflies by 5-15x
 _FLOAT_EXACT = 1 << 53
 
 

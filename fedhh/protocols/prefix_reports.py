@@ -7,7 +7,10 @@ the request alone, and a user's level never depends on sharding.  Each user
 sends one report per level it belongs to (PEM: its group's prefix with the
 whole ε; TreeHist: its level's prefix with ε/2, and in addition its full
 value with ε/2), randomised by the level's frequency oracle with
-randomness keyed by (purpose, level, global user id).  A user holding no
+randomness keyed by (purpose, level, global user id): a level's members
+draw from their own streams, every user's full-value report from the
+Philox range streams of its block of consecutive users (cheaper a word,
+and every user draws; see :func:`_member_draws`).  A user holding no
 encodable item reports the empty value (all-zero units), so taking part
 reveals nothing.
 
