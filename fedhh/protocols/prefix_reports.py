@@ -36,9 +36,10 @@ decode the same statistics.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -223,11 +224,8 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
         members = np.flatnonzero(levels == request.level)
     oracle, values = _report_values(request, shard, encoding, items if final else items[members], final, request.level)
     draws = (FINAL_PURPOSE, 0, shard.first_user) if final else (LEVEL_PURPOSE, request.level, shard.first_user)
-    counts = reporters = None
-    for block, rng in _member_draws(values, members, randomness, draws):  # what a shard sends is additive: sum it
-        block_counts, block_reporters = shard_counts(oracle, oracle.randomize_aggregate(block, rng), request.candidates)
-        counts = block_counts if counts is None else counts + block_counts
-        reporters = block_reporters if reporters is None else reporters + block_reporters
+    blocks = (oracle.randomize_aggregate(block, rng) for block, rng in _member_draws(values, members, randomness, draws))
+    counts, reporters = _summed_counts(oracle, blocks, request.candidates)
     reporting = shard.n_users if members is None else int(members.size)
     return PrefixResponse(
         round=request.round,
@@ -238,6 +236,20 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
         report_rows=np.zeros((0, 0), dtype=np.uint64),
         report_counts=np.zeros(0, dtype=np.int64),
     )
+
+
+def _summed_counts(oracle: FrequencyOracle, blocks: Iterator[Any], candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What a shard sends (:func:`~fedhh.protocols.prefix_oracles.shard_counts`) for the statistics
+    of its blocks: their flat forms summed cell by cell (no merging of sparse statistics), or,
+    for an oracle without one, the candidates' support in the blocks' summed statistics (one
+    decode per shard, whatever its number of blocks)."""
+    if oracle.flat_size() is None:
+        return shard_counts(oracle, functools.reduce(operator.add, blocks), candidates)
+    counts = reporters = np.zeros(0, dtype=np.int64)
+    for number, statistics in enumerate(blocks):
+        cells, users = oracle.to_flat(statistics)
+        counts, reporters = (cells, users) if number == 0 else (counts + cells, reporters + users)
+    return counts, reporters
 
 
 def _collect(
