@@ -85,6 +85,14 @@ def test_cached_levels_are_the_users_levels_and_read_only() -> None:
     assert np.bincount(levels, minlength=3).tolist() == np.bincount(user_levels(11, bounds, np.arange(5000, 8000))).tolist()
 
 
+def test_levels_of_ranges_too_large_to_keep_are_drawn_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    bounds = np.array([0.0, 0.5, 1.0])
+    monkeypatch.setattr(prefix_reports, "CACHED_LEVEL_USERS", 1000)
+    levels = range_levels(12, bounds, 0, 1001)
+    np.testing.assert_array_equal(levels, user_levels(12, bounds, np.arange(1001)))
+    assert range_levels(12, bounds, 0, 1001) is not levels
+
+
 def test_cached_prefix_keys_are_the_keys_of_the_prefixes_and_read_only() -> None:
     experiment = Experiment(load_config(None, RUN))
     vocabulary = experiment.build_shard(0, 1).vocabulary

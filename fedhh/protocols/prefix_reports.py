@@ -59,7 +59,8 @@ MODES: tuple[str, ...] = (LEVEL, FINAL, COLLECT)
 LEVEL_PURPOSE = "prefix.level-report"
 FINAL_PURPOSE = "prefix.final-report"
 ITEM_PURPOSE = "prefix.item"
-USERS_PER_BLOCK = 1 << 15  # users of one range draw: bounds the memory of a block's reports (a CMS row: 128 bytes each)
+USERS_PER_BLOCK = 1 << 15  # users drawn and randomised at once: bounds a block's memory (CMS: 1 KB of words a user a call)
+CACHED_LEVEL_USERS = 1 << 22  # largest range whose users' levels are kept between rounds
 
 ResponseT = TypeVar("ResponseT", bound="PrefixResponse")
 
@@ -142,9 +143,13 @@ def range_levels(partition_seed: int, level_bounds: np.ndarray, first_user: int,
     """:func:`user_levels` of the users ``[first_user, first_user + users)``, read-only.
 
     Every level round of a shard asks for the same levels, so the last few
-    ranges' are kept (one byte or two a user) rather than drawn again each round.
+    ranges' are kept (one byte a user, or two past 255 levels) rather than drawn
+    again each round; ranges above :data:`CACHED_LEVEL_USERS` users are drawn
+    each time, so the cache stays below 8 x 4 MB.
     """
     bounds = np.asarray(level_bounds, dtype=np.float64)
+    if users > CACHED_LEVEL_USERS:
+        return user_levels(partition_seed, bounds, np.arange(first_user, first_user + users))
     return _range_levels(int(partition_seed), bounds.tobytes(), int(first_user), int(users))
 
 
