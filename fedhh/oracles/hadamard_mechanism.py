@@ -74,7 +74,7 @@ class HadamardMechanismReports:
         return int(self.indices.shape[0])
 
     def take(self, rows: np.ndarray) -> HadamardMechanismReports:
-        # np.take along the users' axis: a third of the time of fancy indexing of the (users, t) indices
+        # np.take along the users' axis: cheaper than fancy indexing of the 2-D (users, t) indices
         return HadamardMechanismReports(np.take(self.indices, rows, axis=0), np.take(self.words, rows))
 
 
