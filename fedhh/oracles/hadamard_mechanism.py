@@ -35,14 +35,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InputError
 from .base import (
+    MAX_DOMAIN,
     FrequencyOracle,
     HistogramFlatForm,
     Support,
     check_kind,
     check_lengths,
     check_positive_int,
-    check_values,
     index_bits,
 )
 from .device_spec import DeviceSpec
@@ -73,7 +74,8 @@ class HadamardMechanismReports:
         return int(self.indices.shape[0])
 
     def take(self, rows: np.ndarray) -> HadamardMechanismReports:
-        return HadamardMechanismReports(self.indices[rows], self.words[rows])
+        # np.take along the users' axis: cheaper than fancy indexing of the 2-D (users, t) indices
+        return HadamardMechanismReports(np.take(self.indices, rows, axis=0), np.take(self.words, rows))
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         t = self.coefficients
         indices = uniform_below(rng, (n_users, t), self.rows)
         negative = hadamard_parity(indices, values[:, None]).astype(np.uint64)
-        true_words = (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
+        true_words = negative[:, 0] if t == 1 else (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
         return HadamardMechanismReports(indices, randomized_response(rng, true_words, 1 << t, self.keep_probability))
 
     def _signs(self, reports: HadamardMechanismReports) -> np.ndarray:
@@ -146,14 +148,23 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
                 f"{self.name}: reports.indices must have {self.coefficients} columns (t), "
                 f"got {reports.indices.shape[1]}"
             )
-        check_values(reports.indices.ravel(), self.rows, "reports.indices")
+        if len(reports) and self.rows < MAX_DOMAIN and int(reports.indices.max()) >= self.rows:  # uint64 already
+            raise InputError(f"reports.indices must be in [0, {self.rows}), got {int(reports.indices.max())}")
         if len(reports) and int(reports.words.max()) >= 1 << self.coefficients:
             raise ValueError(
                 f"{self.name}: reports.words must be in [0, {1 << self.coefficients}), got {int(reports.words.max())}"
             )
-        bound = self.rows if self.rows <= _DENSE_INDICES else None
-        sums = Histogram.of(reports.indices.ravel(), self._signs(reports).ravel(), bound=bound)
-        return HadamardMechanismStatistics(sums, len(reports))
+        if self.rows > _DENSE_INDICES:
+            sparse = Histogram.of(reports.indices.ravel(), self._signs(reports).ravel())
+            return HadamardMechanismStatistics(sparse, len(reports))
+        # dense rows: every sign is +1 less 2 for each -1, two integer bincounts (no sort, no float weights)
+        indices = reports.indices.ravel().astype(np.intp)
+        if self.coefficients == 1:
+            negative = reports.words.astype(bool)
+        else:
+            negative = ((reports.words[:, None] >> np.arange(self.coefficients, dtype=np.uint32)) & 1).ravel().astype(bool)
+        sums = np.bincount(indices, minlength=self.rows) - 2 * np.bincount(indices[negative], minlength=self.rows)
+        return HadamardMechanismStatistics(Histogram.from_dense(sums), len(reports))
 
     def support(self, statistics: HadamardMechanismStatistics, candidates: np.ndarray) -> Support:
         """``D(x) = sum_j T[j] H[j, x]`` per candidate (signed, additive)."""

@@ -42,6 +42,7 @@ MAX_DOMAIN = 1 << 64
 MAX_CANDIDATES = 1 << 24  # candidates of one level: 128 MB of uint64 keys and more in hash tables
 
 _UNIT_CACHE: dict[tuple[int, str], np.ndarray] = {}
+_KEY_CACHE: dict[tuple[int, str, int], np.ndarray] = {}
 
 
 @dataclass(frozen=True)
@@ -121,10 +122,21 @@ class PrefixEncoding:
 
     def prefix_keys(self, vocabulary: Vocabulary, length: int) -> np.ndarray:
         """The oracle key of every item's ``length``-unit prefix, followed by the key of
-        the empty value (all-zero units), which users without an item report."""
-        rows = self.units(vocabulary)[:, :length]
-        empty = np.zeros((1, length), dtype=rows.dtype)
-        return self.keys(np.concatenate([rows, empty]))
+        the empty value (all-zero units), which users without an item report.
+
+        Cached per vocabulary object, like :meth:`units` (read-only): a level
+        asks for its prefixes' keys once per round and shard.
+        """
+        cache_key = (id(vocabulary), self.kind, int(length))
+        keys = _KEY_CACHE.get(cache_key)
+        if keys is None:
+            rows = self.units(vocabulary)[:, :length]
+            empty = np.zeros((1, length), dtype=rows.dtype)
+            keys = self.keys(np.concatenate([rows, empty]))
+            keys.flags.writeable = False
+            _KEY_CACHE[cache_key] = keys
+            weakref.finalize(vocabulary, _KEY_CACHE.pop, cache_key, None)
+        return keys
 
     def _symbol_rows(self, vocabulary: Vocabulary) -> np.ndarray:
         rows = vocabulary.rows[:, : self.length].astype(np.int64, copy=True)

@@ -7,7 +7,10 @@ the request alone, and a user's level never depends on sharding.  Each user
 sends one report per level it belongs to (PEM: its group's prefix with the
 whole ε; TreeHist: its level's prefix with ε/2, and in addition its full
 value with ε/2), randomised by the level's frequency oracle with
-randomness keyed by (purpose, level, global user id).  A user holding no
+randomness keyed by (purpose, level, global user id): a level's members
+draw from their own streams, every user's full-value report from the
+Philox range streams of its block of consecutive users (cheaper a word,
+and every user draws; see :func:`_member_draws`).  A user holding no
 encodable item reports the empty value (all-zero units), so taking part
 reveals nothing.
 
@@ -32,13 +35,16 @@ decode the same statistics.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import operator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ..oracles import FrequencyOracle
+from ..oracles.sampling import RandomSource
 from ..population import Shard
 from ..randomness import RandomnessSource, UserRandom
 from .base import Request, Response
@@ -53,6 +59,8 @@ MODES: tuple[str, ...] = (LEVEL, FINAL, COLLECT)
 LEVEL_PURPOSE = "prefix.level-report"
 FINAL_PURPOSE = "prefix.final-report"
 ITEM_PURPOSE = "prefix.item"
+USERS_PER_BLOCK = 1 << 15  # users drawn and randomised at once: bounds a block's memory (CMS: 1 KB of words a user a call)
+CACHED_LEVEL_USERS = 1 << 22  # largest range whose users' levels are kept between rounds
 
 ResponseT = TypeVar("ResponseT", bound="PrefixResponse")
 
@@ -127,35 +135,82 @@ def user_levels(partition_seed: int, level_bounds: np.ndarray, user_ids: np.ndar
 
 def level_sizes(partition_seed: int, level_bounds: np.ndarray, first_user: int, users: int) -> np.ndarray:
     """How many of the users ``[first_user, first_user + users)`` each level holds."""
-    levels = user_levels(partition_seed, level_bounds, np.arange(first_user, first_user + users))
+    levels = range_levels(partition_seed, level_bounds, first_user, users)
     return np.bincount(levels, minlength=level_bounds.size - 1)
 
 
-def held_items(shard: Shard, members: np.ndarray, randomness: RandomnessSource) -> np.ndarray:
-    """The item each member reports (one per user for the whole run), ``-1`` for none."""
-    items = np.full(members.size, -1, dtype=np.int64)
-    holders, chosen = choose_items(shard, members, randomness, ITEM_PURPOSE, 0)
-    items[np.searchsorted(members, holders)] = chosen
+def range_levels(partition_seed: int, level_bounds: np.ndarray, first_user: int, users: int) -> np.ndarray:
+    """:func:`user_levels` of the users ``[first_user, first_user + users)``, read-only.
+
+    Every level round of a shard asks for the same levels, so the last few
+    ranges' are kept (one byte a user, or two past 255 levels) rather than drawn
+    again each round; ranges above :data:`CACHED_LEVEL_USERS` users are drawn
+    each time, so the cache stays below 8 x 4 MB.
+    """
+    bounds = np.asarray(level_bounds, dtype=np.float64)
+    if users > CACHED_LEVEL_USERS:
+        return user_levels(partition_seed, bounds, np.arange(first_user, first_user + users))
+    return _range_levels(int(partition_seed), bounds.tobytes(), int(first_user), int(users))
+
+
+@functools.lru_cache(maxsize=8)
+def _range_levels(partition_seed: int, bounds: bytes, first_user: int, users: int) -> np.ndarray:
+    level_bounds = np.frombuffer(bounds, dtype=np.float64)
+    levels = user_levels(partition_seed, level_bounds, np.arange(first_user, first_user + users))
+    levels = levels.astype(np.min_scalar_type(level_bounds.size))
+    levels.flags.writeable = False
+    return levels
+
+
+def held_items(shard: Shard, randomness: RandomnessSource) -> np.ndarray:
+    """The item each user of the shard reports (one per user for the whole run), ``-1`` for none."""
+    if shard.one_item_per_user:
+        return np.asarray(shard.item_of_user, dtype=np.int64)
+    items = np.full(shard.n_users, -1, dtype=np.int64)
+    holders, chosen = choose_items(shard, np.arange(shard.n_users), randomness, ITEM_PURPOSE, 0)
+    items[holders] = chosen
     return items
 
 
-def _reports(
-    request: PrefixRequest,
-    shard: Shard,
-    encoding: PrefixEncoding,
-    members: np.ndarray,
-    items: np.ndarray,
-    randomness: RandomnessSource,
-    final: bool,
-    level: int,
-) -> tuple[FrequencyOracle, object]:
-    """The members' reports of their level's prefix (or of their whole value)."""
+def _report_values(
+    request: PrefixRequest, shard: Shard, encoding: PrefixEncoding, items: np.ndarray, final: bool, level: int
+) -> tuple[FrequencyOracle, np.ndarray]:
+    """The oracle of a level's prefixes (or of whole values) and the key the holder of each of
+    ``items`` reports to it."""
     length = encoding.length if final else int(request.lengths[level])
     oracle = request.oracle_for(length, request.final_epsilon if final else request.epsilon, encoding)
-    values = encoding.prefix_keys(shard.vocabulary, length)[items]  # item -1: the empty value, last
-    rng = randomness.for_users(FINAL_PURPOSE if final else LEVEL_PURPOSE, 0 if final else level,
-                               members + shard.first_user)
-    return oracle, oracle.randomize(values, rng)
+    return oracle, encoding.prefix_keys(shard.vocabulary, length)[items]  # item -1: the empty value, last
+
+
+def _member_draws(
+    values: np.ndarray,
+    members: np.ndarray | None,
+    randomness: RandomnessSource,
+    draws: tuple[str, int, int],
+) -> Iterator[tuple[np.ndarray, RandomSource]]:
+    """The ``values`` of the shard's ``members`` (local indices, one value each; ``None``: every
+    user) with their draws, block by block of :data:`USERS_PER_BLOCK` users in user order;
+    ``draws`` is ``(purpose, round, first global user of the shard)``.
+
+    Every user's report (the final pass) draws from the Philox range streams
+    (:meth:`~fedhh.randomness.RandomnessSource.for_range`) of the block's
+    users; a level's members, scattered over the shard by the public
+    partition, draw from their own keyed streams
+    (:meth:`~fedhh.randomness.RandomnessSource.for_users`).  Either way a
+    user's draws depend on its global id only, never on the shard or block
+    holding it.  Why not range streams for a level too: a range draw covers
+    every user of the range, and at a member share of 1/3 (1/L for L levels)
+    drawing for everyone costs more than the members' own streams for every
+    oracle measured, OUE's 512 words a user included (benchmarks/RESULTS.md,
+    "Issue 12: TreeHist per-user cost").
+    """
+    purpose, round_, first_user = draws
+    for first in range(0, max(values.size, 1), USERS_PER_BLOCK):
+        block = values[first : first + USERS_PER_BLOCK]
+        if members is None:
+            yield block, randomness.for_range(purpose, round_, first_user + first, block.size)
+        else:
+            yield block, randomness.for_users(purpose, round_, members[first : first + USERS_PER_BLOCK] + first_user)
 
 
 def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) -> PrefixResponse:
@@ -163,19 +218,24 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
     if request.mode not in MODES:
         raise ValueError(f"request.mode: got {request.mode!r}; allowed: {list(MODES)}")
     encoding = PrefixEncoding(request.encoding, shard.vocabulary.codec)  # type: ignore[arg-type]
-    local = np.arange(shard.n_users)
-    levels = user_levels(request.partition_seed, request.level_bounds, local + shard.first_user)
-    members = local[levels == request.level] if request.mode == LEVEL else local
-    items = held_items(shard, members, randomness)
+    items = held_items(shard, randomness)
     if request.mode == COLLECT:
-        return _collect(request, shard, encoding, members, levels, items, randomness)
-    oracle, reports = _reports(request, shard, encoding, members, items, randomness, request.mode == FINAL,
-                               request.level)
-    counts, reporters = shard_counts(oracle, oracle.aggregate(reports), request.candidates)
+        levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
+        return _collect(request, shard, encoding, levels, items, randomness)
+    final = request.mode == FINAL
+    members = None
+    if not final:
+        levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
+        members = np.flatnonzero(levels == request.level)
+    oracle, values = _report_values(request, shard, encoding, items if final else items[members], final, request.level)
+    draws = (FINAL_PURPOSE, 0, shard.first_user) if final else (LEVEL_PURPOSE, request.level, shard.first_user)
+    blocks = (oracle.randomize_aggregate(block, rng) for block, rng in _member_draws(values, members, randomness, draws))
+    counts, reporters = _summed_counts(oracle, blocks, request.candidates)
+    reporting = shard.n_users if members is None else int(members.size)
     return PrefixResponse(
         round=request.round,
-        sampled_users=int(members.size),
-        responding_users=int(members.size),
+        sampled_users=reporting,
+        responding_users=reporting,
         counts=np.asarray(counts, dtype=np.int64),
         reporters=np.asarray(reporters, dtype=np.int64),
         report_rows=np.zeros((0, 0), dtype=np.uint64),
@@ -183,33 +243,62 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
     )
 
 
+def _summed_counts(oracle: FrequencyOracle, blocks: Iterator[Any], candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What a shard sends (:func:`~fedhh.protocols.prefix_oracles.shard_counts`) for the statistics
+    of its blocks: their flat forms summed cell by cell (no merging of sparse statistics), or,
+    for an oracle without one, the candidates' support in the blocks' summed statistics (one
+    decode per shard, whatever its number of blocks)."""
+    if oracle.flat_size() is None:
+        return shard_counts(oracle, functools.reduce(operator.add, blocks), candidates)
+    counts = reporters = np.zeros(0, dtype=np.int64)
+    for number, statistics in enumerate(blocks):
+        cells, users = oracle.to_flat(statistics)
+        counts, reporters = (cells, users) if number == 0 else (counts + cells, reporters + users)
+    return counts, reporters
+
+
 def _collect(
     request: PrefixRequest,
     shard: Shard,
     encoding: PrefixEncoding,
-    members: np.ndarray,
     levels: np.ndarray,
     items: np.ndarray,
     randomness: RandomnessSource,
 ) -> PrefixResponse:
     """Every user's reports as one table: ``[level, level report..., full-value report...]``."""
+    final_table = None
+    if request.final_epsilon > 0:
+        oracle, values = _report_values(request, shard, encoding, items, True, -1)
+        final_table = _table(oracle, values, None, randomness, (FINAL_PURPOSE, 0, shard.first_user))
     tables = []
     for level in range(request.levels):
         in_level = levels == level
-        level_members, level_items = members[in_level], items[in_level]
-        _, reports = _reports(request, shard, encoding, level_members, level_items, randomness, False, level)
-        columns = [np.full((level_members.size, 1), level, dtype=np.uint64), to_table(reports)]
-        if request.final_epsilon > 0:
-            _, final = _reports(request, shard, encoding, level_members, level_items, randomness, True, level)
-            columns.append(to_table(final))
+        oracle, values = _report_values(request, shard, encoding, items[in_level], False, level)
+        reports = _table(oracle, values, np.flatnonzero(in_level), randomness, (LEVEL_PURPOSE, level, shard.first_user))
+        columns = [np.full((reports.shape[0], 1), level, dtype=np.uint64), reports]
+        if final_table is not None:
+            columns.append(final_table[in_level])
         tables.append(np.concatenate(columns, axis=1))
     rows, counts = distinct_rows(np.concatenate(tables))
     return PrefixResponse(
         round=request.round,
-        sampled_users=int(members.size),
-        responding_users=int(members.size),
+        sampled_users=shard.n_users,
+        responding_users=shard.n_users,
         counts=np.zeros(0, dtype=np.int64),
         reporters=np.zeros(0, dtype=np.int64),
         report_rows=rows,
         report_counts=counts,
     )
+
+
+def _table(
+    oracle: FrequencyOracle,
+    values: np.ndarray,
+    members: np.ndarray | None,
+    randomness: RandomnessSource,
+    draws: tuple[str, int, int],
+) -> np.ndarray:
+    """The reports of the ``members`` (local indices; ``None``: every user) of their ``values``
+    as one report table, in user order."""
+    blocks = _member_draws(values, members, randomness, draws)
+    return np.concatenate([to_table(oracle.randomize(block, rng)) for block, rng in blocks])

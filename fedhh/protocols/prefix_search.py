@@ -230,6 +230,7 @@ class PrefixSearchServer(ServerProtocol):
         self.bounds[-1] = 1.0
         self.partition_seed = public_seed(seed, PARTITION_PURPOSE)
         self.oracle_seed = public_seed(seed, ORACLE_PURPOSE)
+        self._oracles: dict[tuple[int, float], FrequencyOracle] = {}
         for level in range(params.levels):  # refuse an oracle that cannot serve a level now
             self.level_oracle(level)
         self.postprocessor = postprocessors()[params.postprocess]
@@ -260,6 +261,15 @@ class PrefixSearchServer(ServerProtocol):
         return self.final_oracle() if self.final_pass else self.level_oracle(self.params.levels - 1)
 
     def _oracle(self, length: int, epsilon: float) -> FrequencyOracle:
+        """The oracle of ``length``-unit prefixes at ``epsilon``, built once per server: a round
+        asks for its level's oracle several times (decoding, selection, noise model), and
+        building one expands its public hash functions."""
+        oracle = self._oracles.get((length, epsilon))
+        if oracle is None:
+            oracle = self._oracles[length, epsilon] = self._build_oracle(length, epsilon)
+        return oracle
+
+    def _build_oracle(self, length: int, epsilon: float) -> FrequencyOracle:
         try:
             return build_level_oracle(
                 self.params.oracle, epsilon, self.encoding.domain(length), self.oracle_seed,

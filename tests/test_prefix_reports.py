@@ -1,0 +1,104 @@
+"""A prefix search's reports (PEM, TreeHist): every round's statistics are exactly the same for a
+range of users cut into shards anywhere and drawn in blocks of any size (the final pass's Philox
+range streams, the level members' own streams), and the caches the reports use (the users'
+levels, the prefixes' keys) give what they cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedhh.config import load_config
+from fedhh.experiment import Experiment
+from fedhh.protocols import prefix_reports
+from fedhh.protocols.prefix_encoding import PrefixEncoding
+from fedhh.protocols.prefix_reports import PrefixResponse, range_levels, respond, user_levels
+from fedhh.randomness import GRID_USERS
+
+RUN = [
+    'protocol.name="treehist"', 'population.source="zipf"', "population.users=12000", "population.vocabulary=500",
+    "population.item_length=4", "population.zipf_exponent=1.3", "protocol.max_length=4", "privacy.epsilon=6.0",
+    'protocol.encoding="symbols"', "protocol.segment_length=2", 'protocol.selection="top-k"',
+    "protocol.candidates_per_step=8", "protocol.sketch_rows=4", "protocol.sketch_width=64", "run.seed=4",
+]
+# pieces that straddle the Philox grid (4,096 users a stream) and the draw blocks set below
+CUTS = [0, 1, GRID_USERS - 1, GRID_USERS + 1, 7000, 12000]
+SMALL_BLOCKS = 1000
+
+
+def assert_same(response: PrefixResponse, reference: PrefixResponse) -> None:
+    np.testing.assert_array_equal(response.counts, reference.counts)
+    np.testing.assert_array_equal(response.reporters, reference.reporters)
+    assert (response.sampled_users, response.responding_users) == (reference.sampled_users, reference.responding_users)
+
+
+@pytest.mark.parametrize(
+    ("oracle", "extra"),
+    [("hcms", []), ("cms", []), ("count-sketch-hadamard", []), ("olh", []), ("flh", []), ("hr", []),
+     ("hcms", ["population.words_per_user=2"])],
+)
+def test_every_round_is_the_same_for_any_cut_into_shards_and_blocks(
+    oracle: str, extra: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Levels (members' own streams) and the final pass (range streams), exactly: the whole range
+    in one piece, cut into 5 shards, and drawn in blocks of 1,000 users instead of 32,768."""
+    experiment = Experiment(load_config(None, [*RUN, f'protocol.oracle="{oracle}"', *extra]))
+    population = experiment.build_shard(0, 1)
+    assert population.n_users == CUTS[-1] > prefix_reports.USERS_PER_BLOCK // 4
+    server, randomness = experiment.make_server(), experiment.randomness
+    modes = []
+    while (request := server.next_request()) is not None:
+        whole = respond(request, population, randomness)
+        pieces = [respond(request, population.slice(a, b), randomness) for a, b in zip(CUTS, CUTS[1:])]
+        assert_same(PrefixResponse.combine(pieces), whole)
+        with monkeypatch.context() as patch:
+            patch.setattr(prefix_reports, "USERS_PER_BLOCK", SMALL_BLOCKS)
+            assert_same(respond(request, population, randomness), whole)
+        modes.append(request.mode)
+        server.absorb(whole)
+    assert modes == ["level", "level", "final"]
+
+
+def test_one_shot_tables_are_the_same_for_any_cut_into_shards_and_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    experiment = Experiment(load_config(None, [*RUN, 'protocol.oracle="hcms"', 'protocol.collection="one-shot"']))
+    population = experiment.build_shard(0, 1)
+    request = experiment.make_server().next_request()
+    whole = respond(request, population, experiment.randomness)
+    pieces = PrefixResponse.combine(
+        [respond(request, population.slice(a, b), experiment.randomness) for a, b in zip(CUTS, CUTS[1:])]
+    )
+    with monkeypatch.context() as patch:
+        patch.setattr(prefix_reports, "USERS_PER_BLOCK", SMALL_BLOCKS)
+        blocked = respond(request, population, experiment.randomness)
+    for response in (pieces, blocked):
+        np.testing.assert_array_equal(response.report_rows, whole.report_rows)
+        np.testing.assert_array_equal(response.report_counts, whole.report_counts)
+    assert int(whole.report_counts.sum()) == population.n_users
+
+
+def test_cached_levels_are_the_users_levels_and_read_only() -> None:
+    bounds = np.array([0.0, 0.2, 0.7, 1.0])
+    levels = range_levels(11, bounds, 5000, 3000)
+    np.testing.assert_array_equal(levels, user_levels(11, bounds, np.arange(5000, 8000)))
+    assert range_levels(11, bounds, 5000, 3000) is levels and not levels.flags.writeable
+    np.testing.assert_array_equal(range_levels(11, bounds, 6000, 500), levels[1000:1500])  # another range: its own
+    assert np.bincount(levels, minlength=3).tolist() == np.bincount(user_levels(11, bounds, np.arange(5000, 8000))).tolist()
+
+
+def test_levels_of_ranges_too_large_to_keep_are_drawn_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    bounds = np.array([0.0, 0.5, 1.0])
+    monkeypatch.setattr(prefix_reports, "CACHED_LEVEL_USERS", 1000)
+    levels = range_levels(12, bounds, 0, 1001)
+    np.testing.assert_array_equal(levels, user_levels(12, bounds, np.arange(1001)))
+    assert range_levels(12, bounds, 0, 1001) is not levels
+
+
+def test_cached_prefix_keys_are_the_keys_of_the_prefixes_and_read_only() -> None:
+    experiment = Experiment(load_config(None, RUN))
+    vocabulary = experiment.build_shard(0, 1).vocabulary
+    encoding = PrefixEncoding("symbols", vocabulary.codec)
+    for length in (2, 4):
+        keys = encoding.prefix_keys(vocabulary, length)
+        rows = np.concatenate([encoding.units(vocabulary)[:, :length], np.zeros((1, length), dtype=np.int64)])
+        np.testing.assert_array_equal(keys, encoding.keys(rows))
+        assert encoding.prefix_keys(vocabulary, length) is keys and not keys.flags.writeable
