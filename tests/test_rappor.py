@@ -27,6 +27,7 @@ from fedhh.protocols.rappor import (
     respond,
     vocabulary_keys,
 )
+from fedhh.protocols.bernoulli_bytes import REFINEMENT_WORDS
 from fedhh.randomness import KeyedRandomness
 from simulations.fast import drive, run_fast
 
@@ -123,8 +124,13 @@ def test_the_bloom_filter_randomiser_is_exactly_epsilon_ldp() -> None:
     rng = np.random.default_rng(0)
     values = np.repeat(np.arange(domain), samples)
     cohorts = rng.integers(0, encoder.cohorts, values.size)
-    words = rng.integers(0, 1 << 64, size=(values.size, encoder.words_per_report), dtype=np.uint64)
-    bits = encoder.randomize(encoder.set_bits(keys[values], cohorts, np.ones(values.size, bool)), words)
+    words = rng.integers(0, 1 << 64, size=(values.size, encoder.draw_words), dtype=np.uint64)
+
+    def refine(undecided: np.ndarray) -> np.ndarray:
+        return rng.integers(0, 1 << 64, size=(undecided.size, REFINEMENT_WORDS), dtype=np.uint64)
+
+    packed = encoder.randomize(encoder.positions(keys[values], cohorts), np.ones(values.size, bool), words, refine)
+    bits = encoder.unpack(packed)
     reports = BloomReports(cohorts, bits)
 
     def probabilities(value: int, given: BloomReports) -> np.ndarray:

@@ -72,8 +72,10 @@ from ..privacy.report import Coverage, PrivacyReport
 from ..privacy.validation import check_users
 from ..randomness import RandomnessSource, UserRandom, derive_key, splitmix64
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
+from .bernoulli_bytes import REFINEMENT_WORDS, BernoulliBytes, Refine
 from .messages import array_field, scalar_field
 from .prefix_config import PREFIX_KEYS
+from .packed_counts import group_bit_counts
 from .registry import register_protocol
 from .report_mode import REPORT_KEY, SIGNIFICANT, TOP_K, check_report_mode
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
@@ -85,9 +87,11 @@ COHORT_PURPOSE = "rappor.cohort"
 HASH_PURPOSE = "rappor.hashes"
 ITEM_PURPOSE = "rappor.item"
 REPORT_PURPOSE = "rappor.report"
+REFINE_PURPOSE = "rappor.report.refine"
 SIGNIFICANCE = 0.05  # family-wise level of the Bonferroni-corrected test, as in RAPPOR's decoder
 MAX_REGRESSED = 1024  # candidates regressed at most (the screening keeps the best)
-USERS_PER_BLOCK = 1 << 15  # users randomised together: a (block, m) matrix of 32-bit uniforms
+BITS_PER_BLOCK = 1 << 24  # report bits randomised together (2 MiB packed)
+PACKED_WORD = np.dtype("<u8")  # a packed report's words: bit b is bit b % 64 of word b // 64
 CANDIDATES_PER_BLOCK = 4096  # candidates screened together
 _POSITIVE_63 = (1 << 63) - 1
 
@@ -197,9 +201,23 @@ class BloomEncoder:
         return int(t_p) / 2.0**32, int(t_q) / 2.0**32
 
     @property
-    def words_per_report(self) -> int:
-        """Uniform 64-bit words a report consumes: one 32-bit half per bit."""
-        return -(-self.bloom_bits // 2)
+    def report_bytes(self) -> int:
+        return -(-self.bloom_bits // 8)
+
+    @property
+    def report_words(self) -> int:
+        """64-bit words of a packed report (bit ``b`` is bit ``b % 64`` of word ``b // 64``)."""
+        return -(-self.bloom_bits // 64)
+
+    @property
+    def draw_words(self) -> int:
+        """Uniform 64-bit words a report draws: a 16-bit draw per byte, then a 32-bit one per hash."""
+        return -(-self.report_bytes // 4) + -(-self.bloom_hashes // 2)
+
+    @property
+    def users_per_block(self) -> int:
+        """Users randomised together: about :data:`BITS_PER_BLOCK` report bits."""
+        return max(1, BITS_PER_BLOCK // self.bloom_bits)
 
     def positions(self, keys: np.ndarray, cohorts: np.ndarray) -> np.ndarray:
         """``(n, h)`` bits of each item key in its cohort's filter (broadcasting ``keys`` and ``cohorts``)."""
@@ -219,19 +237,57 @@ class BloomEncoder:
         bits[self.set_bits(keys, cohorts, holds)] = True
         return bits
 
-    def randomize(self, set_bits: tuple[np.ndarray, np.ndarray], words: np.ndarray) -> np.ndarray:
-        """Reports ``(n, m)``: every bit of the filters that :meth:`set_bits` describes through
-        randomised response, from ``(n, words_per_report)`` uniform uint64 words.
+    def randomize(self, positions: np.ndarray, holds: np.ndarray, draws: np.ndarray, refine: Refine) -> np.ndarray:
+        """Packed reports ``(n, report_words)`` of the filters whose set bits are ``positions``
+        (``(n, h)``; none for a user whose ``holds`` is false), from ``(n, draw_words)`` uniform
+        uint64 words and ``refine`` (:class:`~fedhh.protocols.bernoulli_bytes.BernoulliBytes`, with
+        the undecided draws' flat positions ``user * report_bytes + byte``).
 
-        Bit ``j`` of a report compares the ``j``-th 32-bit half of the user's
-        words (low half first, as numpy views them on a little-endian machine)
-        with ``T_p`` if the filter sets it, else with ``T_q``.
+        Every bit is first drawn as if clear: byte ``k`` (bits ``8k .. 8k + 7``,
+        least significant first) is :class:`BernoulliBytes` of ``T_q`` on the
+        ``k``-th 16-bit quarter of the user's first ``ceil(m / 32)`` words (the
+        bits past ``m`` cleared); then bit ``positions[j]``, ``j = 0 .. h - 1``
+        in turn, is replaced by ``u_j < T_p``, ``u_j`` the ``j``-th 32-bit half
+        of the remaining words (low half first).  Each bit of a report is then
+        set independently with probability ``p'`` if the filter sets it and
+        ``q'`` if not: the clear bits' law, and a fresh independent bit for each
+        set one (a later hash that hits the same bit draws it afresh).
         """
         t_p, t_q = self.thresholds
-        uniforms = words.view(np.uint32)[:, : self.bloom_bits]
-        reports = uniforms < t_q
-        reports[set_bits] = uniforms[set_bits] < t_p
+        byte_words = -(-self.report_bytes // 4)
+        uniforms = draws.view(np.uint16)[:, : self.report_bytes]
+        sampled = BernoulliBytes(int(t_q)).sample(uniforms, refine)
+        if self.bloom_bits % 8:
+            sampled[:, -1] &= np.uint8((1 << self.bloom_bits % 8) - 1)
+        if sampled.shape[1] == 8 * self.report_words:
+            reports = sampled.view(PACKED_WORD)
+        else:
+            reports = np.zeros((sampled.shape[0], self.report_words), dtype=PACKED_WORD)
+            reports.view(np.uint8)[:, : sampled.shape[1]] = sampled
+        hash_draws = draws.view(np.uint32)[:, 2 * byte_words : 2 * byte_words + self.bloom_hashes]
+        self.set_fresh_bits(reports, positions, holds, hash_draws < t_p)
         return reports
+
+    def set_fresh_bits(self, reports: np.ndarray, positions: np.ndarray, holds: np.ndarray, fresh: np.ndarray) -> None:
+        """Bit ``positions[u, j]`` of report ``u`` becomes ``fresh[u, j]``, ``j = 0 .. h - 1`` in turn,
+        for the users whose ``holds`` is true (in place)."""
+        masks = np.left_shift(np.uint64(1), (positions & 63).astype(np.uint64)) * holds[:, None].astype(np.uint64)
+        values = np.where(fresh, masks, np.uint64(0))
+        if self.report_words == 1:
+            word = reports[:, 0]
+            for j in range(self.bloom_hashes):
+                word &= ~masks[:, j]
+                word |= values[:, j]
+            return
+        flat = reports.reshape(-1)
+        for j in range(self.bloom_hashes):
+            index = np.arange(reports.shape[0]) * self.report_words + (positions[:, j] >> 6)
+            flat[index] = (flat[index] & ~masks[:, j]) | values[:, j]
+
+    def unpack(self, reports: np.ndarray) -> np.ndarray:
+        """Packed reports as ``(n, m)`` bits."""
+        bits = np.unpackbits(np.ascontiguousarray(reports, dtype=PACKED_WORD).view(np.uint8), axis=1, bitorder="little")
+        return bits[:, : self.bloom_bits].astype(bool)
 
     def report_probabilities(self, filters: np.ndarray, reports: np.ndarray) -> np.ndarray:
         """Exact probability of each report (rows of ``reports``) given the true filters."""
@@ -240,14 +296,23 @@ class BloomEncoder:
         return np.exp(np.log(per_bit).sum(axis=1))
 
 
-def run_sums(rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Column sums of each run of ``rows`` from ``starts[i]`` to the next start.
+class FilterPositions:
+    """The ``h`` filter bits of users' items in their cohorts: each (item, cohort) pair hashed
+    once into a table when the users outnumber the pairs, else each user's item hashed."""
 
-    A loop over runs (cohorts, never users): ``np.add.reduceat`` casts every
-    element to the wider sum type and was 8x slower on a block of reports.
-    """
-    ends = np.append(starts[1:], rows.shape[0])
-    return np.stack([rows[start:end].sum(axis=0, dtype=np.int64) for start, end in zip(starts.tolist(), ends.tolist(), strict=True)])
+    def __init__(self, encoder: BloomEncoder, keys: np.ndarray, users: int) -> None:
+        self.encoder, self.keys = encoder, keys
+        self.table: np.ndarray | None = None
+        if keys.size * encoder.cohorts <= users:
+            pairs = encoder.positions(keys[:, None], np.arange(encoder.cohorts)[None, :])
+            self.table = pairs.reshape(-1, encoder.bloom_hashes)
+
+    def of(self, items: np.ndarray, cohorts: np.ndarray) -> np.ndarray:
+        """``(n, h)`` bits of item ``items[u]`` (an index into the keys; negative: none, any bits) in cohort ``cohorts[u]``."""
+        held = np.maximum(items, 0)
+        if self.table is None:
+            return self.encoder.positions(self.keys[held], cohorts)
+        return self.table[held * self.encoder.cohorts + cohorts]
 
 
 def user_cohorts(cohort_seed: int, cohorts: int, user_ids: np.ndarray) -> np.ndarray:
@@ -324,11 +389,14 @@ def respond(request: RapporRequest, shard: Shard, randomness: RandomnessSource) 
     padding -1).  Its Bloom filter has ``m = bloom_bits`` bits, of which the
     ``h = bloom_hashes`` bits ``hash64(σ_(c h + j), key, m)``, ``j = 0 ..
     h - 1``, are set, with ``σ_i = splitmix64(hash_seed + i)``; none is set
-    when the user holds no item.  Bit ``b`` is reported set when a fresh
-    uniform 32-bit integer is below ``T_p = floor(p 2^32)`` if the filter sets
-    it and below ``T_q = ceil(q 2^32)`` if not, independently for every bit,
-    with ``p = e^(ε/2h) / (e^(ε/2h) + 1)``, ``q = 1 - p`` (ε = ``epsilon``):
-    rounding ``p`` down and ``q`` up keeps the report ε-LDP exactly.
+    when the user holds no item.  Bit ``b`` is reported set, independently
+    for every bit, with probability ``p' = T_p / 2^32`` if the filter sets it
+    and ``q' = T_q / 2^32`` if not, where ``T_p = floor(p 2^32)`` and ``T_q =
+    ceil(q 2^32)``, ``p = e^(ε/2h) / (e^(ε/2h) + 1)``, ``q = 1 - p`` (ε =
+    ``epsilon``): rounding ``p`` down and ``q`` up keeps the report ε-LDP
+    exactly.  (A fresh uniform 32-bit integer below the threshold is such a
+    bit; fedhh's simulated users draw the same law from fewer random bits,
+    ``BloomEncoder.randomize``.)
 
     The reply: ``ones[c m + b]`` is the number of the node's cohort-``c``
     reports with bit ``b`` set, ``reporters[c]`` the number of its
@@ -342,22 +410,23 @@ def respond(request: RapporRequest, shard: Shard, randomness: RandomnessSource) 
     items = np.full(shard.n_users, -1, dtype=np.int64)
     holders, chosen = choose_items(shard, local, randomness, ITEM_PURPOSE, 0)
     items[holders] = chosen
-    keys = vocabulary_keys(shard.vocabulary)[np.maximum(items, 0)]
-    ones = np.zeros((request.cohorts, request.bloom_bits), dtype=np.int64)
-    for first in range(0, shard.n_users, USERS_PER_BLOCK):
-        block = slice(first, first + USERS_PER_BLOCK)
-        users = keys[block].size
-        words = randomness.range_words(REPORT_PURPOSE, request.round, shard.first_user + first, users,
-                                       encoder.words_per_report)
-        reports = encoder.randomize(encoder.set_bits(keys[block], cohorts[block], items[block] >= 0), words)
-        order = np.argsort(cohorts[block], kind="stable")
-        present, starts = np.unique(cohorts[block][order], return_index=True)
-        ones[present] += run_sums(reports.view(np.uint8)[order], starts)
+    positions = FilterPositions(encoder, vocabulary_keys(shard.vocabulary), shard.n_users)
+    ones = np.zeros((request.cohorts, 64 * encoder.report_words), dtype=np.int64)
+    for first in range(0, shard.n_users, encoder.users_per_block):
+        block = slice(first, first + encoder.users_per_block)
+        users, first_global = items[block].size, shard.first_user + first
+        draws = randomness.for_range(REPORT_PURPOSE, request.round, first_global, users).words(encoder.draw_words)
+
+        def refine(undecided: np.ndarray, first_draw: int = first_global * encoder.report_bytes) -> np.ndarray:
+            return randomness.for_users(REFINE_PURPOSE, request.round, undecided + first_draw).words(REFINEMENT_WORDS)
+
+        reports = encoder.randomize(positions.of(items[block], cohorts[block]), items[block] >= 0, draws, refine)
+        ones += group_bit_counts(reports, cohorts[block], request.cohorts)
     return RapporResponse(
         round=request.round,
         sampled_users=shard.n_users,
         responding_users=shard.n_users,
-        ones=ones.ravel(),
+        ones=ones[:, : request.bloom_bits].ravel(),
         reporters=np.bincount(cohorts, minlength=request.cohorts).astype(np.int64),
     )
 

@@ -1,0 +1,133 @@
+"""Bytes of eight independent Bernoulli bits, sampled exactly from 16 random bits (rarely more).
+
+Why: a randomiser that sets each bit with probability ``T / 2^32`` (``T`` an
+integer threshold, :func:`fedhh.oracles.unary.word_thresholds`) by comparing
+a fresh 32-bit uniform per bit spends 32 random bits per bit, although such a
+bit carries under one bit of entropy; drawing those words dominated RAPPOR's
+cost.  Here a byte of eight such bits costs one 16-bit draw, with exactly the
+same law.
+
+The law: byte ``v`` (bit ``i`` of the report = bit ``i`` of ``v``, least
+significant first) has probability ``P(v) = Π_i (T if bit i of v is set else
+2^32 - T) / 2^256``, the product of eight independent bits, each set with
+probability ``T / 2^32``.
+
+Inversion: with ``F_v = P(0) + ... + P(v - 1)`` (``F_0 = 0``, ``F_256 = 1``)
+and ``U`` uniform on ``[0, 1)``, the byte ``v`` with ``F_v <= U < F_(v+1)``
+has law ``P``.  ``U`` is read 16 bits first (``c``, its cell ``[c, c + 1) /
+2^16``): where no ``F_v`` lies strictly inside the cell, ``c`` decides the
+byte (a table of 65,536 entries).  The 255 cut points ``F_1 .. F_255`` make
+at most 255 cells undecided (probability at most ``255 / 2^16``, under
+0.4%); there the next 256 bits of ``U`` (four 64-bit refinement words, most
+significant first) decide exactly, since every ``F_v`` is a multiple of
+``2^-256``: ``F_v <= U`` if and only if ``F_v``'s 256 bits within the cell are
+at most the refinement's.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+THRESHOLD_BITS = 32  # a bit is set with probability threshold / 2^32
+BYTE_BITS = 8  # bits sampled together
+INDEX_BITS = 16  # random bits read first, the table's index
+REFINEMENT_WORDS = 4  # 64-bit words read after them where they do not decide: 256 bits
+_FRACTION_BITS = BYTE_BITS * THRESHOLD_BITS - INDEX_BITS  # bits of a cut point below its cell: 240
+_UNDECIDED = 1 << BYTE_BITS  # flag of an undecided cell in the table
+_WORD = (1 << 64) - 1
+
+Refine = Callable[[np.ndarray], np.ndarray]
+"""Refinement words: given the flat positions (into the draws) of the undecided draws, ``(k, 4)``
+uniform uint64 words for them, most significant first, drawn only for those positions."""
+
+
+def byte_probabilities(threshold: int) -> list[int]:
+    """``P(v) 2^256`` for ``v = 0 .. 255``: exact integers (module docstring)."""
+    if not 0 <= threshold <= 1 << THRESHOLD_BITS:
+        raise ValueError(f"threshold must be in 0..2^32, got {threshold}")
+    one, zero = threshold, (1 << THRESHOLD_BITS) - threshold
+    return [
+        functools.reduce(lambda product, i: product * (one if value >> i & 1 else zero), range(BYTE_BITS), 1)
+        for value in range(1 << BYTE_BITS)
+    ]
+
+
+@dataclass(frozen=True)
+class _Inversion:
+    """The cut points ``F_1 .. F_255`` split into their cell and their 256 bits below it, and the table."""
+
+    table: np.ndarray  # (2^16,) uint16: the byte at the cell's start, | _UNDECIDED if a cut point lies inside
+    cells: np.ndarray  # (255,) int64: cell of F_v, v = 1 .. 255 (nondecreasing)
+    fractions: np.ndarray  # (255, 4) uint64: F_v's 256 bits below its cell, most significant word first
+    most_per_cell: int  # cut points in the fullest cell
+
+
+@functools.lru_cache(maxsize=8)
+def _inversion(threshold: int) -> _Inversion:
+    cuts: list[int] = []
+    total = 0
+    for probability in byte_probabilities(threshold)[:-1]:
+        total += probability
+        cuts.append(total)
+    cells = [cut >> _FRACTION_BITS for cut in cuts]
+    shifted = [(cut & ((1 << _FRACTION_BITS) - 1)) << (REFINEMENT_WORDS * 64 - _FRACTION_BITS) for cut in cuts]
+    fractions = np.array([[(f >> (64 * (REFINEMENT_WORDS - 1 - w))) & _WORD for w in range(REFINEMENT_WORDS)]
+                          for f in shifted], dtype=np.uint64)
+    inside = np.array([f != 0 for f in shifted])
+    cell_array = np.array(cells, dtype=np.int64)
+    # F_v <= the cell's start exactly when F_v's cell is earlier, or the same with nothing below it
+    reached = np.sort(cell_array + inside)
+    table = np.searchsorted(reached, np.arange(1 << INDEX_BITS), side="right").astype(np.uint16)
+    table[cell_array[inside]] |= _UNDECIDED
+    return _Inversion(table, cell_array, fractions, int(np.bincount(cell_array).max()))
+
+
+@dataclass(frozen=True)
+class BernoulliBytes:
+    """Bytes whose eight bits are independent, each set with probability ``threshold / 2^32``."""
+
+    threshold: int
+
+    @property
+    def probability(self) -> float:
+        return self.threshold / 2.0**THRESHOLD_BITS
+
+    def sample(self, draws: np.ndarray, refine: Refine) -> np.ndarray:
+        """One byte per uniform 16-bit draw (any shape), ``refine`` asked once for the undecided ones."""
+        inversion = _inversion(self.threshold)
+        looked_up = inversion.table[draws]
+        values = looked_up.astype(np.uint8)
+        undecided = np.flatnonzero(looked_up >= _UNDECIDED)
+        if undecided.size:
+            cells = draws[np.unravel_index(undecided, draws.shape)].astype(np.int64)
+            values.ravel()[undecided] = self.resolve(cells, np.asarray(refine(undecided), dtype=np.uint64))
+        return values
+
+    def resolve(self, cells: np.ndarray, refinements: np.ndarray) -> np.ndarray:
+        """The byte of each ``U = (cell + refinement / 2^256 + ...) / 2^16``: the number of cut points ``<= U``.
+
+        Every cut point of an earlier cell counts; one of the same cell counts
+        when its 256 bits are at most the refinement's (compared word by word,
+        the first differing word deciding), whatever bits of ``U`` follow.
+        """
+        inversion = _inversion(self.threshold)
+        first = np.searchsorted(inversion.cells, cells, side="left")  # cut points of earlier cells
+        values = first.copy()
+        last = inversion.cells.size - 1
+        for offset in range(inversion.most_per_cell):  # a handful
+            index = np.minimum(first + offset, last)
+            same_cell = (first + offset <= last) & (inversion.cells[index] == cells)
+            values += same_cell & not_above(inversion.fractions[index], refinements)
+        return values.astype(np.uint8)
+
+
+def not_above(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Row-wise ``left <= right`` of multi-word unsigned numbers, most significant word first."""
+    differ = left != right
+    first = np.argmax(differ, axis=1)
+    rows = np.arange(left.shape[0])
+    return ~differ.any(axis=1) | (left[rows, first] < right[rows, first])

@@ -1,0 +1,71 @@
+"""Per group, how many packed bit rows have each bit set: sorting once, then bit-sliced adding.
+
+Why: RAPPOR's shard sums its users' reports per cohort.  Unpacked, a report
+of ``m`` bits is ``m`` bytes to add; packed, it is ``m / 64`` words, and 64
+bit columns are added at once by a carry-save adder on whole words: the
+sum of two numbers held bit plane by bit plane (plane ``i``: bit ``i`` of
+each column's count, 64 columns to a word) costs a few word operations per
+plane.
+
+The rows are sorted by group (a radix sort of small keys), laid out as a
+``(groups, width)`` table per word with zero rows as padding, and halved
+repeatedly: each step adds the left half of the table to the right half,
+plane by plane, until a few columns are left, whose planes are unpacked and
+weighted by ``2^i``.  The counts are exact integers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_WORD = np.dtype("<u8")  # bit b of a row: bit b % 64 of little-endian word b // 64
+
+
+def group_bit_counts(rows: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """``(n_groups, 64 w)`` int64: per group, the rows with each bit set.
+
+    ``rows``: ``(n, w)`` packed rows, bit ``b`` in bit ``b % 64`` of
+    little-endian word ``b // 64``; ``groups``: each row's group in
+    ``[0, n_groups)``.
+    """
+    rows = np.asarray(rows).view(_WORD)
+    n, words = rows.shape
+    if n == 0:
+        return np.zeros((n_groups, 64 * words), dtype=np.int64)
+    key_type = np.uint8 if n_groups <= 1 << 8 else np.uint16 if n_groups <= 1 << 16 else np.int64
+    keys = np.asarray(groups).astype(key_type)
+    order = np.argsort(keys, kind="stable")  # radix sort for keys of at most 16 bits
+    sizes = np.bincount(keys, minlength=n_groups)
+    sorted_keys = keys[order]
+    rank = np.arange(n) - (np.cumsum(sizes) - sizes)[sorted_keys]
+    halvings = max(0, int(sizes.max()).bit_length() - 4)  # leaves 8 to 16 columns to unpack
+    width = -(-int(sizes.max()) // (1 << halvings)) * (1 << halvings)
+    table = np.zeros((n_groups, width, words), dtype=_WORD)
+    table[sorted_keys, rank] = rows[order]
+    planes = [table]
+    for _ in range(halvings):
+        planes = add_halves(planes)
+    counts = np.zeros((n_groups, 64 * words), dtype=np.int64)
+    for weight, plane in enumerate(planes):
+        bits = np.unpackbits(np.ascontiguousarray(plane).view(np.uint8), axis=-1, bitorder="little")
+        counts += bits.sum(axis=1, dtype=np.int64) << weight
+    return counts
+
+
+def add_halves(planes: list[np.ndarray]) -> list[np.ndarray]:
+    """The bit planes of ``left + right``, the tables' left and right halves of columns (axis 1)."""
+    half = planes[0].shape[1] // 2
+    carry: np.ndarray | None = None
+    total: list[np.ndarray] = []
+    for plane in planes:
+        left, right = plane[:, :half], plane[:, half:]
+        both = left ^ right
+        if carry is None:
+            total.append(both)
+            carry = left & right
+        else:
+            total.append(both ^ carry)
+            carry = (left & right) | (both & carry)
+    assert carry is not None
+    total.append(carry)
+    return total
