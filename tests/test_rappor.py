@@ -124,12 +124,14 @@ def test_the_bloom_filter_randomiser_is_exactly_epsilon_ldp() -> None:
     rng = np.random.default_rng(0)
     values = np.repeat(np.arange(domain), samples)
     cohorts = rng.integers(0, encoder.cohorts, values.size)
-    words = rng.integers(0, 1 << 64, size=(values.size, encoder.draw_words), dtype=np.uint64)
+    byte_draws = rng.integers(0, 1 << 64, size=(values.size, encoder.byte_draw_words), dtype=np.uint64)
+    hash_draws = rng.integers(0, 1 << 64, size=(values.size, encoder.hash_draw_words), dtype=np.uint64)
 
     def refine(undecided: np.ndarray) -> np.ndarray:
         return rng.integers(0, 1 << 64, size=(undecided.size, REFINEMENT_WORDS), dtype=np.uint64)
 
-    packed = encoder.randomize(encoder.positions(keys[values], cohorts), np.ones(values.size, bool), words, refine)
+    masks = encoder.filter_masks(encoder.positions(keys[values], cohorts), np.ones(values.size, bool))
+    packed = encoder.randomize(*masks, byte_draws, hash_draws, refine)
     bits = encoder.unpack(packed)
     reports = BloomReports(cohorts, bits)
 

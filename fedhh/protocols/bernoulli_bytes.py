@@ -14,14 +14,19 @@ probability ``T / 2^32``.
 
 Inversion: with ``F_v = P(0) + ... + P(v - 1)`` (``F_0 = 0``, ``F_256 = 1``)
 and ``U`` uniform on ``[0, 1)``, the byte ``v`` with ``F_v <= U < F_(v+1)``
-has law ``P``.  ``U`` is read 16 bits first (``c``, its cell ``[c, c + 1) /
-2^16``): where no ``F_v`` lies strictly inside the cell, ``c`` decides the
-byte (a table of 65,536 entries).  The 255 cut points ``F_1 .. F_255`` make
-at most 255 cells undecided (probability at most ``255 / 2^16``, under
-0.4%); there the next 256 bits of ``U`` (four 64-bit refinement words, most
-significant first) decide exactly, since every ``F_v`` is a multiple of
-``2^-256``: ``F_v <= U`` if and only if ``F_v``'s 256 bits within the cell are
-at most the refinement's.
+has law ``P``.  ``U`` is read 16 bits first, its cell ``[c, c + 1) / 2^16``:
+where no ``F_v`` lies strictly inside the cell, ``c`` decides the byte (a
+table of 65,536 entries).  The 255 cut points ``F_1 .. F_255`` leave at most
+255 cells undecided; there the next 256 bits of ``U`` (four 64-bit
+refinement words, most significant first) decide exactly, since every
+``F_v`` is a multiple of ``2^-256``: ``F_v <= U`` if and only if ``F_v``'s
+256 bits within the cell are at most the refinement's.
+
+The 16-bit draw ``d`` names the cell through a fixed permutation (a uniform
+draw either way): the decided cells in increasing order, then the undecided
+ones, so that every undecided cell has a draw of at least ``0xFF00``.  A
+draw below ``0xFF00`` is one table look-up; one from ``0xFF00`` on (1 in 256)
+is refined, whether its cell is undecided or not.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ BYTE_BITS = 8  # bits sampled together
 INDEX_BITS = 16  # random bits read first, the table's index
 REFINEMENT_WORDS = 4  # 64-bit words read after them where they do not decide: 256 bits
 _FRACTION_BITS = BYTE_BITS * THRESHOLD_BITS - INDEX_BITS  # bits of a cut point below its cell: 240
-_UNDECIDED = 1 << BYTE_BITS  # flag of an undecided cell in the table
+REFINED_FROM = 0xFF00  # draws from here on are refined: every undecided cell is among them
 _WORD = (1 << 64) - 1
 
 Refine = Callable[[np.ndarray], np.ndarray]
@@ -60,7 +65,8 @@ def byte_probabilities(threshold: int) -> list[int]:
 class _Inversion:
     """The cut points ``F_1 .. F_255`` split into their cell and their 256 bits below it, and the table."""
 
-    table: np.ndarray  # (2^16,) uint16: the byte at the cell's start, | _UNDECIDED if a cut point lies inside
+    table: np.ndarray  # (2^16,) uint8: by draw, the byte at its cell's start
+    cell_of_draw: np.ndarray  # (2^16,) int64: the cell a draw names
     cells: np.ndarray  # (255,) int64: cell of F_v, v = 1 .. 255 (nondecreasing)
     fractions: np.ndarray  # (255, 4) uint64: F_v's 256 bits below its cell, most significant word first
     most_per_cell: int  # cut points in the fullest cell
@@ -73,17 +79,19 @@ def _inversion(threshold: int) -> _Inversion:
     for probability in byte_probabilities(threshold)[:-1]:
         total += probability
         cuts.append(total)
-    cells = [cut >> _FRACTION_BITS for cut in cuts]
+    cells = np.array([cut >> _FRACTION_BITS for cut in cuts], dtype=np.int64)
     shifted = [(cut & ((1 << _FRACTION_BITS) - 1)) << (REFINEMENT_WORDS * 64 - _FRACTION_BITS) for cut in cuts]
     fractions = np.array([[(f >> (64 * (REFINEMENT_WORDS - 1 - w))) & _WORD for w in range(REFINEMENT_WORDS)]
                           for f in shifted], dtype=np.uint64)
     inside = np.array([f != 0 for f in shifted])
-    cell_array = np.array(cells, dtype=np.int64)
-    # F_v <= the cell's start exactly when F_v's cell is earlier, or the same with nothing below it
-    reached = np.sort(cell_array + inside)
-    table = np.searchsorted(reached, np.arange(1 << INDEX_BITS), side="right").astype(np.uint16)
-    table[cell_array[inside]] |= _UNDECIDED
-    return _Inversion(table, cell_array, fractions, int(np.bincount(cell_array).max()))
+    # F_v <= a cell's start exactly when F_v's cell is earlier, or the same with nothing below it
+    reached = np.sort(cells + inside)
+    start_value = np.searchsorted(reached, np.arange(1 << INDEX_BITS), side="right").astype(np.uint8)
+    undecided = np.zeros(1 << INDEX_BITS, dtype=bool)
+    undecided[cells[inside]] = True
+    cell_of_draw = np.argsort(undecided, kind="stable")  # decided cells first, then the undecided
+    assert not undecided[cell_of_draw[:REFINED_FROM]].any()
+    return _Inversion(start_value[cell_of_draw], cell_of_draw, cells, fractions, int(np.bincount(cells).max()))
 
 
 @dataclass(frozen=True)
@@ -97,14 +105,14 @@ class BernoulliBytes:
         return self.threshold / 2.0**THRESHOLD_BITS
 
     def sample(self, draws: np.ndarray, refine: Refine) -> np.ndarray:
-        """One byte per uniform 16-bit draw (any shape), ``refine`` asked once for the undecided ones."""
+        """One byte per uniform 16-bit draw (any shape), ``refine`` asked once for the draws from
+        :data:`REFINED_FROM` on."""
         inversion = _inversion(self.threshold)
-        looked_up = inversion.table[draws]
-        values = looked_up.astype(np.uint8)
-        undecided = np.flatnonzero(looked_up >= _UNDECIDED)
-        if undecided.size:
-            cells = draws[np.unravel_index(undecided, draws.shape)].astype(np.int64)
-            values.ravel()[undecided] = self.resolve(cells, np.asarray(refine(undecided), dtype=np.uint64))
+        values = inversion.table.take(draws.astype(np.intp))  # numpy gathers faster with intp indices
+        refined = np.flatnonzero(draws >= REFINED_FROM)
+        if refined.size:
+            cells = inversion.cell_of_draw[draws[np.unravel_index(refined, draws.shape)]]
+            values.ravel()[refined] = self.resolve(cells, np.asarray(refine(refined), dtype=np.uint64))
         return values
 
     def resolve(self, cells: np.ndarray, refinements: np.ndarray) -> np.ndarray:

@@ -36,12 +36,17 @@ def group_bit_counts(rows: np.ndarray, groups: np.ndarray, n_groups: int) -> np.
     keys = np.asarray(groups).astype(key_type)
     order = np.argsort(keys, kind="stable")  # radix sort for keys of at most 16 bits
     sizes = np.bincount(keys, minlength=n_groups)
-    sorted_keys = keys[order]
-    rank = np.arange(n) - (np.cumsum(sizes) - sizes)[sorted_keys]
+    starts = np.cumsum(sizes) - sizes
     halvings = max(0, int(sizes.max()).bit_length() - 4)  # leaves 8 to 16 columns to unpack
     width = -(-int(sizes.max()) // (1 << halvings)) * (1 << halvings)
     table = np.zeros((n_groups, width, words), dtype=_WORD)
-    table[sorted_keys, rank] = rows[order]
+    if 64 * n_groups <= n:  # long runs: copied run by run
+        grouped = rows[order]
+        for group, (start, size) in enumerate(zip(starts.tolist(), sizes.tolist(), strict=True)):
+            table[group, :size] = grouped[start : start + size]
+    else:
+        sorted_keys = keys[order]
+        table[sorted_keys, np.arange(n) - starts[sorted_keys]] = rows[order]
     planes = [table]
     for _ in range(halvings):
         planes = add_halves(planes)

@@ -210,9 +210,14 @@ class BloomEncoder:
         return -(-self.bloom_bits // 64)
 
     @property
-    def draw_words(self) -> int:
-        """Uniform 64-bit words a report draws: a 16-bit draw per byte, then a 32-bit one per hash."""
-        return -(-self.report_bytes // 4) + -(-self.bloom_hashes // 2)
+    def byte_draw_words(self) -> int:
+        """Uniform 64-bit words a report draws for its clear bits: a 16-bit draw per byte."""
+        return -(-self.report_bytes // 4)
+
+    @property
+    def hash_draw_words(self) -> int:
+        """Uniform 64-bit words a report draws for its set bits: a 32-bit draw per hash."""
+        return -(-self.bloom_hashes // 2)
 
     @property
     def users_per_block(self) -> int:
@@ -237,26 +242,36 @@ class BloomEncoder:
         bits[self.set_bits(keys, cohorts, holds)] = True
         return bits
 
-    def randomize(self, positions: np.ndarray, holds: np.ndarray, draws: np.ndarray, refine: Refine) -> np.ndarray:
-        """Packed reports ``(n, report_words)`` of the filters whose set bits are ``positions``
-        (``(n, h)``; none for a user whose ``holds`` is false), from ``(n, draw_words)`` uniform
-        uint64 words and ``refine`` (:class:`~fedhh.protocols.bernoulli_bytes.BernoulliBytes`, with
-        the undecided draws' flat positions ``user * report_bytes + byte``).
+    def filter_masks(self, positions: np.ndarray, holds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(words, masks)``, each ``(h, n)``: the packed report word and the one-bit mask of each
+        filter bit ``positions[u, j]``; the mask is zero where the user holds no item (``holds``
+        false) and where an earlier hash already named the bit, so every set bit has one mask."""
+        positions = np.asarray(positions).T
+        masks = np.left_shift(np.uint64(1), (positions & 63).astype(np.uint64))
+        for j in range(1, self.bloom_hashes):
+            masks[j, np.any(positions[j] == positions[:j], axis=0)] = 0
+        masks[:, ~np.asarray(holds, dtype=bool)] = 0
+        return positions >> 6, masks
+
+    def randomize(self, bit_words: np.ndarray, bit_masks: np.ndarray, byte_draws: np.ndarray, hash_draws: np.ndarray,
+                  refine: Refine) -> np.ndarray:
+        """Packed reports ``(n, report_words)`` of the filters that :meth:`filter_masks` describes
+        (``bit_words``, ``bit_masks``; ``bit_words`` unread for a one-word report), from uniform
+        uint64 words, ``(n, byte_draw_words)`` and ``(n, hash_draw_words)``, and ``refine``
+        (:class:`~fedhh.protocols.bernoulli_bytes.BernoulliBytes`: the refined draws' flat
+        positions are ``user * report_bytes + byte``).
 
         Every bit is first drawn as if clear: byte ``k`` (bits ``8k .. 8k + 7``,
         least significant first) is :class:`BernoulliBytes` of ``T_q`` on the
-        ``k``-th 16-bit quarter of the user's first ``ceil(m / 32)`` words (the
-        bits past ``m`` cleared); then bit ``positions[j]``, ``j = 0 .. h - 1``
-        in turn, is replaced by ``u_j < T_p``, ``u_j`` the ``j``-th 32-bit half
-        of the remaining words (low half first).  Each bit of a report is then
-        set independently with probability ``p'`` if the filter sets it and
-        ``q'`` if not: the clear bits' law, and a fresh independent bit for each
-        set one (a later hash that hits the same bit draws it afresh).
+        ``k``-th 16-bit quarter of the user's byte draws (the bits past ``m``
+        cleared); then the bit of mask ``j`` is replaced by ``u_j < T_p``,
+        ``u_j`` the ``j``-th 32-bit half of its hash draws (low half first).
+        Each bit of a report is then set independently with probability ``p'``
+        if the filter sets it and ``q'`` if not: the clear bits' law, and one
+        fresh independent draw for each set bit.
         """
         t_p, t_q = self.thresholds
-        byte_words = -(-self.report_bytes // 4)
-        uniforms = draws.view(np.uint16)[:, : self.report_bytes]
-        sampled = BernoulliBytes(int(t_q)).sample(uniforms, refine)
+        sampled = BernoulliBytes(int(t_q)).sample(byte_draws.view(np.uint16)[:, : self.report_bytes], refine)
         if self.bloom_bits % 8:
             sampled[:, -1] &= np.uint8((1 << self.bloom_bits % 8) - 1)
         if sampled.shape[1] == 8 * self.report_words:
@@ -264,25 +279,18 @@ class BloomEncoder:
         else:
             reports = np.zeros((sampled.shape[0], self.report_words), dtype=PACKED_WORD)
             reports.view(np.uint8)[:, : sampled.shape[1]] = sampled
-        hash_draws = draws.view(np.uint32)[:, 2 * byte_words : 2 * byte_words + self.bloom_hashes]
-        self.set_fresh_bits(reports, positions, holds, hash_draws < t_p)
-        return reports
-
-    def set_fresh_bits(self, reports: np.ndarray, positions: np.ndarray, holds: np.ndarray, fresh: np.ndarray) -> None:
-        """Bit ``positions[u, j]`` of report ``u`` becomes ``fresh[u, j]``, ``j = 0 .. h - 1`` in turn,
-        for the users whose ``holds`` is true (in place)."""
-        masks = np.left_shift(np.uint64(1), (positions & 63).astype(np.uint64)) * holds[:, None].astype(np.uint64)
-        values = np.where(fresh, masks, np.uint64(0))
-        if self.report_words == 1:
-            word = reports[:, 0]
-            for j in range(self.bloom_hashes):
-                word &= ~masks[:, j]
-                word |= values[:, j]
-            return
         flat = reports.reshape(-1)
+        halves = hash_draws.view(np.uint32)
         for j in range(self.bloom_hashes):
-            index = np.arange(reports.shape[0]) * self.report_words + (positions[:, j] >> 6)
-            flat[index] = (flat[index] & ~masks[:, j]) | values[:, j]
+            mask = bit_masks[j]
+            fresh = np.where(halves[:, j] < t_p, mask, np.uint64(0))
+            if self.report_words == 1:
+                flat &= ~mask
+                flat |= fresh
+            else:
+                index = np.arange(reports.shape[0]) * self.report_words + bit_words[j]
+                flat[index] = (flat[index] & ~mask) | fresh
+        return reports
 
     def unpack(self, reports: np.ndarray) -> np.ndarray:
         """Packed reports as ``(n, m)`` bits."""
@@ -296,23 +304,39 @@ class BloomEncoder:
         return np.exp(np.log(per_bit).sum(axis=1))
 
 
-class FilterPositions:
-    """The ``h`` filter bits of users' items in their cohorts: each (item, cohort) pair hashed
-    once into a table when the users outnumber the pairs, else each user's item hashed."""
+class FilterMasks:
+    """:meth:`BloomEncoder.filter_masks` of users' items in their cohorts: from a table of every
+    (item, cohort) pair, each hashed once, when the users outnumber the pairs, else per user."""
 
     def __init__(self, encoder: BloomEncoder, keys: np.ndarray, users: int) -> None:
         self.encoder, self.keys = encoder, keys
-        self.table: np.ndarray | None = None
+        self.table: tuple[np.ndarray, np.ndarray] | None = None
         if keys.size * encoder.cohorts <= users:
-            pairs = encoder.positions(keys[:, None], np.arange(encoder.cohorts)[None, :])
-            self.table = pairs.reshape(-1, encoder.bloom_hashes)
+            pairs = encoder.positions(keys[:, None], np.arange(encoder.cohorts)[None, :]).reshape(-1, encoder.bloom_hashes)
+            words, masks = encoder.filter_masks(pairs, np.ones(pairs.shape[0], dtype=bool))
+            # then one column per cohort for users holding no item: item -1 indexes them from the end
+            none = np.zeros((encoder.bloom_hashes, encoder.cohorts), dtype=masks.dtype)
+            self.table = np.concatenate([words, none], axis=1), np.concatenate([masks, none], axis=1)
 
-    def of(self, items: np.ndarray, cohorts: np.ndarray) -> np.ndarray:
-        """``(n, h)`` bits of item ``items[u]`` (an index into the keys; negative: none, any bits) in cohort ``cohorts[u]``."""
-        held = np.maximum(items, 0)
+    def of(self, items: np.ndarray, cohorts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(words, masks)`` of item ``items[u]`` (an index into the keys; negative: none) in cohort ``cohorts[u]``."""
         if self.table is None:
-            return self.encoder.positions(self.keys[held], cohorts)
-        return self.table[held * self.encoder.cohorts + cohorts]
+            return self.encoder.filter_masks(self.encoder.positions(self.keys[np.maximum(items, 0)], cohorts), items >= 0)
+        words, masks = self.table
+        pair = (items * self.encoder.cohorts + cohorts).astype(np.intp)  # in [-C, 0) for item -1: no item's columns
+        if self.encoder.report_words > 1:
+            return np.take(words, pair, axis=1), np.take(masks, pair, axis=1)
+        return words[:, :0], np.take(masks, pair, axis=1)
+
+
+def user_items(shard: Shard, randomness: RandomnessSource) -> np.ndarray:
+    """Each local user's item (:func:`fedhh.protocols.triehh.choose_items`), ``-1`` for none."""
+    if shard.one_item_per_user:
+        return shard.item_of_user
+    items = np.full(shard.n_users, -1, dtype=np.int64)
+    holders, chosen = choose_items(shard, np.arange(shard.n_users), randomness, ITEM_PURPOSE, 0)
+    items[holders] = chosen
+    return items
 
 
 def user_cohorts(cohort_seed: int, cohorts: int, user_ids: np.ndarray) -> np.ndarray:
@@ -404,23 +428,20 @@ def respond(request: RapporRequest, shard: Shard, randomness: RandomnessSource) 
     users.
     """
     encoder = request.encoder()
-    local = np.arange(shard.n_users)
-    user_ids = local + shard.first_user
-    cohorts = user_cohorts(request.cohort_seed, request.cohorts, user_ids)
-    items = np.full(shard.n_users, -1, dtype=np.int64)
-    holders, chosen = choose_items(shard, local, randomness, ITEM_PURPOSE, 0)
-    items[holders] = chosen
-    positions = FilterPositions(encoder, vocabulary_keys(shard.vocabulary), shard.n_users)
+    cohorts = user_cohorts(request.cohort_seed, request.cohorts, np.arange(shard.first_user, shard.stop_user))
+    items = user_items(shard, randomness)
+    filters = FilterMasks(encoder, vocabulary_keys(shard.vocabulary), shard.n_users)
     ones = np.zeros((request.cohorts, 64 * encoder.report_words), dtype=np.int64)
     for first in range(0, shard.n_users, encoder.users_per_block):
         block = slice(first, first + encoder.users_per_block)
         users, first_global = items[block].size, shard.first_user + first
-        draws = randomness.for_range(REPORT_PURPOSE, request.round, first_global, users).words(encoder.draw_words)
+        draws = randomness.for_range(REPORT_PURPOSE, request.round, first_global, users)
+        byte_draws, hash_draws = draws.words(encoder.byte_draw_words), draws.words(encoder.hash_draw_words)
 
         def refine(undecided: np.ndarray, first_draw: int = first_global * encoder.report_bytes) -> np.ndarray:
             return randomness.for_users(REFINE_PURPOSE, request.round, undecided + first_draw).words(REFINEMENT_WORDS)
 
-        reports = encoder.randomize(positions.of(items[block], cohorts[block]), items[block] >= 0, draws, refine)
+        reports = encoder.randomize(*filters.of(items[block], cohorts[block]), byte_draws, hash_draws, refine)
         ones += group_bit_counts(reports, cohorts[block], request.cohorts)
     return RapporResponse(
         round=request.round,
