@@ -58,19 +58,20 @@ def group_bit_counts(rows: np.ndarray, groups: np.ndarray, n_groups: int) -> np.
 
 
 def add_halves(planes: list[np.ndarray]) -> list[np.ndarray]:
-    """The bit planes of ``left + right``, the tables' left and right halves of columns (axis 1)."""
+    """The bit planes of ``left + right``, the tables' left and right halves of columns (axis 1),
+    written over the left halves (one more plane for the last carry)."""
     half = planes[0].shape[1] // 2
     carry: np.ndarray | None = None
     total: list[np.ndarray] = []
     for plane in planes:
         left, right = plane[:, :half], plane[:, half:]
-        both = left ^ right
-        if carry is None:
-            total.append(both)
-            carry = left & right
-        else:
-            total.append(both ^ carry)
-            carry = (left & right) | (both & carry)
+        both = left & right
+        left ^= right  # the sum bit without the carry
+        if carry is not None:
+            both |= left & carry
+            left ^= carry
+        total.append(left)
+        carry = both
     assert carry is not None
     total.append(carry)
     return total
