@@ -43,6 +43,7 @@ INDEX_BITS = 16  # random bits read first, the table's index
 REFINEMENT_WORDS = 4  # 64-bit words read after them where they do not decide: 256 bits
 _FRACTION_BITS = BYTE_BITS * THRESHOLD_BITS - INDEX_BITS  # bits of a cut point below its cell: 240
 REFINED_FROM = 0xFF00  # draws from here on are refined: every undecided cell is among them
+LOOKUPS_PER_CHUNK = 1 << 15  # table look-ups per numpy call: 256 KiB of intp indices
 _WORD = (1 << 64) - 1
 
 Refine = Callable[[np.ndarray], np.ndarray]
@@ -108,7 +109,11 @@ class BernoulliBytes:
         """One byte per uniform 16-bit draw (any shape), ``refine`` asked once for the draws from
         :data:`REFINED_FROM` on."""
         inversion = _inversion(self.threshold)
-        values = inversion.table.take(draws.astype(np.intp))  # numpy gathers faster with intp indices
+        values = np.empty(draws.shape, dtype=np.uint8)
+        flat_draws, flat_values = draws.reshape(-1), values.reshape(-1)
+        for first in range(0, flat_draws.size, LOOKUPS_PER_CHUNK):  # intp indices that stay in cache
+            chunk = slice(first, first + LOOKUPS_PER_CHUNK)
+            inversion.table.take(flat_draws[chunk].astype(np.intp), out=flat_values[chunk])
         refined = np.flatnonzero(draws >= REFINED_FROM)
         if refined.size:
             cells = inversion.cell_of_draw[draws[np.unravel_index(refined, draws.shape)]]

@@ -279,17 +279,18 @@ class BloomEncoder:
         else:
             reports = np.zeros((sampled.shape[0], self.report_words), dtype=PACKED_WORD)
             reports.view(np.uint8)[:, : sampled.shape[1]] = sampled
-        flat = reports.reshape(-1)
-        halves = hash_draws.view(np.uint32)
-        for j in range(self.bloom_hashes):
-            mask = bit_masks[j]
-            fresh = np.where(halves[:, j] < t_p, mask, np.uint64(0))
-            if self.report_words == 1:
-                flat &= ~mask
-                flat |= fresh
-            else:
-                index = np.arange(reports.shape[0]) * self.report_words + bit_words[j]
-                flat[index] = (flat[index] & ~mask) | fresh
+        flat, halves = reports.reshape(-1), hash_draws.view(np.uint32)
+        if self.report_words == 1:  # (a mask times a bool, and whole-array operations: the fastest numpy has)
+            union = bit_masks[0].copy()
+            for mask in bit_masks[1:]:
+                union |= mask
+            flat &= ~union
+            for j, mask in enumerate(bit_masks):
+                flat |= mask * (halves[:, j] < t_p)
+            return reports
+        for j, (word, mask) in enumerate(zip(bit_words, bit_masks, strict=True)):
+            index = np.arange(reports.shape[0]) * self.report_words + word
+            flat[index] = (flat[index] & ~mask) | mask * (halves[:, j] < t_p)
         return reports
 
     def unpack(self, reports: np.ndarray) -> np.ndarray:
