@@ -8,10 +8,10 @@ each column's count, 64 columns to a word) costs a few word operations per
 plane.
 
 The rows are sorted by group (a radix sort of small keys), laid out as a
-``(groups, width)`` table per word with zero rows as padding, and halved
-repeatedly: each step adds the left half of the table to the right half,
-plane by plane, until a few columns are left, whose planes are unpacked and
-weighted by ``2^i``.  The counts are exact integers.
+``(width, groups)`` table per word with zero rows as padding, and halved
+repeatedly: each step adds the second half of the table to the first, plane
+by plane (contiguous blocks of memory), until 8 to 16 rows are left, whose
+planes are unpacked and weighted by ``2^i``.  The counts are exact integers.
 """
 
 from __future__ import annotations
@@ -39,38 +39,40 @@ def group_bit_counts(rows: np.ndarray, groups: np.ndarray, n_groups: int) -> np.
     starts = np.cumsum(sizes) - sizes
     halvings = max(0, int(sizes.max()).bit_length() - 4)  # leaves 8 to 16 columns to unpack
     width = -(-int(sizes.max()) // (1 << halvings)) * (1 << halvings)
-    table = np.zeros((n_groups, width, words), dtype=_WORD)
+    table = np.zeros((width, n_groups, words), dtype=_WORD)  # halved along axis 0: contiguous halves
     if 64 * n_groups <= n:  # long runs: copied run by run
         grouped = rows[order]
         for group, (start, size) in enumerate(zip(starts.tolist(), sizes.tolist(), strict=True)):
-            table[group, :size] = grouped[start : start + size]
+            table[:size, group] = grouped[start : start + size]
     else:
         sorted_keys = keys[order]
-        table[sorted_keys, np.arange(n) - starts[sorted_keys]] = rows[order]
+        table[np.arange(n) - starts[sorted_keys], sorted_keys] = rows[order]
     planes = [table]
     for _ in range(halvings):
         planes = add_halves(planes)
     counts = np.zeros((n_groups, 64 * words), dtype=np.int64)
     for weight, plane in enumerate(planes):
         bits = np.unpackbits(np.ascontiguousarray(plane).view(np.uint8), axis=-1, bitorder="little")
-        counts += bits.sum(axis=1, dtype=np.int64) << weight
+        counts += bits.sum(axis=0, dtype=np.int64) << weight
     return counts
 
 
 def add_halves(planes: list[np.ndarray]) -> list[np.ndarray]:
-    """The bit planes of ``left + right``, the tables' left and right halves of columns (axis 1),
-    written over the left halves (one more plane for the last carry)."""
-    half = planes[0].shape[1] // 2
+    """The bit planes of ``first + second``, the halves of the tables along axis 0, written over
+    the first halves (one more plane for the last carry)."""
+    half = planes[0].shape[0] // 2
+    scratch = np.empty_like(planes[0][:half])
     carry: np.ndarray | None = None
     total: list[np.ndarray] = []
     for plane in planes:
-        left, right = plane[:, :half], plane[:, half:]
-        both = left & right
-        left ^= right  # the sum bit without the carry
+        first, second = plane[:half], plane[half:]
+        both = first & second
+        first ^= second  # the sum bit without the carry
         if carry is not None:
-            both |= left & carry
-            left ^= carry
-        total.append(left)
+            np.bitwise_and(first, carry, out=scratch)
+            both |= scratch
+            first ^= carry
+        total.append(first)
         carry = both
     assert carry is not None
     total.append(carry)
