@@ -47,8 +47,9 @@ LOOKUPS_PER_CHUNK = 1 << 15  # table look-ups per numpy call: 256 KiB of intp in
 _WORD = (1 << 64) - 1
 
 Refine = Callable[[np.ndarray], np.ndarray]
-"""Refinement words: given the flat positions (into the draws) of the undecided draws, ``(k, 4)``
-uniform uint64 words for them, most significant first, drawn only for those positions."""
+"""Refinement words: given the flat positions (into the draws) of the draws from
+:data:`REFINED_FROM` on, ``(k, 4)`` uniform uint64 words for them, most significant first,
+independent of the draws and drawn for those positions only."""
 
 
 def byte_probabilities(threshold: int) -> list[int]:

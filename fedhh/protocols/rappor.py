@@ -316,8 +316,9 @@ class FilterMasks:
             pairs = encoder.positions(keys[:, None], np.arange(encoder.cohorts)[None, :]).reshape(-1, encoder.bloom_hashes)
             words, masks = encoder.filter_masks(pairs, np.ones(pairs.shape[0], dtype=bool))
             # then one column per cohort for users holding no item: item -1 indexes them from the end
-            none = np.zeros((encoder.bloom_hashes, encoder.cohorts), dtype=masks.dtype)
-            self.table = np.concatenate([words, none], axis=1), np.concatenate([masks, none], axis=1)
+            none = (encoder.bloom_hashes, encoder.cohorts)
+            self.table = (np.concatenate([words, np.zeros(none, dtype=words.dtype)], axis=1),
+                          np.concatenate([masks, np.zeros(none, dtype=masks.dtype)], axis=1))
 
     def of(self, items: np.ndarray, cohorts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(words, masks)`` of item ``items[u]`` (an index into the keys; negative: none) in cohort ``cohorts[u]``."""
