@@ -25,6 +25,7 @@ from fedhh.protocols.rappor import (
     RapporServer,
     count_noise,
     respond,
+    solve_normal,
     vocabulary_keys,
 )
 from fedhh.protocols.bernoulli_bytes import REFINEMENT_WORDS
@@ -233,3 +234,18 @@ def test_one_and_seven_shards_and_flower_give_the_same_run(tmp_path: Path) -> No
     document = run_flower_simulation(config, 2, output_dir=tmp_path / "out")
     assert [(h["item"], h["estimated_count"]) for h in document["heavy_hitters"]] == run_view(one)
     assert document["rounds"][0]["nodes_answered"] == 2
+
+
+def test_the_normal_equations_give_the_estimates_and_the_inverse_diagonal() -> None:
+    """β and diag((XᵀX)⁻¹) against numpy's inverse; with two identical columns (candidates sharing
+    every bit) the pseudo-inverse gives the twins the same estimate."""
+    rng = np.random.default_rng(4)
+    design = rng.integers(0, 2, size=(300, 12)).astype(np.float64)  # 0/1, as the regression's, exact arithmetic
+    target = rng.standard_normal(300)
+    beta, diagonal = solve_normal(design.T @ design, design.T @ target)
+    inverse = np.linalg.inv(design.T @ design)
+    assert np.allclose(beta, inverse @ design.T @ target) and np.allclose(diagonal, np.diag(inverse))
+    twins = np.column_stack([design, design[:, 0]])
+    beta, diagonal = solve_normal(twins.T @ twins, twins.T @ target)
+    assert beta[0] == pytest.approx(beta[-1]) and np.all(np.isfinite(diagonal))
+    assert np.allclose(twins @ beta, design @ np.linalg.lstsq(design, target, rcond=None)[0])

@@ -74,8 +74,8 @@ from ..randomness import RandomnessSource, UserRandom, derive_key, splitmix64
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
 from .bernoulli_bytes import REFINEMENT_WORDS, BernoulliBytes, Refine
 from .messages import array_field, scalar_field
-from .prefix_config import PREFIX_KEYS
 from .packed_counts import group_bit_counts
+from .prefix_config import PREFIX_KEYS
 from .registry import register_protocol
 from .report_mode import REPORT_KEY, SIGNIFICANT, TOP_K, check_report_mode
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
@@ -202,6 +202,7 @@ class BloomEncoder:
 
     @property
     def report_bytes(self) -> int:
+        """Bytes of a report, each drawn from one 16-bit draw."""
         return -(-self.bloom_bits // 8)
 
     @property
@@ -280,7 +281,7 @@ class BloomEncoder:
             reports = np.zeros((sampled.shape[0], self.report_words), dtype=PACKED_WORD)
             reports.view(np.uint8)[:, : sampled.shape[1]] = sampled
         flat, halves = reports.reshape(-1), hash_draws.view(np.uint32)
-        if self.report_words == 1:  # (a mask times a bool, and whole-array operations: the fastest numpy has)
+        if self.report_words == 1:  # whole-array operations (a mask times a bool): numpy's fastest route
             union = bit_masks[0].copy()
             for mask in bit_masks[1:]:
                 union |= mask
@@ -440,8 +441,9 @@ def respond(request: RapporRequest, shard: Shard, randomness: RandomnessSource) 
         draws = randomness.for_range(REPORT_PURPOSE, request.round, first_global, users)
         byte_draws, hash_draws = draws.words(encoder.byte_draw_words), draws.words(encoder.hash_draw_words)
 
-        def refine(undecided: np.ndarray, first_draw: int = first_global * encoder.report_bytes) -> np.ndarray:
-            return randomness.for_users(REFINE_PURPOSE, request.round, undecided + first_draw).words(REFINEMENT_WORDS)
+        def refine(refined: np.ndarray, first_draw: int = first_global * encoder.report_bytes) -> np.ndarray:
+            """Keyed by the draw's global number, ``user * report_bytes + byte``: the same in any range."""
+            return randomness.for_users(REFINE_PURPOSE, request.round, refined + first_draw).words(REFINEMENT_WORDS)
 
         reports = encoder.randomize(*filters.of(items[block], cohorts[block]), byte_draws, hash_draws, refine)
         ones += group_bit_counts(reports, cohorts[block], request.cohorts)
