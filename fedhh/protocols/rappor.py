@@ -90,7 +90,7 @@ REPORT_PURPOSE = "rappor.report"
 REFINE_PURPOSE = "rappor.report.refine"
 SIGNIFICANCE = 0.05  # family-wise level of the Bonferroni-corrected test, as in RAPPOR's decoder
 MAX_REGRESSED = 1024  # candidates regressed at most (the screening keeps the best)
-BITS_PER_BLOCK = 1 << 24  # report bits randomised together (2 MiB packed)
+BITS_PER_BLOCK = 1 << 22  # report bits randomised together: 512 KiB packed, so a block's arrays stay in cache
 PACKED_WORD = np.dtype("<u8")  # a packed report's words: bit b is bit b % 64 of word b // 64
 CANDIDATES_PER_BLOCK = 4096  # candidates screened together
 _POSITIVE_63 = (1 << 63) - 1
@@ -431,13 +431,14 @@ def respond(request: RapporRequest, shard: Shard, randomness: RandomnessSource) 
     users.
     """
     encoder = request.encoder()
-    cohorts = user_cohorts(request.cohort_seed, request.cohorts, np.arange(shard.first_user, shard.stop_user))
     items = user_items(shard, randomness)
     filters = FilterMasks(encoder, vocabulary_keys(shard.vocabulary), shard.n_users)
     ones = np.zeros((request.cohorts, 64 * encoder.report_words), dtype=np.int64)
+    reporters = np.zeros(request.cohorts, dtype=np.int64)
     for first in range(0, shard.n_users, encoder.users_per_block):
         block = slice(first, first + encoder.users_per_block)
         users, first_global = items[block].size, shard.first_user + first
+        cohorts = user_cohorts(request.cohort_seed, request.cohorts, np.arange(first_global, first_global + users))
         draws = randomness.for_range(REPORT_PURPOSE, request.round, first_global, users)
         byte_draws, hash_draws = draws.words(encoder.byte_draw_words), draws.words(encoder.hash_draw_words)
 
@@ -445,14 +446,15 @@ def respond(request: RapporRequest, shard: Shard, randomness: RandomnessSource) 
             """Keyed by the draw's global number, ``user * report_bytes + byte``: the same in any range."""
             return randomness.for_users(REFINE_PURPOSE, request.round, refined + first_draw).words(REFINEMENT_WORDS)
 
-        reports = encoder.randomize(*filters.of(items[block], cohorts[block]), byte_draws, hash_draws, refine)
-        ones += group_bit_counts(reports, cohorts[block], request.cohorts)
+        reports = encoder.randomize(*filters.of(items[block], cohorts), byte_draws, hash_draws, refine)
+        ones += group_bit_counts(reports, cohorts, request.cohorts)
+        reporters += np.bincount(cohorts, minlength=request.cohorts)
     return RapporResponse(
         round=request.round,
         sampled_users=shard.n_users,
         responding_users=shard.n_users,
         ones=ones[:, : request.bloom_bits].ravel(),
-        reporters=np.bincount(cohorts, minlength=request.cohorts).astype(np.int64),
+        reporters=reporters,
     )
 
 
