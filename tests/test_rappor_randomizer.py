@@ -35,14 +35,15 @@ def request_for(vocabulary: Vocabulary, bloom_bits: int, hashes: int, cohorts: i
 
 @pytest.mark.parametrize(("bloom_bits", "hashes"), [(64, 2), (100, 3)])
 def test_a_shard_s_counts_do_not_depend_on_how_its_users_are_split(bloom_bits: int, hashes: int) -> None:
-    """8,500 users answered as one range, and as 300 one-user ranges then ranges cut across the
-    4,096-user grid of the draws, give exactly the same counts: a user's report depends on its
-    global id only (also where one of its draws is refined, which some of the first 300 users'
-    draws are) and the (item, cohort) table and the per-user hashing set the same bits."""
+    """70,000 users answered as one range (several blocks of users), and as 300 one-user ranges then
+    ranges cut across the 4,096-user grid of the draws and across blocks, give exactly the same
+    counts: a user's report depends on its global id only (also where one of its draws is refined,
+    which some of the first 300 users' draws are) and the (item, cohort) table and the per-user
+    hashing set the same bits."""
     rng = np.random.default_rng(3)
     words = sorted({"".join(rng.choice(list("abcdefghij"), 4)) for _ in range(60)})[:50]
     vocabulary, _ = Vocabulary.encode(words, CODEC)
-    n = 8_500
+    n = 70_000
     items = rng.integers(-1, vocabulary.size, n)  # -1: a user holding no item
     request = request_for(vocabulary, bloom_bits, hashes, 32, seed=11)
     randomness = KeyedRandomness(5)
@@ -54,7 +55,8 @@ def test_a_shard_s_counts_do_not_depend_on_how_its_users_are_split(bloom_bits: i
         return respond(request, Shard.single_item(vocabulary, first, items[first:stop]), randomness)
 
     whole = answer(0, n)
-    bounds = [*range(301), 4_095, 4_097, 4_100, 8_191, n]
+    bounds = [*range(301), 4_095, 4_097, 4_100, 8_191, 41_000, 65_537, n]
+    assert encoder.users_per_block < n
     parts = [answer(first, stop) for first, stop in zip(bounds[:-1], bounds[1:], strict=True)]
     assert np.array_equal(sum(part.ones for part in parts), whole.ones)
     assert np.array_equal(sum(part.reporters for part in parts), whole.reporters)
