@@ -247,7 +247,7 @@ class BloomEncoder:
         """``(words, masks)``, each ``(h, n)``: the packed report word and the one-bit mask of each
         filter bit ``positions[u, j]``; the mask is zero where the user holds no item (``holds``
         false) and where an earlier hash already named the bit, so every set bit has one mask."""
-        positions = np.asarray(positions).T
+        positions = np.ascontiguousarray(np.asarray(positions).T)  # rows by hash: contiguous
         masks = np.left_shift(np.uint64(1), (positions & 63).astype(np.uint64))
         for j in range(1, self.bloom_hashes):
             masks[j, np.any(positions[j] == positions[:j], axis=0)] = 0
@@ -314,12 +314,11 @@ class FilterMasks:
         self.encoder, self.keys = encoder, keys
         self.table: tuple[np.ndarray, np.ndarray] | None = None
         if keys.size * encoder.cohorts <= users:
-            pairs = encoder.positions(keys[:, None], np.arange(encoder.cohorts)[None, :]).reshape(-1, encoder.bloom_hashes)
-            words, masks = encoder.filter_masks(pairs, np.ones(pairs.shape[0], dtype=bool))
-            # then one column per cohort for users holding no item: item -1 indexes them from the end
-            none = (encoder.bloom_hashes, encoder.cohorts)
-            self.table = (np.concatenate([words, np.zeros(none, dtype=words.dtype)], axis=1),
-                          np.concatenate([masks, np.zeros(none, dtype=masks.dtype)], axis=1))
+            pairs = keys.size * encoder.cohorts
+            # every (item, cohort) pair, then one per cohort for users holding no item: item -1 indexes them from the end
+            positions = np.zeros((pairs + encoder.cohorts, encoder.bloom_hashes), dtype=np.int64)
+            positions[:pairs] = encoder.positions(keys[:, None], np.arange(encoder.cohorts)[None, :]).reshape(pairs, -1)
+            self.table = encoder.filter_masks(positions, np.arange(positions.shape[0]) < pairs)
 
     def of(self, items: np.ndarray, cohorts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(words, masks)`` of item ``items[u]`` (an index into the keys; negative: none) in cohort ``cohorts[u]``."""
