@@ -665,11 +665,12 @@ def decode(encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.n
     estimates = (response.ones.reshape(cohorts, bits) - q * reporters[:, None]) / (p - q)
     centred = estimates - estimates.mean(axis=1, keepdims=True)
     all_cohorts = np.arange(cohorts)
+    cohort_rows = (all_cohorts * bits)[None, :, None]  # where cohort c's bits start in the flat estimates
     scores = np.empty(candidate_keys.size)
     for first in range(0, candidate_keys.size, CANDIDATES_PER_BLOCK):
         keys = candidate_keys[first : first + CANDIDATES_PER_BLOCK]
         positions = encoder.positions(keys[:, None], all_cohorts[None, :])  # (K, C, h)
-        scores[first : first + keys.size] = centred[all_cohorts[None, :, None], positions].sum(axis=(1, 2))
+        scores[first : first + keys.size] = centred.ravel().take(positions + cohort_rows).reshape(keys.size, -1).sum(axis=1)
     spread = 1.4826 * float(np.median(np.abs(centred)))  # robust sd of a bit estimate: heavy bits stand out
     screen = NormalDist().inv_cdf(1 - 1 / max(candidate_keys.size, 2)) * spread * math.sqrt(encoder.bloom_hashes * cohorts)
     limit = min(max(1, bits * cohorts // 4), MAX_REGRESSED)
