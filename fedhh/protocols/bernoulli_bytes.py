@@ -102,10 +102,6 @@ class BernoulliBytes:
 
     threshold: int
 
-    @property
-    def probability(self) -> float:
-        return self.threshold / 2.0**THRESHOLD_BITS
-
     def sample(self, draws: np.ndarray, refine: Refine) -> np.ndarray:
         """One byte per uniform 16-bit draw (any shape), ``refine`` asked once for the draws from
         :data:`REFINED_FROM` on."""

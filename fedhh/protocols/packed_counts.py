@@ -37,7 +37,7 @@ def group_bit_counts(rows: np.ndarray, groups: np.ndarray, n_groups: int) -> np.
     order = np.argsort(keys, kind="stable")  # radix sort for keys of at most 16 bits
     sizes = np.bincount(keys, minlength=n_groups)
     starts = np.cumsum(sizes) - sizes
-    halvings = max(0, int(sizes.max()).bit_length() - 4)  # leaves 8 to 16 columns to unpack
+    halvings = max(0, int(sizes.max()).bit_length() - 4)  # leaves 8 to 16 rows to unpack
     width = -(-int(sizes.max()) // (1 << halvings)) * (1 << halvings)
     table = np.zeros((width, n_groups, words), dtype=_WORD)  # halved along axis 0: contiguous halves
     if 64 * n_groups <= n:  # long runs: copied run by run
