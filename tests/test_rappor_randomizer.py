@@ -11,6 +11,7 @@ from fedhh.items import ItemCodec, get_alphabet
 from fedhh.population import Shard, Vocabulary
 from fedhh.protocols.bernoulli_bytes import REFINED_FROM
 from fedhh.protocols.packed_counts import group_bit_counts
+from fedhh.protocols import rappor
 from fedhh.protocols.rappor import (
     REFINE_PURPOSE,
     REPORT_PURPOSE,
@@ -18,7 +19,10 @@ from fedhh.protocols.rappor import (
     RapporParameters,
     RapporRequest,
     RapporServer,
+    cached_pair_positions,
+    decode,
     respond,
+    vocabulary_keys,
 )
 from fedhh.randomness import KeyedRandomness
 
@@ -101,3 +105,22 @@ def test_packed_counts_are_the_column_sums_of_each_group(n: int, groups: int, wo
     expected = np.zeros((groups, 64 * words), dtype=np.int64)
     np.add.at(expected, members, np.unpackbits(rows.view(np.uint8), axis=1, bitorder="little").astype(np.int64))
     assert np.array_equal(group_bit_counts(rows, members, groups), expected)
+
+
+def test_the_server_decodes_the_same_with_or_without_the_shards_hashed_pairs() -> None:
+    """A shard with more users than (item, cohort) pairs hashes every pair once and the server's
+    screening of the same vocabulary reuses them: the regression is exactly the one computed from
+    scratch."""
+    rng = np.random.default_rng(9)
+    words = sorted({"".join(rng.choice(list("abcdefgh"), 4)) for _ in range(400)})[:300]
+    vocabulary, _ = Vocabulary.encode(words, CODEC)
+    shard = Shard.single_item(vocabulary, 0, rng.integers(0, vocabulary.size, 20_000))
+    request = request_for(vocabulary, 64, 2, 32, seed=4)
+    response = respond(request, shard, KeyedRandomness(1))
+    keys = vocabulary_keys(vocabulary)
+    assert cached_pair_positions(request.encoder(), keys) is not None
+    reused = decode(request.encoder(), response, keys, at_least=10)
+    rappor._PAIR_CACHE.clear()
+    fresh = decode(request.encoder(), response, keys, at_least=10)
+    for field in ("candidates", "estimates", "errors"):
+        assert np.array_equal(getattr(reused, field), getattr(fresh, field))

@@ -317,7 +317,7 @@ class FilterMasks:
             pairs = keys.size * encoder.cohorts
             # every (item, cohort) pair, then one per cohort for users holding no item: item -1 indexes them from the end
             positions = np.zeros((pairs + encoder.cohorts, encoder.bloom_hashes), dtype=np.int64)
-            positions[:pairs] = encoder.positions(keys[:, None], np.arange(encoder.cohorts)[None, :]).reshape(pairs, -1)
+            positions[:pairs] = pair_positions(encoder, keys).reshape(pairs, -1)
             self.table = encoder.filter_masks(positions, np.arange(positions.shape[0]) < pairs)
 
     def of(self, items: np.ndarray, cohorts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -357,6 +357,27 @@ def vocabulary_keys(vocabulary: Vocabulary) -> np.ndarray:
         keys = _KEY_CACHE[id(vocabulary)] = key_rows(vocabulary.rows)
         weakref.finalize(vocabulary, _KEY_CACHE.pop, id(vocabulary), None)
     return keys
+
+
+_PAIR_CACHE: dict[BloomEncoder, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def pair_positions(encoder: BloomEncoder, keys: np.ndarray) -> np.ndarray:
+    """``(K, C, h)`` uint16: every key's bits in every cohort's filter, kept for the latest key
+    array and encoder, so that in one process the shards' (item, cohort) tables and the server's
+    screening of the same vocabulary hash each pair once a round."""
+    cached = cached_pair_positions(encoder, keys)
+    if cached is None:
+        cached = encoder.positions(keys[:, None], np.arange(encoder.cohorts)[None, :]).astype(np.uint16)
+        _PAIR_CACHE.clear()
+        _PAIR_CACHE[encoder] = keys, cached
+    return cached
+
+
+def cached_pair_positions(encoder: BloomEncoder, keys: np.ndarray) -> np.ndarray | None:
+    """:func:`pair_positions` if this process has them, else ``None`` (nothing computed)."""
+    cached = _PAIR_CACHE.get(encoder)
+    return cached[1] if cached is not None and cached[0] is keys else None
 
 
 # -- messages and the client ---------------------------------------------------------------------
@@ -667,9 +688,13 @@ def decode(encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.n
     all_cohorts = np.arange(cohorts)
     cohort_rows = (all_cohorts * bits)[None, :, None]  # where cohort c's bits start in the flat estimates
     scores = np.empty(candidate_keys.size)
+    known = cached_pair_positions(encoder, candidate_keys)  # hashed by this process's shards
     for first in range(0, candidate_keys.size, CANDIDATES_PER_BLOCK):
         keys = candidate_keys[first : first + CANDIDATES_PER_BLOCK]
-        positions = encoder.positions(keys[:, None], all_cohorts[None, :])  # (K, C, h)
+        if known is not None:
+            positions = known[first : first + CANDIDATES_PER_BLOCK]
+        else:
+            positions = encoder.positions(keys[:, None], all_cohorts[None, :])  # (K, C, h)
         scores[first : first + keys.size] = centred.ravel().take(positions + cohort_rows).reshape(keys.size, -1).sum(axis=1)
     spread = 1.4826 * float(np.median(np.abs(centred)))  # robust sd of a bit estimate: heavy bits stand out
     screen = NormalDist().inv_cdf(1 - 1 / max(candidate_keys.size, 2)) * spread * math.sqrt(encoder.bloom_hashes * cohorts)
@@ -706,9 +731,9 @@ def solve_normal(normal: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.nd
     independent unless two candidates share every bit in every cohort), else by the
     pseudo-inverse, which gives such twins their mean.
 
-    The diagonal is the columns' squared norms of ``L⁻¹`` (``XᵀX = L Lᵀ``): one triangular
-    inversion, not a solve against the identity, which costs three times the arithmetic
-    and, for some sizes, many times the CPU time in a multithreaded BLAS.
+    The diagonal is the columns' squared norms of ``L⁻¹`` (``XᵀX = L Lᵀ``) and ``β = L⁻ᵀ L⁻¹
+    Xᵀt``: one triangular inversion, not a solve against the identity, which costs three
+    times the arithmetic and, for some sizes, many times the CPU time in a multithreaded BLAS.
     """
     from scipy import linalg
 
@@ -718,7 +743,7 @@ def solve_normal(normal: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.nd
         inverse = np.linalg.pinv(normal, hermitian=True)
         return inverse @ rhs, np.diag(inverse).copy()
     inverse_factor, _ = linalg.lapack.dtrtri(factor, lower=1)  # L has a positive diagonal: invertible
-    return linalg.cho_solve((factor, True), rhs), np.einsum("ij,ij->j", inverse_factor, inverse_factor)
+    return inverse_factor.T @ (inverse_factor @ rhs), np.einsum("ij,ij->j", inverse_factor, inverse_factor)
 
 
 # -- what an untrusting server checks -------------------------------------------------------------
