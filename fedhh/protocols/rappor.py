@@ -316,7 +316,7 @@ class FilterMasks:
         if keys.size * encoder.cohorts <= users:
             pairs = keys.size * encoder.cohorts
             # every (item, cohort) pair, then one per cohort for users holding no item: item -1 indexes them from the end
-            positions = np.zeros((pairs + encoder.cohorts, encoder.bloom_hashes), dtype=np.int64)
+            positions = np.zeros((pairs + encoder.cohorts, encoder.bloom_hashes), dtype=np.uint16)
             positions[:pairs] = pair_positions(encoder, keys).reshape(pairs, -1)
             self.table = encoder.filter_masks(positions, np.arange(positions.shape[0]) < pairs)
 
