@@ -25,8 +25,10 @@ from fedhh.protocols.rappor import (
     RapporServer,
     count_noise,
     respond,
+    solve_normal,
     vocabulary_keys,
 )
+from fedhh.protocols.bernoulli_bytes import REFINEMENT_WORDS
 from fedhh.randomness import KeyedRandomness
 from simulations.fast import drive, run_fast
 
@@ -123,8 +125,15 @@ def test_the_bloom_filter_randomiser_is_exactly_epsilon_ldp() -> None:
     rng = np.random.default_rng(0)
     values = np.repeat(np.arange(domain), samples)
     cohorts = rng.integers(0, encoder.cohorts, values.size)
-    words = rng.integers(0, 1 << 64, size=(values.size, encoder.words_per_report), dtype=np.uint64)
-    bits = encoder.randomize(encoder.set_bits(keys[values], cohorts, np.ones(values.size, bool)), words)
+    byte_draws = rng.integers(0, 1 << 64, size=(values.size, encoder.byte_draw_words), dtype=np.uint64)
+    hash_draws = rng.integers(0, 1 << 64, size=(values.size, encoder.hash_draw_words), dtype=np.uint64)
+
+    def refine(undecided: np.ndarray) -> np.ndarray:
+        return rng.integers(0, 1 << 64, size=(undecided.size, REFINEMENT_WORDS), dtype=np.uint64)
+
+    masks = encoder.filter_masks(encoder.positions(keys[values], cohorts), np.ones(values.size, bool))
+    packed = encoder.randomize(*masks, byte_draws, hash_draws, refine)
+    bits = encoder.unpack(packed)
     reports = BloomReports(cohorts, bits)
 
     def probabilities(value: int, given: BloomReports) -> np.ndarray:
@@ -225,3 +234,18 @@ def test_one_and_seven_shards_and_flower_give_the_same_run(tmp_path: Path) -> No
     document = run_flower_simulation(config, 2, output_dir=tmp_path / "out")
     assert [(h["item"], h["estimated_count"]) for h in document["heavy_hitters"]] == run_view(one)
     assert document["rounds"][0]["nodes_answered"] == 2
+
+
+def test_the_normal_equations_give_the_estimates_and_the_inverse_diagonal() -> None:
+    """β and diag((XᵀX)⁻¹) against numpy's inverse; with two identical columns (candidates sharing
+    every bit) the pseudo-inverse gives the twins the same estimate."""
+    rng = np.random.default_rng(4)
+    design = rng.integers(0, 2, size=(300, 12)).astype(np.float64)  # 0/1, as the regression's, exact arithmetic
+    target = rng.standard_normal(300)
+    beta, diagonal = solve_normal(design.T @ design, design.T @ target)
+    inverse = np.linalg.inv(design.T @ design)
+    assert np.allclose(beta, inverse @ design.T @ target) and np.allclose(diagonal, np.diag(inverse))
+    twins = np.column_stack([design, design[:, 0]])
+    beta, diagonal = solve_normal(twins.T @ twins, twins.T @ target)
+    assert beta[0] == pytest.approx(beta[-1]) and np.all(np.isfinite(diagonal))
+    assert np.allclose(twins @ beta, design @ np.linalg.lstsq(design, target, rcond=None)[0])
