@@ -34,18 +34,38 @@ import numpy as np
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MUL1 = np.uint64(0xBF58476D1CE4E5B9)
 _MUL2 = np.uint64(0x94D049BB133111EB)
+_SHIFT1, _SHIFT2, _SHIFT3 = np.uint64(30), np.uint64(27), np.uint64(31)
 _UNIT = 1.0 / float(1 << 53)
 GRID_USERS = 4096  # consecutive global user ids that share one Philox stream in range_words
 _PHILOX_WORDS_PER_COUNTER = 4  # Philox-4x64 gives four 64-bit words per counter value
+# Philox's constructor needs a seed; a fixed one avoids drawing OS entropy for a key we replace.
+_UNUSED_SEED = np.random.SeedSequence(0)
 
 
 def splitmix64(x: np.ndarray | np.uint64) -> np.ndarray:
     """SplitMix64 finaliser: a bijective, well-mixed map of uint64 values."""
     with np.errstate(over="ignore"):
-        z = np.asarray(x, dtype=np.uint64) + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _MUL1
-        z = (z ^ (z >> np.uint64(27))) * _MUL2
+        return _mix_in_place(np.asarray(x, dtype=np.uint64) + _GOLDEN)
+
+
+def _mix_in_place(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's mixing of ``z`` (already offset by the golden ratio), overwriting ``z``: one
+    scratch array instead of a temporary per operation."""
+    if z.ndim == 0:
+        z = z ^ (z >> np.uint64(30))
+        z = z * _MUL1
+        z = z ^ (z >> np.uint64(27))
+        z = z * _MUL2
         return z ^ (z >> np.uint64(31))
+    scratch = np.empty_like(z)
+    with np.errstate(over="ignore"):
+        for shift, multiplier in ((_SHIFT1, _MUL1), (_SHIFT2, _MUL2)):
+            np.right_shift(z, shift, out=scratch)
+            z ^= scratch
+            z *= multiplier
+        np.right_shift(z, _SHIFT3, out=scratch)
+        z ^= scratch
+    return z
 
 
 def purpose_key(purpose: str) -> np.uint64:
@@ -70,20 +90,46 @@ def keyed_range_words(key: np.uint64, first_user: int, n_users: int, columns: in
     the stream is entered at that word through its counter, so the row does
     not depend on the range it is drawn in (a shard, a device, the whole
     population) and no word is drawn for a user outside the range.
+
+    One Philox generator serves every block of the call: its state (key,
+    counter, empty buffer) is set per block, which costs a third of building
+    a generator (whose constructor also pulls operating-system entropy for a
+    seed sequence the explicit key makes unused); a range inside one block
+    returns Philox's own array, without a copy.
     """
-    words = np.empty(n_users * columns, dtype=np.uint64)
-    user, end = first_user, first_user + n_users
+    end = first_user + n_users
+    stream = np.random.Philox(_UNUSED_SEED)
+    pieces: list[np.ndarray] = []
+    user = first_user
     while user < end:
         block, row = divmod(user, GRID_USERS)
         rows = min(GRID_USERS - row, end - user)
         counter, skip = divmod(row * columns, _PHILOX_WORDS_PER_COUNTER)
-        stream = np.random.Philox(
-            key=np.array([key, block], dtype=np.uint64), counter=np.array([counter, 0, 0, 0], dtype=np.uint64)
-        )
-        offset = (user - first_user) * columns
-        words[offset : offset + rows * columns] = stream.random_raw(skip + rows * columns)[skip:]
+        stream.state = philox_state(key, block, counter)
+        raw = stream.random_raw(skip + rows * columns)
+        pieces.append(raw[skip:] if skip else raw)
         user += rows
-    return words.reshape(n_users, columns)
+    if len(pieces) == 1:
+        return pieces[0].reshape(n_users, columns)
+    if not pieces:
+        return np.empty((0, columns), dtype=np.uint64)
+    return np.concatenate(pieces).reshape(n_users, columns)
+
+
+def philox_state(key: np.uint64, block: int, counter: int = 0) -> dict:
+    """The state of the Philox-4x64 stream keyed ``(key, block)`` about to produce the four words of
+    ``counter`` (what ``np.random.Philox(key=[key, block], counter=[counter, 0, 0, 0])`` starts in)."""
+    return {
+        "bit_generator": "Philox",
+        "state": {
+            "counter": np.array([counter, 0, 0, 0], dtype=np.uint64),
+            "key": np.array([key, block], dtype=np.uint64),
+        },
+        "buffer": np.zeros(_PHILOX_WORDS_PER_COUNTER, dtype=np.uint64),
+        "buffer_pos": _PHILOX_WORDS_PER_COUNTER,
+        "has_uint32": 0,
+        "uinteger": 0,
+    }
 
 
 def os_words(n_users: int, columns: int) -> np.ndarray:
@@ -94,7 +140,9 @@ def os_words(n_users: int, columns: int) -> np.ndarray:
 
 def uniform_from_bits(bits: np.ndarray) -> np.ndarray:
     """Map uint64 hashes to floats uniform on [0, 1) using their top 53 bits."""
-    return (bits >> np.uint64(11)).astype(np.float64) * _UNIT
+    uniforms = (bits >> np.uint64(11)).astype(np.float64)
+    uniforms *= _UNIT
+    return uniforms
 
 
 class _PerUserDraws:
@@ -149,8 +197,23 @@ class _PerUserDraws:
             raise ValueError("integers: high must be greater than low")
         if np.any(span > (1 << 52)):
             raise ValueError("integers: ranges above 2**52 are not supported")
-        draws = np.floor(self.random(size) * span).astype(np.int64)
-        return low_arr + draws
+        if span.ndim == 0 and int(span) & (int(span) - 1) == 0 and (size is None or isinstance(size, (int, np.integer))):
+            # floor(k 2^-53 2^s) = k >> (53 - s) exactly: the top s bits of the word, without floats
+            shape = self._check_size(size)
+            draws = (self._bits(1)[:, 0] >> np.uint64(64 - int(span).bit_length() + 1)).astype(np.int64).reshape(shape)
+            if low_arr == 0:
+                return draws
+            draws += low_arr
+            return draws
+        draws = self.random(size)
+        if np.broadcast_shapes(draws.shape, span.shape) != draws.shape:  # bounds wider than the draws
+            return low_arr + np.floor(draws * span).astype(np.int64)
+        draws *= span  # in place: the same floats as ``draws * span``, without temporaries
+        draws = np.floor(draws, out=draws).astype(np.int64)
+        if low_arr.ndim == 0 and low_arr == 0:
+            return draws
+        draws += low_arr
+        return draws
 
 
 class UserRandom(_PerUserDraws):
@@ -174,7 +237,11 @@ class UserRandom(_PerUserDraws):
         counters = np.uint64(self._counter) + np.arange(columns, dtype=np.uint64)
         self._counter += columns
         with np.errstate(over="ignore"):
-            return splitmix64(splitmix64(self._ids ^ self._key)[:, None] + counters)
+            user_keys = splitmix64(self._ids ^ self._key)
+            if columns == 1:
+                user_keys += counters[0] + _GOLDEN
+                return _mix_in_place(user_keys)[:, None]
+            return _mix_in_place(user_keys[:, None] + (counters + _GOLDEN))
 
 
 class RangeRandom(_PerUserDraws):

@@ -11,6 +11,7 @@ from fedhh.randomness import (
     OsRandom,
     RangeRandom,
     SecureRandomness,
+    UserRandom,
     derive_key,
     keyed_range_words,
     splitmix64,
@@ -116,3 +117,59 @@ def test_a_ranges_call_keys_number_its_calls() -> None:
     assert draws.first_user == 4_100
     assert [draws.next_call_key() for _ in range(2)] == [splitmix64(key ^ np.uint64(j)) for j in range(2)]
     np.testing.assert_array_equal(draws.words(2), keyed_range_words(splitmix64(key ^ np.uint64(2)), 4_100, 30, 2))
+
+
+def _documented_range_words(key: np.uint64, first_user: int, n_users: int, columns: int) -> np.ndarray:
+    """The layout :func:`keyed_range_words` documents, one user at a time: user ``u``'s row is the
+    words ``[r c, (r + 1) c)`` of the Philox-4x64 stream keyed ``(key, u // GRID_USERS)``."""
+    rows = []
+    for user in range(first_user, first_user + n_users):
+        block, row = divmod(user, GRID_USERS)
+        stream = np.random.Philox(key=np.array([key, block], dtype=np.uint64))
+        rows.append(stream.random_raw((row + 1) * columns)[row * columns :])
+    return np.array(rows, dtype=np.uint64).reshape(n_users, columns)
+
+
+def test_range_words_follow_the_documented_layout_bit_for_bit() -> None:
+    key = derive_key(11, "layout", 2)
+    ranges = [(0, 5, 3), (GRID_USERS - 3, 7, 5), (2 * GRID_USERS - 1, GRID_USERS + 2, 1), (17, 1, 4),
+              (3 * GRID_USERS, 2, 2), (GRID_USERS - 1, 1, 7)]
+    for first_user, n_users, columns in ranges:
+        words = keyed_range_words(key, first_user, n_users, columns)
+        assert words.shape == (n_users, columns) and words.dtype == np.uint64
+        np.testing.assert_array_equal(words, _documented_range_words(key, first_user, n_users, columns))
+    assert keyed_range_words(key, 5, 0, 3).shape == (0, 3)
+
+
+def test_power_of_two_integers_are_the_float_formulas_integers() -> None:
+    """``integers`` takes a power-of-two span from the word's top bits: the same integers as the
+    documented ``floor(uniform x span)`` on the same words."""
+    ids = np.arange(30_000, dtype=np.int64) * 7 + 3
+    key = derive_key(5, "cohorts", 0)
+    for low, span in [(0, 1), (0, 2), (0, 32), (4, 1 << 20), (-3, 1 << 52)]:
+        drawn = UserRandom(key, ids).integers(low, low + span)
+        uniforms = UserRandom(key, ids).random()
+        np.testing.assert_array_equal(drawn, low + np.floor(uniforms * span).astype(np.int64))
+        ranged = RangeRandom(key, GRID_USERS - 100, 300).integers(low, low + span)
+        np.testing.assert_array_equal(ranged, low + np.floor(RangeRandom(key, GRID_USERS - 100, 300).random() * span).astype(np.int64))
+
+
+def _splitmix64_int(x: int) -> int:
+    """SplitMix64's finaliser on one Python integer (the reference for the vectorised one)."""
+    mask = (1 << 64) - 1
+    z = (x + 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
+def test_user_words_follow_the_documented_formula_bit_for_bit() -> None:
+    """Word ``j`` of user ``id`` is ``splitmix64(splitmix64(id XOR key) + j)``, in one-column calls
+    and wider ones alike."""
+    key = derive_key(3, "formula", 1)
+    ids = np.array([0, 1, 77, 2**40 + 5, 2**63 - 1], dtype=np.int64)
+    draws = UserRandom(key, ids)
+    words = np.hstack([draws.words(1), draws.words(3), draws.words(1)])
+    expected = [[_splitmix64_int((_splitmix64_int(int(i) ^ int(key)) + j) % (1 << 64)) for j in range(5)] for i in ids]
+    np.testing.assert_array_equal(words, np.array(expected, dtype=np.uint64))
+    assert int(splitmix64(np.uint64(12345))) == _splitmix64_int(12345)
