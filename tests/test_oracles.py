@@ -331,6 +331,39 @@ def test_sparse_shard_counts_do_not_depend_on_the_split_into_ranges_or_groups() 
         np.testing.assert_array_equal(grouped(0, users, everyone)[0], np.r_[ungrouped.counts, users])
 
 
+
+@pytest.mark.parametrize("domain", [40, 64])
+def test_sparse_counts_are_the_walks_bits_with_each_users_own_bit(domain: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sparse path's counts, exactly: the grid's set bits (``grid_set_bits`` on the same call)
+    laid densely, each user's bit at its value replaced by its own bit (the low half of the first
+    call's word below ``T_p``), summed per group -- with short pieces and small batches, so
+    pieces, blocks and batch flushes all cut through the users (a domain of a power of two and
+    another)."""
+    from fedhh import sparse_bernoulli
+    from fedhh.oracles import unary
+
+    monkeypatch.setattr(sparse_bernoulli, "MAX_DRAW", 97)
+    monkeypatch.setattr(unary, "_BATCH_BITS", 1_000)
+    users, n_groups, first = 2 * GRID_USERS + 77, 3, GRID_USERS - 500
+    oracle = make_oracle("oue", epsilon=4.0, domain=domain)
+    values = np.random.default_rng(3).integers(0, domain, users).astype(np.uint64)
+    groups = np.random.default_rng(4).integers(-1, n_groups, users)
+    key = derive_key(9, "exact", 1)
+    from fedhh.randomness import RangeRandom
+
+    sampled = oracle.randomize_aggregate_groups(values, groups, n_groups, RangeRandom(key, first, users))
+    reference = RangeRandom(key, first, users)
+    own = (reference.words(1)[:, 0] & np.uint64(0xFFFFFFFF)) < np.uint64(oracle.thresholds[0])
+    bits = np.zeros((users, domain), dtype=bool)
+    for start, positions in sparse_bernoulli.grid_set_bits(reference, domain, oracle.q):
+        bits.reshape(-1)[start * domain + positions] = True
+    bits[np.arange(users), values.astype(np.intp)] = own
+    for group, statistics in enumerate(sampled):
+        np.testing.assert_array_equal(statistics.counts, bits[groups == group].sum(axis=0))
+        assert statistics.n_users == np.count_nonzero(groups == group)
+    assert bits.sum() > 0.9 * users * domain * oracle.q
+
+
 GROUPED = [
     ("grr", {}, 50),
     ("oue", {}, 20),

@@ -73,8 +73,11 @@ def test_the_walk_gives_the_same_bits_however_many_words_it_draws_at_once(monkey
     bits are those of one long draw."""
     source, width, n = KeyedRandomness(8), 200, GRID_USERS + 10
     whole = dense_grid(source.for_range("w", 1, 0, n), width, Q)
-    monkeypatch.setattr(sparse_bernoulli, "_MAX_DRAW", 7)
+    inside = dense_grid(source.for_range("w", 1, 150, n - 150), width, Q)  # a range starting inside a block
+    monkeypatch.setattr(sparse_bernoulli, "MAX_DRAW", 7)
     np.testing.assert_array_equal(dense_grid(source.for_range("w", 1, 0, n), width, Q), whole)
+    np.testing.assert_array_equal(dense_grid(source.for_range("w", 1, 150, n - 150), width, Q), inside)
+    np.testing.assert_array_equal(inside, whole[150:])
 
 
 def test_the_sampler_takes_one_call_of_the_range() -> None:

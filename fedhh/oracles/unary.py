@@ -56,7 +56,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..randomness import GRID_USERS, RangeRandom
-from ..sparse_bernoulli import grid_set_bits
+from ..sparse_bernoulli import MAX_DRAW, grid_set_bits
 from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_groups, check_kind, check_lengths, group_members
 from .device_spec import DeviceSpec
 from .sampling import RandomSource, check_rng_batch, random_words
@@ -230,25 +230,44 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         base = np.where(counted, groups, n_groups) * d  # uncounted users fill a discarded group
         values = values.astype(np.int64)
         cells = (n_groups + 1) * d
-        counts = np.bincount((base + values)[own], minlength=cells)
+        own_cells = base + values
+        counts = np.bincount(own_cells[own], minlength=cells)
         shift = d.bit_length() - 1 if d & (d - 1) == 0 else None
-        hits: list[np.ndarray] = []
+        row_starts = np.arange(min(GRID_USERS, values.shape[0]), dtype=np.int64) * d
+        # reused buffers: a piece's rows, its users' own cells, their match; the cells not counted yet
+        rows_buffer, own_buffer = np.empty(MAX_DRAW, dtype=np.int64), np.empty(MAX_DRAW, dtype=np.int64)
+        match_buffer = np.empty(MAX_DRAW, dtype=bool)
+        batch = np.empty(_BATCH_BITS + MAX_DRAW, dtype=np.int64)
         held = 0
+        replaced: list[np.ndarray] = []
+        block_first, row_cells, block_own_cells = -1, row_starts, own_cells
         for first, positions in grid_set_bits(rng, d, self.q):
-            # bit (first + r, p - r d) of line position p counts in cell base + p - r d: per block, the
-            # tables of base - r d and of the own value's position v + r d serve every bit of a row
-            rows = positions >> shift if shift is not None else positions // d
-            line = np.arange(min(GRID_USERS, values.shape[0] - first), dtype=np.int64) * d
-            hit = (base[first : first + line.size] - line)[rows]
+            size = positions.size
+            if first != block_first:  # bit (first + r, p - r d) counts in cell base + p - r d
+                block_first, users = first, min(GRID_USERS, values.shape[0] - first)
+                row_cells = base[first : first + users] - row_starts[:users]
+                block_own_cells = own_cells[first : first + users]
+            rows = rows_buffer[:size]
+            if shift is not None:
+                np.right_shift(positions, shift, out=rows)
+            else:
+                np.floor_divide(positions, d, out=rows)
+            if held + size > batch.size:
+                counts += np.bincount(batch[:held], minlength=cells)
+                held = 0
+            hit = batch[held : held + size]
+            np.take(row_cells, rows, out=hit, mode="clip")  # rows < users: clipping never acts, and skips the check
             hit += positions
-            own_positions = (values[first : first + line.size] + line)[rows]
-            hits.append(np.delete(hit, np.flatnonzero(own_positions == positions)))  # own values: the own bit
-            held += hit.size
-            if held >= _BATCH_BITS:
-                counts += np.bincount(np.concatenate(hits), minlength=cells)
-                hits, held = [], 0
-        if hits:
-            counts += np.bincount(np.concatenate(hits), minlength=cells)
+            held += size
+            # a user's bit at its own value is its own bit, not the grid's: uncounted below
+            own = own_buffer[:size]
+            np.take(block_own_cells, rows, out=own, mode="clip")
+            match = match_buffer[:size]
+            np.equal(own, hit, out=match)
+            replaced.append(hit[match])
+        counts += np.bincount(batch[:held], minlength=cells)
+        if replaced:
+            counts -= np.bincount(np.concatenate(replaced), minlength=cells)
         reporters = np.bincount(groups[counted], minlength=n_groups)
         per_group = counts[: n_groups * self.domain].reshape(n_groups, self.domain)
         return [UnaryStatistics(row, int(users)) for row, users in zip(per_group, reporters, strict=True)]
