@@ -67,10 +67,12 @@ _WORDS_PER_DRAW = 128  # 256 bits per call on the rng: fixed, so the call sequen
 _BYTE_SUM_ROWS = 255  # rows a uint8 column sum can take without overflowing
 _LOW_HALF = np.uint64(0xFFFFFFFF)
 _BATCH_BITS = 1 << 20  # set bits counted at once by the sparse path
-# The sparse sampler costs about 19 ns a set bit with its counting, the dense path about 3.3 ns a
+# The sparse sampler cost about 19 ns a set bit with its counting, the dense path about 3.3 ns a
 # bit (half a Philox word, a comparison, a column sum): on 1,024-bit rows they cost the same near
-# q' = 0.155; at q' = 0.142 the sampler is 16% cheaper, at 0.119 23%, at 0.100 52% (CPU time,
+# q' = 0.155; at q' = 0.142 the sampler was 16% cheaper, at 0.119 23%, at 0.100 52% (CPU time,
 # 100,000 users, load 2.9).  The switch depends on q' alone, so every shard takes the same path.
+# Since the sampler's SFC64 walk and one-buffer counting (about 15 ns a set bit, 200,000 users,
+# load 1) it is cheaper still below q' = 0.125; the switch stays there so no result moves.
 SPARSE_MAX_Q = 0.125
 
 
