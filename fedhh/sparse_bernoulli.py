@@ -14,7 +14,8 @@ positions ``G_1, G_1 + 1 + G_2, ...`` are exactly the 1s of a sequence of
 independent Bernoulli(q) bits -- every bit of every user independent with
 probability ``q``, which is the law of the device's "other" bits.
 Truncation: ``U = 1 - k 2^-53`` (exactly ``(2^53 - k) 2^-53``), ``k`` the
-top 53 bits of a 64-bit word (``Generator.random``'s ``k 2^-53``), so ``P(G >= k)`` is ``(1 - q)^k`` rounded down to a multiple of
+top 53 bits of a 64-bit word (``Generator.random``'s ``k 2^-53``), so
+``P(G >= k)`` is ``(1 - q)^k`` rounded down to a multiple of
 ``2^-53`` (and ``log``, the division and the ``+ 1`` round by ``~1e-16``
 relative, moving ``floor`` only within ``1e-16`` of an integer): each gap's law is
 within about ``2^-52`` of the geometric law in total variation, so a whole
@@ -27,7 +28,8 @@ Keys and sharding.  The line is cut into blocks of
 :data:`fedhh.randomness.GRID_USERS` consecutive global users (``GRID_USERS
 x w`` bits, user ``u``'s row at bits ``[r w, (r + 1) w)``, ``r = u mod
 GRID_USERS``), each walked by its own SFC64 generator seeded by the
-``numpy.random.SeedSequence`` of ``(call key, block)`` (:func:`block_stream`), the call key being one call of the range's
+``numpy.random.SeedSequence`` of ``(call key, block)`` (:func:`block_stream`),
+the call key being one call of the range's
 :class:`fedhh.randomness.RangeRandom` (so a user's bits depend only on the
 seed, purpose, round, its global id and the call sequence).  A range that
 starts inside a block replays the block's walk from the block's first user
@@ -78,9 +80,10 @@ MIN_PROBABILITY = 2.0**-32
 
 def grid_set_bits(rng: RangeRandom, width: int, probability: float) -> Iterator[tuple[int, np.ndarray]]:
     """The set bits of ``rng``'s ``(n_users, width)`` grid of independent Bernoulli(``probability``)
-    bits, a block of users at a time: ``(first, positions)``, ``positions`` int64 ascending on the
-    line of the users ``first, first + 1, ...`` (the range's local indices) laid row after row --
-    bit ``(first + p // width, p % width)`` for each ``p``.
+    bits, a piece of a block of users at a time: ``(first, positions)``, ``positions`` int64
+    ascending on the line of the users ``first, first + 1, ...`` (the range's local indices) laid
+    row after row -- bit ``(first + p // width, p % width)`` for each ``p``.  A block's pieces (at
+    most :data:`MAX_DRAW` positions each) share its ``first`` and follow each other on its line.
 
     Consumes one call of ``rng`` now (whether or not the blocks are read), so the
     calls that follow are the same whatever the grid holds.
