@@ -64,8 +64,12 @@ def expand_seeds(seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def hash_expanded(multipliers: np.ndarray, offsets: np.ndarray, mixed_keys: np.ndarray, g: int) -> np.ndarray:
     """Buckets in ``[0, g)`` of mixed keys under already-expanded seeds (broadcasting)."""
     with np.errstate(over="ignore"):
-        z = multipliers * mixed_keys + offsets
-    return ((z >> np.uint64(32)) * np.uint64(g)) >> np.uint64(32)
+        z = np.multiply(multipliers, mixed_keys, dtype=np.uint64)  # one new array, then in place: sketches
+        z += offsets  # hash every candidate in every row, millions of keys a decode
+    z >>= np.uint64(32)
+    z *= np.uint64(g)
+    z >>= np.uint64(32)
+    return z
 
 
 def hash_keys(seeds: np.ndarray, keys: np.ndarray, g: int) -> np.ndarray:
