@@ -41,9 +41,11 @@ from .base import (
     FrequencyOracle,
     HistogramFlatForm,
     Support,
+    check_groups,
     check_kind,
     check_lengths,
     check_positive_int,
+    group_members,
     index_bits,
 )
 from .device_spec import DeviceSpec
@@ -134,8 +136,44 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         t = self.coefficients
         indices = uniform_below(rng, (n_users, t), self.rows)
         negative = hadamard_parity(indices, values[:, None]).astype(np.uint64)
-        true_words = negative[:, 0] if t == 1 else (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
+        if t == 1:  # the other word is the flipped bit: one uniform decides, no draw of which other word
+            flipped = rng.random(n_users) >= self.keep_probability
+            return HadamardMechanismReports(indices, negative[:, 0] ^ flipped)
+        true_words = (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
         return HadamardMechanismReports(indices, randomized_response(rng, true_words, 1 << t, self.keep_probability))
+
+    def randomize_aggregate_groups(
+        self, values: np.ndarray, groups: np.ndarray, n_groups: int, rng: RandomSource
+    ) -> list[HadamardMechanismStatistics]:
+        """Every user's device report (``randomize``, the same draws), its signs summed per
+        (group, row index) in two bincounts over all groups at once rather than a sort of the
+        users by group and one aggregate per group: the same integer sums."""
+        values = self._values(values)
+        groups = check_groups(groups, values.shape[0], n_groups)
+        reports = self.randomize(values, rng)
+        n_groups = int(n_groups)
+        if n_groups * self.rows > _DENSE_INDICES:
+            return [self.aggregate(reports.take(members)) for members in group_members(groups, n_groups)]
+        indices, words = reports.indices.astype(np.intp), reports.words
+        counted = groups >= 0
+        if not counted.all():
+            indices, words, groups = indices[counted], words[counted], groups[counted]
+        cells = (indices + (groups * self.rows)[:, None]).ravel()
+        negative = self._negative(words)
+        sums = np.bincount(cells, minlength=n_groups * self.rows) - 2 * np.bincount(
+            cells[negative], minlength=n_groups * self.rows
+        )
+        reporters = np.bincount(groups, minlength=n_groups)
+        return [
+            HadamardMechanismStatistics(Histogram.from_dense(row), int(users))
+            for row, users in zip(sums.reshape(n_groups, self.rows), reporters, strict=True)
+        ]
+
+    def _negative(self, words: np.ndarray) -> np.ndarray:
+        """Per report and coefficient (flattened row-major), whether the reported sign is -1."""
+        if self.coefficients == 1:
+            return words.astype(bool)
+        return ((words[:, None] >> np.arange(self.coefficients, dtype=np.uint32)) & 1).ravel().astype(bool)
 
     def _signs(self, reports: HadamardMechanismReports) -> np.ndarray:
         bits = (reports.words[:, None] >> np.arange(self.coefficients, dtype=np.uint32)) & 1
@@ -159,10 +197,7 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
             return HadamardMechanismStatistics(sparse, len(reports))
         # dense rows: every sign is +1 less 2 for each -1, two integer bincounts (no sort, no float weights)
         indices = reports.indices.ravel().astype(np.intp)
-        if self.coefficients == 1:
-            negative = reports.words.astype(bool)
-        else:
-            negative = ((reports.words[:, None] >> np.arange(self.coefficients, dtype=np.uint32)) & 1).ravel().astype(bool)
+        negative = self._negative(reports.words)
         sums = np.bincount(indices, minlength=self.rows) - 2 * np.bincount(indices[negative], minlength=self.rows)
         return HadamardMechanismStatistics(Histogram.from_dense(sums), len(reports))
 
