@@ -57,6 +57,13 @@ _DENSE_INDICES = 1 << 24
 MAX_COEFFICIENTS = 16
 
 
+def _sign_sums(signed_cells: np.ndarray, cells: int) -> np.ndarray:
+    """Per cell, the sum of the signs reported into it: ``signed_cells`` is ``2 cell + 1`` for a
+    -1, ``2 cell`` for a +1, so one bincount counts both and the sum is their difference."""
+    both = np.bincount(signed_cells, minlength=2 * cells).reshape(cells, 2)
+    return both[:, 0] - both[:, 1]
+
+
 @dataclass(frozen=True)
 class HadamardMechanismReports:
     """Per user: ``t`` sampled row indices and the randomised ``t``-bit word (bit k = 1 means -1)."""
@@ -146,7 +153,7 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         self, values: np.ndarray, groups: np.ndarray, n_groups: int, rng: RandomSource
     ) -> list[HadamardMechanismStatistics]:
         """Every user's device report (``randomize``, the same draws), its signs summed per
-        (group, row index) in two bincounts over all groups at once rather than a sort of the
+        (group, row index) in one bincount over all groups at once rather than a sort of the
         users by group and one aggregate per group: the same integer sums."""
         values = self._values(values)
         groups = check_groups(groups, values.shape[0], n_groups)
@@ -158,15 +165,12 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         counted = groups >= 0
         if not counted.all():
             indices, words, groups = indices[counted], words[counted], groups[counted]
-        cells = (indices + (groups * self.rows)[:, None]).ravel()
-        negative = self._negative(words)
-        sums = np.bincount(cells, minlength=n_groups * self.rows) - 2 * np.bincount(
-            cells[negative], minlength=n_groups * self.rows
-        )
+        signed_cells = (indices + (groups * self.rows)[:, None]).ravel() * 2 + self._negative(words)
+        sums = _sign_sums(signed_cells, n_groups * self.rows).reshape(n_groups, self.rows)
         reporters = np.bincount(groups, minlength=n_groups)
         return [
             HadamardMechanismStatistics(Histogram.from_dense(row), int(users))
-            for row, users in zip(sums.reshape(n_groups, self.rows), reporters, strict=True)
+            for row, users in zip(sums, reporters, strict=True)
         ]
 
     def _negative(self, words: np.ndarray) -> np.ndarray:
@@ -195,10 +199,8 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         if self.rows > _DENSE_INDICES:
             sparse = Histogram.of(reports.indices.ravel(), self._signs(reports).ravel())
             return HadamardMechanismStatistics(sparse, len(reports))
-        # dense rows: every sign is +1 less 2 for each -1, two integer bincounts (no sort, no float weights)
-        indices = reports.indices.ravel().astype(np.intp)
-        negative = self._negative(reports.words)
-        sums = np.bincount(indices, minlength=self.rows) - 2 * np.bincount(indices[negative], minlength=self.rows)
+        # dense rows: one integer bincount of (index, sign) pairs (no sort, no float weights)
+        sums = _sign_sums(reports.indices.ravel().astype(np.intp) * 2 + self._negative(reports.words), self.rows)
         return HadamardMechanismStatistics(Histogram.from_dense(sums), len(reports))
 
     def support(self, statistics: HadamardMechanismStatistics, candidates: np.ndarray) -> Support:

@@ -10,7 +10,10 @@ value with ε/2), randomised by the level's frequency oracle with
 randomness keyed by (purpose, level, global user id): a level's members
 draw from their own streams, every user's full-value report from the
 Philox range streams of its block of consecutive users (cheaper a word,
-and every user draws; see :func:`_member_draws`).  A user holding no
+and every user draws; see :func:`_member_draws`).  With a unary encoding
+(CMS's OUE rows), whose shard statistics come from a sparse sampler over
+range streams, a level round draws every user of a block too and counts
+its members only (:func:`_range_statistics`).  A user holding no
 encodable item reports the empty value (all-zero units), so taking part
 reveals nothing.
 
@@ -30,7 +33,9 @@ Three modes, one message pair for every variant of the family:
 The reports are the same in both ways of collecting them (same keys, same
 calls), and statistics and support counts are exact integer sums, so a
 one-shot run and an interactive run of one seed, over any number of shards,
-decode the same statistics.
+decode the same statistics -- except with a unary encoding, whose
+interactive statistics come from its sparse sampler: the same law as the
+sum of the device reports the one-shot table holds, a different sample.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from ..randomness import RandomnessSource, UserRandom
 from .base import Request, Response
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
-from .prefix_oracles import level_oracle, shard_counts
+from .prefix_oracles import level_draws_from_ranges, level_oracle, shard_counts
 from .report_table import merge_tables, to_table, distinct_rows
 from .triehh import choose_items
 
@@ -198,11 +203,10 @@ def _member_draws(
     partition, draw from their own keyed streams
     (:meth:`~fedhh.randomness.RandomnessSource.for_users`).  Either way a
     user's draws depend on its global id only, never on the shard or block
-    holding it.  Why not range streams for a level too: a range draw covers
-    every user of the range, and at a member share of 1/3 (1/L for L levels)
-    drawing for everyone costs more than the members' own streams for every
-    oracle measured, OUE's 512 words a user included (benchmarks/RESULTS.md,
-    "Issue 12: TreeHist per-user cost").
+    holding it.  A range draw covers every user of the range, so at a member
+    share of 1/L it pays for a level only with a unary encoding's sparse
+    sampler, whose statistics the interactive rounds draw with
+    :func:`_range_statistics` (:func:`~fedhh.protocols.prefix_oracles.level_draws_from_ranges`).
     """
     purpose, round_, first_user = draws
     for first in range(0, max(values.size, 1), USERS_PER_BLOCK):
@@ -211,6 +215,33 @@ def _member_draws(
             yield block, randomness.for_range(purpose, round_, first_user + first, block.size)
         else:
             yield block, randomness.for_users(purpose, round_, members[first : first + USERS_PER_BLOCK] + first_user)
+
+
+def _range_statistics(
+    oracle: FrequencyOracle,
+    values: np.ndarray,
+    counted: np.ndarray | None,
+    randomness: RandomnessSource,
+    draws: tuple[str, int, int],
+) -> Iterator[Any]:
+    """The statistics of the shard's ``counted`` users (a mask over its users; ``None``: every
+    user), block by block of :data:`USERS_PER_BLOCK` users, every user of a block randomised
+    from the block's range streams (``values``: one per user of the shard) and the others
+    drawn but not counted (group -1 of ``randomize_aggregate_groups``).
+
+    A user's draws depend on its global id only (the range streams' keying), and which users
+    count on the public partition only, so the sum over blocks and shards is the same for any
+    cut of the users.
+    """
+    purpose, round_, first_user = draws
+    for first in range(0, max(values.size, 1), USERS_PER_BLOCK):
+        block = values[first : first + USERS_PER_BLOCK]
+        rng = randomness.for_range(purpose, round_, first_user + first, block.size)
+        if counted is None:
+            yield oracle.randomize_aggregate(block, rng)
+        else:
+            groups = counted[first : first + USERS_PER_BLOCK].astype(np.int64) - 1  # members 0, the others -1
+            yield oracle.randomize_aggregate_groups(block, groups, 1, rng)[0]
 
 
 def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) -> PrefixResponse:
@@ -223,15 +254,26 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
         levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
         return _collect(request, shard, encoding, levels, items, randomness)
     final = request.mode == FINAL
-    members = None
-    if not final:
+    if final:
+        oracle, values = _report_values(request, shard, encoding, items, final, request.level)
+        reporting = shard.n_users
+        blocks = _range_statistics(oracle, values, None, randomness, (FINAL_PURPOSE, 0, shard.first_user))
+    else:
         levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
-        members = np.flatnonzero(levels == request.level)
-    oracle, values = _report_values(request, shard, encoding, items if final else items[members], final, request.level)
-    draws = (FINAL_PURPOSE, 0, shard.first_user) if final else (LEVEL_PURPOSE, request.level, shard.first_user)
-    blocks = (oracle.randomize_aggregate(block, rng) for block, rng in _member_draws(values, members, randomness, draws))
+        in_level = levels == request.level
+        reporting = int(np.count_nonzero(in_level))
+        draws = (LEVEL_PURPOSE, request.level, shard.first_user)
+        oracle = request.oracle_for(int(request.lengths[request.level]), request.epsilon, encoding)
+        share = float(request.level_bounds[request.level + 1] - request.level_bounds[request.level])
+        if level_draws_from_ranges(oracle, share):
+            _, values = _report_values(request, shard, encoding, items, final, request.level)
+            blocks = _range_statistics(oracle, values, in_level, randomness, draws)
+        else:
+            members = np.flatnonzero(in_level)
+            _, values = _report_values(request, shard, encoding, items[members], final, request.level)
+            own = _member_draws(values, members, randomness, draws)
+            blocks = (oracle.randomize_aggregate(block, rng) for block, rng in own)
     counts, reporters = _summed_counts(oracle, blocks, request.candidates)
-    reporting = shard.n_users if members is None else int(members.size)
     return PrefixResponse(
         round=request.round,
         sampled_users=reporting,
