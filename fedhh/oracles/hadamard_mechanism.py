@@ -141,13 +141,21 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         n_users = values.shape[0]
         check_rng_batch(rng, n_users)
         t = self.coefficients
+        if t == 1:
+            index, negative = self._one_coefficient(values, rng)
+            return HadamardMechanismReports(index[:, None], negative)
         indices = uniform_below(rng, (n_users, t), self.rows)
         negative = hadamard_parity(indices, values[:, None]).astype(np.uint64)
-        if t == 1:  # the other word is the flipped bit: one uniform decides, no draw of which other word
-            flipped = rng.random(n_users) >= self.keep_probability
-            return HadamardMechanismReports(indices, negative[:, 0] ^ flipped)
         true_words = (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
         return HadamardMechanismReports(indices, randomized_response(rng, true_words, 1 << t, self.keep_probability))
+
+    def _one_coefficient(self, values: np.ndarray, rng: RandomSource) -> tuple[np.ndarray, np.ndarray]:
+        """HM(1)'s report: the index (uint64) and whether the reported sign is -1.  The other word
+        is the flipped bit, so one uniform decides (no draw of which other word)."""
+        index = uniform_below(rng, (values.shape[0],), self.rows)
+        negative = hadamard_parity(index, values)
+        negative ^= rng.random(values.shape[0]) >= self.keep_probability
+        return index, negative
 
     def randomize_aggregate_groups(
         self, values: np.ndarray, groups: np.ndarray, n_groups: int, rng: RandomSource
@@ -157,15 +165,22 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         users by group and one aggregate per group: the same integer sums."""
         values = self._values(values)
         groups = check_groups(groups, values.shape[0], n_groups)
-        reports = self.randomize(values, rng)
+        check_rng_batch(rng, values.shape[0])
         n_groups = int(n_groups)
         if n_groups * self.rows > _DENSE_INDICES:
+            reports = self.randomize(values, rng)
             return [self.aggregate(reports.take(members)) for members in group_members(groups, n_groups)]
-        indices, words = reports.indices.astype(np.intp), reports.words
+        if self.coefficients == 1:  # the same draws as randomize, without building the reports
+            index, negative = self._one_coefficient(values, rng)
+            indices = index.astype(np.intp)[:, None]
+        else:
+            reports = self.randomize(values, rng)
+            indices = reports.indices.astype(np.intp)
+            negative = self._negative(reports.words).reshape(indices.shape)
         counted = groups >= 0
         if not counted.all():
-            indices, words, groups = indices[counted], words[counted], groups[counted]
-        signed_cells = (indices + (groups * self.rows)[:, None]).ravel() * 2 + self._negative(words)
+            indices, negative, groups = indices[counted], negative[counted], groups[counted]
+        signed_cells = (indices + (groups * self.rows)[:, None]).ravel() * 2 + negative.ravel()
         sums = _sign_sums(signed_cells, n_groups * self.rows).reshape(n_groups, self.rows)
         reporters = np.bincount(groups, minlength=n_groups)
         return [

@@ -53,33 +53,24 @@ def level_oracle(name: str, epsilon: float, domain: int, seed: int, rows: int, w
     return build_level_oracle(name, epsilon, domain, seed, rows, width)
 
 
-# A level's members drawn densely from their own streams cost about 7.3 µs each on CMS's 1,024-bit OUE
-# rows, every user of a range drawn by the sparse sampler about 0.40 µs (q' = 0.018: 22 µs x q'), both
-# CPU, 200,000 users, load 1.1 (benchmarks/RESULTS.md, "Issue 12: TreeHist per-user cost (wave 2)"):
-# ranges pay when the level's share of users is above 3 q'.
-RANGE_SHARE_PER_Q = 3.0
+def level_draws_from_ranges(oracle: FrequencyOracle) -> bool:
+    """Whether a level's members draw from range streams laid over the level's members
+    (:func:`fedhh.protocols.prefix_reports.respond`) rather than from their own streams.
 
-
-def level_draws_from_ranges(oracle: FrequencyOracle, share: float) -> bool:
-    """Whether a level holding ``share`` of the users draws from the range streams of its shard's
-    blocks (every user of a block drawn, the members counted) rather than its members from their
-    own streams.
-
-    A range draw covers every user of the block, members or not, so it pays only where a user
-    costs little to draw: a unary encoding's sparse sampler (``q' <=`` its ``SPARSE_MAX_Q``: OUE
-    from ε = ln 7, SUE from 2 ln 7) as a sketch's rows (CMS), which walks a user's ~``q' d``
-    set bits instead of its ``d`` bits -- and then only when the members are not too few
-    (``share >= 3 q'``: TreeHist's 1/3 at OUE's ε = 4, ``q' = 0.018``; PEM up to 18 groups).
-    Every other oracle draws a few words a user, where the members' own streams measured
-    cheaper at a member share of 1/3 (the same RESULTS section).  A plain unary encoding over a
-    level's whole domain keeps its members' streams too: its rows can be wide enough (PEM's 4,096
-    bits) for the sampler's multi-draw blocks, whose walk from inside a block is not yet the same
-    for every cut of the users.  The choice depends on the
-    oracle and the public partition alone, so every shard and device of a round makes the same.
+    Range streams pay where a user's report costs many words: a sketch of unary rows (CMS) whose
+    sparse sampler serves them (``q' <=`` its ``SPARSE_MAX_Q``: OUE from ε = ln 7, SUE from
+    2 ln 7) walks a member's ~``q' d`` set bits where its own stream draws all ``d`` bits (at the
+    benchmark's ε = 4 per report: 0.64 µs against 7.3 µs a member, CPU, 200,000 users).  Every
+    other oracle draws a few words a user, where the members' own streams measured cheaper
+    (benchmarks/RESULTS.md, "Issue 12: TreeHist per-user cost (wave 2)").  A plain unary encoding
+    over a level's whole domain keeps its members' streams too: its rows can be wide enough
+    (PEM's 4,096 bits) for the sampler's blocks of several draws, whose walk from inside a block
+    is not yet the same for every cut of the users.  The choice depends on the oracle alone, so
+    every shard and device of a round makes the same one.
     """
     if not isinstance(oracle, SketchOracle) or not isinstance(oracle.inner, UnaryEncoding):
         return False
-    return oracle.inner.q <= SPARSE_MAX_Q and share >= RANGE_SHARE_PER_Q * oracle.inner.q
+    return oracle.inner.q <= SPARSE_MAX_Q
 
 
 def shard_counts(oracle: FrequencyOracle, statistics: object, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

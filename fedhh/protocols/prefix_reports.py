@@ -10,10 +10,10 @@ value with ε/2), randomised by the level's frequency oracle with
 randomness keyed by (purpose, level, global user id): a level's members
 draw from their own streams, every user's full-value report from the
 Philox range streams of its block of consecutive users (cheaper a word,
-and every user draws; see :func:`_member_draws`).  With a unary encoding
-(CMS's OUE rows), whose shard statistics come from a sparse sampler over
-range streams, a level round draws every user of a block too and counts
-its members only (:func:`_range_statistics`).  A user holding no
+and every user draws; see :func:`_member_draws`).  With CMS (sketch rows
+of a unary encoding, whose shard statistics come from a sparse sampler over
+range streams) a level's members draw from range streams laid over the
+level's members alone (:func:`_ranked_statistics`).  A user holding no
 encodable item reports the empty value (all-zero units), so taking part
 reveals nothing.
 
@@ -33,8 +33,8 @@ Three modes, one message pair for every variant of the family:
 The reports are the same in both ways of collecting them (same keys, same
 calls), and statistics and support counts are exact integer sums, so a
 one-shot run and an interactive run of one seed, over any number of shards,
-decode the same statistics -- except with a unary encoding, whose
-interactive statistics come from its sparse sampler: the same law as the
+decode the same statistics -- except with CMS's unary rows, whose
+interactive statistics come from the sparse sampler: the same law as the
 sum of the device reports the one-shot table holds, a different sample.
 """
 
@@ -51,7 +51,7 @@ import numpy as np
 from ..oracles import FrequencyOracle
 from ..oracles.sampling import RandomSource
 from ..population import Shard
-from ..randomness import RandomnessSource, UserRandom
+from ..randomness import GRID_USERS, RandomnessSource, UserRandom
 from .base import Request, Response
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
@@ -203,10 +203,9 @@ def _member_draws(
     partition, draw from their own keyed streams
     (:meth:`~fedhh.randomness.RandomnessSource.for_users`).  Either way a
     user's draws depend on its global id only, never on the shard or block
-    holding it.  A range draw covers every user of the range, so at a member
-    share of 1/L it pays for a level only with a unary encoding's sparse
-    sampler, whose statistics the interactive rounds draw with
-    :func:`_range_statistics` (:func:`~fedhh.protocols.prefix_oracles.level_draws_from_ranges`).
+    holding it.  A level of CMS (sketch rows drawn by the sparse sampler) draws
+    from range streams laid over its members instead (:func:`_ranked_statistics`,
+    :func:`~fedhh.protocols.prefix_oracles.level_draws_from_ranges`).
     """
     purpose, round_, first_user = draws
     for first in range(0, max(values.size, 1), USERS_PER_BLOCK):
@@ -218,30 +217,50 @@ def _member_draws(
 
 
 def _range_statistics(
+    oracle: FrequencyOracle, values: np.ndarray, randomness: RandomnessSource, draws: tuple[str, int, int]
+) -> Iterator[Any]:
+    """The statistics of every user of the shard (``values``: one each), block by block of
+    :data:`USERS_PER_BLOCK` users drawn from the block's range streams (the final pass)."""
+    for block, rng in _member_draws(values, None, randomness, draws):
+        yield oracle.randomize_aggregate(block, rng)
+
+
+def _ranked_statistics(
     oracle: FrequencyOracle,
     values: np.ndarray,
-    counted: np.ndarray | None,
+    members: np.ndarray,
+    request: PrefixRequest,
     randomness: RandomnessSource,
     draws: tuple[str, int, int],
 ) -> Iterator[Any]:
-    """The statistics of the shard's ``counted`` users (a mask over its users; ``None``: every
-    user), block by block of :data:`USERS_PER_BLOCK` users, every user of a block randomised
-    from the block's range streams (``values``: one per user of the shard) and the others
-    drawn but not counted (group -1 of ``randomize_aggregate_groups``).
+    """The statistics of a level's ``members`` (local indices, ascending; ``values``: theirs),
+    drawn from range streams over the members alone: within each block of
+    :data:`~fedhh.randomness.GRID_USERS` global ids, the level's members, in id order, take the
+    consecutive range ids ``block x GRID_USERS + rank`` (``rank``: how many of the level's
+    members precede it in the block).
 
-    A user's draws depend on its global id only (the range streams' keying), and which users
-    count on the public partition only, so the sum over blocks and shards is the same for any
-    cut of the users.
+    A member's range id depends on its global id and the public partition only (a shard that
+    starts inside a block counts the level's members of the block before it), and differs from
+    every other member's, so its draws are its own and the same under any cut of the users,
+    while the sampler walks the members' rows only, not every user's.
     """
     purpose, round_, first_user = draws
-    for first in range(0, max(values.size, 1), USERS_PER_BLOCK):
-        block = values[first : first + USERS_PER_BLOCK]
-        rng = randomness.for_range(purpose, round_, first_user + first, block.size)
-        if counted is None:
-            yield oracle.randomize_aggregate(block, rng)
-        else:
-            groups = counted[first : first + USERS_PER_BLOCK].astype(np.int64) - 1  # members 0, the others -1
-            yield oracle.randomize_aggregate_groups(block, groups, 1, rng)[0]
+    if members.size == 0:  # statistics of no one, in the oracle's shape
+        yield oracle.randomize_aggregate(values, randomness.for_users(purpose, round_, members + first_user))
+        return
+    blocks = (members + first_user) // GRID_USERS
+    first_block = first_user // GRID_USERS
+    head = first_user - first_block * GRID_USERS
+    before = 0
+    if head and blocks[0] == first_block:
+        head_levels = user_levels(request.partition_seed, request.level_bounds, np.arange(first_user - head, first_user))
+        before = int(np.count_nonzero(head_levels == request.level))
+    bounds = np.flatnonzero(np.diff(blocks)) + 1
+    for start, end in zip(np.r_[0, bounds], np.r_[bounds, blocks.size]):
+        block = int(blocks[start])
+        rank = before if block == first_block else 0
+        rng = randomness.for_range(purpose, round_, block * GRID_USERS + rank, int(end - start))
+        yield oracle.randomize_aggregate(values[start:end], rng)
 
 
 def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) -> PrefixResponse:
@@ -257,20 +276,18 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
     if final:
         oracle, values = _report_values(request, shard, encoding, items, final, request.level)
         reporting = shard.n_users
-        blocks = _range_statistics(oracle, values, None, randomness, (FINAL_PURPOSE, 0, shard.first_user))
+        blocks = _range_statistics(oracle, values, randomness, (FINAL_PURPOSE, 0, shard.first_user))
     else:
         levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
         in_level = levels == request.level
         reporting = int(np.count_nonzero(in_level))
         draws = (LEVEL_PURPOSE, request.level, shard.first_user)
         oracle = request.oracle_for(int(request.lengths[request.level]), request.epsilon, encoding)
-        share = float(request.level_bounds[request.level + 1] - request.level_bounds[request.level])
-        if level_draws_from_ranges(oracle, share):
-            _, values = _report_values(request, shard, encoding, items, final, request.level)
-            blocks = _range_statistics(oracle, values, in_level, randomness, draws)
+        members = np.flatnonzero(in_level)
+        _, values = _report_values(request, shard, encoding, items[members], final, request.level)
+        if level_draws_from_ranges(oracle):
+            blocks = _ranked_statistics(oracle, values, members, request, randomness, draws)
         else:
-            members = np.flatnonzero(in_level)
-            _, values = _report_values(request, shard, encoding, items[members], final, request.level)
             own = _member_draws(values, members, randomness, draws)
             blocks = (oracle.randomize_aggregate(block, rng) for block, rng in own)
     counts, reporters = _summed_counts(oracle, blocks, request.candidates)
