@@ -146,3 +146,12 @@ def test_cached_prefix_keys_are_the_keys_of_the_prefixes_and_read_only() -> None
         rows = np.concatenate([encoding.units(vocabulary)[:, :length], np.zeros((1, length), dtype=np.int64)])
         np.testing.assert_array_equal(keys, encoding.keys(rows))
         assert encoding.prefix_keys(vocabulary, length) is keys and not keys.flags.writeable
+
+
+def test_levels_hashed_in_chunks_are_the_levels_of_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    bounds = np.array([0.0, 0.3, 0.5, 1.0])
+    ids = np.arange(3 * prefix_reports.LEVELS_AT_ONCE + 17) * 7 + 123
+    chunked = user_levels(5, bounds, ids)
+    monkeypatch.setattr(prefix_reports, "LEVELS_AT_ONCE", ids.size)
+    np.testing.assert_array_equal(chunked, user_levels(5, bounds, ids))
+    assert np.bincount(chunked, minlength=3).min() > 0.15 * ids.size
