@@ -53,7 +53,8 @@ def test_every_round_is_the_same_for_any_cut_into_shards_and_blocks(
     modes = []
     while (request := server.next_request()) is not None:
         if request.mode == "level":  # CMS's OUE rows: every user of a block drawn from range streams
-            level_oracle = request.oracle_for(int(request.lengths[request.level]), request.epsilon, encoding_of(request))
+            length = int(request.lengths[request.level])
+            level_oracle = request.oracle_for(length, request.epsilon, encoding_of(request))
             assert level_draws_from_ranges(level_oracle) == (oracle == "cms")
         whole = respond(request, population, randomness)
         pieces = [respond(request, population.slice(a, b), randomness) for a, b in zip(CUTS, CUTS[1:])]

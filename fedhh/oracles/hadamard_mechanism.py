@@ -172,7 +172,7 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
             return [self.aggregate(reports.take(members)) for members in group_members(groups, n_groups)]
         if self.coefficients == 1:  # the same draws as randomize, without building the reports
             index, negative = self._one_coefficient(values, rng)
-            indices = index.astype(np.intp)[:, None]
+            indices, negative = index.view(np.int64)[:, None], negative[:, None]  # below 2^24 here: the same numbers
         else:
             reports = self.randomize(values, rng)
             indices = reports.indices.astype(np.intp)
@@ -180,8 +180,10 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         counted = groups >= 0
         if not counted.all():
             indices, negative, groups = indices[counted], negative[counted], groups[counted]
-        signed_cells = (indices + (groups * self.rows)[:, None]).ravel() * 2 + negative.ravel()
-        sums = _sign_sums(signed_cells, n_groups * self.rows).reshape(n_groups, self.rows)
+        signed_cells = (groups * self.rows)[:, None] + indices  # cell, then 2 cell + [sign is -1], in place
+        signed_cells <<= 1
+        signed_cells += negative
+        sums = _sign_sums(signed_cells.ravel(), n_groups * self.rows).reshape(n_groups, self.rows)
         reporters = np.bincount(groups, minlength=n_groups)
         return [
             HadamardMechanismStatistics(Histogram.from_dense(row), int(users))

@@ -260,7 +260,8 @@ def _ranked_statistics(
     head = first_user - first_block * GRID_USERS
     before = 0
     if head and blocks[0] == first_block:
-        head_levels = user_levels(request.partition_seed, request.level_bounds, np.arange(first_user - head, first_user))
+        head_ids = np.arange(first_user - head, first_user)
+        head_levels = user_levels(request.partition_seed, request.level_bounds, head_ids)
         before = int(np.count_nonzero(head_levels == request.level))
     bounds = np.flatnonzero(np.diff(blocks)) + 1
     for start, end in zip(np.r_[0, bounds], np.r_[bounds, blocks.size]):
