@@ -287,12 +287,10 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
         blocks = _range_statistics(oracle, values, randomness, (FINAL_PURPOSE, 0, shard.first_user))
     else:
         levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
-        in_level = levels == request.level
-        reporting = int(np.count_nonzero(in_level))
+        members = np.flatnonzero(levels == request.level)
+        reporting = int(members.size)
         draws = (LEVEL_PURPOSE, request.level, shard.first_user)
-        oracle = request.oracle_for(int(request.lengths[request.level]), request.epsilon, encoding)
-        members = np.flatnonzero(in_level)
-        _, values = _report_values(request, shard, encoding, items[members], final, request.level)
+        oracle, values = _report_values(request, shard, encoding, items[members], final, request.level)
         if level_draws_from_ranges(oracle):
             blocks = _ranked_statistics(oracle, values, members, request, randomness, draws)
         else:
