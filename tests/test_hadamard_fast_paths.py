@@ -1,14 +1,19 @@
 """The Hadamard oracles' fast paths give exactly what the plain ones give: the transform as two
 matrix products against the stage-by-stage butterflies, and HM's statistics from integer
-bincounts against the per-report sign sums."""
+bincounts against the per-report sign sums (per group, too), HM(1)'s one-draw randomised response
+against its law, and the radix-sorted order against numpy's stable argsort."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 
 from fedhh.oracles import hadamard_mechanism, make_oracle, walsh_hadamard
-from fedhh.oracles.walsh_hadamard import fwht
+from fedhh.oracles.base import stable_order
+from fedhh.oracles.walsh_hadamard import fwht, hadamard_parity
+from fedhh.randomness import KeyedRandomness
 
 
 def butterflies(values: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
@@ -62,3 +67,50 @@ def test_hm_refuses_indices_outside_its_rows() -> None:
     bad = hadamard_mechanism.HadamardMechanismReports(reports.indices + np.uint64(oracle.rows), reports.words)
     with pytest.raises(ValueError, match=r"reports.indices must be in \[0, 1024\)"):
         oracle.aggregate(bad)
+
+
+@pytest.mark.parametrize("coefficients", [1, 3])
+@pytest.mark.parametrize("dense", [True, False])
+def test_hm_grouped_statistics_are_each_groups_device_reports(
+    coefficients: int, dense: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One bincount over (group, index) gives exactly each group's aggregate of the device reports
+    drawn from the same per-user streams; users of group -1 are drawn but counted nowhere."""
+    oracle = make_oracle("hm", epsilon=2.0, domain=1000, coefficients=coefficients)
+    values = np.random.default_rng(5).integers(0, 1000, 9_000)
+    groups = np.random.default_rng(6).integers(-1, 4, 9_000)
+    randomness, users = KeyedRandomness(3), np.arange(100, 9_100)
+    reports = oracle.randomize(values, randomness.for_users("hm", 0, users))
+    if not dense:
+        monkeypatch.setattr(hadamard_mechanism, "_DENSE_INDICES", 0)
+    grouped = oracle.randomize_aggregate_groups(values, groups, 4, randomness.for_users("hm", 0, users))
+    for group, statistics in enumerate(grouped):
+        expected = oracle.aggregate(reports.take(np.flatnonzero(groups == group)))
+        np.testing.assert_array_equal(
+            statistics.coefficients.to_dense(oracle.rows), expected.coefficients.to_dense(oracle.rows)
+        )
+        assert statistics.n_users == expected.n_users == np.count_nonzero(groups == group)
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 4.0])
+def test_hm1_reports_its_coefficient_flipped_with_the_randomised_response_probability(epsilon: float) -> None:
+    """HM(1)'s one-draw randomised response: the sign is kept with ``p = e^ε / (e^ε + 1)``,
+    whatever the index (within 5 binomial sd over 200,000 users, and per half of the indices)."""
+    oracle = make_oracle("hm", epsilon=epsilon, domain=64)
+    n = 200_000
+    values = np.random.default_rng(1).integers(0, 64, n)
+    for rng in (np.random.default_rng(2), KeyedRandomness(4).for_range("hm", 0, 12_345, n)):
+        reports = oracle.randomize(values, rng)
+        true = hadamard_parity(reports.indices[:, 0], values.astype(np.uint64))
+        kept = reports.words.astype(bool) == true
+        p = math.exp(epsilon) / (math.exp(epsilon) + 1)
+        low = reports.indices[:, 0] < oracle.rows // 2
+        for part in (np.ones(n, dtype=bool), low, ~low):
+            share, count = kept[part].mean(), int(part.sum())
+            assert abs(share - p) < 5 * math.sqrt(p * (1 - p) / count)
+
+
+@pytest.mark.parametrize("bound", [1, 2, 16, 256, 257, 65_536, 65_537])
+def test_stable_order_is_the_stable_argsort(bound: int) -> None:
+    keys = np.random.default_rng(bound).integers(0, bound, 50_000)
+    np.testing.assert_array_equal(stable_order(keys, bound), np.argsort(keys, kind="stable"))

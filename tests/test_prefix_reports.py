@@ -11,8 +11,11 @@ import pytest
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
 from fedhh.protocols import prefix_reports
+from fedhh.oracles.histogram import Histogram
+from fedhh.oracles.unary import SPARSE_MAX_Q
 from fedhh.protocols.prefix_encoding import PrefixEncoding
-from fedhh.protocols.prefix_reports import PrefixResponse, range_levels, respond, user_levels
+from fedhh.protocols.prefix_oracles import level_draws_from_ranges
+from fedhh.protocols.prefix_reports import PrefixRequest, PrefixResponse, held_items, range_levels, respond, user_levels
 from fedhh.randomness import GRID_USERS
 
 RUN = [
@@ -40,14 +43,19 @@ def assert_same(response: PrefixResponse, reference: PrefixResponse) -> None:
 def test_every_round_is_the_same_for_any_cut_into_shards_and_blocks(
     oracle: str, extra: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Levels (members' own streams) and the final pass (range streams), exactly: the whole range
-    in one piece, cut into 5 shards, and drawn in blocks of 1,000 users instead of 32,768."""
+    """Levels (members' own streams; CMS: range streams laid over the level's members) and the
+    final pass (range streams), exactly: the whole range in one piece, cut into 5 shards, and drawn
+    in blocks of 1,000 users instead of 32,768."""
     experiment = Experiment(load_config(None, [*RUN, f'protocol.oracle="{oracle}"', *extra]))
     population = experiment.build_shard(0, 1)
     assert population.n_users == CUTS[-1] > prefix_reports.USERS_PER_BLOCK // 4
     server, randomness = experiment.make_server(), experiment.randomness
     modes = []
     while (request := server.next_request()) is not None:
+        if request.mode == "level":  # CMS's OUE rows: every user of a block drawn from range streams
+            length = int(request.lengths[request.level])
+            level_oracle = request.oracle_for(length, request.epsilon, encoding_of(request))
+            assert level_draws_from_ranges(level_oracle) == (oracle == "cms")
         whole = respond(request, population, randomness)
         pieces = [respond(request, population.slice(a, b), randomness) for a, b in zip(CUTS, CUTS[1:])]
         assert_same(PrefixResponse.combine(pieces), whole)
@@ -57,6 +65,43 @@ def test_every_round_is_the_same_for_any_cut_into_shards_and_blocks(
         modes.append(request.mode)
         server.absorb(whole)
     assert modes == ["level", "level", "final"]
+
+
+def encoding_of(request: PrefixRequest) -> PrefixEncoding:
+    return PrefixEncoding(request.encoding, Experiment(load_config(None, RUN)).codec)  # type: ignore[arg-type]
+
+
+def test_cms_level_counts_are_the_members_reports_unbiased_with_the_sketch_variance() -> None:
+    """A CMS level round drawn from range streams over the level's members: one reporter per member,
+    and each heavy prefix's estimate within 5 sd (the count-mean sketch's variance) of its count
+    among the members -- a member's report drawn twice, or other users' counted, would double it."""
+    experiment = Experiment(load_config(None, [*RUN, 'protocol.oracle="cms"', "population.users=60000",
+                                               "protocol.sketch_width=256"]))
+    population = experiment.build_shard(0, 1)
+    request = experiment.make_server().next_request()
+    encoding = encoding_of(request)
+    length = int(request.lengths[request.level])
+    oracle = request.oracle_for(length, request.epsilon, encoding)
+    assert level_draws_from_ranges(oracle)
+    response = respond(request, population, experiment.randomness)
+    levels = range_levels(request.partition_seed, request.level_bounds, 0, population.n_users)
+    members = levels == request.level
+    assert int(response.reporters.sum()) == response.responding_users == int(members.sum())
+    values = encoding.prefix_keys(population.vocabulary, length)[held_items(population, experiment.randomness)]
+    truth = Histogram.of(values[members])
+    heavy = truth.keys[np.argsort(truth.counts)[-5:]]
+    estimates = oracle.estimate(oracle.from_flat(response.counts, response.reporters), heavy)
+    z = (estimates - truth.lookup(heavy)) / np.sqrt(oracle.variance(heavy, truth))
+    assert np.all(np.abs(z) < 5), z
+    assert truth.lookup(heavy[-1:]) > 10 * np.sqrt(oracle.variance(heavy[-1:], truth))  # its doubling: z > 10
+
+
+def test_dense_unary_levels_keep_the_members_own_streams() -> None:
+    """Below ε = ln 7 OUE draws densely, where drawing every user costs more: members' own streams."""
+    experiment = Experiment(load_config(None, [*RUN, 'protocol.oracle="cms"', "privacy.epsilon=3.0"]))
+    request = experiment.make_server().next_request()
+    oracle = request.oracle_for(int(request.lengths[request.level]), request.epsilon, encoding_of(request))
+    assert oracle.inner.q > SPARSE_MAX_Q and not level_draws_from_ranges(oracle)
 
 
 def test_one_shot_tables_are_the_same_for_any_cut_into_shards_and_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,3 +147,12 @@ def test_cached_prefix_keys_are_the_keys_of_the_prefixes_and_read_only() -> None
         rows = np.concatenate([encoding.units(vocabulary)[:, :length], np.zeros((1, length), dtype=np.int64)])
         np.testing.assert_array_equal(keys, encoding.keys(rows))
         assert encoding.prefix_keys(vocabulary, length) is keys and not keys.flags.writeable
+
+
+def test_levels_hashed_in_chunks_are_the_levels_of_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    bounds = np.array([0.0, 0.3, 0.5, 1.0])
+    ids = np.arange(3 * prefix_reports.LEVELS_AT_ONCE + 17) * 7 + 123
+    chunked = user_levels(5, bounds, ids)
+    monkeypatch.setattr(prefix_reports, "LEVELS_AT_ONCE", ids.size)
+    np.testing.assert_array_equal(chunked, user_levels(5, bounds, ids))
+    assert np.bincount(chunked, minlength=3).min() > 0.15 * ids.size

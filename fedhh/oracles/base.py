@@ -120,9 +120,20 @@ def check_groups(groups: Any, n_users: int, n_groups: Any) -> np.ndarray:
 def group_members(groups: np.ndarray, n_groups: int) -> list[np.ndarray]:
     """Indices of the users of each group ``0 .. n_groups - 1``, ascending (one sort, not ``n_groups``
     scans); users of group -1 are in none."""
-    order = np.argsort(groups, kind="stable")
+    order = stable_order(groups + 1, n_groups + 1) if groups.size else np.zeros(0, dtype=np.intp)
     bounds = np.searchsorted(groups[order], np.arange(n_groups + 1))
     return [order[bounds[group] : bounds[group + 1]] for group in range(n_groups)]
+
+
+def stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of integer keys in ``[0, bound)``: keys below 2^16 are
+    sorted as uint8 or uint16, which numpy sorts by radix (several times faster than int64's
+    merge sort; the same order, a stable sort being unique)."""
+    if bound <= 1 << 8:
+        keys = keys.astype(np.uint8)
+    elif bound <= 1 << 16:
+        keys = keys.astype(np.uint16)
+    return np.argsort(keys, kind="stable")
 
 
 def index_bits(choices: int) -> int:

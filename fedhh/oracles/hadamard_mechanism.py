@@ -41,9 +41,11 @@ from .base import (
     FrequencyOracle,
     HistogramFlatForm,
     Support,
+    check_groups,
     check_kind,
     check_lengths,
     check_positive_int,
+    group_members,
     index_bits,
 )
 from .device_spec import DeviceSpec
@@ -53,6 +55,13 @@ from .walsh_hadamard import fwht, hadamard_parity, signed_sums
 
 _DENSE_INDICES = 1 << 24
 MAX_COEFFICIENTS = 16
+
+
+def _sign_sums(signed_cells: np.ndarray, cells: int) -> np.ndarray:
+    """Per cell, the sum of the signs reported into it: ``signed_cells`` is ``2 cell + 1`` for a
+    -1, ``2 cell`` for a +1, so one bincount counts both and the sum is their difference."""
+    both = np.bincount(signed_cells, minlength=2 * cells).reshape(cells, 2)
+    return both[:, 0] - both[:, 1]
 
 
 @dataclass(frozen=True)
@@ -132,10 +141,60 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         n_users = values.shape[0]
         check_rng_batch(rng, n_users)
         t = self.coefficients
+        if t == 1:
+            index, negative = self._one_coefficient(values, rng)
+            return HadamardMechanismReports(index[:, None], negative)
         indices = uniform_below(rng, (n_users, t), self.rows)
         negative = hadamard_parity(indices, values[:, None]).astype(np.uint64)
-        true_words = negative[:, 0] if t == 1 else (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
+        true_words = (negative << np.arange(t, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
         return HadamardMechanismReports(indices, randomized_response(rng, true_words, 1 << t, self.keep_probability))
+
+    def _one_coefficient(self, values: np.ndarray, rng: RandomSource) -> tuple[np.ndarray, np.ndarray]:
+        """HM(1)'s report: the index (uint64) and whether the reported sign is -1.  The other word
+        is the flipped bit, so one uniform decides (no draw of which other word)."""
+        index = uniform_below(rng, (values.shape[0],), self.rows)
+        negative = hadamard_parity(index, values)
+        negative ^= rng.random(values.shape[0]) >= self.keep_probability
+        return index, negative
+
+    def randomize_aggregate_groups(
+        self, values: np.ndarray, groups: np.ndarray, n_groups: int, rng: RandomSource
+    ) -> list[HadamardMechanismStatistics]:
+        """Every user's device report (``randomize``, the same draws), its signs summed per
+        (group, row index) in one bincount over all groups at once rather than a sort of the
+        users by group and one aggregate per group: the same integer sums."""
+        values = self._values(values)
+        groups = check_groups(groups, values.shape[0], n_groups)
+        check_rng_batch(rng, values.shape[0])
+        n_groups = int(n_groups)
+        if n_groups * self.rows > _DENSE_INDICES:
+            reports = self.randomize(values, rng)
+            return [self.aggregate(reports.take(members)) for members in group_members(groups, n_groups)]
+        if self.coefficients == 1:  # the same draws as randomize, without building the reports
+            index, negative = self._one_coefficient(values, rng)
+            indices, negative = index.view(np.int64)[:, None], negative[:, None]  # below 2^24 here: the same numbers
+        else:
+            reports = self.randomize(values, rng)
+            indices = reports.indices.astype(np.intp)
+            negative = self._negative(reports.words).reshape(indices.shape)
+        counted = groups >= 0
+        if not counted.all():
+            indices, negative, groups = indices[counted], negative[counted], groups[counted]
+        signed_cells = (groups * self.rows)[:, None] + indices  # cell, then 2 cell + [sign is -1], in place
+        signed_cells <<= 1
+        signed_cells += negative
+        sums = _sign_sums(signed_cells.ravel(), n_groups * self.rows).reshape(n_groups, self.rows)
+        reporters = np.bincount(groups, minlength=n_groups)
+        return [
+            HadamardMechanismStatistics(Histogram.from_dense(row), int(users))
+            for row, users in zip(sums, reporters, strict=True)
+        ]
+
+    def _negative(self, words: np.ndarray) -> np.ndarray:
+        """Per report and coefficient (flattened row-major), whether the reported sign is -1."""
+        if self.coefficients == 1:
+            return words.astype(bool)
+        return ((words[:, None] >> np.arange(self.coefficients, dtype=np.uint32)) & 1).ravel().astype(bool)
 
     def _signs(self, reports: HadamardMechanismReports) -> np.ndarray:
         bits = (reports.words[:, None] >> np.arange(self.coefficients, dtype=np.uint32)) & 1
@@ -157,13 +216,8 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         if self.rows > _DENSE_INDICES:
             sparse = Histogram.of(reports.indices.ravel(), self._signs(reports).ravel())
             return HadamardMechanismStatistics(sparse, len(reports))
-        # dense rows: every sign is +1 less 2 for each -1, two integer bincounts (no sort, no float weights)
-        indices = reports.indices.ravel().astype(np.intp)
-        if self.coefficients == 1:
-            negative = reports.words.astype(bool)
-        else:
-            negative = ((reports.words[:, None] >> np.arange(self.coefficients, dtype=np.uint32)) & 1).ravel().astype(bool)
-        sums = np.bincount(indices, minlength=self.rows) - 2 * np.bincount(indices[negative], minlength=self.rows)
+        # dense rows: one integer bincount of (index, sign) pairs (no sort, no float weights)
+        sums = _sign_sums(reports.indices.ravel().astype(np.intp) * 2 + self._negative(reports.words), self.rows)
         return HadamardMechanismStatistics(Histogram.from_dense(sums), len(reports))
 
     def support(self, statistics: HadamardMechanismStatistics, candidates: np.ndarray) -> Support:

@@ -68,7 +68,12 @@ class Histogram:
         """Histogram of the non-zero entries of a dense count vector indexed by key."""
         dense = np.asarray(dense, dtype=np.int64)
         keys = np.flatnonzero(dense)
-        return cls(keys.astype(np.uint64), dense[keys])
+        # flatnonzero's keys are sorted and unique: skip the checks of __post_init__ (sketches build
+        # one histogram per row and block)
+        histogram = object.__new__(cls)
+        object.__setattr__(histogram, "keys", keys.astype(np.uint64))
+        object.__setattr__(histogram, "counts", dense[keys])
+        return histogram
 
     @property
     def total(self) -> int:

@@ -39,7 +39,16 @@ import numpy as np
 from fedhh.errors import InputError
 from fedhh.randomness import derive_key, splitmix64
 
-from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_groups, check_kind, check_positive_int, index_bits
+from .base import (
+    FLAT_CELLS_LIMIT,
+    FrequencyOracle,
+    Support,
+    check_groups,
+    check_kind,
+    check_positive_int,
+    index_bits,
+    stable_order,
+)
 from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from .histogram import Histogram
@@ -199,7 +208,7 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
 
     def _row_members(self, rows: np.ndarray) -> list[np.ndarray]:
         """Indices of the users in each sketch row, in row order (one sort, not ``k`` scans)."""
-        order = np.argsort(rows, kind="stable")
+        order = stable_order(rows, self.rows)
         bounds = np.searchsorted(rows[order], np.arange(self.rows + 1))
         return [order[bounds[row] : bounds[row + 1]] for row in range(self.rows)]
 

@@ -19,6 +19,8 @@ import numpy as np
 from ..errors import InputError
 from ..oracles import FrequencyOracle, Support, make_oracle
 from ..oracles.registry import ORACLE_BUILDERS, ORACLE_NAMES
+from ..oracles.sketches import SketchOracle
+from ..oracles.unary import SPARSE_MAX_Q, UnaryEncoding
 
 AUTO = "auto"
 
@@ -49,6 +51,26 @@ def level_oracle(name: str, epsilon: float, domain: int, seed: int, rows: int, w
     (expanding FLH's or a sketch's public hash functions once, not once per shard);
     only the current and the previous level are kept."""
     return build_level_oracle(name, epsilon, domain, seed, rows, width)
+
+
+def level_draws_from_ranges(oracle: FrequencyOracle) -> bool:
+    """Whether a level's members draw from range streams laid over the level's members
+    (:func:`fedhh.protocols.prefix_reports.respond`) rather than from their own streams.
+
+    Range streams pay where a user's report costs many words: a sketch of unary rows (CMS) whose
+    sparse sampler serves them (``q' <=`` its ``SPARSE_MAX_Q``: OUE from ε = ln 7, SUE from
+    2 ln 7) walks a member's ~``q' d`` set bits where its own stream draws all ``d`` bits (at the
+    benchmark's ε = 4 per report: 0.64 µs against 7.3 µs a member, CPU, 200,000 users).  Every
+    other oracle draws a few words a user, where the members' own streams measured cheaper
+    (benchmarks/RESULTS.md, "Issue 12: TreeHist per-user cost (wave 2)").  A plain unary encoding
+    over a level's whole domain keeps its members' streams too: its rows can be wide enough
+    (PEM's 4,096 bits) for the sampler's blocks of several draws, whose walk from inside a block
+    is not yet the same for every cut of the users.  The choice depends on the oracle alone, so
+    every shard and device of a round makes the same one.
+    """
+    if not isinstance(oracle, SketchOracle) or not isinstance(oracle.inner, UnaryEncoding):
+        return False
+    return oracle.inner.q <= SPARSE_MAX_Q
 
 
 def shard_counts(oracle: FrequencyOracle, statistics: object, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,10 @@ value with ε/2), randomised by the level's frequency oracle with
 randomness keyed by (purpose, level, global user id): a level's members
 draw from their own streams, every user's full-value report from the
 Philox range streams of its block of consecutive users (cheaper a word,
-and every user draws; see :func:`_member_draws`).  A user holding no
+and every user draws; see :func:`_member_draws`).  With CMS (sketch rows
+of a unary encoding, whose shard statistics come from a sparse sampler over
+range streams) a level's members draw from range streams laid over the
+level's members alone (:func:`_ranked_statistics`).  A user holding no
 encodable item reports the empty value (all-zero units), so taking part
 reveals nothing.
 
@@ -30,7 +33,9 @@ Three modes, one message pair for every variant of the family:
 The reports are the same in both ways of collecting them (same keys, same
 calls), and statistics and support counts are exact integer sums, so a
 one-shot run and an interactive run of one seed, over any number of shards,
-decode the same statistics.
+decode the same statistics -- except with CMS's unary rows, whose
+interactive statistics come from the sparse sampler: the same law as the
+sum of the device reports the one-shot table holds, a different sample.
 """
 
 from __future__ import annotations
@@ -46,11 +51,11 @@ import numpy as np
 from ..oracles import FrequencyOracle
 from ..oracles.sampling import RandomSource
 from ..population import Shard
-from ..randomness import RandomnessSource, UserRandom
+from ..randomness import GRID_USERS, RandomnessSource, UserRandom
 from .base import Request, Response
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
-from .prefix_oracles import level_oracle, shard_counts
+from .prefix_oracles import level_draws_from_ranges, level_oracle, shard_counts
 from .report_table import merge_tables, to_table, distinct_rows
 from .triehh import choose_items
 
@@ -61,6 +66,7 @@ FINAL_PURPOSE = "prefix.final-report"
 ITEM_PURPOSE = "prefix.item"
 USERS_PER_BLOCK = 1 << 15  # users drawn and randomised at once: bounds a block's memory (CMS: 1 KB of words a user a call)
 CACHED_LEVEL_USERS = 1 << 22  # largest range whose users' levels are kept between rounds
+LEVELS_AT_ONCE = 1 << 14  # users whose levels are hashed in one pass
 
 ResponseT = TypeVar("ResponseT", bound="PrefixResponse")
 
@@ -127,9 +133,15 @@ class PrefixResponse(Response):
 
 
 def user_levels(partition_seed: int, level_bounds: np.ndarray, user_ids: np.ndarray) -> np.ndarray:
-    """The level of each global user id (public randomness: the same on every device and shard)."""
-    uniform = UserRandom(np.uint64(partition_seed), np.asarray(user_ids, dtype=np.int64)).random()
-    levels = np.searchsorted(level_bounds, uniform, side="right") - 1
+    """The level of each global user id (public randomness: the same on every device and shard).
+
+    Drawn :data:`LEVELS_AT_ONCE` users at a time (a user's level is a function of its id alone):
+    the hashes' temporaries then stay in cache, 30% less time than one pass at 10^6 users."""
+    ids = np.asarray(user_ids, dtype=np.int64)
+    levels = np.empty(ids.shape, dtype=np.int64)
+    for first in range(0, ids.size, LEVELS_AT_ONCE):
+        uniform = UserRandom(np.uint64(partition_seed), ids[first : first + LEVELS_AT_ONCE]).random()
+        levels[first : first + LEVELS_AT_ONCE] = np.searchsorted(level_bounds, uniform, side="right") - 1
     return np.clip(levels, 0, level_bounds.size - 2)
 
 
@@ -198,11 +210,9 @@ def _member_draws(
     partition, draw from their own keyed streams
     (:meth:`~fedhh.randomness.RandomnessSource.for_users`).  Either way a
     user's draws depend on its global id only, never on the shard or block
-    holding it.  Why not range streams for a level too: a range draw covers
-    every user of the range, and at a member share of 1/3 (1/L for L levels)
-    drawing for everyone costs more than the members' own streams for every
-    oracle measured, OUE's 512 words a user included (benchmarks/RESULTS.md,
-    "Issue 12: TreeHist per-user cost").
+    holding it.  A level of CMS (sketch rows drawn by the sparse sampler) draws
+    from range streams laid over its members instead (:func:`_ranked_statistics`,
+    :func:`~fedhh.protocols.prefix_oracles.level_draws_from_ranges`).
     """
     purpose, round_, first_user = draws
     for first in range(0, max(values.size, 1), USERS_PER_BLOCK):
@@ -211,6 +221,54 @@ def _member_draws(
             yield block, randomness.for_range(purpose, round_, first_user + first, block.size)
         else:
             yield block, randomness.for_users(purpose, round_, members[first : first + USERS_PER_BLOCK] + first_user)
+
+
+def _range_statistics(
+    oracle: FrequencyOracle, values: np.ndarray, randomness: RandomnessSource, draws: tuple[str, int, int]
+) -> Iterator[Any]:
+    """The statistics of every user of the shard (``values``: one each), block by block of
+    :data:`USERS_PER_BLOCK` users drawn from the block's range streams (the final pass)."""
+    for block, rng in _member_draws(values, None, randomness, draws):
+        yield oracle.randomize_aggregate(block, rng)
+
+
+def _ranked_statistics(
+    oracle: FrequencyOracle,
+    values: np.ndarray,
+    members: np.ndarray,
+    request: PrefixRequest,
+    randomness: RandomnessSource,
+    draws: tuple[str, int, int],
+) -> Iterator[Any]:
+    """The statistics of a level's ``members`` (local indices, ascending; ``values``: theirs),
+    drawn from range streams over the members alone: within each block of
+    :data:`~fedhh.randomness.GRID_USERS` global ids, the level's members, in id order, take the
+    consecutive range ids ``block x GRID_USERS + rank`` (``rank``: how many of the level's
+    members precede it in the block).
+
+    A member's range id depends on its global id and the public partition only (a shard that
+    starts inside a block counts the level's members of the block before it), and differs from
+    every other member's, so its draws are its own and the same under any cut of the users,
+    while the sampler walks the members' rows only, not every user's.
+    """
+    purpose, round_, first_user = draws
+    if members.size == 0:  # statistics of no one, in the oracle's shape
+        yield oracle.randomize_aggregate(values, randomness.for_users(purpose, round_, members + first_user))
+        return
+    blocks = (members + first_user) // GRID_USERS
+    first_block = first_user // GRID_USERS
+    head = first_user - first_block * GRID_USERS
+    before = 0
+    if head and blocks[0] == first_block:
+        head_ids = np.arange(first_user - head, first_user)
+        head_levels = user_levels(request.partition_seed, request.level_bounds, head_ids)
+        before = int(np.count_nonzero(head_levels == request.level))
+    bounds = np.flatnonzero(np.diff(blocks)) + 1
+    for start, end in zip(np.r_[0, bounds], np.r_[bounds, blocks.size]):
+        block = int(blocks[start])
+        rank = before if block == first_block else 0
+        rng = randomness.for_range(purpose, round_, block * GRID_USERS + rank, int(end - start))
+        yield oracle.randomize_aggregate(values[start:end], rng)
 
 
 def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) -> PrefixResponse:
@@ -223,15 +281,22 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
         levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
         return _collect(request, shard, encoding, levels, items, randomness)
     final = request.mode == FINAL
-    members = None
-    if not final:
+    if final:
+        oracle, values = _report_values(request, shard, encoding, items, final, request.level)
+        reporting = shard.n_users
+        blocks = _range_statistics(oracle, values, randomness, (FINAL_PURPOSE, 0, shard.first_user))
+    else:
         levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
         members = np.flatnonzero(levels == request.level)
-    oracle, values = _report_values(request, shard, encoding, items if final else items[members], final, request.level)
-    draws = (FINAL_PURPOSE, 0, shard.first_user) if final else (LEVEL_PURPOSE, request.level, shard.first_user)
-    blocks = (oracle.randomize_aggregate(block, rng) for block, rng in _member_draws(values, members, randomness, draws))
+        reporting = int(members.size)
+        draws = (LEVEL_PURPOSE, request.level, shard.first_user)
+        oracle, values = _report_values(request, shard, encoding, items[members], final, request.level)
+        if level_draws_from_ranges(oracle):
+            blocks = _ranked_statistics(oracle, values, members, request, randomness, draws)
+        else:
+            own = _member_draws(values, members, randomness, draws)
+            blocks = (oracle.randomize_aggregate(block, rng) for block, rng in own)
     counts, reporters = _summed_counts(oracle, blocks, request.candidates)
-    reporting = shard.n_users if members is None else int(members.size)
     return PrefixResponse(
         round=request.round,
         sampled_users=reporting,
