@@ -100,6 +100,10 @@ PROTOCOLS = ("rappor", "sfp", "treehist")
 WORD_LENGTH, FRAGMENT, ROWS, WIDTH = 6, 2, 16, 1024
 END = "_"  # pure-ldp's end symbol for TreeHist (a letter of its alphabet)
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
+# OpenBLAS's threads spin for up to about 0.1 s after a threaded call (scikit-learn's LASSO in pure-ldp's
+# RAPPOR, an import of scipy.linalg): that CPU time lands in whatever is timed next, so each side's
+# runs start after a pause
+QUIET_S = 0.5
 
 
 def overrides(protocol: str, oracle: str) -> list[str]:
@@ -223,6 +227,7 @@ def compare(protocol: str, args: argparse.Namespace) -> dict[str, Any]:
     words, truth = true_top(shard)
     load_start = os.getloadavg()
     reference = Side([], [], [], 0)
+    time.sleep(QUIET_S)
     for run in range(args.reference_runs):
         wall, cpu, users, found = reference_run(protocol, shard, words, args.seed + run, args.oracle)
         reference.wall_s.append(wall)
@@ -232,6 +237,7 @@ def compare(protocol: str, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  {protocol} pure-ldp run {run}: {wall:.1f} s wall, {cpu:.1f} s CPU, F1@10 {reference.f1[-1]:.2f}",
               file=sys.stderr, flush=True)
     ours = Side([], [], [], shard.n_users)
+    time.sleep(QUIET_S)  # let the other side's BLAS threads stop spinning before fedhh's clock starts
     for run in range(args.runs):
         wall, cpu, found = fedhh_run(experiment, shard, args.seed + 1000 + run)
         ours.wall_s.append(wall)
@@ -307,6 +313,10 @@ def main() -> None:
     import pure_ldp.frequency_oracles.rappor  # noqa: F401
     import pure_ldp.heavy_hitters.apple_sfp  # noqa: F401
     import pure_ldp.heavy_hitters.treehistogram  # noqa: F401
+    # fedhh's servers import scipy's linear algebra lazily: imported here too, not in a timed run (its
+    # import also wakes OpenBLAS's threads, which then spin for ~50 ms of CPU into the next runs)
+    import scipy.linalg  # noqa: F401
+    import scipy.sparse  # noqa: F401
 
     document: dict[str, Any] = {
         "command": " ".join(sys.argv),

@@ -11,6 +11,8 @@ import functools
 
 import numpy as np
 
+from ..blas import single_blas_thread
+
 _PAIR_BLOCK = 1 << 20
 _KRONECKER_MAX = 1 << 12  # longest transform done as two matrix products (sides of at most 64): from 2^13 on
 # OpenBLAS goes multi-threaded and, on a busy machine, slower than the butterflies by 5-15x
@@ -49,7 +51,9 @@ def fwht(values: np.ndarray) -> np.ndarray:
             high = _hadamard_matrix(1 << (size.bit_length() - 1) // 2)
             low = _hadamard_matrix(size // high.shape[0])
             blocks = values.reshape(*values.shape[:-1], high.shape[0], low.shape[0]).astype(np.float64)
-            return np.rint(high @ blocks @ low).astype(values.dtype).reshape(values.shape)
+            with single_blas_thread():
+                transformed = high @ blocks @ low
+            return np.rint(transformed).astype(values.dtype).reshape(values.shape)
     result = np.array(values, copy=True)
     leading = result.shape[:-1]
     half = 1
@@ -91,6 +95,7 @@ def signed_sums(keys: np.ndarray, weights: np.ndarray, columns: np.ndarray) -> n
             part = slice(first_key, first_key + key_block)
             signs = hadamard_signs(keys[part, None], cols[None, :]).astype(np.float64)
             # float64 products of integers below 2**53 are exact, and BLAS is fast
-            block += np.rint(weights[part].astype(np.float64) @ signs).astype(np.int64)
+            with single_blas_thread():
+                block += np.rint(weights[part].astype(np.float64) @ signs).astype(np.int64)
         totals[first_column : first_column + column_block] = block
     return totals

@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from ..blas import single_blas_thread
 from ..config import Key
 from ..errors import InputError
 from ..items import ItemCodec
@@ -733,17 +734,18 @@ def solve_normal(normal: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.nd
 
     The diagonal is the columns' squared norms of ``L⁻¹`` (``XᵀX = L Lᵀ``) and ``β = L⁻ᵀ L⁻¹
     Xᵀt``: one triangular inversion, not a solve against the identity, which costs three
-    times the arithmetic and, for some sizes, many times the CPU time in a multithreaded BLAS.
+    times the arithmetic.  One BLAS thread (:mod:`fedhh.blas`): at these sizes more only spin.
     """
-    from scipy import linalg
+    from scipy import linalg  # before the limit, so that it covers scipy's own BLAS too
 
-    try:
-        factor = linalg.cholesky(normal, lower=True)
-    except linalg.LinAlgError:
-        inverse = np.linalg.pinv(normal, hermitian=True)
-        return inverse @ rhs, np.diag(inverse).copy()
-    inverse_factor, _ = linalg.lapack.dtrtri(factor, lower=1)  # L has a positive diagonal: invertible
-    return inverse_factor.T @ (inverse_factor @ rhs), np.einsum("ij,ij->j", inverse_factor, inverse_factor)
+    with single_blas_thread():
+        try:
+            factor = linalg.cholesky(normal, lower=True)
+        except linalg.LinAlgError:
+            inverse = np.linalg.pinv(normal, hermitian=True)
+            return inverse @ rhs, np.diag(inverse).copy()
+        inverse_factor, _ = linalg.lapack.dtrtri(factor, lower=1)  # L has a positive diagonal: invertible
+        return inverse_factor.T @ (inverse_factor @ rhs), np.einsum("ij,ij->j", inverse_factor, inverse_factor)
 
 
 # -- what an untrusting server checks -------------------------------------------------------------

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ..blas import single_blas_thread
 from ..config import Key
 from ..errors import InputError
 from ..items import ItemCodec
@@ -278,7 +279,9 @@ def respond(request: SPMRequest, shard: Shard, randomness: RandomnessSource) -> 
             group = np.flatnonzero(np.all(pairs == (first, second), axis=1))
             a = supports[first][np.searchsorted(np.flatnonzero((pairs == first).any(axis=1)), group)].astype(np.float64)
             b = supports[second][np.searchsorted(np.flatnonzero((pairs == second).any(axis=1)), group)].astype(np.float64)
-            counts += [np.rint(a.T @ b).astype(np.int64).ravel(), a.sum(axis=0).astype(np.int64), b.sum(axis=0).astype(np.int64)]
+            with single_blas_thread():
+                pair_counts = a.T @ b
+            counts += [np.rint(pair_counts).astype(np.int64).ravel(), a.sum(axis=0).astype(np.int64), b.sum(axis=0).astype(np.int64)]
             reporters.append(group.size)
     return _response(request, shard, np.concatenate(counts), np.asarray(reporters))
 
