@@ -32,6 +32,8 @@ def assert_same_floats(actual: np.ndarray, expected: np.ndarray) -> None:
         ("hcms", {"rows": 16, "width": 64}, 3_000),
         ("count-mean", {"rows": 5, "width": 48, "inner": "oue"}, 2_000),  # k not a power of two: the mean divides
         ("count-sketch", {"rows": 7, "width": 32, "inner": "oue", "estimator": "mean"}, 1_500),  # signed: mirrors
+        ("count-sketch", {"rows": 3, "width": 32, "inner": "oue", "estimator": "mean"}, 40_000),  # blocks of values
+        ("hcms", {"rows": 3, "width": 32}, 40_000),
         ("count-median", {"rows": 5, "width": 32, "inner": "oue"}, 1_500),  # not a mean: the per-candidate path
         ("cms", {"rows": 4, "width": 64}, 40),  # inner domain above 4 x domain: the per-candidate path
     ],

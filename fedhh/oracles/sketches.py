@@ -59,6 +59,7 @@ SKETCH_ESTIMATORS: tuple[str, ...] = ("mean", "median", "min")
 MAX_ROWS = 1 << 16
 _HASHED_AT_ONCE = 1 << 22  # (row, candidate) symbols hashed in one pass of a decoding
 MAX_DOMAIN_ESTIMATES = 1 << 22  # values domain_estimates enumerates
+_DOMAIN_BLOCK = 1 << 14  # values domain_estimates hashes and sums at once (their arrays fit in a core's cache)
 
 
 @dataclass(frozen=True)
@@ -353,18 +354,20 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         tables = self._row_tables(statistics)  # [row, statistics, inner symbol]
         mixed = mix_keys(np.arange(self.domain, dtype=np.uint64))
         multipliers, offsets = self.row_hashes
+        sign_multipliers, sign_offsets = self.sign_hashes
         sums = np.empty((len(statistics), self.domain))
-        for row in range(self.rows):
-            symbols = hash_expanded(multipliers[row], offsets[row], mixed, self.width)
-            if self.signed:
-                sign_multipliers, sign_offsets = self.sign_hashes
-                symbols += hash_expanded(sign_multipliers[row], sign_offsets[row], mixed, 2) * np.uint64(self.width)
-            symbols = symbols.view(np.intp)  # below 2**32: the same numbers (a 1-D gather by intp is numpy's fastest)
-            for index, table in enumerate(tables[row]):
-                if row == 0:
-                    sums[index] = table[symbols]
-                else:
-                    sums[index] += table[symbols]
+        for first in range(0, self.domain, _DOMAIN_BLOCK):  # a block's symbols and sums stay in cache
+            block_keys, block_sums = mixed[first : first + _DOMAIN_BLOCK], sums[:, first : first + _DOMAIN_BLOCK]
+            for row in range(self.rows):
+                symbols = hash_expanded(multipliers[row], offsets[row], block_keys, self.width)
+                if self.signed:
+                    symbols += hash_expanded(sign_multipliers[row], sign_offsets[row], block_keys, 2) * np.uint64(self.width)
+                symbols = symbols.view(np.intp)  # below 2**32: the same numbers (numpy's fastest gather is by intp)
+                for index, table in enumerate(tables[row]):
+                    if row == 0:
+                        block_sums[index] = table[symbols]
+                    else:
+                        block_sums[index] += table[symbols]
         sums /= self.rows
         if not self.signed:
             n_users = np.array([[float(sum(row.n_users for row in stats.rows))] for stats in statistics])
