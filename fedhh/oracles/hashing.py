@@ -62,10 +62,17 @@ def expand_seeds(seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def hash_expanded(multipliers: np.ndarray, offsets: np.ndarray, mixed_keys: np.ndarray, g: int) -> np.ndarray:
-    """Buckets in ``[0, g)`` of mixed keys under already-expanded seeds (broadcasting)."""
+    """Buckets in ``[0, g)`` of mixed keys under already-expanded seeds (broadcasting).
+
+    For ``g = 2**b`` the bucket ``(top32(z) * g) >> 32`` is the top ``b`` bits of ``z``: one
+    shift instead of a shift, a multiply and a shift."""
     with np.errstate(over="ignore"):
         z = np.multiply(multipliers, mixed_keys, dtype=np.uint64)  # one new array, then in place: sketches
         z += offsets  # hash every candidate in every row, millions of keys a decode
+    g = int(g)
+    if g >= 2 and g & (g - 1) == 0:
+        z >>= np.uint64(65 - g.bit_length())
+        return z
     z >>= np.uint64(32)
     z *= np.uint64(g)
     z >>= np.uint64(32)

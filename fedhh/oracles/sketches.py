@@ -58,6 +58,8 @@ SketchEstimator = Literal["mean", "median", "min"]
 SKETCH_ESTIMATORS: tuple[str, ...] = ("mean", "median", "min")
 MAX_ROWS = 1 << 16
 _HASHED_AT_ONCE = 1 << 22  # (row, candidate) symbols hashed in one pass of a decoding
+MAX_DOMAIN_ESTIMATES = 1 << 22  # values domain_estimates enumerates
+_DOMAIN_BLOCK = 1 << 14  # values domain_estimates hashes and sums at once (their arrays fit in a core's cache)
 
 
 @dataclass(frozen=True)
@@ -330,6 +332,62 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
                 row_estimates[row] = self.inner.estimate_support(self.inner.support(row_stats, all_symbols))[symbols[row]]
             results.append(self._combine(row_estimates, np.array([row.n_users for row in stats.rows], dtype=np.int64)))
         return results
+
+    def domain_estimates(self, statistics: Sequence[SketchStatistics]) -> np.ndarray:
+        """``[len(statistics), domain]``: :meth:`estimates` of every value of ``[0, domain)`` (a
+        protocol's positions, each value estimated at each), the same floats.
+
+        For the count-mean estimator over a small domain, each row is hashed once for all the
+        statistics and read from tables of its decoded symbols: row ``j``'s inner estimate of
+        every symbol times ``k`` (signed: of the symbol minus its mirror, times ``k``) is
+        computed once, every value gathers its symbol's entry, and the rows are summed in row
+        order -- the very operations of :meth:`_combine` on ``(rows, 1 or 2, C)`` gathered
+        estimates (a mean down axis 0 adds the rows one after the other), without them."""
+        if self.domain > MAX_DOMAIN_ESTIMATES:
+            raise ValueError(f"{self.name}: domain_estimates enumerates at most {MAX_DOMAIN_ESTIMATES:,} values, "
+                             f"the domain has {self.domain:,}")
+        if self.estimator != "mean" or self.inner.domain > 4 * self.domain or not statistics:
+            return np.array(self.estimates(statistics, np.arange(self.domain, dtype=np.uint64))).reshape(
+                len(statistics), self.domain)
+        for stats in statistics:
+            self._check_statistics(stats)
+        tables = self._row_tables(statistics)  # [row, statistics, inner symbol]
+        mixed = mix_keys(np.arange(self.domain, dtype=np.uint64))
+        multipliers, offsets = self.row_hashes
+        sign_multipliers, sign_offsets = self.sign_hashes
+        sums = np.empty((len(statistics), self.domain))
+        for first in range(0, self.domain, _DOMAIN_BLOCK):  # a block's symbols and sums stay in cache
+            block_keys, block_sums = mixed[first : first + _DOMAIN_BLOCK], sums[:, first : first + _DOMAIN_BLOCK]
+            for row in range(self.rows):
+                symbols = hash_expanded(multipliers[row], offsets[row], block_keys, self.width)
+                if self.signed:
+                    symbols += hash_expanded(sign_multipliers[row], sign_offsets[row], block_keys, 2) * np.uint64(self.width)
+                symbols = symbols.view(np.intp)  # below 2**32: the same numbers (numpy's fastest gather is by intp)
+                for index, table in enumerate(tables[row]):
+                    if row == 0:
+                        block_sums[index] = table[symbols]
+                    else:
+                        block_sums[index] += table[symbols]
+        sums /= self.rows
+        if not self.signed:
+            n_users = np.array([[float(sum(row.n_users for row in stats.rows))] for stats in statistics])
+            sums -= n_users / self.width
+            sums *= self.width / (self.width - 1)
+        return sums
+
+    def _row_tables(self, statistics: Sequence[SketchStatistics]) -> np.ndarray:
+        """``[row, statistics, inner symbol]``: each row's inner estimate of every symbol times
+        ``k`` (signed: the symbol's estimate minus its mirror's, times ``k``)."""
+        all_symbols = np.arange(self.inner.domain, dtype=np.uint64)
+        tables = np.empty((self.rows, len(statistics), self.inner.domain))
+        for index, stats in enumerate(statistics):
+            for row, row_stats in enumerate(stats.rows):
+                tables[row, index] = self.inner.estimate_support(self.inner.support(row_stats, all_symbols))
+        if self.signed:
+            mirrored = np.roll(tables, self.width, axis=2)  # symbol s + m below m, s - m from m
+            tables -= mirrored
+        tables *= self.rows
+        return tables
 
     def _combine(self, row_estimates: np.ndarray, n_users: np.ndarray) -> np.ndarray:
         """The sketch's estimate from each row's inner estimates ``(rows, 1 or 2, candidates)``

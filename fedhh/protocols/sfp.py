@@ -55,7 +55,8 @@ import numpy as np
 from ..config import Key
 from ..errors import InputError
 from ..items import ItemCodec
-from ..oracles import FrequencyOracle, make_oracle
+from ..oracles import make_oracle
+from ..oracles.sketches import SketchOracle
 from ..population import Shard, Vocabulary
 from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
 from ..privacy.report import PrivacyReport
@@ -160,6 +161,18 @@ def best_first(scores: np.ndarray, count: int) -> np.ndarray:
     return top[np.argsort(-scores[top], kind="stable")][:count]
 
 
+def median(values: np.ndarray, scratch: np.ndarray) -> np.float64:
+    """``np.median(values)`` of finite values, the same float, by one selection in ``scratch``
+    (``values`` itself may be it) instead of numpy's copy and three-point partition: the upper
+    middle value, and for an even count the largest below it, averaged by ``np.mean`` as numpy does."""
+    if scratch is not values:
+        np.copyto(scratch, values)
+    half = values.size // 2
+    scratch.partition(half)
+    middle = scratch[half : half + 1] if values.size % 2 else np.array([scratch[:half].max(), scratch[half]])
+    return np.mean(middle)  # as numpy: a mean of one -0.0 is 0.0
+
+
 # -- the public encoding --------------------------------------------------------------------------
 
 
@@ -227,9 +240,11 @@ def user_positions(position_seed: int, positions: int, user_ids: np.ndarray) -> 
 
 
 @functools.lru_cache(maxsize=4)
-def sketch(name: str, epsilon: float, domain: int, rows: int, width: int, seed: int) -> FrequencyOracle:
+def sketch(name: str, epsilon: float, domain: int, rows: int, width: int, seed: int) -> SketchOracle:
     """A sketch oracle built from public parameters (its hash functions expanded once per process)."""
-    return make_oracle(name, epsilon=epsilon, domain=domain, rows=rows, width=width, seed=seed)
+    oracle = make_oracle(name, epsilon=epsilon, domain=domain, rows=rows, width=width, seed=seed)
+    assert isinstance(oracle, SketchOracle)  # cms and hcms
+    return oracle
 
 
 # -- messages and the client ----------------------------------------------------------------------
@@ -252,11 +267,11 @@ class SFPRequest(Request):
     def fragment_codec(self, codec: ItemCodec) -> FragmentCodec:
         return FragmentCodec(codec, self.fragment_length, self.hash_seed)
 
-    def fragment_oracle(self, codec: ItemCodec) -> FrequencyOracle:
+    def fragment_oracle(self, codec: ItemCodec) -> SketchOracle:
         domain = self.fragment_codec(codec).fragment_values * HASH_VALUES
         return sketch(self.oracle, self.fragment_epsilon, domain, self.sketch_rows, self.sketch_width, self.oracle_seed)
 
-    def word_oracle(self) -> FrequencyOracle:
+    def word_oracle(self) -> SketchOracle:
         return sketch(self.oracle, self.word_epsilon, 1 << 64, self.sketch_rows, self.sketch_width, self.oracle_seed)
 
 
@@ -477,16 +492,19 @@ class SFPServer(ServerProtocol):
     def solve(self, response: SFPResponse) -> Puzzle:
         """Fragments above the noise level, the puzzle, and the words' estimates (module docstring)."""
         oracle = self._request.fragment_oracle(self.codec)
-        every_pair = np.arange(self.pairs, dtype=np.uint64)
         z = NormalDist().inv_cdf(1 - 1 / self.pairs)
         kept: list[np.ndarray] = []
         kept_estimates: list[np.ndarray] = []
         thresholds: list[float] = []
         statistics = [oracle.from_flat(counts, reporters)
                       for counts, reporters in zip(response.fragment_counts, response.fragment_reporters, strict=True)]
-        for estimates in oracle.estimates(statistics, every_pair):  # every position's pairs hashed once
-            estimates = estimates * self.positions  # the position's share is 1/P
-            threshold = z * 1.4826 * float(np.median(np.abs(estimates - np.median(estimates))))
+        every_position = oracle.domain_estimates(statistics)  # every pair of every position, hashed once
+        every_position *= self.positions  # the position's share is 1/P
+        deviations = np.empty(self.pairs)
+        for estimates in every_position:
+            np.subtract(estimates, median(estimates, deviations), out=deviations)
+            np.abs(deviations, out=deviations)
+            threshold = z * 1.4826 * float(median(deviations, deviations))
             order = best_first(estimates, self.params.fragment_candidates)
             if self.params.report == SIGNIFICANT:
                 order = order[estimates[order] > threshold]
