@@ -230,18 +230,21 @@ class UserRandom(_PerUserDraws):
         self._key = np.uint64(key)
         self._ids = ids
         self._counter = 0
+        self._user_keys: np.ndarray | None = None
 
     def _bits(self, columns: int) -> np.ndarray:
         """Word ``j`` of a user is ``splitmix64(splitmix64(id XOR key) + j)``, ``j`` counting every
-        word the user drew before (so one call of ``c`` columns equals ``c`` calls of one)."""
+        word the user drew before (so one call of ``c`` columns equals ``c`` calls of one).  The
+        users' keys ``splitmix64(id XOR key)`` are hashed once, at the first call (a protocol
+        often makes several one-word calls: half their SplitMix64 work)."""
         counters = np.uint64(self._counter) + np.arange(columns, dtype=np.uint64)
         self._counter += columns
+        if self._user_keys is None:
+            self._user_keys = splitmix64(self._ids ^ self._key)
         with np.errstate(over="ignore"):
-            user_keys = splitmix64(self._ids ^ self._key)
             if columns == 1:
-                user_keys += counters[0] + _GOLDEN
-                return _mix_in_place(user_keys)[:, None]
-            return _mix_in_place(user_keys[:, None] + (counters + _GOLDEN))
+                return _mix_in_place(self._user_keys + (counters[0] + _GOLDEN))[:, None]
+            return _mix_in_place(self._user_keys[:, None] + (counters + _GOLDEN))
 
 
 class RangeRandom(_PerUserDraws):
