@@ -97,22 +97,28 @@ def grid_set_bits(rng: RangeRandom, width: int, probability: float) -> Iterator[
         raise ValueError(f"grid_set_bits: width must be an integer >= 1, got {width!r}")
     if not MIN_PROBABILITY <= probability < 1:
         raise ValueError(f"grid_set_bits: probability must be in [2^-32, 1), got {probability!r}")
-    return _walk(rng.next_call_key(), rng.first_user, rng.n_users, int(width), float(probability))
+    return _walk(rng.next_call_key(), rng.ranges, int(width), float(probability))
 
 
-def _walk(key: np.uint64, first_user: int, n_users: int, width: int, probability: float) -> Iterator[tuple[int, np.ndarray]]:
-    end = first_user + n_users
+def _walk(key: np.uint64, ranges: tuple[tuple[int, int], ...], width: int, probability: float) -> Iterator[tuple[int, np.ndarray]]:
+    """The pieces of each range's blocks in turn, ``first`` counted on the ranges' users in order."""
     scratch = (MAX_DRAW, np.float64), (MAX_DRAW, np.int64), (MAX_DRAW, np.int64)
+    local = 0  # local index of the range's first user
     with borrowed(*scratch) as buffers:
-        for block in range(first_user // GRID_USERS, -(-end // GRID_USERS)):
-            origin = block * GRID_USERS
-            skipped = max(first_user - origin, 0) * width
-            length = (min(end - origin, GRID_USERS)) * width
-            for positions in _block_positions(key, block, length, probability, *buffers):
-                if skipped:
-                    positions = positions[np.searchsorted(positions, skipped) :]
-                    positions -= skipped
-                yield max(origin - first_user, 0), positions
+        for first_user, n_users in ranges:
+            if n_users == 0:
+                continue
+            end = first_user + n_users
+            for block in range(first_user // GRID_USERS, -(-end // GRID_USERS)):
+                origin = block * GRID_USERS
+                skipped = max(first_user - origin, 0) * width
+                length = (min(end - origin, GRID_USERS)) * width
+                for positions in _block_positions(key, block, length, probability, *buffers):
+                    if skipped:
+                        positions = positions[np.searchsorted(positions, skipped) :]
+                        positions -= skipped
+                    yield local + max(origin - first_user, 0), positions
+            local += n_users
 
 
 def _block_positions(

@@ -139,3 +139,14 @@ def test_the_running_sum_is_cumsum_to_the_bit(size: int) -> None:
     out, scratch = np.full(size, -1, dtype=np.int64), np.empty(size // 2 + 1, dtype=np.int64)
     assert sparse_bernoulli.running_sum(steps, out, scratch) is out
     np.testing.assert_array_equal(out, np.cumsum(steps))
+
+
+def test_a_batch_of_ranges_has_each_ranges_own_bits() -> None:
+    """``RangeRandom.over_ranges``: the grid of several ranges (one inside a block, one across a
+    block boundary, an empty one) is their grids one under the other, to the bit."""
+    key, width = derive_key(12, "ranges", 3), 40
+    ranges = ((10, 300), (GRID_USERS - 50, 120), (3 * GRID_USERS, 0), (5 * GRID_USERS + 7, 9))
+    batch = dense_grid(RangeRandom.over_ranges(key, ranges), width, Q)
+    alone = np.vstack([dense_grid(RangeRandom(key, first, n), width, Q) for first, n in ranges])
+    np.testing.assert_array_equal(batch, alone)
+    assert batch.sum() > 0.5 * batch.size * Q
