@@ -97,18 +97,26 @@ def keyed_range_words(key: np.uint64, first_user: int, n_users: int, columns: in
     seed sequence the explicit key makes unused); a range inside one block
     returns Philox's own array, without a copy.
     """
-    end = first_user + n_users
+    return keyed_ranges_words(key, ((first_user, n_users),), columns)
+
+
+def keyed_ranges_words(key: np.uint64, ranges: tuple[tuple[int, int], ...], columns: int) -> np.ndarray:
+    """The rows of :func:`keyed_range_words` for several ranges ``(first_user, n_users)``, one after
+    the other: the same words as one call per range, from one generator."""
     stream = np.random.Philox(_UNUSED_SEED)
     pieces: list[np.ndarray] = []
-    user = first_user
-    while user < end:
-        block, row = divmod(user, GRID_USERS)
-        rows = min(GRID_USERS - row, end - user)
-        counter, skip = divmod(row * columns, _PHILOX_WORDS_PER_COUNTER)
-        stream.state = philox_state(key, block, counter)
-        raw = stream.random_raw(skip + rows * columns)
-        pieces.append(raw[skip:] if skip else raw)
-        user += rows
+    for first_user, n_users in ranges:
+        end = first_user + n_users
+        user = first_user
+        while user < end:
+            block, row = divmod(user, GRID_USERS)
+            rows = min(GRID_USERS - row, end - user)
+            counter, skip = divmod(row * columns, _PHILOX_WORDS_PER_COUNTER)
+            stream.state = philox_state(key, block, counter)
+            raw = stream.random_raw(skip + rows * columns)
+            pieces.append(raw[skip:] if skip else raw)
+            user += rows
+    n_users = sum(n for _, n in ranges)
     if len(pieces) == 1:
         return pieces[0].reshape(n_users, columns)
     if not pieces:
@@ -230,18 +238,21 @@ class UserRandom(_PerUserDraws):
         self._key = np.uint64(key)
         self._ids = ids
         self._counter = 0
+        self._user_keys: np.ndarray | None = None
 
     def _bits(self, columns: int) -> np.ndarray:
         """Word ``j`` of a user is ``splitmix64(splitmix64(id XOR key) + j)``, ``j`` counting every
-        word the user drew before (so one call of ``c`` columns equals ``c`` calls of one)."""
+        word the user drew before (so one call of ``c`` columns equals ``c`` calls of one).  The
+        users' keys ``splitmix64(id XOR key)`` are hashed once, at the first call (a protocol
+        often makes several one-word calls: half their SplitMix64 work)."""
         counters = np.uint64(self._counter) + np.arange(columns, dtype=np.uint64)
         self._counter += columns
+        if self._user_keys is None:
+            self._user_keys = splitmix64(self._ids ^ self._key)
         with np.errstate(over="ignore"):
-            user_keys = splitmix64(self._ids ^ self._key)
             if columns == 1:
-                user_keys += counters[0] + _GOLDEN
-                return _mix_in_place(user_keys)[:, None]
-            return _mix_in_place(user_keys[:, None] + (counters + _GOLDEN))
+                return _mix_in_place(self._user_keys + (counters[0] + _GOLDEN))[:, None]
+            return _mix_in_place(self._user_keys[:, None] + (counters + _GOLDEN))
 
 
 class RangeRandom(_PerUserDraws):
@@ -255,17 +266,36 @@ class RangeRandom(_PerUserDraws):
     """
 
     def __init__(self, key: np.uint64, first_user: int, n_users: int) -> None:
-        if first_user < 0 or n_users < 0:
-            raise ValueError(f"RangeRandom: first_user and n_users must be >= 0, got {first_user} and {n_users}")
-        super().__init__(int(n_users))
+        self._init(key, ((first_user, n_users),))
+
+    @classmethod
+    def over_ranges(cls, key: np.uint64, ranges: tuple[tuple[int, int], ...]) -> RangeRandom:
+        """Draws for the users of several ranges ``(first_user, n_users)`` in a row (local index
+        ``i`` is the ``i``-th user of the ranges in order): each user's draws are the ones a
+        :class:`RangeRandom` of its range alone gives, so one batch of several ranges costs one
+        set of calls, not one per range."""
+        draws = cls.__new__(cls)
+        draws._init(key, ranges)
+        return draws
+
+    def _init(self, key: np.uint64, ranges: tuple[tuple[int, int], ...]) -> None:
+        ranges = tuple((int(first), int(n)) for first, n in ranges)
+        if not ranges or any(first < 0 or n < 0 for first, n in ranges):
+            raise ValueError(f"RangeRandom: first_user and n_users must be >= 0 (one range at least), got {ranges}")
+        super().__init__(sum(n for _, n in ranges))
         self._key = np.uint64(key)
-        self._first_user = int(first_user)
+        self._ranges = ranges
         self._calls = 0
 
     @property
     def first_user(self) -> int:
-        """Global id of the range's first user."""
-        return self._first_user
+        """Global id of the (first) range's first user."""
+        return self._ranges[0][0]
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """The ranges ``(first_user, n_users)`` whose users this draws for, in order."""
+        return self._ranges
 
     def next_call_key(self) -> np.uint64:
         """The key of this range's next call, consuming the call: a sampler that draws from its own
@@ -275,7 +305,7 @@ class RangeRandom(_PerUserDraws):
         return call_key
 
     def _bits(self, columns: int) -> np.ndarray:
-        return keyed_range_words(self.next_call_key(), self._first_user, self.n_users, columns)
+        return keyed_ranges_words(self.next_call_key(), self._ranges, columns)
 
 
 class OsRandom(_PerUserDraws):
@@ -295,6 +325,10 @@ class RandomnessSource(Protocol):
         """Per-user draws for a contiguous range of global users (cheaper per word than ``for_users``)."""
         ...
 
+    def for_ranges(self, purpose: str, round: int, ranges: tuple[tuple[int, int], ...]) -> RangeRandom | OsRandom:
+        """:meth:`for_range`'s draws for several ranges ``(first_user, n_users)`` in one batch."""
+        ...
+
     def range_words(self, purpose: str, round: int, first_user: int, n_users: int, columns: int) -> np.ndarray:
         """``(n_users, columns)`` uniform uint64 words for a contiguous range of global users."""
         ...
@@ -311,6 +345,9 @@ class KeyedRandomness:
 
     def for_range(self, purpose: str, round: int, first_user: int, n_users: int) -> RangeRandom:
         return RangeRandom(derive_key(self.seed, purpose, round), first_user, n_users)
+
+    def for_ranges(self, purpose: str, round: int, ranges: tuple[tuple[int, int], ...]) -> RangeRandom:
+        return RangeRandom.over_ranges(derive_key(self.seed, purpose, round), ranges)
 
     def range_words(self, purpose: str, round: int, first_user: int, n_users: int, columns: int) -> np.ndarray:
         """:func:`keyed_range_words` under this seed, purpose and round."""
@@ -332,6 +369,9 @@ class SecureRandomness:
 
     def for_range(self, purpose: str, round: int, first_user: int, n_users: int) -> OsRandom:
         return OsRandom(n_users)
+
+    def for_ranges(self, purpose: str, round: int, ranges: tuple[tuple[int, int], ...]) -> OsRandom:
+        return OsRandom(sum(int(n) for _, n in ranges))
 
     def range_words(self, purpose: str, round: int, first_user: int, n_users: int, columns: int) -> np.ndarray:
         return os_words(n_users, columns)

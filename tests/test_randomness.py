@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from fedhh.randomness import (
@@ -173,3 +174,18 @@ def test_user_words_follow_the_documented_formula_bit_for_bit() -> None:
     expected = [[_splitmix64_int((_splitmix64_int(int(i) ^ int(key)) + j) % (1 << 64)) for j in range(5)] for i in ids]
     np.testing.assert_array_equal(words, np.array(expected, dtype=np.uint64))
     assert int(splitmix64(np.uint64(12345))) == _splitmix64_int(12345)
+
+
+def test_a_batch_of_ranges_draws_each_ranges_own_words() -> None:
+    """``for_ranges``: every call's rows are the rows the ranges' own ``for_range`` draw gives,
+    one range after the other (the device randomness only counts the users)."""
+    source, ranges = KeyedRandomness(5), ((4_000, 200), (8_192 + 3, 5), (20_000, 0), (12_288, 4_096))
+    batch = source.for_ranges("batch", 2, ranges)
+    alone = [source.for_range("batch", 2, first, n) for first, n in ranges]
+    assert batch.n_users == sum(n for _, n in ranges) and batch.ranges == ranges
+    for columns in (1, 3):
+        np.testing.assert_array_equal(batch.words(columns), np.vstack([draws.words(columns) for draws in alone]))
+    np.testing.assert_array_equal(batch.integers(0, 16, batch.n_users), np.concatenate([d.integers(0, 16, d.n_users) for d in alone]))
+    assert SecureRandomness().for_ranges("batch", 2, ranges).words(2).shape == (batch.n_users, 2)
+    with pytest.raises(ValueError, match="first_user and n_users must be >= 0"):
+        RangeRandom.over_ranges(np.uint64(1), ((5, -1),))

@@ -107,3 +107,46 @@ def test_bad_arguments_name_the_field(arguments: tuple[int, float], message: str
 def test_only_keyed_range_randomness_is_accepted() -> None:
     with pytest.raises(TypeError, match="rng must be a RangeRandom, got Generator"):
         grid_set_bits(np.random.default_rng(0), 8, Q)  # type: ignore[arg-type]
+
+
+def test_the_walk_is_the_running_sum_of_the_block_streams_gaps_exactly() -> None:
+    """The positions, to the bit, are the module docstring's formula on one long draw of each
+    block's stream: ``cumsum(floor(log(1 - k 2^-53) / log(1 - q)) + 1) - 1`` (scratch reuse, the
+    pairwise running sum and the draws cut in pieces change nothing)."""
+    key, width, n = derive_key(11, "formula", 2), 300, 2 * GRID_USERS + 77
+    for first in (0, 1000):  # a range starting inside a block replays the block from its start
+        rng = RangeRandom(key, first, n - first)
+        call_key = RangeRandom(key, first, n - first).next_call_key()  # the walk's call: the range's first
+        got = [(start, positions.copy()) for start, positions in grid_set_bits(rng, width, Q)]
+        expected = []
+        for block in range(-(-n // GRID_USERS)):
+            length = min(n - block * GRID_USERS, GRID_USERS) * width
+            uniforms = sparse_bernoulli.block_stream(call_key, block).random(int(length * Q * 1.5) + 1000)
+            line = np.cumsum((np.log(1.0 - uniforms) / math.log1p(-Q) + 1.0).astype(np.int64)) - 1
+            assert line[-1] >= length  # the draw covers the block
+            line = line[line < length]
+            skipped = max(first - block * GRID_USERS, 0) * width
+            expected.append((max(block * GRID_USERS - first, 0), line[line >= skipped] - skipped))
+        for start, positions in expected:
+            pieces = [p for s, p in got if s == start]
+            np.testing.assert_array_equal(np.concatenate(pieces), positions)
+        assert sorted({s for s, _ in got}) == [s for s, _ in expected]
+
+
+@pytest.mark.parametrize("size", [*range(1, 70), 4097, sparse_bernoulli.MAX_DRAW])
+def test_the_running_sum_is_cumsum_to_the_bit(size: int) -> None:
+    steps = np.random.default_rng(size).integers(-(2**40), 2**40, size)
+    out, scratch = np.full(size, -1, dtype=np.int64), np.empty(size // 2 + 1, dtype=np.int64)
+    assert sparse_bernoulli.running_sum(steps, out, scratch) is out
+    np.testing.assert_array_equal(out, np.cumsum(steps))
+
+
+def test_a_batch_of_ranges_has_each_ranges_own_bits() -> None:
+    """``RangeRandom.over_ranges``: the grid of several ranges (one inside a block, one across a
+    block boundary, an empty one) is their grids one under the other, to the bit."""
+    key, width = derive_key(12, "ranges", 3), 40
+    ranges = ((10, 300), (GRID_USERS - 50, 120), (3 * GRID_USERS, 0), (5 * GRID_USERS + 7, 9))
+    batch = dense_grid(RangeRandom.over_ranges(key, ranges), width, Q)
+    alone = np.vstack([dense_grid(RangeRandom(key, first, n), width, Q) for first, n in ranges])
+    np.testing.assert_array_equal(batch, alone)
+    assert batch.sum() > 0.5 * batch.size * Q

@@ -56,6 +56,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..randomness import GRID_USERS, RangeRandom
+from ..scratch import borrowed
 from ..sparse_bernoulli import MAX_DRAW, grid_set_bits
 from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_groups, check_kind, check_lengths, group_members
 from .device_spec import DeviceSpec
@@ -236,38 +237,37 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         counts = np.bincount(own_cells[own], minlength=cells)
         shift = d.bit_length() - 1 if d & (d - 1) == 0 else None
         row_starts = np.arange(min(GRID_USERS, values.shape[0]), dtype=np.int64) * d
-        # reused buffers: a piece's rows, its users' own cells, their match; the cells not counted yet
-        rows_buffer, own_buffer = np.empty(MAX_DRAW, dtype=np.int64), np.empty(MAX_DRAW, dtype=np.int64)
-        match_buffer = np.empty(MAX_DRAW, dtype=bool)
-        batch = np.empty(_BATCH_BITS + MAX_DRAW, dtype=np.int64)
-        held = 0
-        replaced: list[np.ndarray] = []
-        block_first, row_cells, block_own_cells = -1, row_starts, own_cells
-        for first, positions in grid_set_bits(rng, d, self.q):
-            size = positions.size
-            if first != block_first:  # bit (first + r, p - r d) counts in cell base + p - r d
-                block_first, users = first, min(GRID_USERS, values.shape[0] - first)
-                row_cells = base[first : first + users] - row_starts[:users]
-                block_own_cells = own_cells[first : first + users]
-            rows = rows_buffer[:size]
-            if shift is not None:
-                np.right_shift(positions, shift, out=rows)
-            else:
-                np.floor_divide(positions, d, out=rows)
-            if held + size > batch.size:
-                counts += np.bincount(batch[:held], minlength=cells)
-                held = 0
-            hit = batch[held : held + size]
-            np.take(row_cells, rows, out=hit, mode="clip")  # rows < users: clipping never acts, and skips the check
-            hit += positions
-            held += size
-            # a user's bit at its own value is its own bit, not the grid's: uncounted below
-            own = own_buffer[:size]
-            np.take(block_own_cells, rows, out=own, mode="clip")
-            match = match_buffer[:size]
-            np.equal(own, hit, out=match)
-            replaced.append(hit[match])
-        counts += np.bincount(batch[:held], minlength=cells)
+        # scratch (:mod:`fedhh.scratch`): a piece's rows, its users' own cells, their match; the cells not counted yet
+        scratch = (MAX_DRAW, np.int64), (MAX_DRAW, np.int64), (MAX_DRAW, bool), (_BATCH_BITS + MAX_DRAW, np.int64)
+        with borrowed(*scratch) as (rows_buffer, own_buffer, match_buffer, batch):
+            held = 0
+            replaced: list[np.ndarray] = []
+            block_first, row_cells, block_own_cells = -1, row_starts, own_cells
+            for first, positions in grid_set_bits(rng, d, self.q):
+                size = positions.size
+                if first != block_first:  # bit (first + r, p - r d) counts in cell base + p - r d
+                    block_first, users = first, min(GRID_USERS, values.shape[0] - first)
+                    row_cells = base[first : first + users] - row_starts[:users]
+                    block_own_cells = own_cells[first : first + users]
+                rows = rows_buffer[:size]
+                if shift is not None:
+                    np.right_shift(positions, shift, out=rows)
+                else:
+                    np.floor_divide(positions, d, out=rows)
+                if held + size > batch.size:
+                    counts += np.bincount(batch[:held], minlength=cells)
+                    held = 0
+                hit = batch[held : held + size]
+                np.take(row_cells, rows, out=hit, mode="clip")  # rows < users: clipping never acts, and skips the check
+                hit += positions
+                held += size
+                # a user's bit at its own value is its own bit, not the grid's: uncounted below
+                own = own_buffer[:size]
+                np.take(block_own_cells, rows, out=own, mode="clip")
+                match = match_buffer[:size]
+                np.equal(own, hit, out=match)
+                replaced.append(hit[match])
+            counts += np.bincount(batch[:held], minlength=cells)
         if replaced:
             counts -= np.bincount(np.concatenate(replaced), minlength=cells)
         reporters = np.bincount(groups[counted], minlength=n_groups)

@@ -263,12 +263,26 @@ def _ranked_statistics(
         head_ids = np.arange(first_user - head, first_user)
         head_levels = user_levels(request.partition_seed, request.level_bounds, head_ids)
         before = int(np.count_nonzero(head_levels == request.level))
-    bounds = np.flatnonzero(np.diff(blocks)) + 1
-    for start, end in zip(np.r_[0, bounds], np.r_[bounds, blocks.size]):
-        block = int(blocks[start])
-        rank = before if block == first_block else 0
-        rng = randomness.for_range(purpose, round_, block * GRID_USERS + rank, int(end - start))
-        yield oracle.randomize_aggregate(values[start:end], rng)
+    starts = np.r_[0, np.flatnonzero(np.diff(blocks)) + 1]
+    ranges = [
+        (int(blocks[start]) * GRID_USERS + (before if blocks[start] == first_block else 0), int(end - start))
+        for start, end in zip(starts, np.r_[starts[1:], blocks.size])
+    ]
+    # one oracle call for the members of several blocks (a range each), about USERS_PER_BLOCK of them:
+    # the same draws as a call per block (each member's are its range id's), a call's fixed costs fewer times
+    calls: list[list[tuple[int, int]]] = [[]]
+    held = 0
+    for block_range in ranges:
+        if held >= USERS_PER_BLOCK:
+            calls.append([])
+            held = 0
+        calls[-1].append(block_range)
+        held += block_range[1]
+    start = 0
+    for call in calls:
+        users = sum(count for _, count in call)
+        yield oracle.randomize_aggregate(values[start : start + users], randomness.for_ranges(purpose, round_, tuple(call)))
+        start += users
 
 
 def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) -> PrefixResponse:
