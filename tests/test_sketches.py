@@ -46,6 +46,16 @@ def test_sketch_reports_are_exactly_epsilon_ldp(name: str, options: dict, inner_
     assert math.exp(epsilon) * (1 - 1e-9) <= worst <= math.exp(epsilon) * (1 + 1e-12)
 
 
+ZIPF_DOMAIN, ZIPF_USERS = 24, 3_000
+
+
+def zipf_users() -> tuple[np.ndarray, np.ndarray, Histogram]:
+    """3,000 users over 24 values with Zipf(1.1) weights: (counts, one value per user, truth)."""
+    weights = np.arange(1, ZIPF_DOMAIN + 1, dtype=float) ** -1.1
+    counts = np.random.default_rng(1).multinomial(ZIPF_USERS, weights / weights.sum())
+    return counts, np.repeat(np.arange(ZIPF_DOMAIN, dtype=np.uint64), counts), Histogram.from_dense(counts)
+
+
 @pytest.mark.parametrize(
     ("name", "options", "shard_path"),
     [
@@ -61,11 +71,8 @@ def test_count_mean_is_unbiased_with_the_derived_variance(name: str, options: di
     them), 4 rows of width 8, on 3,000 Zipf users over 24 values.  Means within
     5 theoretical standard errors; mean MSE within 5 empirical standard errors
     of the derived variance.  ``shard_path``: OUE rows as Binomial counts."""
-    domain, users, runs = 24, 3_000, 1_000
-    weights = np.arange(1, domain + 1, dtype=float) ** -1.1
-    counts = np.random.default_rng(1).multinomial(users, weights / weights.sum())
-    values = np.repeat(np.arange(domain, dtype=np.uint64), counts)
-    truth = Histogram.from_dense(counts)
+    domain, runs = ZIPF_DOMAIN, 1_000
+    counts, values, truth = zipf_users()
     candidates = np.arange(domain)
     rng = np.random.default_rng(2)
     errors = np.empty((runs, domain))
@@ -85,11 +92,8 @@ def test_count_mean_is_unbiased_with_the_derived_variance(name: str, options: di
 def test_count_mean_over_sparse_oue_rows_is_unbiased_with_the_derived_variance() -> None:
     """The shard path with range randomness at ε = 4 (inner OUE rows through the sparse sampler):
     as above, 1,000 runs of 3,000 Zipf users over 24 values, each run its own seed."""
-    domain, users, runs = 24, 3_000, 1_000
-    weights = np.arange(1, domain + 1, dtype=float) ** -1.1
-    counts = np.random.default_rng(1).multinomial(users, weights / weights.sum())
-    values = np.repeat(np.arange(domain, dtype=np.uint64), counts)
-    truth = Histogram.from_dense(counts)
+    domain, users, runs = ZIPF_DOMAIN, ZIPF_USERS, 1_000
+    counts, values, truth = zipf_users()
     candidates = np.arange(domain)
     errors = np.empty((runs, domain))
     for run in range(runs):
