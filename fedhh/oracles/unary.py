@@ -262,10 +262,10 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
                 hit += positions
                 held += size
                 # a user's bit at its own value is its own bit, not the grid's: uncounted below
-                own = own_buffer[:size]
-                np.take(block_own_cells, rows, out=own, mode="clip")
+                owners_cells = own_buffer[:size]
+                np.take(block_own_cells, rows, out=owners_cells, mode="clip")
                 match = match_buffer[:size]
-                np.equal(own, hit, out=match)
+                np.equal(owners_cells, hit, out=match)
                 replaced.append(hit[match])
             counts += np.bincount(batch[:held], minlength=cells)
         if replaced:

@@ -63,10 +63,9 @@ def level_draws_from_ranges(oracle: FrequencyOracle) -> bool:
     benchmark's ε = 4 per report: 0.64 µs against 7.3 µs a member, CPU, 200,000 users).  Every
     other oracle draws a few words a user, where the members' own streams measured cheaper
     (benchmarks/RESULTS.md, "Issue 12: TreeHist per-user cost (wave 2)").  A plain unary encoding
-    over a level's whole domain keeps its members' streams too: its rows can be wide enough
-    (PEM's 4,096 bits) for the sampler's blocks of several draws, whose walk from inside a block
-    is not yet the same for every cut of the users.  The choice depends on the oracle alone, so
-    every shard and device of a round makes the same one.
+    over a level's whole domain (PEM's OUE rows of up to 4,096 bits) keeps its members' streams
+    too: it was not measured on the range path, and keeping it keeps PEM's results.  The choice
+    depends on the oracle alone, so every shard and device of a round makes the same one.
     """
     if not isinstance(oracle, SketchOracle) or not isinstance(oracle.inner, UnaryEncoding):
         return False
