@@ -114,3 +114,33 @@ def test_hm1_reports_its_coefficient_flipped_with_the_randomised_response_probab
 def test_stable_order_is_the_stable_argsort(bound: int) -> None:
     keys = np.random.default_rng(bound).integers(0, bound, 50_000)
     np.testing.assert_array_equal(stable_order(keys, bound), np.argsort(keys, kind="stable"))
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 8.0, 40.0])
+@pytest.mark.parametrize("domain", [2, 1000, 1 << 20])
+def test_hm1_per_user_draws_are_the_index_and_flip_of_uniform_below_and_random(epsilon: float, domain: int) -> None:
+    """HM(1)'s integer routes for per-user randomness (the index by ``integers`` with an integer
+    size, the flip by an integer threshold on ``random``'s word) draw exactly the numbers of the
+    plain formula -- ``uniform_below`` then ``random() >= p`` -- and consume the same draws."""
+    oracle = hadamard_mechanism.HadamardMechanism(epsilon, domain)
+    values = np.random.default_rng(domain).integers(0, domain, 6000).astype(np.uint64)
+    randomness = KeyedRandomness(11)
+    for make in (lambda: randomness.for_users("hm1", 0, np.arange(50, 6050)),
+                 lambda: randomness.for_range("hm1", 0, 3000, 6000)):
+        fast, plain = make(), make()
+        index, negative = oracle._one_coefficient(values, fast)
+        plain_index = hadamard_mechanism.uniform_below(plain, (values.size,), oracle.rows)
+        plain_negative = hadamard_parity(plain_index, values) ^ (plain.random(values.size) >= oracle.keep_probability)
+        assert index.dtype == np.uint64
+        np.testing.assert_array_equal(index, plain_index)
+        np.testing.assert_array_equal(negative, plain_negative)
+        np.testing.assert_array_equal(fast.words(1), plain.words(1))  # the next draw: the same calls were made
+
+
+def test_hm1_flip_threshold_matches_the_float_comparison_at_its_edge() -> None:
+    """``w >> 11 >= ceil(p 2^53)`` exactly when ``(w >> 11) 2^-53 >= p``, on both sides of the threshold."""
+    for epsilon in (0.5, 3.0, 9.0):
+        oracle = hadamard_mechanism.HadamardMechanism(epsilon, 8)
+        threshold = oracle._flip_threshold
+        for top in (threshold - 2, threshold - 1, threshold, threshold + 1):
+            assert (top * 2.0**-53 >= oracle.keep_probability) == (top >= threshold)

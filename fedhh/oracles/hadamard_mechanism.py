@@ -54,6 +54,7 @@ from .sampling import RandomSource, check_rng_batch, randomized_response, unifor
 from .walsh_hadamard import fwht, hadamard_parity, signed_sums
 
 _DENSE_INDICES = 1 << 24
+_INTEGER_INDICES = 1 << 52  # row counts drawn by one ``integers`` call (``uniform_below``'s small bounds)
 MAX_COEFFICIENTS = 16
 
 
@@ -127,6 +128,7 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         e = math.exp(self.epsilon)
         words = 1 << self.coefficients
         self.keep_probability = e / (e + words - 1)
+        self._flip_threshold = math.ceil(self.keep_probability * float(1 << 53))  # see _one_coefficient
         self.bias = (e - 1) / (e + words - 1)
         self.pair_correlation = self.keep_probability - (1 - self.keep_probability) / (words - 1)
 
@@ -151,10 +153,24 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
 
     def _one_coefficient(self, values: np.ndarray, rng: RandomSource) -> tuple[np.ndarray, np.ndarray]:
         """HM(1)'s report: the index (uint64) and whether the reported sign is -1.  The other word
-        is the flipped bit, so one uniform decides (no draw of which other word)."""
-        index = uniform_below(rng, (values.shape[0],), self.rows)
+        is the flipped bit, so one uniform decides (no draw of which other word).
+
+        Per-user randomness draws the same numbers as ``uniform_below`` and ``random`` by cheaper
+        routes: the index by ``integers`` with an integer size (``K``, a power of two, is then the
+        top bits of one word, as the float route gives exactly), and the flip by comparing the
+        word behind ``random``'s uniform ``u = (w >> 11) 2^-53`` with an integer threshold:
+        ``u >= p`` exactly when ``w >> 11 >= ceil(p 2^53)`` (``p 2^53`` is exact in float64)."""
+        n_users = values.shape[0]
+        if isinstance(rng, np.random.Generator) or self.rows > _INTEGER_INDICES:
+            index = uniform_below(rng, (n_users,), self.rows)
+            negative = hadamard_parity(index, values)
+            negative ^= rng.random(n_users) >= self.keep_probability
+            return index, negative
+        index = rng.integers(0, self.rows, size=n_users).view(np.uint64)  # int64 below 2^52: the same numbers
         negative = hadamard_parity(index, values)
-        negative ^= rng.random(values.shape[0]) >= self.keep_probability
+        flip_words = rng.words(1)[:, 0]
+        flip_words >>= np.uint64(11)
+        negative ^= flip_words >= np.uint64(self._flip_threshold)
         return index, negative
 
     def randomize_aggregate_groups(
