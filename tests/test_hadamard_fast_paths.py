@@ -12,6 +12,7 @@ import pytest
 
 from fedhh.oracles import hadamard_mechanism, make_oracle, walsh_hadamard
 from fedhh.oracles.base import stable_order
+from fedhh.oracles.histogram import Histogram
 from fedhh.oracles.walsh_hadamard import fwht, hadamard_parity
 from fedhh.randomness import KeyedRandomness
 
@@ -144,3 +145,23 @@ def test_hm1_flip_threshold_matches_the_float_comparison_at_its_edge() -> None:
         threshold = oracle._flip_threshold
         for top in (threshold - 2, threshold - 1, threshold, threshold + 1):
             assert (top * 2.0**-53 >= oracle.keep_probability) == (top >= threshold)
+
+
+@pytest.mark.parametrize("size", [1, 8, 1024])
+def test_a_histogram_of_an_owned_dense_vector_is_the_one_from_dense(size: int) -> None:
+    """HM's grouped statistics keep their dense sign sums (``Histogram.of_owned_dense``): every
+    reading -- keys, counts, total, lookups, sums, dense forms of any fitting size -- is
+    ``Histogram.from_dense``'s, and the dense form is a copy (writing it changes nothing)."""
+    rng = np.random.default_rng(size)
+    for dense in (rng.integers(-3, 4, size), np.zeros(size, dtype=np.int64), rng.integers(0, 2, size) * 5):
+        owned, plain = Histogram.of_owned_dense(dense.copy()), Histogram.from_dense(dense)
+        for read in (lambda h: h.keys, lambda h: h.counts, lambda h: h.total, lambda h: h.sum_of_squares(),
+                     lambda h: h.lookup(np.arange(size + 3, dtype=np.uint64)), lambda h: (h + plain).keys,
+                     lambda h: (h + plain).counts, lambda h: h.to_dense(size), lambda h: h.to_dense(size + 5)):
+            np.testing.assert_array_equal(read(owned), read(plain))
+        assert owned.keys.dtype == np.uint64 and owned.counts.dtype == np.int64
+        owned.to_dense(size)[:] += 1
+        np.testing.assert_array_equal(owned.to_dense(size), dense)
+        if plain.keys.size:
+            with pytest.raises(ValueError, match="does not fit"):
+                owned.to_dense(int(plain.keys[-1]))

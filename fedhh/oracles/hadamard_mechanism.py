@@ -202,7 +202,7 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         sums = _sign_sums(signed_cells.ravel(), n_groups * self.rows).reshape(n_groups, self.rows)
         reporters = np.bincount(groups, minlength=n_groups)
         return [
-            HadamardMechanismStatistics(Histogram.from_dense(row), int(users))
+            HadamardMechanismStatistics(Histogram.of_owned_dense(row), int(users))
             for row, users in zip(sums, reporters, strict=True)
         ]
 

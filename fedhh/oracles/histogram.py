@@ -75,6 +75,14 @@ class Histogram:
         object.__setattr__(histogram, "counts", dense[keys])
         return histogram
 
+    @classmethod
+    def of_owned_dense(cls, dense: np.ndarray) -> Histogram:
+        """:meth:`from_dense` of a count vector the caller hands over (never writes it again): its
+        keys and counts are found only when read, and :meth:`to_dense` of its own size copies it.
+        An oracle's shard statistics (one per sketch row and group) are mostly flattened back to
+        dense cells straight away, so the round trip through keys and counts is skipped."""
+        return _DenseHistogram._of(np.asarray(dense, dtype=np.int64))
+
     @property
     def total(self) -> int:
         return int(self.counts.sum())
@@ -103,3 +111,37 @@ class Histogram:
     def sum_of_squares(self) -> float:
         """``sum_k count_k ** 2``, the collision mass that hashing variance depends on."""
         return float(np.sum(self.counts.astype(np.float64) ** 2))
+
+
+class _DenseHistogram(Histogram):
+    """A :class:`Histogram` held as the dense count vector it was made of (:meth:`Histogram.of_owned_dense`):
+    ``keys`` and ``counts`` are those :meth:`Histogram.from_dense` would give, found on first read."""
+
+    @classmethod
+    def _of(cls, dense: np.ndarray) -> _DenseHistogram:
+        histogram = object.__new__(cls)
+        object.__setattr__(histogram, "_dense", dense)
+        object.__setattr__(histogram, "_sparse", None)
+        return histogram
+
+    def _keys_and_counts(self) -> Histogram:
+        if self._sparse is None:
+            object.__setattr__(self, "_sparse", Histogram.from_dense(self._dense))
+        return self._sparse
+
+    @property  # type: ignore[override]
+    def keys(self) -> np.ndarray:
+        return self._keys_and_counts().keys
+
+    @property  # type: ignore[override]
+    def counts(self) -> np.ndarray:
+        return self._keys_and_counts().counts
+
+    @property
+    def total(self) -> int:
+        return int(self._dense.sum())
+
+    def to_dense(self, size: int) -> np.ndarray:
+        if size == self._dense.shape[0]:
+            return self._dense.copy()
+        return super().to_dense(size)
