@@ -13,6 +13,7 @@ import pytest
 from fedhh.oracles import hadamard_mechanism, make_oracle, walsh_hadamard
 from fedhh.oracles.base import stable_order
 from fedhh.oracles.histogram import Histogram
+from fedhh.oracles.sketches import SketchOracle
 from fedhh.oracles.walsh_hadamard import fwht, hadamard_parity
 from fedhh.randomness import KeyedRandomness
 
@@ -165,3 +166,21 @@ def test_a_histogram_of_an_owned_dense_vector_is_the_one_from_dense(size: int) -
         if plain.keys.size:
             with pytest.raises(ValueError, match="does not fit"):
                 owned.to_dense(int(plain.keys[-1]))
+
+
+@pytest.mark.parametrize("coefficients", [1, 2])
+@pytest.mark.parametrize("sketch_rows", [1, 16, 5])
+def test_sketch_shard_statistics_are_its_one_group_statistics(coefficients: int, sketch_rows: int) -> None:
+    """A sketch's ``randomize_aggregate`` with per-user randomness (rows as the inner groups, no
+    group array built) gives exactly ``randomize_aggregate_groups`` with every user in group 0."""
+    inner = hadamard_mechanism.HadamardMechanism(4.0, 64, coefficients)
+    sketch = SketchOracle(inner, 5000, sketch_rows, 64, seed=3)
+    values = np.random.default_rng(sketch_rows).integers(0, 5000, 3000).astype(np.uint64)
+    randomness = KeyedRandomness(5)
+    for make in (lambda n: randomness.for_users("sketch", 1, np.arange(7, 7 + n)),
+                 lambda n: randomness.for_range("sketch", 1, 100, n)):
+        for users in (values, values[:0]):
+            fast = sketch.randomize_aggregate(users, make(users.size))
+            plain = sketch.randomize_aggregate_groups(users, np.zeros(users.size, dtype=np.int64), 1, make(users.size))[0]
+            for got, expected in zip(sketch.to_flat(fast), sketch.to_flat(plain), strict=True):
+                np.testing.assert_array_equal(got, expected)

@@ -180,12 +180,16 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
 
     def randomize_aggregate(self, values: np.ndarray, rng: RandomSource) -> SketchStatistics:
         """With a Generator each row's users go through the inner oracle's shard path
-        (for OUE: the Binomial counts); with per-user randomness, through
-        :meth:`randomize_aggregate_groups` with one group."""
-        if not isinstance(rng, np.random.Generator):
-            values = self._values(values)
-            return self.randomize_aggregate_groups(values, np.zeros(values.shape[0], dtype=np.int64), 1, rng)[0]
+        (for OUE: the Binomial counts); with per-user randomness, as
+        :meth:`randomize_aggregate_groups` with one group (row ``j`` is inner group ``j``),
+        without building and checking that group."""
         values = self._values(values)
+        if not isinstance(rng, np.random.Generator):
+            check_rng_batch(rng, values.shape[0])
+            rows = rng.integers(0, self.rows, size=values.shape[0])
+            return SketchStatistics(
+                tuple(self.inner.randomize_aggregate_groups(self.symbols(rows, values), rows, self.rows, rng))
+            )
         rows = rng.integers(0, self.rows, size=values.shape[0])
         symbols = self.symbols(rows, values)
         return SketchStatistics(
