@@ -184,3 +184,24 @@ def test_sketch_shard_statistics_are_its_one_group_statistics(coefficients: int,
             plain = sketch.randomize_aggregate_groups(users, np.zeros(users.size, dtype=np.int64), 1, make(users.size))[0]
             for got, expected in zip(sketch.to_flat(fast), sketch.to_flat(plain), strict=True):
                 np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("width", [64, 1000])
+def test_sketch_supports_from_one_transform_of_all_rows_are_each_rows_support(signed: bool, width: int) -> None:
+    """Decoding every row of an HM sketch in one transform (``dense_supports``) gives each row's own
+    ``support`` of the candidates' symbols, the same integers (also past the float-exact limit of
+    the products, where the transform takes the butterflies)."""
+    inner = hadamard_mechanism.HadamardMechanism(2.0, width * (1 + signed))
+    sketch = SketchOracle(inner, 3000, 8, width, estimator="mean", signed=signed, seed=1)
+    rng = np.random.default_rng(width)
+    statistics = [sketch.randomize_aggregate(rng.integers(0, 3000, 4000).astype(np.uint64), rng) for _ in range(2)]
+    huge = hadamard_mechanism.HadamardMechanismStatistics(Histogram.from_dense(np.full(inner.rows, 1 << 50)), 1)
+    statistics.append(type(statistics[0])((huge,) + statistics[0].rows[1:]))
+    candidates = np.arange(3000, dtype=np.uint64)
+    symbols = sketch._candidate_symbols(candidates)
+    for stats, support in zip(statistics, sketch.supports(statistics, candidates), strict=True):
+        for row, row_stats in enumerate(stats.rows):
+            for half in range(1 + signed):
+                expected = inner.support(row_stats, symbols[row, half].astype(np.uint64)).counts
+                np.testing.assert_array_equal(support.counts[row, half], expected)

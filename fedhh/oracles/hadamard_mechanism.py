@@ -31,6 +31,7 @@ For ``t = 1`` this is ``n ((e^ε + 1) / (e^ε - 1))^2 - c_x``, BLH's variance.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -245,6 +246,15 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
             return Support(transformed[candidates.astype(np.intp)], statistics.n_users)
         sums = statistics.coefficients
         return Support(signed_sums(sums.keys, sums.counts, candidates), statistics.n_users)
+
+    def dense_supports(self, statistics: Sequence[HadamardMechanismStatistics]) -> np.ndarray | None:
+        """``[len(statistics), K]``: :meth:`support` of every value ``[0, K)`` in each statistics, from one
+        transform of them all (a sketch's rows), the same integers; ``None`` past the dense limit."""
+        if self.rows > _DENSE_INDICES or not statistics:
+            return None
+        for stats in statistics:
+            check_kind(self.name, stats, HadamardMechanismStatistics, "statistics")
+        return fwht(np.stack([stats.coefficients.to_dense(self.rows) for stats in statistics]))
 
     def report_bits(self) -> int:
         """``t`` row indices in ``[0, K)`` and the randomised ``t``-bit word of their coefficients."""

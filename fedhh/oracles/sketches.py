@@ -246,10 +246,14 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         whole_rows = self.inner.domain <= 4 * candidates.shape[0]
         all_symbols = np.arange(self.inner.domain, dtype=np.uint64)
         supports = []
+        dense_supports = getattr(self.inner, "dense_supports", None) if whole_rows else None
         for stats in statistics:
             counts = np.empty(symbols.shape, dtype=np.int64)
+            table = None if dense_supports is None else dense_supports(stats.rows)  # every row in one transform
             for row, row_stats in enumerate(stats.rows):
-                if whole_rows:
+                if table is not None:
+                    counts[row] = table[row][symbols[row]]
+                elif whole_rows:
                     counts[row] = self.inner.support(row_stats, all_symbols).counts[symbols[row]]
                 else:
                     for half, half_symbols in enumerate(symbols[row]):
