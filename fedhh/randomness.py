@@ -8,7 +8,7 @@ user's randomness is the same whatever shard or transport carries it.
 
 Randomisers that draw many words per user (a Bloom filter's bits, a unary
 encoding's bits) over a shard's contiguous range of users use
-:meth:`KeyedRandomness.range_words` or :class:`RangeRandom` instead: one
+:class:`RangeRandom` (``for_range``) instead: one
 Philox stream per block of :data:`GRID_USERS` consecutive global ids, keyed
 by (purpose key, block) and positioned by its counter at the user's row, so
 a user's words are again the same whatever range holds it, at about a fifth
@@ -36,7 +36,7 @@ _MUL1 = np.uint64(0xBF58476D1CE4E5B9)
 _MUL2 = np.uint64(0x94D049BB133111EB)
 _SHIFT1, _SHIFT2, _SHIFT3 = np.uint64(30), np.uint64(27), np.uint64(31)
 _UNIT = 1.0 / float(1 << 53)
-GRID_USERS = 4096  # consecutive global user ids that share one Philox stream in range_words
+GRID_USERS = 4096  # consecutive global user ids that share one Philox stream in keyed_range_words
 _PHILOX_WORDS_PER_COUNTER = 4  # Philox-4x64 gives four 64-bit words per counter value
 # Philox's constructor needs a seed; a fixed one avoids drawing OS entropy for a key we replace.
 _UNUSED_SEED = np.random.SeedSequence(0)
@@ -329,10 +329,6 @@ class RandomnessSource(Protocol):
         """:meth:`for_range`'s draws for several ranges ``(first_user, n_users)`` in one batch."""
         ...
 
-    def range_words(self, purpose: str, round: int, first_user: int, n_users: int, columns: int) -> np.ndarray:
-        """``(n_users, columns)`` uniform uint64 words for a contiguous range of global users."""
-        ...
-
 
 @dataclass(frozen=True)
 class KeyedRandomness:
@@ -348,10 +344,6 @@ class KeyedRandomness:
 
     def for_ranges(self, purpose: str, round: int, ranges: tuple[tuple[int, int], ...]) -> RangeRandom:
         return RangeRandom.over_ranges(derive_key(self.seed, purpose, round), ranges)
-
-    def range_words(self, purpose: str, round: int, first_user: int, n_users: int, columns: int) -> np.ndarray:
-        """:func:`keyed_range_words` under this seed, purpose and round."""
-        return keyed_range_words(derive_key(self.seed, purpose, round), first_user, n_users, columns)
 
     def generator(self, purpose: str, *parts: int) -> np.random.Generator:
         """A server-side generator (sampling, hash seeds) for one purpose and round."""
@@ -372,6 +364,3 @@ class SecureRandomness:
 
     def for_ranges(self, purpose: str, round: int, ranges: tuple[tuple[int, int], ...]) -> OsRandom:
         return OsRandom(sum(int(n) for _, n in ranges))
-
-    def range_words(self, purpose: str, round: int, first_user: int, n_users: int, columns: int) -> np.ndarray:
-        return os_words(n_users, columns)

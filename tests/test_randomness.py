@@ -55,23 +55,23 @@ def test_range_words_of_a_user_do_not_depend_on_the_range() -> None:
     """Ranges that start and end inside Philox blocks and inside counter steps (5 words a user)
     give each user the row the whole population gives it; other keys give other words."""
     source = KeyedRandomness(11)
-    whole = source.range_words("bits", 2, 0, 3 * GRID_USERS + 77, 5)
+    whole = source.for_range("bits", 2, 0, 3 * GRID_USERS + 77).words(5)
     for first, count in ((0, 1), (GRID_USERS - 3, 7), (5, 2 * GRID_USERS + 11), (3 * GRID_USERS, 77)):
-        np.testing.assert_array_equal(source.range_words("bits", 2, first, count, 5), whole[first : first + count])
-    assert not np.any(source.range_words("bits", 3, 0, 100, 5) == whole[:100])
-    assert not np.any(KeyedRandomness(12).range_words("bits", 2, 0, 100, 5) == whole[:100])
+        np.testing.assert_array_equal(source.for_range("bits", 2, first, count).words(5), whole[first : first + count])
+    assert not np.any(source.for_range("bits", 3, 0, 100).words(5) == whole[:100])
+    assert not np.any(KeyedRandomness(12).for_range("bits", 2, 0, 100).words(5) == whole[:100])
 
 
 def test_range_words_are_uniform_bits() -> None:
     """Every bit of 64,000 words is set with frequency 1/2 (within 5 sd), and 32-bit halves pass a
     Kolmogorov-Smirnov test; the device source is never repeatable."""
-    words = KeyedRandomness(5).range_words("bits", 1, 1_000, 16_000, 4).ravel()
+    words = KeyedRandomness(5).for_range("bits", 1, 1_000, 16_000).words(4).ravel()
     ones = ((words[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).sum(axis=0)
     assert np.all(np.abs(ones - words.size / 2) < 5 * np.sqrt(words.size / 4))
     halves = words.view(np.uint32).astype(np.float64) / 2.0**32
     assert stats.kstest(halves, "uniform").pvalue > 1e-4
     device = SecureRandomness()
-    assert not np.array_equal(device.range_words("d", 1, 0, 4, 2), device.range_words("d", 1, 0, 4, 2))
+    assert not np.array_equal(device.for_range("d", 1, 0, 4).words(2), device.for_range("d", 1, 0, 4).words(2))
 
 
 def test_a_users_words_are_the_same_in_one_call_or_many() -> None:
