@@ -9,7 +9,7 @@ import bisect
 import numpy as np
 import pytest
 
-from fedhh.protocols.bernoulli_bytes import (
+from fedhh.bernoulli_bytes import (
     REFINED_FROM,
     REFINEMENT_WORDS,
     BernoulliBytes,

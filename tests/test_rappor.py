@@ -28,7 +28,7 @@ from fedhh.protocols.rappor import (
     solve_normal,
     vocabulary_keys,
 )
-from fedhh.protocols.bernoulli_bytes import REFINEMENT_WORDS
+from fedhh.bernoulli_bytes import REFINEMENT_WORDS
 from fedhh.randomness import KeyedRandomness
 from simulations.fast import drive, run_fast
 

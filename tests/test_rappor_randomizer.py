@@ -9,8 +9,8 @@ import pytest
 
 from fedhh.items import ItemCodec, get_alphabet
 from fedhh.population import Shard, Vocabulary
-from fedhh.protocols.bernoulli_bytes import REFINED_FROM
-from fedhh.protocols.packed_counts import group_bit_counts
+from fedhh.bernoulli_bytes import REFINED_FROM
+from fedhh.packed_counts import group_bit_counts
 from fedhh.protocols import rappor
 from fedhh.protocols.rappor import (
     REFINE_PURPOSE,

@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from ..bernoulli_bytes import REFINEMENT_WORDS, BernoulliBytes, Refine
 from ..blas import single_blas_thread
 from ..config import Key
 from ..errors import InputError
@@ -67,15 +68,14 @@ from ..items import ItemCodec
 from ..oracles.hashing import expand_seeds, hash_expanded, mix_keys
 from ..oracles.keys import key_rows
 from ..oracles.unary import word_thresholds
+from ..packed_counts import group_bit_counts
 from ..population import Shard, Vocabulary
 from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
 from ..privacy.report import Coverage, PrivacyReport
 from ..privacy.validation import check_users
 from ..randomness import RandomnessSource, UserRandom, derive_key, splitmix64
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
-from .bernoulli_bytes import REFINEMENT_WORDS, BernoulliBytes, Refine
 from .messages import array_field, scalar_field
-from .packed_counts import group_bit_counts
 from .prefix_config import PREFIX_KEYS
 from .registry import register_protocol
 from .report_mode import REPORT_KEY, SIGNIFICANT, TOP_K, check_report_mode
@@ -260,7 +260,7 @@ class BloomEncoder:
         """Packed reports ``(n, report_words)`` of the filters that :meth:`filter_masks` describes
         (``bit_words``, ``bit_masks``; ``bit_words`` unread for a one-word report), from uniform
         uint64 words, ``(n, byte_draw_words)`` and ``(n, hash_draw_words)``, and ``refine``
-        (:class:`~fedhh.protocols.bernoulli_bytes.BernoulliBytes`: the refined draws' flat
+        (:class:`~fedhh.bernoulli_bytes.BernoulliBytes`: the refined draws' flat
         positions are ``user * report_bytes + byte``).
 
         Every bit is first drawn as if clear: byte ``k`` (bits ``8k .. 8k + 7``,
