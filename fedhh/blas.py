@@ -2,11 +2,12 @@
 
 fedhh's dense linear algebra is small: RAPPOR's normal equations (at most
 1,025 columns), Walsh-Hadamard transforms as two products of at most 64 x 64
-matrices, SPM's segment-pair counts.  On such sizes OpenBLAS's threads cost
-more than they save -- on this project's 2-core machine a 300-column
-Cholesky factorisation and triangular inversion took 20.7 ms of wall time
-(40.8 ms of CPU) with numpy's default of one thread per core against 2.3 ms
-(4.6 ms of CPU) with one -- and a run's parallelism comes from its shards
+matrices, SPM's segment-pair counts.  On such sizes OpenBLAS's threads save
+little on an idle machine and cost much on a busy one -- on this project's
+2-core machine RAPPOR's solve of 300 columns took 3.2 ms either way when idle,
+but 102.6 ms with numpy's default of one thread per core against 3.2 ms with
+one beside a single CPU-bound process (benchmarks/bench_small_products.py,
+benchmarks/RESULTS.md) -- and a run's parallelism comes from its shards
 (processes, Ray actors), which threads inside each would oversubscribe.
 
 The limit is scoped (:func:`single_blas_thread` restores the previous
