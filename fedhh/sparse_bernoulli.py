@@ -13,16 +13,26 @@ number of 0 bits before the next 1 of a Bernoulli(q) sequence, and the
 positions ``G_1, G_1 + 1 + G_2, ...`` are exactly the 1s of a sequence of
 independent Bernoulli(q) bits -- every bit of every user independent with
 probability ``q``, which is the law of the device's "other" bits.
-Truncation: ``U = 1 - k 2^-53`` (exactly ``(2^53 - k) 2^-53``), ``k`` the
-top 53 bits of a 64-bit word (``Generator.random``'s ``k 2^-53``), so
-``P(G >= k)`` is ``(1 - q)^k`` rounded down to a multiple of
-``2^-53`` (and ``log``, the division and the ``+ 1`` round by ``~1e-16``
-relative, moving ``floor`` only within ``1e-16`` of an integer): each gap's law is
-within about ``2^-52`` of the geometric law in total variation, so a whole
-run of ``N`` set bits is within ``N 2^-52`` (``2e-7`` for ``10^9`` set
-bits) of the exact law -- far below anything a simulation can detect.  The
-longest gap a 53-bit ``U`` gives is ``53 ln 2 / -log(1 - q)``, exceeded by
-the exact law with probability ``2^-53``.
+
+Truncation and rounding.  ``U = 1 - k 2^-53`` (exactly ``(2^53 - k)
+2^-53``), ``k`` the top 53 bits of a 64-bit word (``Generator.random``'s
+``k 2^-53``), so ``P(U <= (1 - q)^k)`` is ``(1 - q)^k`` rounded down to a
+multiple of ``2^-53``.  The gap is computed as ``floor(log(U) x c + 1)``
+with ``c = 1 / log(1 - q)`` rounded once: ``log`` (within an ulp or two),
+``c`` and the product each round by ``2^-53`` relative, the ``+ 1`` by
+half an ulp of the sum -- a few ulp of ``x = log U / log(1 - q)`` in all,
+one rounding more than a division by ``log(1 - q)`` (which costs three
+times the multiplication).  That can move the comparison ``x >= k`` only
+for the ``U`` within a few ``2^-53 k`` relative of ``(1 - q)^k``, and there
+are at most a few grid points ``U`` there (``-log(1 - q) (k + 1) (1 -
+q)^k <= 1``): every tail ``P(G >= k)`` is within a few ``2^-53`` (about
+``2^-51``) of ``(1 - q)^k``.  In total variation a gap's law is within
+that times the number of gap lengths a 53-bit ``U`` reaches, ``K = 53 ln
+2 / -log(1 - q)`` (the longest gap, exceeded by the exact law with
+probability ``2^-53``): about ``2^-40`` at ``q = 0.018`` (``K = 2,000``),
+so the ``N`` set bits of a run are within ``N 2^-40`` (``1e-3`` for
+``10^9`` set bits) of the exact law -- far below anything a simulation
+can detect.
 
 Keys and sharding.  The line is cut into blocks of
 :data:`fedhh.randomness.GRID_USERS` consecutive global users (``GRID_USERS
@@ -71,7 +81,7 @@ order): every range's bits are the ones it has alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -99,6 +109,15 @@ def grid_set_bits(rng: RangeRandom, width: int, probability: float) -> Iterator[
     walk's scratch (:mod:`fedhh.scratch`): valid until the next piece is asked for (copy what
     must outlive it).
     """
+    return ((first, positions) for first, positions, _ in grid_pieces(rng, width, probability))
+
+
+def grid_pieces(rng: RangeRandom, width: int, probability: float) -> Iterator[tuple[int, np.ndarray, tuple[np.ndarray, np.ndarray]]]:
+    """:func:`grid_set_bits`'s pieces with two int64 scratch arrays of :data:`MAX_DRAW` elements
+    the walk no longer needs until the next piece is asked for: ``(first, positions, (a, b))``.
+    A consumer that counts the bits works in them, in the cache the walk just warmed, instead
+    of arrays of its own (a third less memory in flight: 9.4 instead of 10.2 ns a set bit for
+    OUE's walk and counting, 1,024-bit rows, CPU time, load 1)."""
     if not isinstance(rng, RangeRandom):
         raise TypeError(f"grid_set_bits: rng must be a RangeRandom, got {type(rng).__name__}")
     if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
@@ -108,11 +127,14 @@ def grid_set_bits(rng: RangeRandom, width: int, probability: float) -> Iterator[
     return _walk(rng.next_call_key(), rng.ranges, int(width), float(probability))
 
 
-def _walk(key: np.uint64, ranges: tuple[tuple[int, int], ...], width: int, probability: float) -> Iterator[tuple[int, np.ndarray]]:
+def _walk(
+    key: np.uint64, ranges: tuple[tuple[int, int], ...], width: int, probability: float
+) -> Iterator[tuple[int, np.ndarray, tuple[np.ndarray, np.ndarray]]]:
     """The pieces of each range's blocks in turn, ``first`` counted on the ranges' users in order."""
     scratch = (MAX_DRAW, np.float64), (MAX_DRAW, np.int64), (MAX_DRAW, np.int64)
     local = 0  # local index of the range's first user
-    with borrowed(*scratch) as buffers:
+    with borrowed(*scratch) as (uniforms, steps, line):
+        free = (steps, uniforms.view(np.int64))  # dead once a piece's positions are summed
         for first_user, n_users in ranges:
             if n_users == 0:
                 continue
@@ -121,11 +143,11 @@ def _walk(key: np.uint64, ranges: tuple[tuple[int, int], ...], width: int, proba
                 origin = block * GRID_USERS
                 skipped = max(first_user - origin, 0) * width
                 length = (min(end - origin, GRID_USERS)) * width
-                for positions in _block_positions(key, block, length, probability, *buffers):
+                for positions in _block_positions(key, block, length, probability, uniforms, steps, line):
                     if skipped:
                         positions = positions[np.searchsorted(positions, skipped) :]
                         positions -= skipped
-                    yield local + max(origin - first_user, 0), positions
+                    yield local + max(origin - first_user, 0), positions, free
             local += n_users
 
 
@@ -136,17 +158,13 @@ def _block_positions(
     in pieces of at most :data:`MAX_DRAW` (the stream is read in order, so the positions do not
     depend on how it is cut), each a view of ``line`` (``uniforms``, ``steps``: scratch of its size)."""
     stream = block_stream(key, block)
-    log_keep = math.log1p(-probability)
+    inverse_log_keep = gap_scale(probability)
     last = -1
     while True:
         size = _draw_size((length - 1 - last) * probability)
         draws, gaps, positions = uniforms[:size], steps[:size], line[:size]
         stream.random(out=draws)  # k 2^-53, k uniform on [0, 2^53)
-        np.subtract(1.0, draws, out=draws)  # U = (2^53 - k) 2^-53, uniform on {1, ..., 2^53} 2^-53, exactly
-        np.log(draws, out=draws)
-        draws /= log_keep
-        draws += 1.0  # >= 1, so truncation is floor: the step to the next 1 is gap + 1
-        np.copyto(gaps, draws, casting="unsafe")
+        steps_from_uniforms(draws, inverse_log_keep, gaps)
         gaps[0] += last
         running_sum(gaps, positions, draws.view(np.int64))
         if positions[-1] >= length:
@@ -154,6 +172,22 @@ def _block_positions(
             return
         last = int(positions[-1])  # before the consumer may shift the yielded array in place
         yield positions
+
+
+def gap_scale(probability: float) -> float:
+    """``c = 1 / log(1 - q)``, rounded once: the walk multiplies by it (module docstring)."""
+    return 1.0 / math.log1p(-probability)
+
+
+def steps_from_uniforms(draws: np.ndarray, scale: float, out: np.ndarray) -> np.ndarray:
+    """``out = floor(log(1 - draws) x scale + 1)``, the steps ``G + 1`` from one set bit to the next
+    (``draws``: ``k 2^-53``, overwritten; ``scale``: :func:`gap_scale`)."""
+    np.subtract(1.0, draws, out=draws)  # U = (2^53 - k) 2^-53, uniform on {1, ..., 2^53} 2^-53, exactly
+    np.log(draws, out=draws)
+    draws *= scale
+    draws += 1.0  # >= 1, so truncation is floor: the step to the next 1 is gap + 1
+    np.copyto(out, draws, casting="unsafe")
+    return out
 
 
 def running_sum(steps: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> np.ndarray:
@@ -176,6 +210,31 @@ def running_sum(steps: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> np.n
     if steps.size % 2:
         out[-1] = out[-2] + steps[-1]
     return out
+
+
+def row_divider(width: int, limit: int = GRID_USERS) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``rows(positions, out)``: ``out = positions // width`` for positions in ``[0, limit x width)``
+    (a block's line: ``limit`` rows), exact, by the cheapest route: a shift for a power of two,
+    else a multiplication and a shift, else (when the product could overflow) ``floor_divide``.
+
+    Why: numpy's ``floor_divide`` by 1,023 costs 1.1 ns an element, the multiplication and
+    shift 0.5 (16,384 int64, CPU time, load 1).  ``M = ceil(2^s / w)``, ``e = M w - 2^s < w``:
+    ``p M / 2^s = p / w + p e / (w 2^s)``, and ``p e < 2^s`` (``s`` chosen with ``limit w^2 <=
+    2^s``) keeps the excess below ``1 / w``, which no fraction ``(p mod w) / w`` can reach 1 with.
+    """
+    if width & (width - 1) == 0:
+        shift = width.bit_length() - 1
+        return lambda positions, out: np.right_shift(positions, shift, out=out)
+    bits = (limit * width * width - 1).bit_length()
+    multiplier = -(-(1 << bits) // width)
+    if limit * width * multiplier >= 1 << 63:
+        return lambda positions, out: np.floor_divide(positions, width, out=out)
+
+    def rows(positions: np.ndarray, out: np.ndarray) -> np.ndarray:
+        np.multiply(positions, multiplier, out=out)
+        return np.right_shift(out, bits, out=out)
+
+    return rows
 
 
 def _draw_size(expected: float) -> int:

@@ -332,18 +332,16 @@ def test_sparse_shard_counts_do_not_depend_on_the_split_into_ranges_or_groups() 
 
 
 
-@pytest.mark.parametrize("domain", [40, 64])
+@pytest.mark.parametrize("domain", [40, 64, 2])
 def test_sparse_counts_are_the_walks_bits_with_each_users_own_bit(domain: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sparse path's counts, exactly: the grid's set bits (``grid_set_bits`` on the same call)
-    laid densely, each user's bit at its value replaced by its own bit (the low half of the first
-    call's word below ``T_p``), summed per group -- with short pieces and small batches, so
-    pieces, blocks and batch flushes all cut through the users (a domain of a power of two and
-    another)."""
+    """The sparse path's counts, exactly: the grid's set bits (``grid_set_bits`` on the same call,
+    ``d - 1`` slots a user) laid densely, slot ``c`` of a user holding ``v`` in column ``(v + 1 + c)
+    mod d``, and each user's own bit at ``v`` (the low half of the first call's word below
+    ``T_p``), summed per group -- with short pieces, so pieces and blocks cut through the users
+    (a domain of a power of two, another, and the smallest: one slot a user)."""
     from fedhh import sparse_bernoulli
-    from fedhh.oracles import unary
 
     monkeypatch.setattr(sparse_bernoulli, "MAX_DRAW", 97)
-    monkeypatch.setattr(unary, "_BATCH_BITS", 1_000)
     users, n_groups, first = 2 * GRID_USERS + 77, 3, GRID_USERS - 500
     oracle = make_oracle("oue", epsilon=4.0, domain=domain)
     values = np.random.default_rng(3).integers(0, domain, users).astype(np.uint64)
@@ -354,14 +352,17 @@ def test_sparse_counts_are_the_walks_bits_with_each_users_own_bit(domain: int, m
     sampled = oracle.randomize_aggregate_groups(values, groups, n_groups, RangeRandom(key, first, users))
     reference = RangeRandom(key, first, users)
     own = (reference.words(1)[:, 0] & np.uint64(0xFFFFFFFF)) < np.uint64(oracle.thresholds[0])
+    slots = np.zeros((users, domain - 1), dtype=bool)
+    for start, positions in sparse_bernoulli.grid_set_bits(reference, domain - 1, oracle.q):
+        slots.reshape(-1)[start * (domain - 1) + positions] = True
     bits = np.zeros((users, domain), dtype=bool)
-    for start, positions in sparse_bernoulli.grid_set_bits(reference, domain, oracle.q):
-        bits.reshape(-1)[start * domain + positions] = True
+    columns = (values.astype(np.int64)[:, None] + 1 + np.arange(domain - 1)) % domain
+    bits[np.arange(users)[:, None], columns] = slots
     bits[np.arange(users), values.astype(np.intp)] = own
     for group, statistics in enumerate(sampled):
         np.testing.assert_array_equal(statistics.counts, bits[groups == group].sum(axis=0))
         assert statistics.n_users == np.count_nonzero(groups == group)
-    assert bits.sum() > 0.9 * users * domain * oracle.q
+    assert slots.sum() > 0.9 * users * (domain - 1) * oracle.q
 
 
 GROUPED = [

@@ -56,8 +56,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..randomness import GRID_USERS, RangeRandom
-from ..scratch import borrowed
-from ..sparse_bernoulli import MAX_DRAW, grid_set_bits
+from ..sparse_bernoulli import grid_pieces, row_divider
 from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_groups, check_kind, check_lengths, group_members
 from .device_spec import DeviceSpec
 from .sampling import RandomSource, check_rng_batch, random_words
@@ -67,7 +66,6 @@ WORD_SCALE = 1 << 32  # a bit compares a uniform 32-bit word with its threshold
 _WORDS_PER_DRAW = 128  # 256 bits per call on the rng: fixed, so the call sequence never depends on the shard
 _BYTE_SUM_ROWS = 255  # rows a uint8 column sum can take without overflowing
 _LOW_HALF = np.uint64(0xFFFFFFFF)
-_BATCH_BITS = 1 << 20  # set bits counted at once by the sparse path
 # The sparse sampler cost about 19 ns a set bit with its counting, the dense path about 3.3 ns a
 # bit (half a Philox word, a comparison, a column sum): on 1,024-bit rows they cost the same near
 # q' = 0.155; at q' = 0.142 the sampler was 16% cheaper, at 0.119 23%, at 0.100 52% (CPU time,
@@ -224,54 +222,45 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         self, values: np.ndarray, groups: np.ndarray, n_groups: int, rng: RangeRandom
     ) -> list[UnaryStatistics]:
         """Two calls on ``rng``: the own bits (a word per user, its low half below ``T_p``), then
-        the grid of other bits; a set bit at ``(user, x)`` counts in cell ``group * d + x``
-        unless ``x`` is the user's value (there the own bit counts instead)."""
+        the grid of the other bits, ``d - 1`` a user (module docstring).
+
+        Counting: group ``g``'s counts are kept in ``2d`` cells, ``g 2d + x``.  A user's own bit
+        counts in cell ``g 2d + v``; its slot ``c`` (``c < d - 1``) on the grid's line, position
+        ``p = r (d - 1) + c`` of its block's row ``r``, counts in cell ``p + offset[r]`` with
+        ``offset[r] = g 2d + v + 1 - r (d - 1)``, that is ``g 2d + v + 1 + c``, and column ``x``
+        of the group is the sum of its cells ``x`` and ``x + d``: slot ``c`` lands in column
+        ``(v + 1 + c) mod d``, every column but ``v`` once.  A set bit costs a row (a multiply
+        and a shift), a gathered offset, an add and a counted cell; nothing compares a bit with
+        the user's own value.
+        """
         check_rng_batch(rng, values.shape[0])
         own = (rng.words(1)[:, 0] & _LOW_HALF) < np.uint64(self.thresholds[0])
         counted = groups >= 0
         d = self.domain
-        base = np.where(counted, groups, n_groups) * d  # uncounted users fill a discarded group
-        values = values.astype(np.int64)
-        cells = (n_groups + 1) * d
-        own_cells = base + values
-        counts = np.bincount(own_cells[own], minlength=cells)
-        shift = d.bit_length() - 1 if d & (d - 1) == 0 else None
-        row_starts = np.arange(min(GRID_USERS, values.shape[0]), dtype=np.int64) * d
-        # scratch (:mod:`fedhh.scratch`): a piece's rows, its users' own cells, their match; the cells not counted yet
-        scratch = (MAX_DRAW, np.int64), (MAX_DRAW, np.int64), (MAX_DRAW, bool), (_BATCH_BITS + MAX_DRAW, np.int64)
-        with borrowed(*scratch) as (rows_buffer, own_buffer, match_buffer, batch):
-            held = 0
-            replaced: list[np.ndarray] = []
-            block_first, row_cells, block_own_cells = -1, row_starts, own_cells
-            for first, positions in grid_set_bits(rng, d, self.q):
-                size = positions.size
-                if first != block_first:  # bit (first + r, p - r d) counts in cell base + p - r d
-                    block_first, users = first, min(GRID_USERS, values.shape[0] - first)
-                    row_cells = base[first : first + users] - row_starts[:users]
-                    block_own_cells = own_cells[first : first + users]
-                rows = rows_buffer[:size]
-                if shift is not None:
-                    np.right_shift(positions, shift, out=rows)
-                else:
-                    np.floor_divide(positions, d, out=rows)
-                if held + size > batch.size:
-                    counts += np.bincount(batch[:held], minlength=cells)
-                    held = 0
-                hit = batch[held : held + size]
-                np.take(row_cells, rows, out=hit, mode="clip")  # rows < users: clipping never acts, and skips the check
-                hit += positions
-                held += size
-                # a user's bit at its own value is its own bit, not the grid's: uncounted below
-                owners_cells = own_buffer[:size]
-                np.take(block_own_cells, rows, out=owners_cells, mode="clip")
-                match = match_buffer[:size]
-                np.equal(owners_cells, hit, out=match)
-                replaced.append(hit[match])
-            counts += np.bincount(batch[:held], minlength=cells)
-        if replaced:
-            counts -= np.bincount(np.concatenate(replaced), minlength=cells)
+        stride = 2 * d
+        cells = (n_groups + 1) * stride  # uncounted users fill a discarded group
+        own_cells = np.where(counted, groups, n_groups) * stride
+        own_cells += values.astype(np.int64)
+        # set own bits in their cells, the others in the discarded group's (a select, not a compress:
+        # half the bits set at random, a mask costs a mispredicted branch a user)
+        counts = np.bincount(np.where(own, own_cells, n_groups * stride), minlength=cells)
+        slots = d - 1
+        rows_of = row_divider(slots)
+        own_cells += 1  # offset[r] + r (d - 1): the cell of slot 0
+        row_starts = np.arange(min(GRID_USERS, values.shape[0]), dtype=np.int64) * slots
+        block_first, offsets = -1, own_cells
+        for first, positions, (rows_buffer, cells_buffer) in grid_pieces(rng, slots, self.q):
+            if first != block_first:
+                block_first, users = first, min(GRID_USERS, values.shape[0] - first)
+                offsets = own_cells[first : first + users] - row_starts[:users]
+            rows = rows_of(positions, rows_buffer[: positions.size])
+            hit = cells_buffer[: positions.size]
+            np.take(offsets, rows, out=hit, mode="clip")  # rows < users: clipping never acts, and skips the check
+            hit += positions
+            np.add.at(counts, hit, 1)
         reporters = np.bincount(groups[counted], minlength=n_groups)
-        per_group = counts[: n_groups * self.domain].reshape(n_groups, self.domain)
+        halves = counts[: n_groups * stride].reshape(n_groups, 2, d)
+        per_group = halves[:, 0] + halves[:, 1]
         return [UnaryStatistics(row, int(users)) for row, users in zip(per_group, reporters, strict=True)]
 
     def aggregate(self, reports: UnaryReports) -> UnaryStatistics:
