@@ -235,20 +235,30 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         """
         check_rng_batch(rng, values.shape[0])
         own = (rng.words(1)[:, 0] & _LOW_HALF) < np.uint64(self.thresholds[0])
-        counted = groups >= 0
         d = self.domain
         stride = 2 * d
         cells = (n_groups + 1) * stride  # uncounted users fill a discarded group
-        own_cells = np.where(counted, groups, n_groups) * stride
-        own_cells += values.astype(np.int64)
-        # set own bits in their cells, the others in the discarded group's (a select, not a compress:
-        # half the bits set at random, a mask costs a mispredicted branch a user)
-        counts = np.bincount(np.where(own, own_cells, n_groups * stride), minlength=cells)
+        own_cells = groups * stride
+        counted = groups >= 0
+        if values.size and not counted.all():
+            np.putmask(own_cells, ~counted, n_groups * stride)
+            reporters = np.bincount(groups[counted], minlength=n_groups)
+        else:
+            reporters = np.bincount(groups, minlength=n_groups)
+        np.add(own_cells, values, out=own_cells, casting="unsafe")  # values < d: exact
+        # a user whose own bit is 0 counts in cell 0, taken off after: a product instead of a
+        # select or a compress (half the bits set at random: either costs a mispredicted branch a user)
+        counts = np.bincount(own_cells * own, minlength=cells)
+        counts[0] -= own.size - np.count_nonzero(own)
         slots = d - 1
         rows_of = row_divider(slots)
         own_cells += 1  # offset[r] + r (d - 1): the cell of slot 0
         row_starts = np.arange(min(GRID_USERS, values.shape[0]), dtype=np.int64) * slots
         block_first, offsets = -1, own_cells
+        # the other bits' counts in int32 (no cell exceeds the users, < 2^31 here): half the bytes
+        # in the cache that add.at scatters into, 3% of SFP's run
+        tally = np.int32 if values.shape[0] < 1 << 31 else np.int64
+        others, one = np.zeros(cells, dtype=tally), tally(1)
         for first, positions, (rows_buffer, cells_buffer) in grid_pieces(rng, slots, self.q):
             if first != block_first:
                 block_first, users = first, min(GRID_USERS, values.shape[0] - first)
@@ -257,8 +267,8 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
             hit = cells_buffer[: positions.size]
             np.take(offsets, rows, out=hit, mode="clip")  # rows < users: clipping never acts, and skips the check
             hit += positions
-            np.add.at(counts, hit, 1)
-        reporters = np.bincount(groups[counted], minlength=n_groups)
+            np.add.at(others, hit, one)
+        counts += others
         halves = counts[: n_groups * stride].reshape(n_groups, 2, d)
         per_group = halves[:, 0] + halves[:, 1]
         return [UnaryStatistics(row, int(users)) for row, users in zip(per_group, reporters, strict=True)]
