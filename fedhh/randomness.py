@@ -36,6 +36,7 @@ _MUL1 = np.uint64(0xBF58476D1CE4E5B9)
 _MUL2 = np.uint64(0x94D049BB133111EB)
 _SHIFT1, _SHIFT2, _SHIFT3 = np.uint64(30), np.uint64(27), np.uint64(31)
 _UNIT = 1.0 / float(1 << 53)
+_CHUNK = 1 << 15  # elements a chunked pass over a per-user array works on at once (256 KiB of words: L2)
 GRID_USERS = 4096  # consecutive global user ids that share one Philox stream in keyed_range_words
 _PHILOX_WORDS_PER_COUNTER = 4  # Philox-4x64 gives four 64-bit words per counter value
 # Philox's constructor needs a seed; a fixed one avoids drawing OS entropy for a key we replace.
@@ -50,21 +51,30 @@ def splitmix64(x: np.ndarray | np.uint64) -> np.ndarray:
 
 def _mix_in_place(z: np.ndarray) -> np.ndarray:
     """SplitMix64's mixing of ``z`` (already offset by the golden ratio), overwriting ``z``: one
-    scratch array instead of a temporary per operation."""
+    scratch array instead of a temporary per operation, and the eight passes made a chunk of
+    :data:`_CHUNK` words at a time, so they run in the cache instead of streaming the whole
+    array through memory eight times (10^6 words: 4.7 -> 1.4 ms, CPU time, load 1)."""
     if z.ndim == 0:
         z = z ^ (z >> np.uint64(30))
         z = z * _MUL1
         z = z ^ (z >> np.uint64(27))
         z = z * _MUL2
         return z ^ (z >> np.uint64(31))
-    scratch = np.empty_like(z)
+    if not z.flags.c_contiguous:
+        z[...] = _mix_in_place(np.ascontiguousarray(z))
+        return z
+    flat = z.reshape(-1)
+    scratch = np.empty(min(flat.size, _CHUNK), dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for shift, multiplier in ((_SHIFT1, _MUL1), (_SHIFT2, _MUL2)):
-            np.right_shift(z, shift, out=scratch)
-            z ^= scratch
-            z *= multiplier
-        np.right_shift(z, _SHIFT3, out=scratch)
-        z ^= scratch
+        for first in range(0, flat.size, _CHUNK):
+            chunk = flat[first : first + _CHUNK]
+            spare = scratch[: chunk.size]
+            for shift, multiplier in ((_SHIFT1, _MUL1), (_SHIFT2, _MUL2)):
+                np.right_shift(chunk, shift, out=spare)
+                chunk ^= spare
+                chunk *= multiplier
+            np.right_shift(chunk, _SHIFT3, out=spare)
+            chunk ^= spare
     return z
 
 
@@ -153,6 +163,27 @@ def uniform_from_bits(bits: np.ndarray) -> np.ndarray:
     return uniforms
 
 
+def _scaled_integers(words: np.ndarray, span: float, low: int) -> np.ndarray:
+    """``low + floor(uniform_from_bits(words) x span)`` as int64 (``span`` an integer below
+    ``2^52``), written over ``words`` (1-d, contiguous; a fresh array, not kept, spares the
+    page faults of another): the same floats and integers, a chunk of :data:`_CHUNK` words at a time (the
+    whole-array passes streamed 8 MB each through memory at 10^6 users: 19 -> 6 ms for SFP's
+    public positions, CPU time, load 1).  Truncation is ``floor`` here: every product is >= 0."""
+    out = words.view(np.int64)  # a chunk is read before its integers are written over it
+    tops = np.empty(min(words.size, _CHUNK), dtype=np.uint64)
+    uniforms = np.empty(tops.size, dtype=np.float64)
+    for first in range(0, words.size, _CHUNK):
+        chunk = words[first : first + _CHUNK]
+        top, uniform = tops[: chunk.size], uniforms[: chunk.size]
+        np.right_shift(chunk, np.uint64(11), out=top)
+        np.multiply(top, _UNIT, out=uniform)  # k 2^-53: k < 2^53 converts exactly
+        uniform *= span
+        np.copyto(out[first : first + chunk.size], uniform, casting="unsafe")
+    if low:
+        out += low
+    return out
+
+
 class _PerUserDraws:
     """``Generator``-compatible draws, one value (or one row) per user per call."""
 
@@ -213,6 +244,9 @@ class _PerUserDraws:
                 return draws
             draws += low_arr
             return draws
+        if span.ndim == 0 and low_arr.ndim == 0 and (size is None or isinstance(size, (int, np.integer))):
+            shape = self._check_size(size)
+            return _scaled_integers(self._bits(1)[:, 0], float(span), int(low_arr)).reshape(shape)
         draws = self.random(size)
         if np.broadcast_shapes(draws.shape, span.shape) != draws.shape:  # bounds wider than the draws
             return low_arr + np.floor(draws * span).astype(np.int64)
@@ -248,7 +282,10 @@ class UserRandom(_PerUserDraws):
         counters = np.uint64(self._counter) + np.arange(columns, dtype=np.uint64)
         self._counter += columns
         if self._user_keys is None:
-            self._user_keys = splitmix64(self._ids ^ self._key)
+            keys = self._ids ^ self._key
+            with np.errstate(over="ignore"):
+                keys += _GOLDEN
+            self._user_keys = _mix_in_place(keys)  # splitmix64(id XOR key), without a second array
         with np.errstate(over="ignore"):
             if columns == 1:
                 return _mix_in_place(self._user_keys + (counters[0] + _GOLDEN))[:, None]
