@@ -334,11 +334,12 @@ def test_sparse_shard_counts_do_not_depend_on_the_split_into_ranges_or_groups() 
 
 @pytest.mark.parametrize("domain", [40, 64, 2])
 def test_sparse_counts_are_the_walks_bits_with_each_users_own_bit(domain: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sparse path's counts, exactly: the grid's set bits (``grid_set_bits`` on the same call,
-    ``d - 1`` slots a user) laid densely, slot ``c`` of a user holding ``v`` in column ``(v + 1 + c)
-    mod d``, and each user's own bit at ``v`` (the low half of the first call's word below
-    ``T_p``), summed per group -- with short pieces, so pieces and blocks cut through the users
-    (a domain of a power of two, another, and the smallest: one slot a user)."""
+    """The sparse path's counts, exactly: the grid's set bits (``grid_pieces`` on the same call,
+    ``d - 1`` slots a user, blocks leading with a uniform per user) laid densely, slot ``c`` of a
+    user holding ``v`` in column ``(v + 1 + c) mod d``, and each user's own bit at ``v`` (its
+    leading 32-bit uniform below ``T_p``), summed per group -- with short pieces, so pieces and
+    blocks cut through the users (a domain of a power of two, another, and the smallest: one slot
+    a user)."""
     from fedhh import sparse_bernoulli
 
     monkeypatch.setattr(sparse_bernoulli, "MAX_DRAW", 97)
@@ -351,10 +352,14 @@ def test_sparse_counts_are_the_walks_bits_with_each_users_own_bit(domain: int, m
 
     sampled = oracle.randomize_aggregate_groups(values, groups, n_groups, RangeRandom(key, first, users))
     reference = RangeRandom(key, first, users)
-    own = (reference.words(1)[:, 0] & np.uint64(0xFFFFFFFF)) < np.uint64(oracle.thresholds[0])
+    uniforms = np.full(users, -1, dtype=np.int64)
     slots = np.zeros((users, domain - 1), dtype=bool)
-    for start, positions in sparse_bernoulli.grid_set_bits(reference, domain - 1, oracle.q):
+    for start, positions, _, leading in sparse_bernoulli.grid_pieces(reference, domain - 1, oracle.q, leading=True):
         slots.reshape(-1)[start * (domain - 1) + positions] = True
+        if leading is not None:
+            uniforms[start : start + leading.size] = leading
+    assert uniforms.min() >= 0  # every user's uniform, once
+    own = uniforms < oracle.thresholds[0]
     bits = np.zeros((users, domain), dtype=bool)
     columns = (values.astype(np.int64)[:, None] + 1 + np.arange(domain - 1)) % domain
     bits[np.arange(users)[:, None], columns] = slots

@@ -65,7 +65,6 @@ MAX_UNARY_DOMAIN = 1 << 26
 WORD_SCALE = 1 << 32  # a bit compares a uniform 32-bit word with its threshold
 _WORDS_PER_DRAW = 128  # 256 bits per call on the rng: fixed, so the call sequence never depends on the shard
 _BYTE_SUM_ROWS = 255  # rows a uint8 column sum can take without overflowing
-_LOW_HALF = np.uint64(0xFFFFFFFF)
 # The sparse sampler cost about 19 ns a set bit with its counting, the dense path about 3.3 ns a
 # bit (half a Philox word, a comparison, a column sum): on 1,024-bit rows they cost the same near
 # q' = 0.155; at q' = 0.142 the sampler was 16% cheaper, at 0.119 23%, at 0.100 52% (CPU time,
@@ -221,8 +220,9 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
     def _sparse_statistics(
         self, values: np.ndarray, groups: np.ndarray, n_groups: int, rng: RangeRandom
     ) -> list[UnaryStatistics]:
-        """Two calls on ``rng``: the own bits (a word per user, its low half below ``T_p``), then
-        the grid of the other bits, ``d - 1`` a user (module docstring).
+        """One call on ``rng``: the grid of the other bits, ``d - 1`` a user, whose blocks lead
+        with a 32-bit uniform per user, the own bit being that uniform below ``T_p`` (module
+        docstring).
 
         Counting: group ``g``'s counts are kept in ``2d`` cells, ``g 2d + x``.  A user's own bit
         counts in cell ``g 2d + v``; its slot ``c`` (``c < d - 1``) on the grid's line, position
@@ -234,7 +234,6 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         the user's own value.
         """
         check_rng_batch(rng, values.shape[0])
-        own = (rng.words(1)[:, 0] & _LOW_HALF) < np.uint64(self.thresholds[0])
         d = self.domain
         stride = 2 * d
         cells = (n_groups + 1) * stride  # uncounted users fill a discarded group
@@ -246,28 +245,30 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         else:
             reporters = np.bincount(groups, minlength=n_groups)
         np.add(own_cells, values, out=own_cells, casting="unsafe")  # values < d: exact
-        # a user whose own bit is 0 counts in cell 0, taken off after: a product instead of a
-        # select or a compress (half the bits set at random: either costs a mispredicted branch a user)
-        counts = np.bincount(own_cells * own, minlength=cells)
-        counts[0] -= own.size - np.count_nonzero(own)
         slots = d - 1
         rows_of = row_divider(slots)
-        own_cells += 1  # offset[r] + r (d - 1): the cell of slot 0
-        row_starts = np.arange(min(GRID_USERS, values.shape[0]), dtype=np.int64) * slots
-        block_first, offsets = -1, own_cells
+        slot_zero = 1 - np.arange(min(GRID_USERS, values.shape[0]), dtype=np.int64) * slots  # offset[r] - own cell
         # the other bits' counts in int32 (no cell exceeds the users, < 2^31 here): half the bytes
         # in the cache that add.at scatters into, 3% of SFP's run
         tally = np.int32 if values.shape[0] < 1 << 31 else np.int64
         others, one = np.zeros(cells, dtype=tally), tally(1)
-        for first, positions, (rows_buffer, cells_buffer) in grid_pieces(rng, slots, self.q):
-            if first != block_first:
-                block_first, users = first, min(GRID_USERS, values.shape[0] - first)
-                offsets = own_cells[first : first + users] - row_starts[:users]
+        own = np.empty(values.shape[0], dtype=bool)
+        own_threshold = np.uint32(self.thresholds[0])
+        offsets = own_cells
+        for first, positions, (rows_buffer, cells_buffer), leading in grid_pieces(rng, slots, self.q, leading=True):
+            if leading is not None:  # a block's first piece
+                users = leading.size
+                np.less(leading, own_threshold, out=own[first : first + users])
+                offsets = own_cells[first : first + users] + slot_zero[:users]
             rows = rows_of(positions, rows_buffer[: positions.size])
             hit = cells_buffer[: positions.size]
             np.take(offsets, rows, out=hit, mode="clip")  # rows < users: clipping never acts, and skips the check
             hit += positions
             np.add.at(others, hit, one)
+        # a user whose own bit is 0 counts in cell 0, taken off after: a product instead of a
+        # select or a compress (half the bits set at random: either costs a mispredicted branch a user)
+        counts = np.bincount(own_cells * own, minlength=cells)
+        counts[0] -= own.size - np.count_nonzero(own)
         counts += others
         halves = counts[: n_groups * stride].reshape(n_groups, 2, d)
         per_group = halves[:, 0] + halves[:, 1]

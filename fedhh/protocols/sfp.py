@@ -236,7 +236,7 @@ def vocabulary_values(fragments: FragmentCodec, vocabulary: Vocabulary) -> tuple
 
 def user_positions(position_seed: int, positions: int, user_ids: np.ndarray) -> np.ndarray:
     """Each global user's fragment position (public randomness, sent in the clear)."""
-    return UserRandom(np.uint64(position_seed), np.asarray(user_ids, dtype=np.int64)).integers(0, positions)
+    return UserRandom(np.uint64(position_seed), np.asarray(user_ids)).integers(0, positions)
 
 
 @functools.lru_cache(maxsize=4)
@@ -335,11 +335,13 @@ def respond(request: SFPRequest, shard: Shard, randomness: RandomnessSource) -> 
     fragment_oracle = request.fragment_oracle(codec)
     word_oracle = request.word_oracle() if request.word_epsilon > 0 else None
     reports, words = vocabulary_values(fragments, shard.vocabulary)
-    local = np.arange(shard.n_users)
-    user_ids = local + shard.first_user
-    items = np.full(shard.n_users, -1, dtype=np.int64)
-    holders, chosen = choose_items(shard, local, randomness, ITEM_PURPOSE, 0)
-    items[holders] = chosen
+    if shard.one_item_per_user:  # what choose_items gives such a shard, without its gathers
+        items = shard.item_of_user
+    else:
+        items = np.full(shard.n_users, -1, dtype=np.int64)
+        holders, chosen = choose_items(shard, np.arange(shard.n_users), randomness, ITEM_PURPOSE, 0)
+        items[holders] = chosen
+    user_ids = np.arange(shard.first_user, shard.first_user + shard.n_users, dtype=np.uint64)
     positions = user_positions(request.position_seed, fragments.positions, user_ids)
     fragment_counts = np.zeros((fragments.positions, fragment_oracle.flat_size()), dtype=np.int64)
     fragment_reporters = np.zeros((fragments.positions, request.sketch_rows), dtype=np.int64)
