@@ -17,22 +17,22 @@ probability ``q``, which is the law of the device's "other" bits.
 Truncation and rounding.  ``U = 1 - k 2^-53`` (exactly ``(2^53 - k)
 2^-53``), ``k`` the top 53 bits of a 64-bit word (``Generator.random``'s
 ``k 2^-53``), so ``P(U <= (1 - q)^k)`` is ``(1 - q)^k`` rounded down to a
-multiple of ``2^-53``.  The gap is computed as ``floor(log(U) x c + 1)``
-with ``c = 1 / log(1 - q)`` rounded once: ``log`` (within an ulp or two),
-``c`` and the product each round by ``2^-53`` relative, the ``+ 1`` by
-half an ulp of the sum -- a few ulp of ``x = log U / log(1 - q)`` in all,
-one rounding more than a division by ``log(1 - q)`` (which costs three
-times the multiplication).  That can move the comparison ``x >= k`` only
-for the ``U`` within a few ``2^-53 k`` relative of ``(1 - q)^k``, and there
-are at most a few grid points ``U`` there (``-log(1 - q) (k + 1) (1 -
-q)^k <= 1``): every tail ``P(G >= k)`` is within a few ``2^-53`` (about
-``2^-51``) of ``(1 - q)^k``.  In total variation a gap's law is within
-that times the number of gap lengths a 53-bit ``U`` reaches, ``K = 53 ln
-2 / -log(1 - q)`` (the longest gap, exceeded by the exact law with
-probability ``2^-53``): about ``2^-40`` at ``q = 0.018`` (``K = 2,000``),
-so the ``N`` set bits of a run are within ``N 2^-40`` (``1e-3`` for
-``10^9`` set bits) of the exact law -- far below anything a simulation
-can detect.
+multiple of ``2^-53``.  The step is computed as ``floor(log(U) / log(1 -
+q) + 1)``: ``log``, the division and the ``+ 1`` round by an ulp or so,
+which can move the comparison ``x >= k`` (``x = log U / log(1 - q)``) only
+for the few grid points ``U`` next to ``(1 - q)^k``
+(:func:`steps_from_uniforms`).  Checked exhaustively at every ``k`` with
+``(1 - q)^k >= 2^-53`` (``tests/test_sparse_bernoulli.py``: OUE's ``q'``
+at ε = 2, 4 and 6, and ``q = 0.05``): at most one grid point moves, so
+every tail ``P(G >= k)`` is within ``2 x 2^-53 = 2^-52`` of ``(1 -
+q)^k``.  (A product with ``1 / log(1 - q)``, a third of the division's
+cost, moved two at ε = 4: ``3 x 2^-53``; the division stays.)  In total
+variation a gap's law is within ``2^-52`` times the number of gap lengths
+a 53-bit ``U`` reaches, ``K = 53 ln 2 / -log(1 - q)`` (the longest gap,
+exceeded by the exact law with probability ``2^-53``): about ``2^-41`` at
+``q' = 0.018`` (``K = 2,024``), so the ``N`` set bits of a run are within
+``N 2^-41`` (``5e-4`` for ``10^9`` set bits) of the exact law -- far below
+anything a simulation can detect.
 
 Keys and sharding.  The line is cut into blocks of
 :data:`fedhh.randomness.GRID_USERS` consecutive global users (``GRID_USERS
@@ -183,13 +183,13 @@ def _block_positions(
     (module docstring), in pieces of at most :data:`MAX_DRAW` (the stream is read in order, so
     the positions do not depend on how it is cut), each a view of ``line`` (``uniforms``,
     ``steps``: scratch of its size)."""
-    inverse_log_keep = gap_scale(probability)
+    log_keep = math.log1p(-probability)
     last = -1
     while True:
         size = _draw_size((length - 1 - last) * probability)
         draws, gaps, positions = uniforms[:size], steps[:size], line[:size]
         stream.random(out=draws)  # k 2^-53, k uniform on [0, 2^53)
-        steps_from_uniforms(draws, inverse_log_keep, gaps)
+        steps_from_uniforms(draws, log_keep, gaps)
         gaps[0] += last
         running_sum(gaps, positions, draws.view(np.int64))
         if positions[-1] >= length:
@@ -199,17 +199,12 @@ def _block_positions(
         yield positions
 
 
-def gap_scale(probability: float) -> float:
-    """``c = 1 / log(1 - q)``, rounded once: the walk multiplies by it (module docstring)."""
-    return 1.0 / math.log1p(-probability)
-
-
-def steps_from_uniforms(draws: np.ndarray, scale: float, out: np.ndarray) -> np.ndarray:
-    """``out = floor(log(1 - draws) x scale + 1)``, the steps ``G + 1`` from one set bit to the next
-    (``draws``: ``k 2^-53``, overwritten; ``scale``: :func:`gap_scale`)."""
+def steps_from_uniforms(draws: np.ndarray, log_keep: float, out: np.ndarray) -> np.ndarray:
+    """``out = floor(log(1 - draws) / log_keep + 1)``, the steps ``G + 1`` from one set bit to the
+    next (``draws``: ``k 2^-53``, overwritten; ``log_keep``: ``log1p(-q)``)."""
     np.subtract(1.0, draws, out=draws)  # U = (2^53 - k) 2^-53, uniform on {1, ..., 2^53} 2^-53, exactly
     np.log(draws, out=draws)
-    draws *= scale
+    draws /= log_keep  # not a product with 1 / log_keep: its rounding would widen the bound (module docstring)
     draws += 1.0  # >= 1, so truncation is floor: the step to the next 1 is gap + 1
     np.copyto(out, draws, casting="unsafe")
     return out

@@ -332,6 +332,30 @@ def test_sparse_shard_counts_do_not_depend_on_the_split_into_ranges_or_groups() 
 
 
 
+def test_sparse_columns_of_a_wide_row_have_the_device_means_and_variances() -> None:
+    """SFP's rows (OUE, 1,024 bits, ε = 4), users in 3 groups, a third of them holding value 7: every
+    group's column ``x`` counts ``Binomial(n_gx, p') + Binomial(n_g - n_gx, q')`` -- each column's
+    z-score within 5.5 (3,072 columns), and their mean square within 5 sd of 1 (the variances),
+    so neither the own column (at p') nor any rotated other column (at q') is off."""
+    users, domain, n_groups = 60_000, 1024, 3
+    oracle = make_oracle("oue", epsilon=4.0, domain=domain)
+    generator = np.random.default_rng(17)
+    values = np.where(generator.random(users) < 1 / 3, 7, generator.integers(0, domain, users)).astype(np.uint64)
+    groups = generator.integers(0, n_groups, users)
+    sampled = oracle.randomize_aggregate_groups(values, groups, n_groups, KeyedRandomness(5).for_range("wide", 1, 999, users))
+    z = []
+    for group, statistics in enumerate(sampled):
+        holders = np.bincount(values[groups == group].astype(np.intp), minlength=domain)
+        members = int(np.count_nonzero(groups == group))
+        assert statistics.n_users == members
+        mean = holders * oracle.p + (members - holders) * oracle.q
+        variance = holders * oracle.p * (1 - oracle.p) + (members - holders) * oracle.q * (1 - oracle.q)
+        z.append((statistics.counts - mean) / np.sqrt(variance))
+    z = np.concatenate(z)
+    assert np.abs(z).max() <= 5.5
+    assert abs(np.mean(z**2) - 1) <= Z * math.sqrt(2 / z.size)
+
+
 @pytest.mark.parametrize("domain", [40, 64, 2])
 def test_sparse_counts_are_the_walks_bits_with_each_users_own_bit(domain: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The sparse path's counts, exactly: the grid's set bits (``grid_pieces`` on the same call,

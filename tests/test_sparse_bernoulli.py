@@ -150,3 +150,37 @@ def test_a_batch_of_ranges_has_each_ranges_own_bits() -> None:
     alone = np.vstack([dense_grid(RangeRandom(key, first, n), width, Q) for first, n in ranges])
     np.testing.assert_array_equal(batch, alone)
     assert batch.sum() > 0.5 * batch.size * Q
+
+
+@pytest.mark.parametrize("threshold", [
+    math.ceil(2**32 / (math.exp(4.0) + 1)),  # OUE's q' at ε = 4 (SFP's and TreeHist's sketches)
+    math.ceil(2**32 / (math.exp(2.0) + 1)),
+    math.ceil(2**32 / (math.exp(6.0) + 1)),
+    214_748_365,  # Q
+])
+def test_every_tail_of_the_computed_gap_is_within_2_to_the_minus_52(threshold: int) -> None:
+    """The module docstring's bound, exhaustively: at every ``k`` with ``(1 - q)^k >= 2^-53``, the
+    grid points ``U = j 2^-53`` whose computed step ``floor(log U / log(1 - q) + 1)`` is at least
+    ``k + 1`` are ``j <= J'_k``, and ``J'_k`` is within one of ``J_k = floor((1 - q)^k 2^53)``
+    (exact, in integers): every tail ``P(G >= k)`` within ``2^-52`` of ``(1 - q)^k``."""
+    q, keep = threshold / 2**32, 2**32 - threshold
+    exact, power, k = [], 1, 0
+    while True:
+        k, power = k + 1, power * keep
+        grid_points = (power << 53) >> (32 * k)  # floor((1 - q)^k 2^53), in integers
+        if grid_points < 1:
+            break
+        exact.append(grid_points)
+    bounds = np.array(exact, dtype=np.int64)
+    lengths = np.arange(1, bounds.size + 1)
+    window = np.arange(-8, 9)
+    points = np.clip(bounds[:, None] + window, 1, 2**53)
+    draws = ((2**53 - points) * 2.0**-53).ravel()  # the walk's k 2^-53, exactly
+    steps = sparse_bernoulli.steps_from_uniforms(draws, math.log1p(-q), np.empty(draws.size, dtype=np.int64))
+    at_least = steps.reshape(points.shape) >= lengths[:, None] + 1
+    assert np.all(np.diff(at_least.astype(np.int8), axis=1) <= 0)  # the step falls as U grows
+    assert np.all(at_least[:, 0] | (points[:, 0] == 1)) and not at_least[:, -1].any()  # the edge is inside the window
+    computed = points[np.arange(bounds.size), at_least.sum(axis=1) - 1]  # J'_k: the last j with a step >= k + 1
+    computed[~at_least.any(axis=1)] = 0
+    assert np.abs(computed - bounds).max() <= 1
+    assert bounds.size > 250
