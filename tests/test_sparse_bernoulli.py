@@ -184,3 +184,30 @@ def test_every_tail_of_the_computed_gap_is_within_2_to_the_minus_52(threshold: i
     computed[~at_least.any(axis=1)] = 0
     assert np.abs(computed - bounds).max() <= 1
     assert bounds.size > 250
+
+
+def test_leading_uniforms_and_bits_do_not_depend_on_the_range_that_holds_a_user() -> None:
+    """``grid_pieces(..., leading=True)``: each user's leading 32-bit uniform (one per user, on its
+    block's first piece) and its bits are the same in one range as in pieces cut inside and on
+    block boundaries; the uniforms are uniform (mean within 5 standard errors)."""
+    source, width, first = KeyedRandomness(6), 30, GRID_USERS - 200
+    n = 2 * GRID_USERS + 300
+
+    def grid(a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        bits, uniforms = np.zeros((b - a, width), dtype=bool), np.full(b - a, -1, dtype=np.int64)
+        for start, positions, _, leading in sparse_bernoulli.grid_pieces(source.for_range("lead", 1, first + a, b - a),
+                                                                         width, Q, leading=True):
+            bits.reshape(-1)[start * width + positions] = True
+            if leading is not None:
+                assert np.all(uniforms[start : start + leading.size] == -1)  # once a user
+                uniforms[start : start + leading.size] = leading
+        return bits, uniforms
+
+    whole_bits, whole_uniforms = grid(0, n)
+    cuts = [0, 1, 199, 200, 201, GRID_USERS + 200, GRID_USERS + 900, n]
+    pieces = [grid(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    np.testing.assert_array_equal(np.concatenate([bits for bits, _ in pieces]), whole_bits)
+    np.testing.assert_array_equal(np.concatenate([uniforms for _, uniforms in pieces]), whole_uniforms)
+    assert whole_uniforms.min() >= 0
+    assert abs(whole_uniforms.mean() / 2**32 - 0.5) <= Z * math.sqrt(1 / 12 / n)
+    assert whole_bits.sum() > 0.9 * n * width * Q

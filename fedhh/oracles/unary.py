@@ -32,15 +32,21 @@ Two client paths give the same statistics (the per-value support counts):
 * ``randomize_aggregate`` (and ``randomize_aggregate_groups``) with a
   :class:`fedhh.randomness.RangeRandom` and ``q' <=``
   :data:`SPARSE_MAX_Q`: the counts of the set bits only
-  (:mod:`fedhh.sparse_bernoulli`).  A user's bits are an independent
-  Bernoulli(``q'``) row (walked by geometric gaps over a keyed grid, one
-  call on the rng) whose bit at the user's own value is replaced by an own
-  bit, a uniform 32-bit word (the low half of the word of one more call)
-  below ``T_p``: independent bits, 1 with probability ``p'`` at the value
-  and ``q'`` elsewhere -- the device's law, with the device's realised
-  ``p'`` and ``q'``, up to the sampler's 53-bit truncation; a different
-  sample from ``randomize``'s, but still a function of the user's global
-  id and the call sequence, so the same under any sharding.  Above
+  (:mod:`fedhh.sparse_bernoulli`), one call on the rng.  A user holding
+  ``v`` has ``d - 1`` "other" slots, an independent Bernoulli(``q'``) row
+  walked by geometric gaps over a keyed grid, and slot ``c`` is its bit
+  at column ``(v + 1 + c) mod d`` -- a bijection from the slots onto the
+  columns other than ``v``; its bit at ``v`` is an own bit, a uniform
+  32-bit word below ``T_p`` (the grid's block stream gives one per user
+  before its walk).  So every column but ``v`` is an independent
+  Bernoulli(``q'``) bit and column ``v`` an independent Bernoulli(``p'``)
+  one: the device's law, with the device's realised ``p'`` and ``q'``, up
+  to the walk's 53-bit truncation (every tail of a gap within ``2^-52``);
+  a different sample from ``randomize``'s, but still a function of the
+  user's global id and the call sequence, so the same under any sharding.
+  (Until issue 12's wave 5 the walk covered all ``d`` columns and the bit
+  at ``v`` was replaced: the same law, at a per-bit comparison with the
+  user's value; walking ``d - 1`` slots needs none.)  Above
   :data:`SPARSE_MAX_Q` (SUE below ε = 2 ln 7 = 3.9, OUE below ε = ln 7 =
   1.95) the bits are drawn densely and counted without packing.
 """
@@ -70,7 +76,8 @@ _BYTE_SUM_ROWS = 255  # rows a uint8 column sum can take without overflowing
 # q' = 0.155; at q' = 0.142 the sampler was 16% cheaper, at 0.119 23%, at 0.100 52% (CPU time,
 # 100,000 users, load 2.9).  The switch depends on q' alone, so every shard takes the same path.
 # Since the sampler's SFC64 walk and one-buffer counting (about 15 ns a set bit, 200,000 users,
-# load 1) it is cheaper still below q' = 0.125; the switch stays there so no result moves.
+# load 1; about 9 since issue 12's wave 5) it is cheaper still below q' = 0.125; the switch stays
+# there so no result moves.
 SPARSE_MAX_Q = 0.125
 
 
