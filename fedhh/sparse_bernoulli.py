@@ -76,6 +76,13 @@ TreeHist's run beside its counting (CPU time, load 1-2), the same bits.
 Several ranges.  A :meth:`fedhh.randomness.RangeRandom.over_ranges` batch
 walks each range's blocks in turn (``first`` counting the ranges' users in
 order): every range's bits are the ones it has alone.
+
+Leading uniforms.  :func:`grid_pieces` with ``leading=True`` first takes
+``GRID_USERS / 2`` words of each block's stream, a 32-bit uniform for each
+of its rows (a unary encoding's own bits), and walks on from there: another
+grid than ``leading=False``'s for the same key, of the same law, and the
+same in any range (a block's words are drawn whole whatever part of it the
+range holds).
 """
 
 from __future__ import annotations

@@ -258,7 +258,7 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         # the bits' counts in int32 (no cell exceeds the users, < 2^31 here): half the bytes in the
         # cache that add.at scatters into, 3% of SFP's run
         tally = np.int32 if values.shape[0] < 1 << 31 else np.int64
-        others, one = np.zeros(cells, dtype=tally), tally(1)
+        counts, one = np.zeros(cells, dtype=tally), tally(1)
         own = np.empty(values.shape[0], dtype=bool)
         own_threshold = np.uint32(self.thresholds[0])
         offsets = own_cells
@@ -271,11 +271,11 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
             hit = cells_buffer[: positions.size]
             np.take(offsets, rows, out=hit, mode="clip")  # rows < users: clipping never acts, and skips the check
             hit += positions
-            np.add.at(others, hit, one)
+            np.add.at(counts, hit, one)
         # own bits added as 0 or 1 in every user's cell: no select or compress (half the bits set at
         # random: either costs a mispredicted branch a user), no bincount's array of every cell
-        np.add.at(others, own_cells, own.view(np.uint8).astype(tally))
-        halves = others[: n_groups * stride].reshape(n_groups, 2, d)
+        np.add.at(counts, own_cells, own.view(np.uint8).astype(tally))
+        halves = counts[: n_groups * stride].reshape(n_groups, 2, d)
         per_group = halves[:, 0].astype(np.int64)
         per_group += halves[:, 1]
         return [UnaryStatistics(row, int(users)) for row, users in zip(per_group, reporters, strict=True)]
