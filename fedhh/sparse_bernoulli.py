@@ -23,10 +23,12 @@ which can move the comparison ``x >= k`` (``x = log U / log(1 - q)``) only
 for the few grid points ``U`` next to ``(1 - q)^k``
 (:func:`steps_from_uniforms`).  Checked exhaustively at every ``k`` with
 ``(1 - q)^k >= 2^-53`` (``tests/test_sparse_bernoulli.py``: OUE's ``q'``
-at ε = 2, 4 and 6, and ``q = 0.05``): at most one grid point moves, so
-every tail ``P(G >= k)`` is within ``2 x 2^-53 = 2^-52`` of ``(1 -
-q)^k``.  (A product with ``1 / log(1 - q)``, a third of the division's
-cost, moved two at ε = 4: ``3 x 2^-53``; the division stays.)  In total
+at ε = 2, 4 and 6, and ``q = 0.05``; OUE's and SUE's at ε from 1.95 to 8
+when tried): at most one grid point moves, so every tail ``P(G >= k)`` is
+within ``2 x 2^-53 = 2^-52`` of ``(1 - q)^k``.  (A product with ``1 /
+log(1 - q)``, a third of the division's cost, moved two at ε = 4: ``3 x
+2^-53``, and so did one with ``1 / log(1 - q)`` split in two doubles; the
+division, correctly rounded, stays.)  In total
 variation a gap's law is within ``2^-52`` times the number of gap lengths
 a 53-bit ``U`` reaches, ``K = 53 ln 2 / -log(1 - q)`` (the longest gap,
 exceeded by the exact law with probability ``2^-53``): about ``2^-41`` at
