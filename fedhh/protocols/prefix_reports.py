@@ -55,7 +55,7 @@ from ..randomness import GRID_USERS, RandomnessSource, UserRandom
 from .base import Request, Response
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
-from .prefix_oracles import level_draws_from_ranges, level_oracle, shard_counts
+from .prefix_oracles import answers_with_support, level_draws_from_ranges, level_oracle, shard_counts
 from .report_table import merge_tables, to_table, distinct_rows
 from .triehh import choose_items
 
@@ -327,7 +327,7 @@ def _summed_counts(oracle: FrequencyOracle, blocks: Iterator[Any], candidates: n
     of its blocks: their flat forms summed cell by cell (no merging of sparse statistics), or,
     for an oracle without one, the candidates' support in the blocks' summed statistics (one
     decode per shard, whatever its number of blocks)."""
-    if oracle.flat_size() is None:
+    if answers_with_support(oracle, candidates.size):
         return shard_counts(oracle, functools.reduce(operator.add, blocks), candidates)
     counts = reporters = np.zeros(0, dtype=np.int64)
     for number, statistics in enumerate(blocks):
