@@ -328,3 +328,22 @@ def test_support_of_other_sketches_is_the_support_of_their_statistics(name: str)
     expected = sketch.support(statistics, candidates)
     np.testing.assert_array_equal(sampled.counts, expected.counts)
     np.testing.assert_array_equal(sampled.n_users, expected.n_users)
+
+
+def test_support_sampled_at_the_read_cells_follows_each_call_s_candidates() -> None:
+    """The read cells kept from one call serve the next only for the same candidates: after a call
+    with other candidates (and with the first candidates' array changed in place), an oracle
+    samples what a fresh one samples."""
+    values = np.random.default_rng(4).choice(HELD, 3_000)
+    first, second = np.concatenate([HELD, ABSENT]), HELD[:2].copy()
+    source = KeyedRandomness(9)
+
+    def sampled(sketch: SketchOracle, candidates: np.ndarray) -> np.ndarray:
+        return sketch.randomize_support(values, candidates, source.for_range("s", 0, 0, values.size)).counts
+
+    used = make_oracle("cms", epsilon=4.0, domain=1 << 64, rows=4, width=64, seed=6)
+    sampled(used, first)
+    first[:2] = second
+    for candidates in (second, first):
+        fresh = make_oracle("cms", epsilon=4.0, domain=1 << 64, rows=4, width=64, seed=6)
+        np.testing.assert_array_equal(sampled(used, candidates), sampled(fresh, candidates))

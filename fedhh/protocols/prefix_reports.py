@@ -26,7 +26,7 @@ Three modes, one message pair for every variant of the family:
   with the reports (OLH), the candidates' support counts, which cost each
   shard only its own reports; with CMS, the candidates' support counts too
   when they are fewer than the flat cells (fewer candidates than the
-  sketch's width: TreeHist's final pass and later levels), which a
+  sketch's width: TreeHist's final pass, a level of few prefixes), which a
   simulated shard samples alone, not the rows' other bits
   (:func:`~fedhh.protocols.prefix_oracles.answers_with_support`);
 * ``final`` (TreeHist, interactive): every user's full-value report answers
@@ -228,14 +228,6 @@ def _member_draws(
             yield block, randomness.for_users(purpose, round_, members[first : first + USERS_PER_BLOCK] + first_user)
 
 
-def _range_draws(
-    values: np.ndarray, randomness: RandomnessSource, draws: tuple[str, int, int]
-) -> Iterator[tuple[np.ndarray, RandomSource]]:
-    """Every user of the shard (``values``: one each) with its draws, block by block of
-    :data:`USERS_PER_BLOCK` users from the block's range streams (the final pass)."""
-    return _member_draws(values, None, randomness, draws)
-
-
 def _ranked_draws(
     values: np.ndarray,
     members: np.ndarray,
@@ -301,7 +293,7 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
     if final:
         oracle, values = _report_values(request, shard, encoding, items, final, request.level)
         reporting = shard.n_users
-        blocks = _range_draws(values, randomness, (FINAL_PURPOSE, 0, shard.first_user))
+        batches = _member_draws(values, None, randomness, (FINAL_PURPOSE, 0, shard.first_user))
     else:
         levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
         members = np.flatnonzero(levels == request.level)
@@ -309,10 +301,10 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
         draws = (LEVEL_PURPOSE, request.level, shard.first_user)
         oracle, values = _report_values(request, shard, encoding, items[members], final, request.level)
         if level_draws_from_ranges(oracle):
-            blocks = _ranked_draws(values, members, request, randomness, draws)
+            batches = _ranked_draws(values, members, request, randomness, draws)
         else:
-            blocks = _member_draws(values, members, randomness, draws)
-    counts, reporters = _summed_counts(oracle, blocks, request.candidates)
+            batches = _member_draws(values, members, randomness, draws)
+    counts, reporters = _summed_counts(oracle, batches, request.candidates)
     return PrefixResponse(
         round=request.round,
         sampled_users=reporting,
@@ -325,29 +317,29 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
 
 
 def _summed_counts(
-    oracle: FrequencyOracle, blocks: Iterator[tuple[np.ndarray, RandomSource]], candidates: np.ndarray
+    oracle: FrequencyOracle, batches: Iterator[tuple[np.ndarray, RandomSource]], candidates: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """What a shard sends (:func:`~fedhh.protocols.prefix_oracles.shard_counts`) for its blocks of
-    users (values and draws):
+    """What a shard sends (:func:`~fedhh.protocols.prefix_oracles.shard_counts`) for its batches of
+    users (their values and draws):
 
-    * the flat form: each block's statistics' flat form, summed cell by cell (no merging of
+    * the flat form: each batch's statistics' flat form, summed cell by cell (no merging of
       sparse statistics);
-    * an oracle without a flat form (OLH): the candidates' support in the blocks' summed
-      statistics (one decode per shard, whatever its number of blocks);
-    * a sketch of unary rows answering with support counts: each block's support counts drawn
+    * an oracle without a flat form (OLH): the candidates' support in the batches' summed
+      statistics (one decode per shard, whatever its number of batches);
+    * a sketch of unary rows answering with support counts: each batch's support counts drawn
       straight from its users (:meth:`~fedhh.oracles.FrequencyOracle.randomize_support`: only
       the cells the candidates read), summed.
     """
     if not answers_with_support(oracle, candidates.size):
         counts = reporters = np.zeros(0, dtype=np.int64)
-        for number, (block, rng) in enumerate(blocks):
+        for number, (block, rng) in enumerate(batches):
             cells, users = oracle.to_flat(oracle.randomize_aggregate(block, rng))
             counts, reporters = (cells, users) if number == 0 else (counts + cells, reporters + users)
         return counts, reporters
     if oracle.flat_size() is None:
-        statistics = functools.reduce(operator.add, (oracle.randomize_aggregate(block, rng) for block, rng in blocks))
+        statistics = functools.reduce(operator.add, (oracle.randomize_aggregate(block, rng) for block, rng in batches))
         return shard_counts(oracle, statistics, candidates)
-    support = functools.reduce(operator.add, (oracle.randomize_support(block, candidates, rng) for block, rng in blocks))
+    support = functools.reduce(operator.add, (oracle.randomize_support(block, candidates, rng) for block, rng in batches))
     return support.counts.ravel(), np.atleast_1d(support.n_users)
 
 
