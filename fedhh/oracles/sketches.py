@@ -232,8 +232,10 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         the user's index and ``q'`` elsewhere, all independent, so column ``i < |S_j|`` of row ``j``
         has the law of the device reports' count at ``S_j[i]``, jointly over every read cell;
         the columns ``i >= |S_j|``, read by no candidate, are dropped.  Candidates sharing a
-        symbol in a row read the same column, as they read the same cell of the full row.  (A
-        different sample from :meth:`randomize_aggregate`'s, which draws all ``m`` columns.)
+        symbol in a row read the same column, as they read the same cell of the full row.  The
+        law is exact (the 32-bit thresholds, hence ``p'`` and ``q'``, depend on ε alone), up to the
+        sparse sampler's 53-bit truncation (:mod:`fedhh.sparse_bernoulli`); the sample differs
+        from :meth:`randomize_aggregate`'s, which draws all ``m`` columns.
 
         Sharding: the draws are a function of each user's global id and the call sequence
         (the calls of :meth:`randomize_aggregate`: the row, then the inner oracle's), and ``W``
