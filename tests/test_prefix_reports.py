@@ -5,6 +5,9 @@ levels, the prefixes' keys) give what they cache."""
 
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -14,8 +17,10 @@ from fedhh.protocols import prefix_reports
 from fedhh.oracles.histogram import Histogram
 from fedhh.oracles.unary import SPARSE_MAX_Q
 from fedhh.protocols.prefix_encoding import PrefixEncoding
-from fedhh.protocols.prefix_oracles import level_draws_from_ranges
+from fedhh.protocols.prefix_nodes import asked_oracle, check_reply
+from fedhh.protocols.prefix_oracles import answers_with_support, counts_size, decode_counts, level_draws_from_ranges
 from fedhh.protocols.prefix_reports import PrefixRequest, PrefixResponse, held_items, range_levels, respond, user_levels
+from fedhh.protocols.spec import InvalidReply
 from fedhh.randomness import GRID_USERS
 
 RUN = [
@@ -38,14 +43,15 @@ def assert_same(response: PrefixResponse, reference: PrefixResponse) -> None:
 @pytest.mark.parametrize(
     ("oracle", "extra"),
     [("hcms", []), ("cms", []), ("count-sketch-hadamard", []), ("olh", []), ("flh", []), ("hr", []),
-     ("hcms", ["population.words_per_user=2"])],
+     ("hcms", ["population.words_per_user=2"]), ("cms", ["protocol.sketch_width=1024"])],
 )
 def test_every_round_is_the_same_for_any_cut_into_shards_and_blocks(
     oracle: str, extra: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Levels (members' own streams; CMS: range streams laid over the level's members) and the
     final pass (range streams), exactly: the whole range in one piece, cut into 5 shards, and drawn
-    in blocks of 1,000 users instead of 32,768."""
+    in blocks of 1,000 users instead of 32,768.  (CMS answers its final pass, and with a width of
+    1,024 its first level, with support counts sampled at the read cells alone.)"""
     experiment = Experiment(load_config(None, [*RUN, f'protocol.oracle="{oracle}"', *extra]))
     population = experiment.build_shard(0, 1)
     assert population.n_users == CUTS[-1] > prefix_reports.USERS_PER_BLOCK // 4
@@ -90,10 +96,43 @@ def test_cms_level_counts_are_the_members_reports_unbiased_with_the_sketch_varia
     values = encoding.prefix_keys(population.vocabulary, length)[held_items(population, experiment.randomness)]
     truth = Histogram.of(values[members])
     heavy = truth.keys[np.argsort(truth.counts)[-5:]]
+    assert not answers_with_support(oracle, request.candidates.size)  # flat statistics: every symbol's count
     estimates = oracle.estimate(oracle.from_flat(response.counts, response.reporters), heavy)
     z = (estimates - truth.lookup(heavy)) / np.sqrt(oracle.variance(heavy, truth))
     assert np.all(np.abs(z) < 5), z
     assert truth.lookup(heavy[-1:]) > 10 * np.sqrt(oracle.variance(heavy[-1:], truth))  # its doubling: z > 10
+
+
+@pytest.mark.parametrize(("oracle", "forms"), [("cms", ["support", "flat", "support"]), ("hcms", ["flat"] * 3),
+                                               ("olh", ["support"] * 3)])
+def test_replies_are_flat_or_support_counts_of_the_length_the_server_checks(oracle: str, forms: list[str]) -> None:
+    """A CMS round with fewer candidates than the sketch's width (1,024: the first level's 703,
+    the final pass's 8) is answered with the candidates' support counts (rows x candidates), a
+    round with more (5,624) with the flat rows (rows x width); HCMS always sends its flat rows,
+    OLH its support counts.  The reply has the length ``counts_size`` gives, which the server's
+    check accepts and decodes, and a reply of the other form's length is refused."""
+    experiment = Experiment(load_config(None, [*RUN, f'protocol.oracle="{oracle}"', "protocol.sketch_width=1024"]))
+    population, server = experiment.build_shard(0, 1), experiment.make_server()
+    node = SimpleNamespace(first_user=0, users=population.n_users)
+    seen = []
+    while (request := server.next_request()) is not None:
+        response = respond(request, population, experiment.randomness)
+        level_oracle, candidates = asked_oracle(request, server), request.candidates.size
+        support = answers_with_support(level_oracle, candidates)
+        seen.append("support" if support else "flat")
+        support_cells = int(np.prod(level_oracle.support_shape())) * candidates  # rows x candidates for a sketch
+        expected = (support_cells if support else level_oracle.flat_size(), level_oracle.support_reporters())
+        assert counts_size(level_oracle, candidates) == expected == (response.counts.size, response.reporters.size)
+        check_reply(request, response, node, server)
+        decoded = decode_counts(level_oracle, response.counts, response.reporters, request.candidates)
+        assert decoded.counts.shape[-1] == candidates and int(decoded.n_users.sum()) == response.responding_users
+        if level_oracle.flat_size() is not None:  # the other form's length
+            other = level_oracle.flat_size() if support else support_cells
+            wrong = dataclasses.replace(response, counts=np.zeros(other, dtype=np.int64))
+            with pytest.raises(InvalidReply, match=r"PrefixResponse\.counts: \d+ counts from"):
+                check_reply(request, wrong, node, server)
+        server.absorb(response)
+    assert seen == forms
 
 
 def test_dense_unary_levels_keep_the_members_own_streams() -> None:

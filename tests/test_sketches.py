@@ -231,3 +231,119 @@ def test_estimates_of_several_statistics_are_exactly_their_estimates_one_by_one(
     for candidates in (values[:600], values[:5]):
         for together, stats in zip(sketch.estimates(statistics, candidates), statistics, strict=True):
             np.testing.assert_array_equal(together, sketch.estimate_support(sketch.support(stats, candidates)))
+
+
+# -- support counts sampled at the read cells alone (prefix searches' rounds with few candidates) ---------
+
+HELD = np.array([11, 2_000_003, 5 << 40, 77, 123_456_789], dtype=np.uint64)  # the values users hold
+ABSENT = np.arange(1_000, 1_012, dtype=np.uint64)  # candidates nobody holds
+
+
+def draws_for(kind: str, call: int, users: int) -> object:
+    """The draws of one independent call: range streams, or a Generator."""
+    if kind == "generator":
+        return np.random.default_rng(call)
+    return KeyedRandomness(call).for_range("read-cells", 0, 0, users)
+
+
+@pytest.mark.parametrize(("epsilon", "kind"), [(4.0, "range"), (1.0, "range"), (4.0, "generator")])
+def test_support_sampled_at_the_read_cells_has_the_device_reports_law(epsilon: float, kind: str) -> None:
+    """``randomize_support`` of a CMS (rows 4, width 8; ε = 4: the sparse sampler over range
+    streams, ε = 1: dense bits, and a Generator's Binomial counts): given the rows the users
+    draw (``randomize``'s first call), count ``(j, i)`` is a sum over row ``j``'s users of
+    independent bits, 1 with probability ``p'`` for a user whose row-``j`` symbol is the
+    candidate's and ``q'`` otherwise.  Over 400 independent calls the standardised counts of
+    every distinct cell have mean 0 (within 5 / sqrt(400)) and their squares mean 1 (within 5
+    standard errors); candidates sharing a row's symbol get the same count; cells whose symbol no
+    user holds (they count only ``q'`` bits) are among those checked.  A dropped own bit would
+    move a held cell's mean by ~15 sd."""
+    users, calls = 3_000, 400
+    sketch = make_oracle("cms", epsilon=epsilon, domain=1 << 64, rows=4, width=8, seed=2)
+    values = np.repeat(HELD, [1_200, 800, 500, 300, 200])
+    candidates = np.concatenate([HELD, ABSENT])
+    symbols = sketch.symbols(np.arange(sketch.rows)[:, None], candidates[None, :]).astype(np.int64)  # (rows, C)
+    held_symbols = sketch.symbols(np.arange(sketch.rows)[:, None], HELD[None, :]).astype(np.int64)
+    assert any(not np.isin(symbols[j], held_symbols[j]).all() for j in range(sketch.rows))  # a cell nobody holds
+    p, q = sketch.inner.p, sketch.inner.q
+    z = []
+    for call in range(calls):
+        support = sketch.randomize_support(values, candidates, draws_for(kind, call, users))
+        rows = draws_for(kind, call, users).integers(0, sketch.rows, size=users)
+        own = sketch.symbols(rows, values).astype(np.int64)
+        counts = support.counts[:, 0, :]
+        np.testing.assert_array_equal(support.n_users, np.bincount(rows, minlength=sketch.rows))
+        cells = []
+        for j in range(sketch.rows):
+            distinct, first = np.unique(symbols[j], return_index=True)
+            np.testing.assert_array_equal(counts[j], counts[j, first][np.searchsorted(distinct, symbols[j])])
+            holders = np.array([np.count_nonzero((rows == j) & (own == s)) for s in distinct])
+            others = np.count_nonzero(rows == j) - holders
+            mean, variance = holders * p + others * q, holders * p * (1 - p) + others * q * (1 - q)
+            cells.append((counts[j, first] - mean) / np.sqrt(variance))
+        z.append(np.concatenate(cells))
+    z = np.array(z)  # [call, distinct cell]
+    assert np.abs(z.mean(axis=0)).max() <= Z / math.sqrt(calls)
+    squares = (z**2).ravel()
+    assert abs(squares.mean() - 1) <= Z * squares.std(ddof=1) / math.sqrt(squares.size)
+
+
+def test_support_sampled_at_the_read_cells_is_the_same_for_any_cut_into_ranges() -> None:
+    """Each user's bits are its own (global id, call sequence): one range, the sum of 7 ranges cut
+    inside and across the 4,096-user streams, and one batch of two ranges give the same counts;
+    so do per-user streams cut in two."""
+    users = 3 * 4096 + 500
+    sketch = make_oracle("cms", epsilon=4.0, domain=1 << 64, rows=4, width=64, seed=5)
+    values = np.random.default_rng(1).choice(np.concatenate([HELD, ABSENT]), users)
+    candidates = np.concatenate([HELD[:3], ABSENT[:4]])
+    source = KeyedRandomness(8)
+    whole = sketch.randomize_support(values, candidates, source.for_range("s", 3, 90, users))
+    cuts = [0, 1, 4000, 4006, 8192, 9000, 12_000, users]
+    pieces = [sketch.randomize_support(values[a:b], candidates, source.for_range("s", 3, 90 + a, b - a))
+              for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    total = pieces[0]
+    for piece in pieces[1:]:
+        total = total + piece
+    np.testing.assert_array_equal(total.counts, whole.counts)
+    np.testing.assert_array_equal(total.n_users, whole.n_users)
+    batch = sketch.randomize_support(values, candidates, source.for_ranges("s", 3, ((90, 5000), (5090, users - 5000))))
+    np.testing.assert_array_equal(batch.counts, whole.counts)
+    ids = np.arange(users) * 3 + 1
+    own_streams = sketch.randomize_support(values, candidates, source.for_users("s", 3, ids))
+    halves = [sketch.randomize_support(values[part], candidates, source.for_users("s", 3, ids[part]))
+              for part in (slice(0, 777), slice(777, users))]
+    np.testing.assert_array_equal(halves[0].counts + halves[1].counts, own_streams.counts)
+    assert int(whole.counts.sum()) != int(own_streams.counts.sum())  # different draws: the comparisons can fail
+
+
+@pytest.mark.parametrize("name", ["hcms", "count-median"])
+def test_support_of_other_sketches_is_the_support_of_their_statistics(name: str) -> None:
+    """Over rows that are not unary, ``randomize_support`` is the support of
+    ``randomize_aggregate``'s statistics, the same draws."""
+    sketch = make_oracle(name, epsilon=4.0, domain=1 << 64, rows=4, width=32, seed=1)
+    values = np.random.default_rng(2).choice(HELD, 5_000)
+    candidates = np.concatenate([HELD, ABSENT])
+    source = KeyedRandomness(3)
+    sampled = sketch.randomize_support(values, candidates, source.for_range("s", 0, 0, values.size))
+    statistics = sketch.randomize_aggregate(values, source.for_range("s", 0, 0, values.size))
+    expected = sketch.support(statistics, candidates)
+    np.testing.assert_array_equal(sampled.counts, expected.counts)
+    np.testing.assert_array_equal(sampled.n_users, expected.n_users)
+
+
+def test_support_sampled_at_the_read_cells_follows_each_call_s_candidates() -> None:
+    """The read cells kept from one call serve the next only for the same candidates: after a call
+    with other candidates (and with the first candidates' array changed in place), an oracle
+    samples what a fresh one samples."""
+    values = np.random.default_rng(4).choice(HELD, 3_000)
+    first, second = np.concatenate([HELD, ABSENT]), HELD[:2].copy()
+    source = KeyedRandomness(9)
+
+    def sampled(sketch: SketchOracle, candidates: np.ndarray) -> np.ndarray:
+        return sketch.randomize_support(values, candidates, source.for_range("s", 0, 0, values.size)).counts
+
+    used = make_oracle("cms", epsilon=4.0, domain=1 << 64, rows=4, width=64, seed=6)
+    sampled(used, first)
+    first[:2] = second
+    for candidates in (second, first):
+        fresh = make_oracle("cms", epsilon=4.0, domain=1 << 64, rows=4, width=64, seed=6)
+        np.testing.assert_array_equal(sampled(used, candidates), sampled(fresh, candidates))

@@ -241,6 +241,14 @@ class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
         reports: Any = self.randomize(values, rng)
         return [self.aggregate(reports.take(members)) for members in group_members(groups, int(n_groups))]
 
+    def randomize_support(self, values: np.ndarray, candidates: np.ndarray, rng: RandomSource) -> Support:
+        """A shard's support counts of ``candidates`` straight from its users' values, with the law
+        of ``support(aggregate(randomize(values, rng)), candidates)`` (a protocol whose shards
+        answer with support counts).  This default is ``support(randomize_aggregate(...))``;
+        oracles override it when they can sample only what the candidates' support reads (a
+        sketch of unary rows: a few of each row's bits)."""
+        return self.support(self.randomize_aggregate(values, rng), candidates)
+
     # server side -----------------------------------------------------------
     @abstractmethod
     def aggregate(self, reports: ReportsT) -> StatisticsT:

@@ -67,16 +67,48 @@ def level_draws_from_ranges(oracle: FrequencyOracle) -> bool:
     too: it was not measured on the range path, and keeping it keeps PEM's results.  The choice
     depends on the oracle alone, so every shard and device of a round makes the same one.
     """
-    if not isinstance(oracle, SketchOracle) or not isinstance(oracle.inner, UnaryEncoding):
-        return False
-    return oracle.inner.q <= SPARSE_MAX_Q
+    return unary_sketch(oracle) and oracle.inner.q <= SPARSE_MAX_Q  # type: ignore[attr-defined]
+
+
+def unary_sketch(oracle: FrequencyOracle) -> bool:
+    """Whether the oracle is a sketch of unary rows (``cms``: count-mean over OUE rows): the one
+    kind whose shards answer with the candidates' support counts when these are fewer than its
+    flat cells (:func:`answers_with_support`)."""
+    return isinstance(oracle, SketchOracle) and isinstance(oracle.inner, UnaryEncoding)
+
+
+def answers_with_support(oracle: FrequencyOracle, candidates: int) -> bool:
+    """Whether a shard answers a round of ``candidates`` candidates with their support counts
+    (else with the oracle's flat statistics).
+
+    Support counts when the oracle has no flat form (of at most ``FLAT_CELLS_LIMIT`` cells: its
+    statistics grow with the reports, as OLH's), and, for a sketch of unary rows
+    (:func:`unary_sketch`), when the candidates' support counts (``rows x C``, a signed sketch's
+    ``2 rows x C``) are fewer than its flat cells (``rows x`` the inner domain): the server reads
+    only the candidates' cells, and a simulated shard then samples only those
+    (:meth:`fedhh.oracles.sketches.SketchOracle.randomize_support`), a few of a row's bits where a
+    device sets ~``q' d`` of them.  Support counts of a sketch are exact integer sums of each
+    report's, so the form changes no decoded count.  Every other oracle keeps its flat form
+    (HCMS, whose rows a shard would have to transform to read them; a sketch of FLH rows, whose
+    decoding costs the same per shard as on the server; the third-party devices'
+    FLH tables).  The choice depends on the request alone (the oracle it names and the number
+    of its candidates), so every shard, device and the server make the same one.
+    """
+    flat = oracle.flat_size()
+    if flat is None:
+        return True
+    return unary_sketch(oracle) and _support_cells(oracle, candidates) < flat
+
+
+def _support_cells(oracle: FrequencyOracle, candidates: int) -> int:
+    return int(np.prod(oracle.support_shape(), dtype=np.int64)) * int(candidates)
 
 
 def shard_counts(oracle: FrequencyOracle, statistics: object, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """What a shard sends for its reports' statistics: their flat form where the oracle has
-    one (so the server decodes the sum once), else the candidates' support counts (the
-    shard decodes its own reports).  Either is ``(counts, reporters)``, additive."""
-    if oracle.flat_size() is not None:
+    """What a shard sends for its reports' statistics: their flat form (so the server decodes
+    the sum once), or the candidates' support counts (the shard decodes its own reports), as
+    :func:`answers_with_support` says.  Either is ``(counts, reporters)``, additive."""
+    if not answers_with_support(oracle, candidates.size):
         return oracle.to_flat(statistics)
     support = oracle.support(statistics, candidates)
     return support.counts.ravel(), np.atleast_1d(support.n_users)
@@ -84,13 +116,13 @@ def shard_counts(oracle: FrequencyOracle, statistics: object, candidates: np.nda
 
 def decode_counts(oracle: FrequencyOracle, counts: np.ndarray, reporters: np.ndarray, candidates: np.ndarray) -> Support:
     """The candidates' support from the (summed) counts of :func:`shard_counts`."""
-    if oracle.flat_size() is not None:
+    if not answers_with_support(oracle, candidates.size):
         return oracle.support(oracle.from_flat(counts, reporters), candidates)
     return oracle.restore_support(counts, reporters)
 
 
 def counts_size(oracle: FrequencyOracle, candidates: int) -> tuple[int, int]:
     """Lengths of ``(counts, reporters)`` a shard sends for ``candidates`` candidates."""
-    flat = oracle.flat_size()
-    cells = int(np.prod(oracle.support_shape(), dtype=np.int64)) * candidates if flat is None else flat
-    return cells, oracle.support_reporters()
+    if answers_with_support(oracle, candidates):
+        return _support_cells(oracle, candidates), oracle.support_reporters()
+    return int(oracle.flat_size()), oracle.support_reporters()  # type: ignore[arg-type]

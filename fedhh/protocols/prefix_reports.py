@@ -13,7 +13,7 @@ Philox range streams of its block of consecutive users (cheaper a word,
 and every user draws; see :func:`_member_draws`).  With CMS (sketch rows
 of a unary encoding, whose shard statistics come from a sparse sampler over
 range streams) a level's members draw from range streams laid over the
-level's members alone (:func:`_ranked_statistics`).  A user holding no
+level's members alone (:func:`_ranked_draws`).  A user holding no
 encodable item reports the empty value (all-zero units), so taking part
 reveals nothing.
 
@@ -24,7 +24,11 @@ Three modes, one message pair for every variant of the family:
   form (FLH's table, a sketch's rows, ...), which add up over shards so the
   server decodes once per round, or, for an oracle whose statistics grow
   with the reports (OLH), the candidates' support counts, which cost each
-  shard only its own reports;
+  shard only its own reports; with CMS, the candidates' support counts too
+  when they are fewer than the flat cells (fewer candidates than the
+  sketch's width: TreeHist's final pass, a level of few prefixes), which a
+  simulated shard samples alone, not the rows' other bits
+  (:func:`~fedhh.protocols.prefix_oracles.answers_with_support`);
 * ``final`` (TreeHist, interactive): every user's full-value report answers
   the surviving candidates, the same way;
 * ``collect`` (non-interactive, one shot): every user's reports, before any
@@ -34,8 +38,9 @@ The reports are the same in both ways of collecting them (same keys, same
 calls), and statistics and support counts are exact integer sums, so a
 one-shot run and an interactive run of one seed, over any number of shards,
 decode the same statistics -- except with CMS's unary rows, whose
-interactive statistics come from the sparse sampler: the same law as the
-sum of the device reports the one-shot table holds, a different sample.
+interactive statistics (or support counts) come from the sparse sampler:
+the same law as the sum of the device reports the one-shot table holds, a
+different sample.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import functools
 import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -55,7 +60,7 @@ from ..randomness import GRID_USERS, RandomnessSource, UserRandom
 from .base import Request, Response
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
-from .prefix_oracles import level_draws_from_ranges, level_oracle, shard_counts
+from .prefix_oracles import answers_with_support, level_draws_from_ranges, level_oracle, shard_counts
 from .report_table import merge_tables, to_table, distinct_rows
 from .triehh import choose_items
 
@@ -211,7 +216,7 @@ def _member_draws(
     (:meth:`~fedhh.randomness.RandomnessSource.for_users`).  Either way a
     user's draws depend on its global id only, never on the shard or block
     holding it.  A level of CMS (sketch rows drawn by the sparse sampler) draws
-    from range streams laid over its members instead (:func:`_ranked_statistics`,
+    from range streams laid over its members instead (:func:`_ranked_draws`,
     :func:`~fedhh.protocols.prefix_oracles.level_draws_from_ranges`).
     """
     purpose, round_, first_user = draws
@@ -223,25 +228,15 @@ def _member_draws(
             yield block, randomness.for_users(purpose, round_, members[first : first + USERS_PER_BLOCK] + first_user)
 
 
-def _range_statistics(
-    oracle: FrequencyOracle, values: np.ndarray, randomness: RandomnessSource, draws: tuple[str, int, int]
-) -> Iterator[Any]:
-    """The statistics of every user of the shard (``values``: one each), block by block of
-    :data:`USERS_PER_BLOCK` users drawn from the block's range streams (the final pass)."""
-    for block, rng in _member_draws(values, None, randomness, draws):
-        yield oracle.randomize_aggregate(block, rng)
-
-
-def _ranked_statistics(
-    oracle: FrequencyOracle,
+def _ranked_draws(
     values: np.ndarray,
     members: np.ndarray,
     request: PrefixRequest,
     randomness: RandomnessSource,
     draws: tuple[str, int, int],
-) -> Iterator[Any]:
-    """The statistics of a level's ``members`` (local indices, ascending; ``values``: theirs),
-    drawn from range streams over the members alone: within each block of
+) -> Iterator[tuple[np.ndarray, RandomSource]]:
+    """A level's ``members`` (local indices, ascending; ``values``: theirs) with their draws, from
+    range streams over the members alone: within each block of
     :data:`~fedhh.randomness.GRID_USERS` global ids, the level's members, in id order, take the
     consecutive range ids ``block x GRID_USERS + rank`` (``rank``: how many of the level's
     members precede it in the block).
@@ -252,8 +247,8 @@ def _ranked_statistics(
     while the sampler walks the members' rows only, not every user's.
     """
     purpose, round_, first_user = draws
-    if members.size == 0:  # statistics of no one, in the oracle's shape
-        yield oracle.randomize_aggregate(values, randomness.for_users(purpose, round_, members + first_user))
+    if members.size == 0:  # no one: statistics in the oracle's shape
+        yield values, randomness.for_users(purpose, round_, members + first_user)
         return
     blocks = (members + first_user) // GRID_USERS
     first_block = first_user // GRID_USERS
@@ -281,7 +276,7 @@ def _ranked_statistics(
     start = 0
     for call in calls:
         users = sum(count for _, count in call)
-        yield oracle.randomize_aggregate(values[start : start + users], randomness.for_ranges(purpose, round_, tuple(call)))
+        yield values[start : start + users], randomness.for_ranges(purpose, round_, tuple(call))
         start += users
 
 
@@ -298,7 +293,7 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
     if final:
         oracle, values = _report_values(request, shard, encoding, items, final, request.level)
         reporting = shard.n_users
-        blocks = _range_statistics(oracle, values, randomness, (FINAL_PURPOSE, 0, shard.first_user))
+        batches = _member_draws(values, None, randomness, (FINAL_PURPOSE, 0, shard.first_user))
     else:
         levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
         members = np.flatnonzero(levels == request.level)
@@ -306,11 +301,10 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
         draws = (LEVEL_PURPOSE, request.level, shard.first_user)
         oracle, values = _report_values(request, shard, encoding, items[members], final, request.level)
         if level_draws_from_ranges(oracle):
-            blocks = _ranked_statistics(oracle, values, members, request, randomness, draws)
+            batches = _ranked_draws(values, members, request, randomness, draws)
         else:
-            own = _member_draws(values, members, randomness, draws)
-            blocks = (oracle.randomize_aggregate(block, rng) for block, rng in own)
-    counts, reporters = _summed_counts(oracle, blocks, request.candidates)
+            batches = _member_draws(values, members, randomness, draws)
+    counts, reporters = _summed_counts(oracle, batches, request.candidates)
     return PrefixResponse(
         round=request.round,
         sampled_users=reporting,
@@ -322,18 +316,31 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
     )
 
 
-def _summed_counts(oracle: FrequencyOracle, blocks: Iterator[Any], candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """What a shard sends (:func:`~fedhh.protocols.prefix_oracles.shard_counts`) for the statistics
-    of its blocks: their flat forms summed cell by cell (no merging of sparse statistics), or,
-    for an oracle without one, the candidates' support in the blocks' summed statistics (one
-    decode per shard, whatever its number of blocks)."""
+def _summed_counts(
+    oracle: FrequencyOracle, batches: Iterator[tuple[np.ndarray, RandomSource]], candidates: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """What a shard sends (:func:`~fedhh.protocols.prefix_oracles.shard_counts`) for its batches of
+    users (their values and draws):
+
+    * the flat form: each batch's statistics' flat form, summed cell by cell (no merging of
+      sparse statistics);
+    * an oracle without a flat form (OLH): the candidates' support in the batches' summed
+      statistics (one decode per shard, whatever its number of batches);
+    * a sketch of unary rows answering with support counts: each batch's support counts drawn
+      straight from its users (:meth:`~fedhh.oracles.FrequencyOracle.randomize_support`: only
+      the cells the candidates read), summed.
+    """
+    if not answers_with_support(oracle, candidates.size):
+        counts = reporters = np.zeros(0, dtype=np.int64)
+        for number, (block, rng) in enumerate(batches):
+            cells, users = oracle.to_flat(oracle.randomize_aggregate(block, rng))
+            counts, reporters = (cells, users) if number == 0 else (counts + cells, reporters + users)
+        return counts, reporters
     if oracle.flat_size() is None:
-        return shard_counts(oracle, functools.reduce(operator.add, blocks), candidates)
-    counts = reporters = np.zeros(0, dtype=np.int64)
-    for number, statistics in enumerate(blocks):
-        cells, users = oracle.to_flat(statistics)
-        counts, reporters = (cells, users) if number == 0 else (counts + cells, reporters + users)
-    return counts, reporters
+        statistics = functools.reduce(operator.add, (oracle.randomize_aggregate(block, rng) for block, rng in batches))
+        return shard_counts(oracle, statistics, candidates)
+    support = functools.reduce(operator.add, (oracle.randomize_support(block, candidates, rng) for block, rng in batches))
+    return support.counts.ravel(), np.atleast_1d(support.n_users)
 
 
 def _collect(
