@@ -240,7 +240,9 @@ class _PerUserDraws:
         if span.ndim == 0 and int(span) & (int(span) - 1) == 0 and (size is None or isinstance(size, (int, np.integer))):
             # floor(k 2^-53 2^s) = k >> (53 - s) exactly: the top s bits of the word, without floats
             shape = self._check_size(size)
-            draws = (self._bits(1)[:, 0] >> np.uint64(64 - int(span).bit_length() + 1)).astype(np.int64).reshape(shape)
+            draws = self._bits(1)[:, 0]  # fresh words: shifted in place, below 2^63 read as int64 (no copy)
+            draws >>= np.uint64(64 - int(span).bit_length() + 1)
+            draws = draws.view(np.int64).reshape(shape)
             if low_arr == 0:
                 return draws
             draws += low_arr

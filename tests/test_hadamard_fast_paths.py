@@ -15,7 +15,7 @@ from fedhh.oracles.base import stable_order
 from fedhh.oracles.histogram import Histogram
 from fedhh.oracles.sketches import SketchOracle
 from fedhh.oracles.walsh_hadamard import fwht, hadamard_parity
-from fedhh.randomness import KeyedRandomness
+from fedhh.randomness import KeyedRandomness, UserRandom
 
 
 def butterflies(values: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
@@ -146,6 +146,18 @@ def test_hm1_flip_threshold_matches_the_float_comparison_at_its_edge() -> None:
         threshold = oracle._flip_threshold
         for top in (threshold - 2, threshold - 1, threshold, threshold + 1):
             assert (top * 2.0**-53 >= oracle.keep_probability) == (top >= threshold)
+            for low_bits in (0, 1, (1 << 11) - 1):  # the words behind it, compared unshifted
+                word = np.uint64((top << 11) | low_bits)
+                assert (word >= oracle._flip_word_threshold) == (top >= threshold)
+
+
+def test_hm1_never_flips_when_the_keep_probability_rounds_to_one() -> None:
+    """At ε = 40, ``p = e^ε / (e^ε + 1)`` is 1.0 in float64: no uniform reaches it, no sign is flipped."""
+    oracle = hadamard_mechanism.HadamardMechanism(40.0, 8)
+    assert oracle.keep_probability == 1.0 and oracle._flip_word_threshold is None
+    values = np.arange(8, dtype=np.uint64).repeat(50)
+    reports = oracle.randomize(values, UserRandom(np.uint64(3), np.arange(values.size)))
+    np.testing.assert_array_equal(reports.words, hadamard_parity(reports.indices[:, 0], values))
 
 
 @pytest.mark.parametrize("size", [1, 8, 1024])

@@ -54,6 +54,8 @@ from typing import TypeVar
 import numpy as np
 
 from ..oracles import FrequencyOracle
+from ..oracles.hadamard_mechanism import HadamardMechanism
+from ..oracles.sketches import SketchOracle
 from ..oracles.sampling import RandomSource
 from ..population import Shard
 from ..randomness import GRID_USERS, RandomnessSource, UserRandom
@@ -70,6 +72,7 @@ LEVEL_PURPOSE = "prefix.level-report"
 FINAL_PURPOSE = "prefix.final-report"
 ITEM_PURPOSE = "prefix.item"
 USERS_PER_BLOCK = 1 << 15  # users drawn and randomised at once: bounds a block's memory (CMS: 1 KB of words a user a call)
+HADAMARD_BLOCKS = 4  # an HM-based oracle's block holds this many USERS_PER_BLOCK users (see _users_per_block)
 CACHED_LEVEL_USERS = 1 << 22  # largest range whose users' levels are kept between rounds
 LEVELS_AT_ONCE = 1 << 14  # users whose levels are hashed in one pass
 
@@ -140,9 +143,33 @@ class PrefixResponse(Response):
 def user_levels(partition_seed: int, level_bounds: np.ndarray, user_ids: np.ndarray) -> np.ndarray:
     """The level of each global user id (public randomness: the same on every device and shard).
 
-    Drawn :data:`LEVELS_AT_ONCE` users at a time (a user's level is a function of its id alone):
-    the hashes' temporaries then stay in cache, 30% less time than one pass at 10^6 users."""
+    A user's level is ``searchsorted(level_bounds, u, side="right") - 1`` clipped to the levels,
+    for its uniform ``u = (w >> 11) 2^-53`` (``w``: its first keyed word).  With ascending bounds
+    that is the number of inner bounds ``b <= u``, and ``b <= u`` exactly when
+    ``w >> 11 >= ceil(b 2^53)`` (``b 2^53`` is exact in float64, ``u`` a multiple of ``2^-53``):
+    a few integer comparisons of the words, the same levels without floats or a binary search
+    (200,000 users: 3.8 -> 1.6 ms).  Drawn :data:`LEVELS_AT_ONCE` users at a time (a user's level is
+    a function of its id alone): the hashes' temporaries then stay in cache."""
     ids = np.asarray(user_ids, dtype=np.int64)
+    bounds = np.asarray(level_bounds, dtype=np.float64)
+    if bounds.size < 3 or not np.all(bounds[1:] >= bounds[:-1]):
+        return _searched_levels(partition_seed, bounds, ids)
+    tops = np.ceil(bounds[1:-1] * float(1 << 53))
+    # w >> 11 >= t  <=>  w >= t << 11; a bound above every uniform (t >= 2^53) counts no one
+    thresholds = [np.uint64(int(top) << 11) for top in tops if 0.0 < top < float(1 << 53)]
+    always = int(np.count_nonzero(tops <= 0.0))  # bounds at or below 0 count everyone
+    levels = np.full(ids.shape, always, dtype=np.int64)
+    hit = np.empty(min(ids.size, LEVELS_AT_ONCE), dtype=bool)
+    for first in range(0, ids.size, LEVELS_AT_ONCE):
+        words = UserRandom(np.uint64(partition_seed), ids[first : first + LEVELS_AT_ONCE]).words(1)[:, 0]
+        out, flags = levels[first : first + LEVELS_AT_ONCE], hit[: words.size]
+        for threshold in thresholds:
+            out += np.greater_equal(words, threshold, out=flags)
+    return levels
+
+
+def _searched_levels(partition_seed: int, level_bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """:func:`user_levels` by a binary search of each uniform, for bounds not in ascending order."""
     levels = np.empty(ids.shape, dtype=np.int64)
     for first in range(0, ids.size, LEVELS_AT_ONCE):
         uniform = UserRandom(np.uint64(partition_seed), ids[first : first + LEVELS_AT_ONCE]).random()
@@ -199,15 +226,30 @@ def _report_values(
     return oracle, encoding.prefix_keys(shard.vocabulary, length)[items]  # item -1: the empty value, last
 
 
+def _users_per_block(oracle: FrequencyOracle) -> int:
+    """Users drawn and randomised in one oracle call: :data:`USERS_PER_BLOCK`, or
+    :data:`HADAMARD_BLOCKS` times as many for the Hadamard mechanism and sketches of its rows (HCMS).
+
+    An HM(t) report costs a few words a user (a row, ``t`` indices in ``[0, K)`` with ``K`` a
+    power of two, the word's randomised response over ``2^t`` values: a fixed number of calls,
+    no redraws), so a block of 131,072 users holds some 20 MB, and a round's fixed cost per call
+    (its rows' statistics, their flat form, the sums) is paid twice at 200,000 users instead of
+    seven times, a level's once instead of three times.  The cut changes no result: every draw
+    is keyed by the user's global id and the call sequence, and the statistics are integer sums."""
+    inner = oracle.inner if isinstance(oracle, SketchOracle) else oracle
+    return USERS_PER_BLOCK * (HADAMARD_BLOCKS if isinstance(inner, HadamardMechanism) else 1)
+
+
 def _member_draws(
     values: np.ndarray,
     members: np.ndarray | None,
     randomness: RandomnessSource,
     draws: tuple[str, int, int],
+    users_per_block: int,
 ) -> Iterator[tuple[np.ndarray, RandomSource]]:
     """The ``values`` of the shard's ``members`` (local indices, one value each; ``None``: every
-    user) with their draws, block by block of :data:`USERS_PER_BLOCK` users in user order;
-    ``draws`` is ``(purpose, round, first global user of the shard)``.
+    user) with their draws, block by block of ``users_per_block`` users in user order
+    (:func:`_users_per_block`); ``draws`` is ``(purpose, round, first global user of the shard)``.
 
     Every user's report (the final pass) draws from the Philox range streams
     (:meth:`~fedhh.randomness.RandomnessSource.for_range`) of the block's
@@ -220,12 +262,12 @@ def _member_draws(
     :func:`~fedhh.protocols.prefix_oracles.level_draws_from_ranges`).
     """
     purpose, round_, first_user = draws
-    for first in range(0, max(values.size, 1), USERS_PER_BLOCK):
-        block = values[first : first + USERS_PER_BLOCK]
+    for first in range(0, max(values.size, 1), users_per_block):
+        block = values[first : first + users_per_block]
         if members is None:
             yield block, randomness.for_range(purpose, round_, first_user + first, block.size)
         else:
-            yield block, randomness.for_users(purpose, round_, members[first : first + USERS_PER_BLOCK] + first_user)
+            yield block, randomness.for_users(purpose, round_, members[first : first + users_per_block] + first_user)
 
 
 def _ranked_draws(
@@ -293,7 +335,7 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
     if final:
         oracle, values = _report_values(request, shard, encoding, items, final, request.level)
         reporting = shard.n_users
-        batches = _member_draws(values, None, randomness, (FINAL_PURPOSE, 0, shard.first_user))
+        batches = _member_draws(values, None, randomness, (FINAL_PURPOSE, 0, shard.first_user), _users_per_block(oracle))
     else:
         levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
         members = np.flatnonzero(levels == request.level)
@@ -303,7 +345,7 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
         if level_draws_from_ranges(oracle):
             batches = _ranked_draws(values, members, request, randomness, draws)
         else:
-            batches = _member_draws(values, members, randomness, draws)
+            batches = _member_draws(values, members, randomness, draws, _users_per_block(oracle))
     counts, reporters = _summed_counts(oracle, batches, request.candidates)
     return PrefixResponse(
         round=request.round,
@@ -386,5 +428,5 @@ def _table(
 ) -> np.ndarray:
     """The reports of the ``members`` (local indices; ``None``: every user) of their ``values``
     as one report table, in user order."""
-    blocks = _member_draws(values, members, randomness, draws)
+    blocks = _member_draws(values, members, randomness, draws, _users_per_block(oracle))
     return np.concatenate([to_table(oracle.randomize(block, rng)) for block, rng in blocks])
