@@ -96,7 +96,7 @@ def check_values(values: Any, domain: int, field: str = "values") -> np.ndarray:
         raise InputError(f"{field} must be integers in [0, {domain}), got dtype {array.dtype}")
     if np.issubdtype(array.dtype, np.signedinteger) and int(array.min()) < 0:
         raise InputError(f"{field} must be in [0, {domain}), got {int(array.min())}")
-    array = array.astype(np.uint64)
+    array = array.astype(np.uint64, copy=False)  # uint64 already (symbols, keys): checked, not copied
     if domain < MAX_DOMAIN and int(array.max()) >= domain:
         raise InputError(f"{field} must be in [0, {domain}), got {int(array.max())}")
     return array
@@ -111,7 +111,7 @@ def check_groups(groups: Any, n_users: int, n_groups: Any) -> np.ndarray:
             f"groups must be {n_users} integers (one per value) in [-1, {n_groups}), got shape {array.shape} "
             f"and dtype {array.dtype}"
         )
-    array = array.astype(np.int64)
+    array = array.astype(np.int64, copy=False)
     if array.size and (int(array.min()) < -1 or int(array.max()) >= n_groups):
         raise InputError(f"groups must be in [-1, {n_groups}), got values from {int(array.min())} to {int(array.max())}")
     return array

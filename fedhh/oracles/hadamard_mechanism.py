@@ -198,12 +198,13 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
             reports = self.randomize(values, rng)
             indices = reports.indices.astype(np.intp)
             negative = self._negative(reports.words).reshape(indices.shape)
-        counted = groups >= 0
-        if not counted.all():
+        if int(groups.min(initial=0)) < 0:
+            counted = groups >= 0
             indices, negative, groups = indices[counted], negative[counted], groups[counted]
-        signed_cells = (groups * self.rows)[:, None] + indices  # cell, then 2 cell + [sign is -1], in place
+        signed_cells = indices  # 2 (group K + index) + [sign is -1], over the indices (fresh arrays: ours)
         signed_cells <<= 1
-        signed_cells += negative
+        signed_cells |= negative
+        signed_cells += (groups * (2 * self.rows))[:, None]
         sums = _sign_sums(signed_cells.ravel(), n_groups * self.rows).reshape(n_groups, self.rows)
         reporters = np.bincount(groups, minlength=n_groups)
         return [
