@@ -54,8 +54,6 @@ from typing import TypeVar
 import numpy as np
 
 from ..oracles import FrequencyOracle
-from ..oracles.hadamard_mechanism import HadamardMechanism
-from ..oracles.sketches import SketchOracle
 from ..oracles.sampling import RandomSource
 from ..population import Shard
 from ..randomness import GRID_USERS, RandomnessSource, UserRandom
@@ -72,7 +70,6 @@ LEVEL_PURPOSE = "prefix.level-report"
 FINAL_PURPOSE = "prefix.final-report"
 ITEM_PURPOSE = "prefix.item"
 USERS_PER_BLOCK = 1 << 15  # users drawn and randomised at once: bounds a block's memory (CMS: 1 KB of words a user a call)
-HADAMARD_BLOCKS = 4  # an HM-based oracle's block holds this many USERS_PER_BLOCK users (see _users_per_block)
 CACHED_LEVEL_USERS = 1 << 22  # largest range whose users' levels are kept between rounds
 LEVELS_AT_ONCE = 1 << 14  # users whose levels are hashed in one pass
 
@@ -226,30 +223,15 @@ def _report_values(
     return oracle, encoding.prefix_keys(shard.vocabulary, length)[items]  # item -1: the empty value, last
 
 
-def _users_per_block(oracle: FrequencyOracle) -> int:
-    """Users drawn and randomised in one oracle call: :data:`USERS_PER_BLOCK`, or
-    :data:`HADAMARD_BLOCKS` times as many for the Hadamard mechanism and sketches of its rows (HCMS).
-
-    An HM(t) report costs a few words a user (a row, ``t`` indices in ``[0, K)`` with ``K`` a
-    power of two, the word's randomised response over ``2^t`` values: a fixed number of calls,
-    no redraws), so a block of 131,072 users holds some 20 MB, and a round's fixed cost per call
-    (its rows' statistics, their flat form, the sums) is paid twice at 200,000 users instead of
-    seven times, a level's once instead of three times.  The cut changes no result: every draw
-    is keyed by the user's global id and the call sequence, and the statistics are integer sums."""
-    inner = oracle.inner if isinstance(oracle, SketchOracle) else oracle
-    return USERS_PER_BLOCK * (HADAMARD_BLOCKS if isinstance(inner, HadamardMechanism) else 1)
-
-
 def _member_draws(
     values: np.ndarray,
     members: np.ndarray | None,
     randomness: RandomnessSource,
     draws: tuple[str, int, int],
-    users_per_block: int,
 ) -> Iterator[tuple[np.ndarray, RandomSource]]:
     """The ``values`` of the shard's ``members`` (local indices, one value each; ``None``: every
-    user) with their draws, block by block of ``users_per_block`` users in user order
-    (:func:`_users_per_block`); ``draws`` is ``(purpose, round, first global user of the shard)``.
+    user) with their draws, block by block of :data:`USERS_PER_BLOCK` users in user order;
+    ``draws`` is ``(purpose, round, first global user of the shard)``.
 
     Every user's report (the final pass) draws from the Philox range streams
     (:meth:`~fedhh.randomness.RandomnessSource.for_range`) of the block's
@@ -262,12 +244,12 @@ def _member_draws(
     :func:`~fedhh.protocols.prefix_oracles.level_draws_from_ranges`).
     """
     purpose, round_, first_user = draws
-    for first in range(0, max(values.size, 1), users_per_block):
-        block = values[first : first + users_per_block]
+    for first in range(0, max(values.size, 1), USERS_PER_BLOCK):
+        block = values[first : first + USERS_PER_BLOCK]
         if members is None:
             yield block, randomness.for_range(purpose, round_, first_user + first, block.size)
         else:
-            yield block, randomness.for_users(purpose, round_, members[first : first + users_per_block] + first_user)
+            yield block, randomness.for_users(purpose, round_, members[first : first + USERS_PER_BLOCK] + first_user)
 
 
 def _ranked_draws(
@@ -335,7 +317,7 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
     if final:
         oracle, values = _report_values(request, shard, encoding, items, final, request.level)
         reporting = shard.n_users
-        batches = _member_draws(values, None, randomness, (FINAL_PURPOSE, 0, shard.first_user), _users_per_block(oracle))
+        batches = _member_draws(values, None, randomness, (FINAL_PURPOSE, 0, shard.first_user))
     else:
         levels = range_levels(request.partition_seed, request.level_bounds, shard.first_user, shard.n_users)
         members = np.flatnonzero(levels == request.level)
@@ -345,7 +327,7 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
         if level_draws_from_ranges(oracle):
             batches = _ranked_draws(values, members, request, randomness, draws)
         else:
-            batches = _member_draws(values, members, randomness, draws, _users_per_block(oracle))
+            batches = _member_draws(values, members, randomness, draws)
     counts, reporters = _summed_counts(oracle, batches, request.candidates)
     return PrefixResponse(
         round=request.round,
@@ -428,5 +410,5 @@ def _table(
 ) -> np.ndarray:
     """The reports of the ``members`` (local indices; ``None``: every user) of their ``values``
     as one report table, in user order."""
-    blocks = _member_draws(values, members, randomness, draws, _users_per_block(oracle))
+    blocks = _member_draws(values, members, randomness, draws)
     return np.concatenate([to_table(oracle.randomize(block, rng)) for block, rng in blocks])
