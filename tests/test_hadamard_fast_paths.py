@@ -217,3 +217,22 @@ def test_sketch_supports_from_one_transform_of_all_rows_are_each_rows_support(si
             for half in range(1 + signed):
                 expected = inner.support(row_stats, symbols[row, half].astype(np.uint64)).counts
                 np.testing.assert_array_equal(support.counts[row, half], expected)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_hadamard_sketch_decodes_a_few_candidates_from_one_transform_of_every_row(signed: bool) -> None:
+    """Few candidates (not whole rows): the support read from ``dense_supports`` (every row at once) is
+    each row's own inner support of the candidates' symbols (and mirrors, signed), the same integers."""
+    width = 1024
+    inner = hadamard_mechanism.HadamardMechanism(2.0, width * (1 + signed))
+    oracle = SketchOracle(inner, 5000, rows=8, width=width, signed=signed, seed=4)
+    values = np.random.default_rng(8).integers(0, 50, 4000).astype(np.uint64)
+    statistics = oracle.randomize_aggregate(values, KeyedRandomness(3).for_range("test", 0, 0, values.size))
+    candidates = np.array([0, 1, 2, 3, 49, 777, 4999], dtype=np.uint64)
+    support = oracle.support(statistics, candidates)
+    symbols = oracle._candidate_symbols(candidates)
+    for row, row_statistics in enumerate(statistics.rows):
+        for half, half_symbols in enumerate(symbols[row]):
+            expected = oracle.inner.support(row_statistics, half_symbols.astype(np.uint64)).counts
+            np.testing.assert_array_equal(support.counts[row, half], expected)
+    assert support.counts.dtype == np.int64 and np.abs(support.counts).sum() > 0
