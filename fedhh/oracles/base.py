@@ -28,6 +28,7 @@ only candidate-set queries make sense.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -361,6 +362,13 @@ class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
         return check_values(values, self.domain, field)
 
 
+@functools.cache
+def _field_names(statistics_type: type) -> tuple[str, ...]:
+    """A statistics dataclass's field names, looked up once per type (a sketch flattens one
+    statistics per row and batch)."""
+    return tuple(field.name for field in dataclasses.fields(statistics_type))
+
+
 class HistogramFlatForm:
     """The flat form of statistics that are a dataclass ``(histogram, n_users)`` with the
     histogram's keys in ``[0, histogram_size)``: the dense counts (GRR's reported values,
@@ -378,7 +386,7 @@ class HistogramFlatForm:
         return self.histogram_size if self.histogram_size <= FLAT_CELLS_LIMIT else None
 
     def to_flat(self, statistics: Any) -> tuple[np.ndarray, np.ndarray]:
-        histogram, n_users = (getattr(statistics, field.name) for field in dataclasses.fields(statistics))
+        histogram, n_users = (getattr(statistics, name) for name in _field_names(type(statistics)))
         return histogram.to_dense(self.histogram_size), np.array([n_users], dtype=np.int64)
 
     def from_flat(self, cells: np.ndarray, reporters: np.ndarray) -> Any:
