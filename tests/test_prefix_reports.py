@@ -73,6 +73,25 @@ def test_every_round_is_the_same_for_any_cut_into_shards_and_blocks(
     assert modes == ["level", "level", "final"]
 
 
+def test_a_short_last_block_joins_the_one_before_and_changes_no_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 5,500 over 12,000 users: the last 1,000 (under a quarter of a block) join the second
+    block, and every round's counts are those of the whole range in one block."""
+    experiment = Experiment(load_config(None, [*RUN, 'protocol.oracle="hcms"']))
+    population = experiment.build_shard(0, 1)
+    randomness = experiment.randomness
+    monkeypatch.setattr(prefix_reports, "USERS_PER_BLOCK", 5500)
+    sizes = [block.size for block, _ in prefix_reports._member_draws(np.arange(12000), None, randomness, ("p", 0, 0))]
+    assert sizes == [5500, 6500]
+    server = experiment.make_server()
+    while (request := server.next_request()) is not None:
+        blocked = respond(request, population, randomness)
+        with monkeypatch.context() as patch:
+            patch.setattr(prefix_reports, "USERS_PER_BLOCK", 1 << 20)
+            whole = respond(request, population, randomness)
+        assert_same(blocked, whole)
+        server.absorb(whole)
+
+
 def encoding_of(request: PrefixRequest) -> PrefixEncoding:
     return PrefixEncoding(request.encoding, Experiment(load_config(None, RUN)).codec)  # type: ignore[arg-type]
 
