@@ -391,7 +391,8 @@ class HistogramFlatForm:
 
     def from_flat(self, cells: np.ndarray, reporters: np.ndarray) -> Any:
         cells, reporters = self._check_flat(cells, reporters, 1)  # type: ignore[attr-defined]
-        return self.statistics_type(Histogram.from_dense(cells), int(reporters[0]))
+        # a copy the histogram owns: its keys and counts are found only if read (a server mostly transforms the cells)
+        return self.statistics_type(Histogram.of_owned_dense(cells.copy()), int(reporters[0]))
 
 
 class PureOracle(FrequencyOracle[ReportsT, StatisticsT]):
