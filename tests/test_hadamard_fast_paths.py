@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedhh.oracles import hadamard_mechanism, make_oracle, walsh_hadamard
-from fedhh.oracles.base import stable_order
+from fedhh.oracles.base import Support, stable_order
 from fedhh.oracles.histogram import Histogram
 from fedhh.oracles.sketches import SketchOracle
 from fedhh.oracles.walsh_hadamard import fwht, hadamard_parity
@@ -236,3 +236,18 @@ def test_a_hadamard_sketch_decodes_a_few_candidates_from_one_transform_of_every_
             expected = oracle.inner.support(row_statistics, half_symbols.astype(np.uint64)).counts
             np.testing.assert_array_equal(support.counts[row, half], expected)
     assert support.counts.dtype == np.int64 and np.abs(support.counts).sum() > 0
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_hadamard_sketch_estimates_every_row_at_once_as_row_by_row(signed: bool) -> None:
+    """HM's estimate divides each count by ``t bias`` alone, so a sketch of HM rows estimates all its
+    rows in one division: the same floats as each row's inner estimate with its own report count."""
+    width = 256
+    inner = hadamard_mechanism.HadamardMechanism(3.0, width * (1 + signed))
+    oracle = SketchOracle(inner, 3000, rows=6, width=width, signed=signed, seed=2)
+    values = np.random.default_rng(4).integers(0, 40, 3000).astype(np.uint64)
+    statistics = oracle.randomize_aggregate(values, KeyedRandomness(6).for_range("test", 0, 0, values.size))
+    support = oracle.support(statistics, np.arange(60, dtype=np.uint64))
+    rows = np.array([[inner.estimate_support(Support(counts, support.n_users[row]))
+                      for counts in halves] for row, halves in enumerate(support.counts)])
+    np.testing.assert_array_equal(oracle.estimate_support(support), oracle._combine(rows, support.n_users))

@@ -50,6 +50,7 @@ from .base import (
     stable_order,
 )
 from .device_spec import DeviceSpec
+from .hadamard_mechanism import HadamardMechanism
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch
@@ -400,6 +401,8 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
                 f"{self.name}: support.counts must have shape (rows={self.rows}, {1 + self.signed}, candidates), "
                 f"got {support.counts.shape}"
             )
+        if isinstance(self.inner, HadamardMechanism):  # counts / (t bias): elementwise, no row's report count
+            return self._combine(self.inner.estimate_support(support), support.n_users)
         row_estimates = np.empty(support.counts.shape)
         for row, halves in enumerate(support.counts):
             for half, counts in enumerate(halves):
