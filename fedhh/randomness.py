@@ -231,23 +231,18 @@ class _PerUserDraws:
         """Integers uniform on [low, high) (``Generator.integers`` semantics)."""
         if high is None:
             low, high = 0, low
+        one_per_user = size is None or isinstance(size, (int, np.integer))
+        if type(low) is int and type(high) is int and -(1 << 63) <= low and high < 1 << 63 and one_per_user:
+            # plain bounds (a sketch's rows, HM's indices, once a block): the checks below in Python
+            return self._one_integer_each(low, high - low, size)
         low_arr = np.asarray(low, dtype=np.int64)
         span = np.asarray(high, dtype=np.int64) - low_arr
         if np.any(span <= 0):
             raise ValueError("integers: high must be greater than low")
         if np.any(span > (1 << 52)):
             raise ValueError("integers: ranges above 2**52 are not supported")
-        if span.ndim == 0 and int(span) & (int(span) - 1) == 0 and (size is None or isinstance(size, (int, np.integer))):
-            # floor(k 2^-53 2^s) = k >> (53 - s) exactly: the top s bits of the word, without floats
-            shape = self._check_size(size)
-            draws = (self._bits(1)[:, 0] >> np.uint64(64 - int(span).bit_length() + 1)).astype(np.int64).reshape(shape)
-            if low_arr == 0:
-                return draws
-            draws += low_arr
-            return draws
-        if span.ndim == 0 and low_arr.ndim == 0 and (size is None or isinstance(size, (int, np.integer))):
-            shape = self._check_size(size)
-            return _scaled_integers(self._bits(1)[:, 0], float(span), int(low_arr)).reshape(shape)
+        if span.ndim == 0 and low_arr.ndim == 0 and one_per_user:
+            return self._one_integer_each(int(low_arr), int(span), size)
         draws = self.random(size)
         if np.broadcast_shapes(draws.shape, span.shape) != draws.shape:  # bounds wider than the draws
             return low_arr + np.floor(draws * span).astype(np.int64)
@@ -256,6 +251,24 @@ class _PerUserDraws:
         if low_arr.ndim == 0 and low_arr == 0:
             return draws
         draws += low_arr
+        return draws
+
+    def _one_integer_each(self, low: int, span: int, size: int | None) -> np.ndarray:
+        """One integer a user, uniform on ``[low, low + span)``: ``low + floor(u span)`` for the user's
+        uniform ``u`` (:func:`_scaled_integers`), or for a power-of-two ``span = 2^s``, the same
+        ``floor(k 2^-53 2^s) = k >> (53 - s)``: the top ``s`` bits of the word, without floats."""
+        if span <= 0:
+            raise ValueError("integers: high must be greater than low")
+        if span > 1 << 52:
+            raise ValueError("integers: ranges above 2**52 are not supported")
+        shape = self._check_size(size)
+        if span & (span - 1):
+            return _scaled_integers(self._bits(1)[:, 0], float(span), low).reshape(shape)
+        draws = self._bits(1)[:, 0]  # fresh words: shifted in place, below 2^63 read as int64 (no copy)
+        draws >>= np.uint64(64 - span.bit_length() + 1)
+        draws = draws.view(np.int64).reshape(shape)
+        if low:
+            draws += low
         return draws
 
 

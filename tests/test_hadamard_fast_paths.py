@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from fedhh.oracles import hadamard_mechanism, make_oracle, walsh_hadamard
-from fedhh.oracles.base import stable_order
+from fedhh.oracles.base import Support, stable_order
 from fedhh.oracles.histogram import Histogram
 from fedhh.oracles.sketches import SketchOracle
 from fedhh.oracles.walsh_hadamard import fwht, hadamard_parity
-from fedhh.randomness import KeyedRandomness
+from fedhh.randomness import KeyedRandomness, UserRandom
 
 
 def butterflies(values: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
@@ -146,6 +146,18 @@ def test_hm1_flip_threshold_matches_the_float_comparison_at_its_edge() -> None:
         threshold = oracle._flip_threshold
         for top in (threshold - 2, threshold - 1, threshold, threshold + 1):
             assert (top * 2.0**-53 >= oracle.keep_probability) == (top >= threshold)
+            for low_bits in (0, 1, (1 << 11) - 1):  # the words behind it, compared unshifted
+                word = np.uint64((top << 11) | low_bits)
+                assert (word >= oracle._flip_word_threshold) == (top >= threshold)
+
+
+def test_hm1_never_flips_when_the_keep_probability_rounds_to_one() -> None:
+    """At ε = 40, ``p = e^ε / (e^ε + 1)`` is 1.0 in float64: no uniform reaches it, no sign is flipped."""
+    oracle = hadamard_mechanism.HadamardMechanism(40.0, 8)
+    assert oracle.keep_probability == 1.0 and oracle._flip_word_threshold is None
+    values = np.arange(8, dtype=np.uint64).repeat(50)
+    reports = oracle.randomize(values, UserRandom(np.uint64(3), np.arange(values.size)))
+    np.testing.assert_array_equal(reports.words, hadamard_parity(reports.indices[:, 0], values))
 
 
 @pytest.mark.parametrize("size", [1, 8, 1024])
@@ -205,3 +217,37 @@ def test_sketch_supports_from_one_transform_of_all_rows_are_each_rows_support(si
             for half in range(1 + signed):
                 expected = inner.support(row_stats, symbols[row, half].astype(np.uint64)).counts
                 np.testing.assert_array_equal(support.counts[row, half], expected)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_hadamard_sketch_decodes_a_few_candidates_from_one_transform_of_every_row(signed: bool) -> None:
+    """Few candidates (not whole rows): the support read from ``dense_supports`` (every row at once) is
+    each row's own inner support of the candidates' symbols (and mirrors, signed), the same integers."""
+    width = 1024
+    inner = hadamard_mechanism.HadamardMechanism(2.0, width * (1 + signed))
+    oracle = SketchOracle(inner, 5000, rows=8, width=width, signed=signed, seed=4)
+    values = np.random.default_rng(8).integers(0, 50, 4000).astype(np.uint64)
+    statistics = oracle.randomize_aggregate(values, KeyedRandomness(3).for_range("test", 0, 0, values.size))
+    candidates = np.array([0, 1, 2, 3, 49, 777, 4999], dtype=np.uint64)
+    support = oracle.support(statistics, candidates)
+    symbols = oracle._candidate_symbols(candidates)
+    for row, row_statistics in enumerate(statistics.rows):
+        for half, half_symbols in enumerate(symbols[row]):
+            expected = oracle.inner.support(row_statistics, half_symbols.astype(np.uint64)).counts
+            np.testing.assert_array_equal(support.counts[row, half], expected)
+    assert support.counts.dtype == np.int64 and np.abs(support.counts).sum() > 0
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_hadamard_sketch_estimates_every_row_at_once_as_row_by_row(signed: bool) -> None:
+    """HM's estimate divides each count by ``t bias`` alone, so a sketch of HM rows estimates all its
+    rows in one division: the same floats as each row's inner estimate with its own report count."""
+    width = 256
+    inner = hadamard_mechanism.HadamardMechanism(3.0, width * (1 + signed))
+    oracle = SketchOracle(inner, 3000, rows=6, width=width, signed=signed, seed=2)
+    values = np.random.default_rng(4).integers(0, 40, 3000).astype(np.uint64)
+    statistics = oracle.randomize_aggregate(values, KeyedRandomness(6).for_range("test", 0, 0, values.size))
+    support = oracle.support(statistics, np.arange(60, dtype=np.uint64))
+    rows = np.array([[inner.estimate_support(Support(counts, support.n_users[row]))
+                      for counts in halves] for row, halves in enumerate(support.counts)])
+    np.testing.assert_array_equal(oracle.estimate_support(support), oracle._combine(rows, support.n_users))

@@ -21,7 +21,7 @@ from fedhh.protocols.prefix_nodes import asked_oracle, check_reply
 from fedhh.protocols.prefix_oracles import answers_with_support, counts_size, decode_counts, level_draws_from_ranges
 from fedhh.protocols.prefix_reports import PrefixRequest, PrefixResponse, held_items, range_levels, respond, user_levels
 from fedhh.protocols.spec import InvalidReply
-from fedhh.randomness import GRID_USERS
+from fedhh.randomness import GRID_USERS, UserRandom
 
 RUN = [
     'protocol.name="treehist"', 'population.source="zipf"', "population.users=12000", "population.vocabulary=500",
@@ -71,6 +71,25 @@ def test_every_round_is_the_same_for_any_cut_into_shards_and_blocks(
         modes.append(request.mode)
         server.absorb(whole)
     assert modes == ["level", "level", "final"]
+
+
+def test_a_short_last_block_joins_the_one_before_and_changes_no_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 5,500 over 12,000 users: the last 1,000 (under a quarter of a block) join the second
+    block, and every round's counts are those of the whole range in one block."""
+    experiment = Experiment(load_config(None, [*RUN, 'protocol.oracle="hcms"']))
+    population = experiment.build_shard(0, 1)
+    randomness = experiment.randomness
+    monkeypatch.setattr(prefix_reports, "USERS_PER_BLOCK", 5500)
+    sizes = [block.size for block, _ in prefix_reports._member_draws(np.arange(12000), None, randomness, ("p", 0, 0))]
+    assert sizes == [5500, 6500]
+    server = experiment.make_server()
+    while (request := server.next_request()) is not None:
+        blocked = respond(request, population, randomness)
+        with monkeypatch.context() as patch:
+            patch.setattr(prefix_reports, "USERS_PER_BLOCK", 1 << 20)
+            whole = respond(request, population, randomness)
+        assert_same(blocked, whole)
+        server.absorb(whole)
 
 
 def encoding_of(request: PrefixRequest) -> PrefixEncoding:
@@ -158,6 +177,34 @@ def test_one_shot_tables_are_the_same_for_any_cut_into_shards_and_blocks(monkeyp
         np.testing.assert_array_equal(response.report_rows, whole.report_rows)
         np.testing.assert_array_equal(response.report_counts, whole.report_counts)
     assert int(whole.report_counts.sum()) == population.n_users
+
+
+def searched_levels(seed: int, bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The levels' definition: each user's uniform searched among the bounds, clipped to the levels."""
+    uniform = UserRandom(np.uint64(seed), ids).random()
+    return np.clip(np.searchsorted(bounds, uniform, side="right") - 1, 0, bounds.size - 2)
+
+
+def test_levels_by_integer_thresholds_are_the_searched_levels_at_every_edge() -> None:
+    """``user_levels`` compares the users' words with integer thresholds: the same levels as the binary
+    search of their uniforms, for random shares, empty levels, bounds at 0 and 1, and bounds equal
+    to a user's uniform or just below it (where a float rounding would move the user)."""
+    ids = np.arange(3000, 3000 + 2 * prefix_reports.LEVELS_AT_ONCE + 7)
+    uniform = UserRandom(np.uint64(21), ids).random()
+    rng = np.random.default_rng(5)
+    cases = [np.array([0.0, 1.0]), np.array([0.0, 0.0, 0.5, 0.5, 1.0]), np.array([0.0, 1.0, 1.0])]
+    for levels in (2, 3, 7):
+        shares = np.concatenate(([0.0], np.cumsum(rng.dirichlet(np.ones(levels)))))
+        shares[-1] = 1.0
+        cases.append(shares)
+    for user in (0, 1, 99):
+        cases.append(np.array([0.0, uniform[user], 1.0]))
+        cases.append(np.array([0.0, np.nextafter(uniform[user], 0.0), uniform[user + 1] + 1.0]))
+    for bounds in cases:
+        found = user_levels(21, bounds, ids)
+        assert found.dtype == np.int64
+        np.testing.assert_array_equal(found, searched_levels(21, np.sort(bounds), ids))
+    assert np.bincount(user_levels(21, cases[-6], ids), minlength=2)[1] == int(np.sum(uniform >= uniform[0]))
 
 
 def test_cached_levels_are_the_users_levels_and_read_only() -> None:

@@ -189,3 +189,19 @@ def test_a_batch_of_ranges_draws_each_ranges_own_words() -> None:
     assert SecureRandomness().for_ranges("batch", 2, ranges).words(2).shape == (batch.n_users, 2)
     with pytest.raises(ValueError, match="first_user and n_users must be >= 0"):
         RangeRandom.over_ranges(np.uint64(1), ((5, -1),))
+
+
+def test_integers_with_plain_or_array_bounds_are_the_scaled_uniforms() -> None:
+    """Python-int bounds (checks in Python) and numpy bounds draw ``low + floor(u (high - low))`` of the
+    user's uniform ``u``, for power-of-two spans (the word's top bits) and others (scaled floats)."""
+    ids = np.arange(40, 3040)
+    for low, high in ((0, 16), (0, 1024), (5, 21), (0, 3), (-7, 1000), (3, 1 << 52)):
+        expected = low + np.floor(UserRandom(np.uint64(9), ids).random() * float(high - low)).astype(np.int64)
+        plain = UserRandom(np.uint64(9), ids).integers(low, high, size=ids.size)
+        wrapped = UserRandom(np.uint64(9), ids).integers(np.int64(low), np.array(high), size=ids.size)
+        for drawn in (plain, wrapped):
+            np.testing.assert_array_equal(drawn, expected)
+            assert drawn.dtype == np.int64
+    for low, high in ((4, 4), (0, (1 << 52) + 1)):
+        with pytest.raises(ValueError, match="integers"):
+            UserRandom(np.uint64(9), ids).integers(low, high)

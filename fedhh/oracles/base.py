@@ -28,6 +28,7 @@ only candidate-set queries make sense.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -96,7 +97,7 @@ def check_values(values: Any, domain: int, field: str = "values") -> np.ndarray:
         raise InputError(f"{field} must be integers in [0, {domain}), got dtype {array.dtype}")
     if np.issubdtype(array.dtype, np.signedinteger) and int(array.min()) < 0:
         raise InputError(f"{field} must be in [0, {domain}), got {int(array.min())}")
-    array = array.astype(np.uint64)
+    array = array.astype(np.uint64, copy=False)  # uint64 already (symbols, keys): checked, not copied
     if domain < MAX_DOMAIN and int(array.max()) >= domain:
         raise InputError(f"{field} must be in [0, {domain}), got {int(array.max())}")
     return array
@@ -111,7 +112,7 @@ def check_groups(groups: Any, n_users: int, n_groups: Any) -> np.ndarray:
             f"groups must be {n_users} integers (one per value) in [-1, {n_groups}), got shape {array.shape} "
             f"and dtype {array.dtype}"
         )
-    array = array.astype(np.int64)
+    array = array.astype(np.int64, copy=False)
     if array.size and (int(array.min()) < -1 or int(array.max()) >= n_groups):
         raise InputError(f"groups must be in [-1, {n_groups}), got values from {int(array.min())} to {int(array.max())}")
     return array
@@ -361,6 +362,13 @@ class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
         return check_values(values, self.domain, field)
 
 
+@functools.cache
+def _field_names(statistics_type: type) -> tuple[str, ...]:
+    """A statistics dataclass's field names, looked up once per type (a sketch flattens one
+    statistics per row and batch)."""
+    return tuple(field.name for field in dataclasses.fields(statistics_type))
+
+
 class HistogramFlatForm:
     """The flat form of statistics that are a dataclass ``(histogram, n_users)`` with the
     histogram's keys in ``[0, histogram_size)``: the dense counts (GRR's reported values,
@@ -378,12 +386,13 @@ class HistogramFlatForm:
         return self.histogram_size if self.histogram_size <= FLAT_CELLS_LIMIT else None
 
     def to_flat(self, statistics: Any) -> tuple[np.ndarray, np.ndarray]:
-        histogram, n_users = (getattr(statistics, field.name) for field in dataclasses.fields(statistics))
+        histogram, n_users = (getattr(statistics, name) for name in _field_names(type(statistics)))
         return histogram.to_dense(self.histogram_size), np.array([n_users], dtype=np.int64)
 
     def from_flat(self, cells: np.ndarray, reporters: np.ndarray) -> Any:
         cells, reporters = self._check_flat(cells, reporters, 1)  # type: ignore[attr-defined]
-        return self.statistics_type(Histogram.from_dense(cells), int(reporters[0]))
+        # a copy the histogram owns: its keys and counts are found only if read (a server mostly transforms the cells)
+        return self.statistics_type(Histogram.of_owned_dense(cells.copy()), int(reporters[0]))
 
 
 class PureOracle(FrequencyOracle[ReportsT, StatisticsT]):

@@ -129,7 +129,10 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         e = math.exp(self.epsilon)
         words = 1 << self.coefficients
         self.keep_probability = e / (e + words - 1)
-        self._flip_threshold = math.ceil(self.keep_probability * float(1 << 53))  # see _one_coefficient
+        # see _one_coefficient: a flip when the word's top 53 bits reach ceil(p 2^53), i.e. when the word reaches
+        # that times 2^11 (None: p rounds to 1, no word reaches it)
+        self._flip_threshold = math.ceil(self.keep_probability * float(1 << 53))
+        self._flip_word_threshold = np.uint64(self._flip_threshold << 11) if self._flip_threshold < 1 << 53 else None
         self.bias = (e - 1) / (e + words - 1)
         self.pair_correlation = self.keep_probability - (1 - self.keep_probability) / (words - 1)
 
@@ -160,7 +163,8 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         routes: the index by ``integers`` with an integer size (``K``, a power of two, is then the
         top bits of one word, as the float route gives exactly), and the flip by comparing the
         word behind ``random``'s uniform ``u = (w >> 11) 2^-53`` with an integer threshold:
-        ``u >= p`` exactly when ``w >> 11 >= ceil(p 2^53)`` (``p 2^53`` is exact in float64)."""
+        ``u >= p`` exactly when ``w >> 11 >= ceil(p 2^53)`` (``p 2^53`` is exact in float64), that is
+        when ``w >= ceil(p 2^53) 2^11`` (no shift of the words)."""
         n_users = values.shape[0]
         if isinstance(rng, np.random.Generator) or self.rows > _INTEGER_INDICES:
             index = uniform_below(rng, (n_users,), self.rows)
@@ -170,8 +174,8 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         index = rng.integers(0, self.rows, size=n_users).view(np.uint64)  # int64 below 2^52: the same numbers
         negative = hadamard_parity(index, values)
         flip_words = rng.words(1)[:, 0]
-        flip_words >>= np.uint64(11)
-        negative ^= flip_words >= np.uint64(self._flip_threshold)
+        if self._flip_word_threshold is not None:  # w >> 11 >= t exactly when w >= t 2^11 (t < 2^53)
+            negative ^= flip_words >= self._flip_word_threshold
         return index, negative
 
     def randomize_aggregate_groups(
@@ -194,12 +198,13 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
             reports = self.randomize(values, rng)
             indices = reports.indices.astype(np.intp)
             negative = self._negative(reports.words).reshape(indices.shape)
-        counted = groups >= 0
-        if not counted.all():
+        if int(groups.min(initial=0)) < 0:
+            counted = groups >= 0
             indices, negative, groups = indices[counted], negative[counted], groups[counted]
-        signed_cells = (groups * self.rows)[:, None] + indices  # cell, then 2 cell + [sign is -1], in place
+        signed_cells = indices  # 2 (group K + index) + [sign is -1], over the indices (fresh arrays: ours)
         signed_cells <<= 1
-        signed_cells += negative
+        signed_cells |= negative
+        signed_cells += (groups * (2 * self.rows))[:, None]
         sums = _sign_sums(signed_cells.ravel(), n_groups * self.rows).reshape(n_groups, self.rows)
         reporters = np.bincount(groups, minlength=n_groups)
         return [

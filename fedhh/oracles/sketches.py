@@ -50,6 +50,7 @@ from .base import (
     stable_order,
 )
 from .device_spec import DeviceSpec
+from .hadamard_mechanism import HadamardMechanism
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys
 from .histogram import Histogram
 from .sampling import RandomSource, check_rng_batch
@@ -310,7 +311,9 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
 
         When the inner domain is not much larger than the candidate set, each
         row decodes all its symbols once (one transform, or one pass of FLH's
-        functions) and the candidates read their symbols from it.
+        functions) and the candidates read their symbols from it; an inner
+        oracle that decodes whole rows anyway (HM: ``dense_supports``) does so
+        for any number of candidates, every row in one transform.
         """
         return self.supports([statistics], candidates)[0]
 
@@ -324,14 +327,18 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         whole_rows = self.inner.domain <= 4 * candidates.shape[0]
         all_symbols = np.arange(self.inner.domain, dtype=np.uint64)
         supports = []
-        dense_supports = getattr(self.inner, "dense_supports", None) if whole_rows else None
+        # an inner oracle with dense supports (HM) transforms whole rows even for a few candidates: all at once
+        dense_supports = getattr(self.inner, "dense_supports", None)
+        row_index = np.arange(self.rows)[:, None, None]
         for stats in statistics:
-            counts = np.empty(symbols.shape, dtype=np.int64)
             table = None if dense_supports is None else dense_supports(stats.rows)  # every row in one transform
+            if table is not None:  # each row's candidates read their symbols' cells, every row at once
+                counts = table[row_index, symbols].astype(np.int64, copy=False)
+                supports.append(Support(counts, np.array([row.n_users for row in stats.rows], dtype=np.int64)))
+                continue
+            counts = np.empty(symbols.shape, dtype=np.int64)
             for row, row_stats in enumerate(stats.rows):
-                if table is not None:
-                    counts[row] = table[row][symbols[row]]
-                elif whole_rows:
+                if whole_rows:
                     counts[row] = self.inner.support(row_stats, all_symbols).counts[symbols[row]]
                 else:
                     for half, half_symbols in enumerate(symbols[row]):
@@ -394,6 +401,8 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
                 f"{self.name}: support.counts must have shape (rows={self.rows}, {1 + self.signed}, candidates), "
                 f"got {support.counts.shape}"
             )
+        if isinstance(self.inner, HadamardMechanism):  # counts / (t bias): elementwise, no row's report count
+            return self._combine(self.inner.estimate_support(support), support.n_users)
         row_estimates = np.empty(support.counts.shape)
         for row, halves in enumerate(support.counts):
             for half, counts in enumerate(halves):

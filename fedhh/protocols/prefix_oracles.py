@@ -45,11 +45,11 @@ def build_level_oracle(name: str, epsilon: float, domain: int, seed: int, rows: 
     return make_oracle(name, epsilon=epsilon, domain=domain, **options)
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=8)
 def level_oracle(name: str, epsilon: float, domain: int, seed: int, rows: int, width: int) -> FrequencyOracle:
-    """:func:`build_level_oracle`, shared by the shards of one process within a round
-    (expanding FLH's or a sketch's public hash functions once, not once per shard);
-    only the current and the previous level are kept."""
+    """:func:`build_level_oracle`, shared by the server and the shards of one process within a
+    round (expanding FLH's or a sketch's public hash functions once, not once per shard and
+    once more on the server); the last 8 are kept (a search's levels and final pass)."""
     return build_level_oracle(name, epsilon, domain, seed, rows, width)
 
 

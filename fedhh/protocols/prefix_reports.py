@@ -140,9 +140,33 @@ class PrefixResponse(Response):
 def user_levels(partition_seed: int, level_bounds: np.ndarray, user_ids: np.ndarray) -> np.ndarray:
     """The level of each global user id (public randomness: the same on every device and shard).
 
-    Drawn :data:`LEVELS_AT_ONCE` users at a time (a user's level is a function of its id alone):
-    the hashes' temporaries then stay in cache, 30% less time than one pass at 10^6 users."""
+    A user's level is ``searchsorted(level_bounds, u, side="right") - 1`` clipped to the levels,
+    for its uniform ``u = (w >> 11) 2^-53`` (``w``: its first keyed word).  With ascending bounds
+    that is the number of inner bounds ``b <= u``, and ``b <= u`` exactly when
+    ``w >> 11 >= ceil(b 2^53)`` (``b 2^53`` is exact in float64, ``u`` a multiple of ``2^-53``):
+    a few integer comparisons of the words, the same levels without floats or a binary search
+    (200,000 users: 3.8 -> 1.8 ms).  Drawn :data:`LEVELS_AT_ONCE` users at a time (a user's level is
+    a function of its id alone): the hashes' temporaries then stay in cache."""
     ids = np.asarray(user_ids, dtype=np.int64)
+    bounds = np.asarray(level_bounds, dtype=np.float64)
+    if bounds.size < 3 or not np.all(bounds[1:] >= bounds[:-1]):
+        return _searched_levels(partition_seed, bounds, ids)
+    tops = np.ceil(bounds[1:-1] * float(1 << 53))
+    # w >> 11 >= t  <=>  w >= t << 11; a bound above every uniform (t >= 2^53) counts no one
+    thresholds = [np.uint64(int(top) << 11) for top in tops if 0.0 < top < float(1 << 53)]
+    always = int(np.count_nonzero(tops <= 0.0))  # bounds at or below 0 count everyone
+    levels = np.full(ids.shape, always, dtype=np.int64)
+    hit = np.empty(min(ids.size, LEVELS_AT_ONCE), dtype=bool)
+    for first in range(0, ids.size, LEVELS_AT_ONCE):
+        words = UserRandom(np.uint64(partition_seed), ids[first : first + LEVELS_AT_ONCE]).words(1)[:, 0]
+        out, flags = levels[first : first + LEVELS_AT_ONCE], hit[: words.size]
+        for threshold in thresholds:
+            out += np.greater_equal(words, threshold, out=flags)
+    return levels
+
+
+def _searched_levels(partition_seed: int, level_bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """:func:`user_levels` by a binary search of each uniform, for bounds not in ascending order."""
     levels = np.empty(ids.shape, dtype=np.int64)
     for first in range(0, ids.size, LEVELS_AT_ONCE):
         uniform = UserRandom(np.uint64(partition_seed), ids[first : first + LEVELS_AT_ONCE]).random()
@@ -206,8 +230,8 @@ def _member_draws(
     draws: tuple[str, int, int],
 ) -> Iterator[tuple[np.ndarray, RandomSource]]:
     """The ``values`` of the shard's ``members`` (local indices, one value each; ``None``: every
-    user) with their draws, block by block of :data:`USERS_PER_BLOCK` users in user order;
-    ``draws`` is ``(purpose, round, first global user of the shard)``.
+    user) with their draws, block by block of :data:`USERS_PER_BLOCK` users in user order (the
+    last block up to a quarter longer); ``draws`` is ``(purpose, round, first global user of the shard)``.
 
     Every user's report (the final pass) draws from the Philox range streams
     (:meth:`~fedhh.randomness.RandomnessSource.for_range`) of the block's
@@ -220,12 +244,15 @@ def _member_draws(
     :func:`~fedhh.protocols.prefix_oracles.level_draws_from_ranges`).
     """
     purpose, round_, first_user = draws
-    for first in range(0, max(values.size, 1), USERS_PER_BLOCK):
-        block = values[first : first + USERS_PER_BLOCK]
+    starts = list(range(0, max(values.size, 1), USERS_PER_BLOCK))
+    if len(starts) > 1 and values.size - starts[-1] < USERS_PER_BLOCK // 4:
+        starts.pop()  # a short last block joins the one before: a call's fixed cost (~0.1 ms) for a few users
+    for first, end in zip(starts, [*starts[1:], max(values.size, 1)]):
+        block = values[first:end]
         if members is None:
             yield block, randomness.for_range(purpose, round_, first_user + first, block.size)
         else:
-            yield block, randomness.for_users(purpose, round_, members[first : first + USERS_PER_BLOCK] + first_user)
+            yield block, randomness.for_users(purpose, round_, members[first:end] + first_user)
 
 
 def _ranked_draws(

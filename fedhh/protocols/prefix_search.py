@@ -41,7 +41,7 @@ from ..privacy.validation import check_epsilon, check_positive_int, check_users
 from ..randomness import derive_key
 from .base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
 from .prefix_encoding import ENCODINGS, Encoding, PrefixEncoding
-from .prefix_oracles import build_level_oracle, decode_counts
+from .prefix_oracles import decode_counts, level_oracle
 from .prefix_reports import COLLECT, FINAL, LEVEL, PrefixRequest, PrefixResponse
 from .report_table import expand, from_table, to_table
 
@@ -270,8 +270,8 @@ class PrefixSearchServer(ServerProtocol):
         return oracle
 
     def _build_oracle(self, length: int, epsilon: float) -> FrequencyOracle:
-        try:
-            return build_level_oracle(
+        try:  # the process's shared oracle: shards simulated here answer the round with the same object
+            return level_oracle(
                 self.params.oracle, epsilon, self.encoding.domain(length), self.oracle_seed,
                 self.params.sketch_rows, self.params.sketch_width,
             )
