@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fedhh.items import ItemCodec, get_alphabet
 from fedhh.population import Shard, Vocabulary
+from fedhh.randomness import KeyedRandomness
 
 
 def lowercase_codec(max_length: int = 8, unit_size: int = 1) -> ItemCodec:
@@ -67,3 +71,33 @@ def flower_matches_fast(overrides: list[str], output_dir: Path) -> tuple[set[tup
     found = {(h["item"], h["estimated_count"]) for h in document["heavy_hitters"]}
     assert found == set(run_view(reference))
     return found, len(document["rounds"])
+
+
+@dataclass
+class PlantedRuns:
+    """What runs of one protocol found on a population with planted words."""
+
+    counts: dict[str, list[float]]  # each planted word's estimated count, in every run that found it
+    others: int  # discoveries of words not planted, over all runs
+    server: Any  # the last run's server (its oracles give the predicted spread)
+
+
+def planted_runs(
+    make_server: Callable[[int], Any], respond: Callable[..., Any], population: Shard, planted: Iterable[str],
+    seeds: Iterable[int],
+) -> PlantedRuns:
+    """One run per seed, in one process: ``make_server(seed)``'s rounds answered by the whole
+    ``population`` with the protocol's ``respond`` and ``KeyedRandomness(seed)``."""
+    from simulations.fast import drive
+
+    counts: dict[str, list[float]] = {item: [] for item in planted}
+    others, server = 0, None
+    for seed in seeds:
+        server, randomness = make_server(seed), KeyedRandomness(seed)
+        result = drive(server, lambda request: [respond(request, population, randomness)])
+        for found in result.discoveries:
+            if found.item in counts:
+                counts[found.item].append(found.estimated_count)
+            else:
+                others += 1
+    return PlantedRuns(counts, others, server)

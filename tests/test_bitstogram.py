@@ -29,9 +29,7 @@ from fedhh.protocols.bitstogram import (
     respond,
 )
 from fedhh.protocols.spec import InvalidReply
-from fedhh.randomness import KeyedRandomness
-from simulations.fast import drive
-from .helpers import flower_matches_fast, one_and_seven_shards
+from .helpers import flower_matches_fast, one_and_seven_shards, planted_runs
 
 SMALL_RUN = [
     'protocol.name="bitstogram"', 'population.source="zipf"', "population.users=30000", "population.vocabulary=2000",
@@ -136,17 +134,10 @@ def test_heavy_values_are_found_light_ones_are_not_and_counts_are_unbiased(plant
     params = BitstogramParameters(n_users, 8.0, 25, 512, 9, 32)
     assert min(discovery_probability(params, PLANTED[w]) for w in ("apple", "mango")) > 0.99
     assert discovery_probability(params, PLANTED["kiwis"]) < 1e-3
-    counts: dict[str, list[float]] = {item: [] for item in PLANTED}
-    others = 0
-    for run in range(runs):
-        server = BitstogramServer(params, planted_population.vocabulary.codec, run)
-        randomness = KeyedRandomness(run)
-        result = drive(server, lambda request: [respond(request, planted_population, randomness)])
-        for found in result.discoveries:
-            if found.item in counts:
-                counts[found.item].append(found.estimated_count)
-            else:
-                others += 1
+    found = planted_runs(
+        lambda run: BitstogramServer(params, planted_population.vocabulary.codec, run), respond, planted_population, PLANTED, range(runs)
+    )
+    counts, others, server = found.counts, found.others, found.server
     assert len(counts["apple"]) == len(counts["mango"]) == runs
     assert counts["kiwis"] == counts["figgy"] == [] and others <= 12
     other, _ = server.request.final_oracle().per_user_variance()

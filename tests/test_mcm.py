@@ -18,9 +18,7 @@ from fedhh.population import Shard, Vocabulary
 from fedhh.audits.ldp import audit_oracle
 from fedhh.planning.plan import plan
 from fedhh.protocols.mcm import MCMParameters, MCMServer, discovery_probability, mcm_parameters, respond
-from fedhh.randomness import KeyedRandomness
-from simulations.fast import drive
-from .helpers import flower_matches_fast, one_and_seven_shards
+from .helpers import flower_matches_fast, one_and_seven_shards, planted_runs
 
 SMALL_RUN = [
     'protocol.name="mcm"', 'population.source="zipf"', "population.users=30000", "population.vocabulary=2000",
@@ -57,14 +55,10 @@ def test_heavy_values_are_found_light_ones_are_not_and_counts_are_unbiased(plant
     params = MCMParameters(n_users, 8.0, 25, 256, 4)
     assert min(discovery_probability(params, PLANTED[w]) for w in ("apple", "mango")) > 0.98  # the planner agrees
     assert discovery_probability(params, PLANTED["kiwis"]) < 1e-3
-    counts: dict[str, list[float]] = {item: [] for item in PLANTED}
-    for run in range(runs):
-        server = MCMServer(params, planted_population.vocabulary.codec, run)
-        randomness = KeyedRandomness(run)
-        result = drive(server, lambda request: [respond(request, planted_population, randomness)])
-        for found in result.discoveries:
-            if found.item in counts:
-                counts[found.item].append(found.estimated_count)
+    found = planted_runs(
+        lambda run: MCMServer(params, planted_population.vocabulary.codec, run), respond, planted_population, PLANTED, range(runs)
+    )
+    counts, server = found.counts, found.server
     assert min(len(counts["apple"]), len(counts["mango"])) >= runs - 2
     assert counts["kiwis"] == counts["figgy"] == []
     other, same = server.final_oracle.per_user_variance()

@@ -31,6 +31,7 @@ from fedhh.protocols.rappor import (
 from fedhh.bernoulli_bytes import REFINEMENT_WORDS
 from fedhh.randomness import KeyedRandomness
 from simulations.fast import drive, run_fast
+from tests.helpers import planted_runs
 
 SMALL_RUN = [
     'protocol.name="rappor"', 'population.source="zipf"', "population.users=30000", "population.vocabulary=2000",
@@ -70,17 +71,10 @@ def test_heavy_items_are_found_light_ones_are_not_and_counts_are_unbiased(plante
     the light ones are not; false discoveries are at most Bonferroni's 5% per run; the estimates
     average to the truth within 4 standard errors and spread as the randomisation predicts."""
     runs = 12
-    counts: dict[str, list[float]] = {item: [] for item in PLANTED}
-    others = 0
-    for run in range(runs):
-        server = planted_server(planted_population, run)
-        randomness = KeyedRandomness(run)
-        result = drive(server, lambda request: [respond(request, planted_population, randomness)])
-        for found in result.discoveries:
-            if found.item in counts:
-                counts[found.item].append(found.estimated_count)
-            else:
-                others += 1
+    found = planted_runs(
+        lambda run: planted_server(planted_population, run), respond, planted_population, PLANTED, range(runs)
+    )
+    counts, others = found.counts, found.others
     assert len(counts["apple"]) == len(counts["mango"]) == runs
     assert counts["kiwis"] == counts["figgy"] == []
     assert others <= 3  # Poisson(at most 0.05 x 12) exceeds 3 with probability below 1e-4

@@ -20,8 +20,7 @@ from fedhh.protocols.prefix_encoding import PrefixEncoding
 from fedhh.planning.plan import plan
 from fedhh.protocols.spm import SPMParameters, SPMServer, respond, segment_keys, stage_margins
 from fedhh.randomness import KeyedRandomness
-from simulations.fast import drive
-from .helpers import flower_matches_fast, one_and_seven_shards
+from .helpers import flower_matches_fast, one_and_seven_shards, planted_runs
 
 SMALL_RUN = [
     'protocol.name="spm"', 'population.source="zipf"', "population.users=30000", "population.vocabulary=2000",
@@ -59,14 +58,10 @@ def test_heavy_values_are_found_light_ones_are_not_and_counts_are_unbiased(plant
     of 24 runs within 0.55..1.5 of it with probability above 0.999)."""
     n_users, runs = planted_population.n_users, 24
     assert min(stage_margins(params(n_users), PLANTED["mango"]).values()) > 8  # the planner's view of mango
-    counts: dict[str, list[float]] = {item: [] for item in PLANTED}
-    for run in range(runs):
-        server = SPMServer(params(n_users), planted_population.vocabulary.codec, run)
-        randomness = KeyedRandomness(run)
-        result = drive(server, lambda request: [respond(request, planted_population, randomness)])
-        for found in result.discoveries:
-            if found.item in counts:
-                counts[found.item].append(found.estimated_count)
+    found = planted_runs(
+        lambda run: SPMServer(params(n_users), planted_population.vocabulary.codec, run), respond, planted_population, PLANTED, range(runs)
+    )
+    counts, server = found.counts, found.server
     assert len(counts["apple"]) == len(counts["mango"]) == runs
     assert counts["kiwis"] == counts["figgy"] == []
     for item in ("apple", "mango"):

@@ -22,7 +22,7 @@ from fedhh.protocols.prefix_search import SearchParameters, level_shares
 from fedhh.protocols.treehist import TreeHistServer
 from fedhh.randomness import KeyedRandomness
 from simulations.fast import drive, run_fast
-from tests.helpers import flower_matches_fast, one_and_seven_shards
+from tests.helpers import flower_matches_fast, one_and_seven_shards, planted_runs
 
 SMALL_RUN = [
     'protocol.name="treehist"', 'population.source="zipf"', "population.users=30000", "population.vocabulary=2000",
@@ -102,17 +102,10 @@ def test_heavy_values_are_found_light_ones_are_not_and_counts_are_unbiased(plant
     reports) average to the truth within 4 standard errors, with the spread the oracle predicts."""
     n_users, runs = planted_population.n_users, 40
     params = treehist_parameters(n_users, "count-sketch-hadamard")
-    counts: dict[str, list[float]] = {item: [] for item in PLANTED}
-    others = 0
-    for run in range(runs):
-        server = TreeHistServer(params, planted_population.vocabulary.codec, run)
-        randomness = KeyedRandomness(run)
-        result = drive(server, lambda request: [respond(request, planted_population, randomness)])
-        for found in result.discoveries:
-            if found.item in counts:
-                counts[found.item].append(found.estimated_count)
-            else:
-                others += 1
+    found = planted_runs(
+        lambda run: TreeHistServer(params, planted_population.vocabulary.codec, run), respond, planted_population, PLANTED, range(runs)
+    )
+    counts, others, server = found.counts, found.others, found.server
     assert len(counts["apple"]) == len(counts["mango"]) == runs
     assert counts["kiwis"] == counts["figgy"] == [] and others == 0
     other, _ = server.final_oracle().per_user_variance()
@@ -131,17 +124,10 @@ def test_cms_finds_the_planted_words_with_unbiased_final_counts(planted_populati
     errors with the spread the count-mean sketch's variance predicts."""
     n_users, runs = planted_population.n_users, 12
     params = treehist_parameters(n_users, "cms")
-    counts: dict[str, list[float]] = {item: [] for item in PLANTED}
-    others = 0
-    for run in range(runs):
-        server = TreeHistServer(params, planted_population.vocabulary.codec, run)
-        randomness = KeyedRandomness(run)
-        result = drive(server, lambda request: [respond(request, planted_population, randomness)])
-        for found in result.discoveries:
-            if found.item in counts:
-                counts[found.item].append(found.estimated_count)
-            else:
-                others += 1
+    found = planted_runs(
+        lambda run: TreeHistServer(params, planted_population.vocabulary.codec, run), respond, planted_population, PLANTED, range(runs)
+    )
+    counts, others, server = found.counts, found.others, found.server
     assert len(counts["apple"]) == len(counts["mango"]) == runs
     assert counts["kiwis"] == counts["figgy"] == [] and others == 0
     oracle = server.final_oracle()
