@@ -7,13 +7,17 @@
   link to a repository file that does not exist, a page missing from the
   navigation or an API reference to a name that does not exist fails it;
 * the README's quick start is the two commands CI runs, and its links point
-  to files that exist.
+  to files that exist;
+* every concrete ``fedhh`` command shown in the README and the docs parses,
+  and the config of every ``fedhh run`` example (its file and ``--set`` keys)
+  is valid.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +97,42 @@ def test_the_readme_links_point_to_files_that_exist() -> None:
 def test_the_readme_is_a_front_door() -> None:
     """Detail belongs in docs/; the README stays short enough to read in a minute or two."""
     assert len(README.read_text(encoding="utf-8").splitlines()) <= 200
+
+
+def example_commands() -> list[tuple[str, str]]:
+    """The concrete ``fedhh`` command lines of the README's and the docs' code blocks: (file, line).
+
+    Synopsis lines (``[--json]``, ``triehh|pem``, ``N``, ``CONFIG``, ...) and continued lines are left out.
+    """
+    placeholder = re.compile(r"\[|\||\.\.\.|\\$|(?<![\w.-])[A-Z][A-Z_]*(?:\.toml)?(?![\w:.-])")
+    examples = []
+    for path in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        for block in re.findall(r"```(?:bash|console|sh)\n(.*?)```", text, flags=re.DOTALL):
+            for line in block.splitlines():
+                command = line.strip().removeprefix("$ ").split("  #")[0].strip()
+                if command.startswith("fedhh ") and not placeholder.search(command):
+                    examples.append((path.name, command))
+    return examples
+
+
+@pytest.mark.parametrize(("source", "command"), example_commands())
+def test_example_commands_parse(source: str, command: str) -> None:
+    from fedhh.config import load_config
+    from simulations.cli import build_parser, named_command
+
+    argv = shlex.split(command)[1:]
+    try:
+        args = build_parser(only=named_command(argv)).parse_args(argv)
+    except SystemExit as exit:
+        assert exit.code == 0, f"{source}: `{command}` does not parse"  # --version, --help
+        return
+    if argv[0] in ("run", "population"):
+        config = args.config
+        load_config(ROOT / config if config else None, args.set)  # raises, naming the key, if it is invalid
+
+
+def test_the_examples_are_found() -> None:
+    commands = [command for _, command in example_commands()]
+    assert 'fedhh run configs/pem-wordfreq.toml --set privacy.epsilon=2' in commands
+    assert not [command for command in commands if "CONFIG" in command or "[" in command]
