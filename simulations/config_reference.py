@@ -107,7 +107,8 @@ def _builtin_schema() -> dict[str, dict[str, Key]]:
     builtin = set(protocol_names(builtin_only=True))
     readers = _readers()
     protocol = {
-        name: key for name, key in full["protocol"].items()
+        name: key
+        for name, key in full["protocol"].items()
         if name == "name" or name in BASE_SCHEMA["protocol"] or name in readers
     }
     name_key = protocol["name"]
@@ -163,7 +164,8 @@ def render() -> str:
         parts.append("")
     parts += ["## Protocols", "", "The values of `protocol.name`:", "", "| name | protocol |", "|---|---|"]
     parts += [f"| `{name}` | {_cell(PROTOCOLS[name].summary)} |" for name in protocol_names(builtin_only=True)]
-    parts += ["", "## Shipped configs", "", "In `configs/` (the sweep files of the studies are in `configs/studies/`):", ""]
+    parts += ["", "## Shipped configs", ""]
+    parts += ["In `configs/` (the sweep files of the studies are in `configs/studies/`):", ""]
     parts += _shipped_configs()
     return "\n".join(parts).rstrip() + "\n"
 

@@ -60,7 +60,11 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     environment = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     build = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT, capture_output=True, text=True, env=environment, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
     )
     assert build.returncode == 0, f"mkdocs build --strict failed:\n{build.stderr[-4000:]}"
     assert (tmp_path / "site" / "configuration" / "index.html").is_file()
@@ -70,9 +74,9 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
 
 def test_the_readme_quick_start_is_what_ci_runs() -> None:
     text = README.read_text(encoding="utf-8")
-    quick_start = text[text.index("## Quick start"):]
+    quick_start = text[text.index("## Quick start") :]
     start = quick_start.index("```bash\n") + len("```bash\n")
-    block = quick_start[start:quick_start.index("\n```", start)]
+    block = quick_start[start : quick_start.index("\n```", start)]
     commands = [line.split("#")[0].strip() for line in block.splitlines()]
     assert commands == ['pip install -e ".[test]" && fedhh run', "pytest"]
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
@@ -134,5 +138,5 @@ def test_example_commands_parse(source: str, command: str) -> None:
 
 def test_the_examples_are_found() -> None:
     commands = [command for _, command in example_commands()]
-    assert 'fedhh run configs/pem-wordfreq.toml --set privacy.epsilon=2' in commands
+    assert "fedhh run configs/pem-wordfreq.toml --set privacy.epsilon=2" in commands
     assert not [command for command in commands if "CONFIG" in command or "[" in command]
