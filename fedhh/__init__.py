@@ -5,4 +5,4 @@ machines and vectorised client responses), privacy accounting and metrics.
 Transports live in ``strategies`` (Flower) and ``simulations`` (fast driver).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

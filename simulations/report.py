@@ -1,6 +1,6 @@
 """A run's report: the console summary and the files of its results folder.
 
-The folder holds ``result.json`` (the full document, schema in the README),
+The folder holds ``result.json`` (the full document, schema in docs/results.md),
 ``heavy_hitters.csv``, ``rounds.csv`` and ``discovery.png`` (true frequency
 by true rank, discovered items marked; without an evaluation section, the
 published estimates by output rank), written atomically together.

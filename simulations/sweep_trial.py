@@ -34,7 +34,7 @@ from .sweep_spec import Trial
 RECALL_KS = (1, 5, 10, 25, 50, 100, 250)
 # Columns of the trials table measured in seconds: the only ones that differ between two runs of a sweep.
 TIMING_COLUMNS = ("wall_s", "population_s", "server_s", "shards_s")
-# The items table: column -> pyarrow type name (cells may be null where noted in the README).
+# The items table: column -> pyarrow type name (cells may be null where noted in docs/sweeps.md).
 ITEM_COLUMNS = {"trial_key": "string", "item": "string", "true_rank": "int64", "true_frequency": "double",
                 "true_count": "int64", "discovered": "bool", "estimated_count": "double", "predicted": "double"}
 

@@ -36,7 +36,7 @@ from .helpers import lowercase_codec, population_of
 SMALL = solve_triehh(1000, 4.0, 1e-4, 3)
 # The deliberately broken variant: a threshold of 1 publishes any sampled user's prefix.
 BROKEN = TrieHHParameters(n_users=1000, max_rounds=3, theta=1, batch_size=100)
-# The README's reference setting: n = 10^6, ε = 4, δ = 1e-12, L = 10 (θ = 15, m = 21,978).
+# The docs' reference setting (docs/privacy.md): n = 10^6, ε = 4, δ = 1e-12, L = 10 (θ = 15, m = 21,978).
 REFERENCE = solve_triehh(1_000_000, 4.0, 1e-12, 10)
 
 
