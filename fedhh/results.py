@@ -20,9 +20,11 @@ A run's results go to a folder that is *claimed* before the run starts and
   staging folder, the lock file and any parent folder the claim created
   are removed).
 * A folder fedhh wrote carries a marker, :data:`MARKER`, listing the files
-  it wrote.  Only such a folder, holding nothing but those files, is ever
-  replaced, and only on request (``overwrite``); what fedhh removes is
-  always a file it listed, never a whole tree.
+  it wrote (and, for some, what kind of folder it is: a sweep's report).
+  Only such a folder, holding nothing but those files, is ever replaced,
+  and only on request (``overwrite``) or, for a folder of a given kind,
+  by the command that writes that kind; what fedhh removes is always a
+  file it listed, never a whole tree.
 """
 
 from __future__ import annotations
@@ -91,18 +93,19 @@ def to_json(document: dict[str, Any]) -> str:
 # -- the marker ---------------------------------------------------------------------------
 
 
-def _marker_text(state: Literal["staging", "complete"], files: list[str]) -> str:
+def _marker_text(state: str, files: list[str], kind: str | None = None) -> str:
     return to_json({
         "format": MARKER_FORMAT,
         "state": state,
+        **({"kind": kind} if kind is not None else {}),
         "files": files,
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "fedhh": __version__,
     }) + "\n"
 
 
-def marked_files(folder: Path, state: str = "complete") -> list[str] | None:
-    """The files a fedhh folder's marker lists, or ``None`` if ``folder`` carries no valid marker."""
+def read_marker(folder: Path) -> dict[str, Any] | None:
+    """The marker of a folder fedhh wrote, in whatever state, or ``None`` if ``folder`` carries no valid one."""
     marker = folder / MARKER
     try:
         if not stat.S_ISREG(os.lstat(marker).st_mode):
@@ -110,12 +113,22 @@ def marked_files(folder: Path, state: str = "complete") -> list[str] | None:
         document = json.loads(marker.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(document, dict) or document.get("format") != MARKER_FORMAT or document.get("state") != state:
+    if not isinstance(document, dict) or document.get("format") != MARKER_FORMAT:
         return None
     files = document.get("files")
     if not isinstance(files, list) or not all(isinstance(name, str) and _plain_name(name) for name in files):
         return None
-    return files
+    if not isinstance(document.get("kind", ""), str) or not isinstance(document.get("state"), str):
+        return None
+    return document
+
+
+def marked_files(folder: Path, state: str = "complete") -> list[str] | None:
+    """The files a fedhh folder's marker lists, or ``None`` if ``folder`` carries no valid marker in ``state``."""
+    document = read_marker(folder)
+    if document is None or document["state"] != state:
+        return None
+    return list(document["files"])
 
 
 def _plain_name(name: str) -> bool:
@@ -194,11 +207,14 @@ class ResultsFolder:
             folder.commit(result, writers)
     """
 
-    def __init__(self, path: str | Path, *, field: str, overwrite: bool, overwrite_hint: str) -> None:
+    def __init__(
+        self, path: str | Path, *, field: str, overwrite: bool, overwrite_hint: str, kind: str | None = None
+    ) -> None:
         self.path = Path(os.path.abspath(path))  # ".." folded into its parent, symlinks kept
         self.field = field
         self.overwrite = overwrite
         self.overwrite_hint = overwrite_hint
+        self.kind = kind
         self._created: list[Path] = []  # parent folders this claim made, outermost first
         self._lock_fd: int | None = None
         self._lock_path = self.path.parent / f".{self.path.name}{LOCK_SUFFIX}"
@@ -218,15 +234,18 @@ class ResultsFolder:
         field: str = "output",
         overwrite_hint: str = "--overwrite",
         must_be_new: bool = False,
+        kind: str | None = None,
     ) -> "ResultsFolder":
         """Check and lock ``path`` for one run's results, or raise :class:`OutputError`.
 
         ``field`` names the setting in messages (``--output``, ``output-dir``),
         ``overwrite_hint`` how to ask for a replacement.  ``must_be_new``
         refuses any existing path (:class:`OutputTakenError`), for names
-        fedhh chooses itself.
+        fedhh chooses itself.  ``kind`` names what the folder holds (``"report"``)
+        in its marker; a claim with a kind replaces (given ``overwrite``)
+        only a previous folder of that same kind.
         """
-        folder = cls(path, field=field, overwrite=overwrite, overwrite_hint=overwrite_hint)
+        folder = cls(path, field=field, overwrite=overwrite, overwrite_hint=overwrite_hint, kind=kind)
         try:
             folder._claim(must_be_new)
         except BaseException:
@@ -340,12 +359,23 @@ class ResultsFolder:
             raise OutputError(f"{self.field}: cannot read the folder {self.path} ({error.strerror})") from None
         if not entries:
             return "empty"
+        marker = read_marker(self.path)
+        if marker is not None and marker["state"] != "complete":
+            raise OutputError(
+                f"{self.field}: {self.path} holds a fedhh {marker.get('kind') or 'folder'} that is written file by "
+                "file; fedhh never replaces it: choose a new or empty folder"
+            )
         listed = marked_files(self.path)
         if listed is None:
             raise OutputError(
                 f"{self.field}: {self.path} is not empty and was not written by fedhh (it holds "
                 f"{_describe([entry.name for entry in entries])}); fedhh never replaces such a folder: "
                 "choose a new or empty folder"
+            )
+        if self.kind is not None and (marker or {}).get("kind") != self.kind:
+            raise OutputError(
+                f"{self.field}: {self.path} holds a fedhh result that is not a {self.kind}; fedhh replaces only "
+                f"a previous {self.kind} there: choose a new or empty folder"
             )
         foreign = [
             entry.name for entry in entries
@@ -379,18 +409,21 @@ class ResultsFolder:
         return self._staging
 
     def commit(
-        self, result: dict[str, Any], extra_writers: list[Writer] | None = None, document_name: str = RESULT_FILE
+        self, result: dict[str, Any] | None, extra_writers: list[Writer] | None = None,
+        document_name: str = RESULT_FILE,
     ) -> Path:
         """Write ``result`` as ``document_name`` (``result.json``) and what ``extra_writers`` add,
         with any file already written into :attr:`staging_path`, put them in place, release the claim.
 
         Each writer is called with the staging folder and writes regular
-        files directly into it.  Returns the path of the document.
+        files directly into it.  Returns the path of the document (of the
+        folder when ``result`` is ``None``: the writers' files only).
         """
         if self._staging is None or self._committed:
             raise RuntimeError(f"{self.path}: this claim is released or already committed")
         staging = self._staging
-        (staging / document_name).write_text(to_json(result) + "\n", encoding="utf-8")
+        if result is not None:
+            (staging / document_name).write_text(to_json(result) + "\n", encoding="utf-8")
         for writer in extra_writers or []:
             writer(staging)
         files = []
@@ -400,11 +433,11 @@ class ResultsFolder:
             if not entry.is_file(follow_symlinks=False):
                 raise RuntimeError(f"a result writer left {entry.name!r}, which is not a regular file, in {staging}")
             files.append(entry.name)
-        (staging / MARKER).write_text(_marker_text("complete", sorted(files)), encoding="utf-8")
+        (staging / MARKER).write_text(_marker_text("complete", sorted(files), self.kind), encoding="utf-8")
         self._move_into_place(staging, sorted(files))
         self._committed = True
         self.release()
-        return self.path / document_name
+        return self.path / document_name if result is not None else self.path
 
     def _move_into_place(self, staging: Path, files: list[str]) -> None:
         if self._mode == "absent":

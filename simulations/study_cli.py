@@ -51,7 +51,8 @@ def add_report_arguments(report: argparse.ArgumentParser) -> None:
     report.add_argument("--frequency", type=float,
                         help="with --y discovery: only items whose true frequency is within a factor "
                         "1.1 of this share of users")
-    report.add_argument("--output", help="folder for the plots and summary.md (default: FOLDER/report)")
+    report.add_argument("--output", help="folder for the plots and summary.md, new, empty or an earlier report, "
+                        "which is replaced (default: FOLDER/report)")
     report.set_defaults(func=_report)
 
 
