@@ -447,14 +447,14 @@ def _deploy(args: argparse.Namespace) -> int:
     if config["run"]["federation"] != "shards":
         raise InputError('run.federation: this wrapper starts shard SuperNodes; a "devices" federation is '
                          "started by hand, one SuperNode per device (see docs/deployment.md)")
-    experiment = Experiment(config)  # population, resources, shards, privacy target
     if args.output is None:  # a fresh name now; the ServerApp claims the folder itself
         stamp = time.strftime("%Y%m%d-%H%M%S")
         probe = ResultsFolder.claim_new(Path("results") / f"deployment-{stamp}", field="--output")
-    else:
+    else:  # checked before the population is built
         probe = ResultsFolder.claim(args.output, overwrite=args.overwrite, field="--output")
     output = probe.path
     probe.release()
+    experiment = Experiment(config)  # population, resources, shards, privacy target
     run_id = run_label(output.name)
     check_budget(config["privacy"], experiment.privacy, run_id)
 
