@@ -46,10 +46,9 @@ from fedhh.experiment import item_codec
 from fedhh.results import OutputError, ResultsFolder
 
 from .analytic import triehh_bound, triehh_rate
-from .sweep_store import ITEMS_TABLE, MANIFEST, TRIALS_TABLE
+from .sweep_store import ITEMS_TABLE, MANIFEST, REPORT_FOLDER, TRIALS_TABLE
 from .sweep_trial import RECALL_KS
 
-REPORT_FOLDER = "report"  # the default report folder, inside the sweep folder
 REPORT_KIND = "report"  # the kind its marker records: a later report replaces it
 K_AXIS, FREQUENCY_AXIS = "k", "frequency"
 DISCOVERY, RECALL = "discovery", "recall"
