@@ -50,7 +50,7 @@ from types import TracebackType
 from typing import IO
 
 from fedhh.config import Scalar
-from fedhh.errors import InputError
+from fedhh.errors import InputError, one_line
 from fedhh.interrupts import exit_status, interruptible
 
 from .processes import descendants, processes
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         with interruptible():
             return _deploy(args)
     except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:
         print(f"interrupted ({str(interrupt) or 'SIGINT'}): every process was stopped", file=sys.stderr)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from fedhh.config import load_config
-from fedhh.errors import InputError
+from fedhh.errors import InputError, one_line
 from fedhh.experiment import Experiment
 from fedhh.planning.sizing import size_pem, size_treehist, size_triehh
 from fedhh.protocols.pem import PEMServer
@@ -176,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      lambda folder: plot_population(curves, folder / "population-for-discovery.png")],
                           document_name=DOCUMENT)
     except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(str(error))}", file=sys.stderr)
         return 2
     print(to_json({"pem_model": [{key: case[key] for key in ("bits", "measured_f1", "predicted_f1")} for case in pem],
                    "seconds": document["seconds"]}))

@@ -74,7 +74,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from fedhh.errors import InputError
+    from fedhh.errors import InputError, one_line
     from fedhh.results import output_path
 
     from .sweep import run_sweep
@@ -95,7 +95,7 @@ def _sweep(args: argparse.Namespace) -> int:
     folder = escape(str(outcome.folder))
     console.print(
         f"[bold]sweep[/] {outcome.total} trials: {outcome.computed} run now ({outcome.failed} failed), "
-        f"{outcome.skipped} done before, {outcome.not_run} not run; {outcome.seconds:.1f} s; {escape(outcome.status)}"
+        f"{outcome.skipped} done before, {outcome.not_run} not run; {outcome.seconds:.1f} s; {escape(one_line(outcome.status))}"
     )
     console.print(f"[bold]tables[/] {folder}/trials.parquet ({outcome.rows} rows), {folder}/items.parquet")
     if outcome.status != "complete":
@@ -107,7 +107,7 @@ def _sweep(args: argparse.Namespace) -> int:
         console.print(
             f"[bold red]{outcome.failed_total} of {outcome.total} trials failed[/]: their errors are in the error "
             f"column of {folder}/trials.parquet and in {folder}/trials/<trial_key>.json (--retry-failed runs them "
-            f"again); the most common, {count} time(s): {escape(common)}"
+            f"again); the most common, {count} time(s): {escape(one_line(common))}"
         )
         return EXIT_FAILED_TRIALS
     console.print(f"next: fedhh report {folder}")
