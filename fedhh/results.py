@@ -60,6 +60,8 @@ MARKER_FORMAT = "fedhh-results-folder"
 STAGING_SUFFIX = ".fedhh-staging"
 LOCK_SUFFIX = ".fedhh-lock"
 REPLACED_SUFFIX = ".fedhh-replaced"
+TEMPORARY_SUFFIX = ".fedhh-tmp"  # a file being written, renamed over its place when whole
+INCREMENTAL = "incremental"  # the marker state of a folder written file by file
 RESULT_FILE = "result.json"
 MAX_NAME_ATTEMPTS = 1000  # unique default names: base, base-2, ..., base-1000
 
@@ -321,7 +323,7 @@ class _FolderLock:
 
 
 def _lock_holder(fd: int) -> str:
-    """`` (process 1234)``: the process a lock file names, or nothing if it names none yet."""
+    """`` (process 1234 holds it)``: the process a lock file names, or nothing if it names none yet."""
     with contextlib.suppress(OSError, ValueError):
         pid = int(os.pread(fd, 32, 0).decode("ascii").strip())
         return f" (process {pid} holds it)"
@@ -440,7 +442,7 @@ class ResultsFolder:
         if not entries:
             return "empty"
         marker = read_marker(self.path)
-        if marker is not None and marker["state"] != "complete":
+        if marker is not None and marker["state"] == INCREMENTAL:
             raise OutputError(
                 f"{self.field}: {self.path} holds a fedhh {marker.get('kind') or 'folder'} that is written file by "
                 "file; fedhh never replaces it: choose a new or empty folder"
@@ -574,8 +576,6 @@ class ResultsFolder:
         self.release()
 
 
-INCREMENTAL = "incremental"  # the marker state of a folder written file by file
-TEMPORARY_SUFFIX = ".fedhh-tmp"  # a file being written, renamed over its place when whole
 FileWriter = Callable[[Any], Any]  # writes a file's content to a binary handle
 
 
@@ -689,16 +689,11 @@ class IncrementalFolder:
                     foreign.append(f"{name}/{inner.name}")
             return foreign
         if name in self.nested and entry.is_dir(follow_symlinks=False) and (
-                marked_files(Path(entry.path)) is not None or not os.listdir(entry.path)):
+                marked_files(Path(entry.path)) is not None or _empty(entry.path)):
             return []
         if any(_claim_in_progress(nested, name) for nested in self.nested):
             return []  # another fedhh command writing its nested folder right now
         return [name]
-
-    @property
-    def files(self) -> list[str]:
-        """The files written directly in the folder so far (the marker's list)."""
-        return list(self._files)
 
     def write(self, name: str, write: FileWriter, subfolder: str | None = None) -> Path:
         """Write ``name`` (in ``subfolder``, one of the owner's) through ``write(binary handle)``,
@@ -752,6 +747,14 @@ class IncrementalFolder:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.release()
+
+
+def _empty(folder: str) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
 
 
 _TEMPORARY = re.compile(rf"\..+\.[0-9a-f]{{8}}{re.escape(TEMPORARY_SUFFIX)}")

@@ -82,7 +82,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers: must be >= 1, got {args.workers}")
-    output = Path(args.output) if args.output else Path("results") / "sweeps" / Path(args.sweep_file).stem
+    name = Path(os.path.realpath(args.sweep_file)).stem  # the sweep file's own name, as spec.path has it
+    output = Path(args.output) if args.output else Path("results") / "sweeps" / name
     output_path(output, "--output")  # a folder fedhh must never write is refused before the sweep file is read
     spec = load_sweep(args.sweep_file, DEFAULT_MAX_TRIALS if args.max_trials is None else args.max_trials)
     console = Console(stderr=True, soft_wrap=True)
@@ -97,7 +98,10 @@ def _sweep(args: argparse.Namespace) -> int:
         f"[bold]sweep[/] {outcome.total} trials: {outcome.computed} run now ({outcome.failed} failed), "
         f"{outcome.skipped} done before, {outcome.not_run} not run; {outcome.seconds:.1f} s; {escape(one_line(outcome.status))}"
     )
-    console.print(f"[bold]tables[/] {folder}/trials.parquet ({outcome.rows} rows), {folder}/items.parquet")
+    if outcome.rows is None:
+        console.print("[bold]tables[/] not rebuilt: the folder cannot be written")
+    else:
+        console.print(f"[bold]tables[/] {folder}/trials.parquet ({outcome.rows} rows), {folder}/items.parquet")
     if outcome.status != "complete":
         console.print(f"[bold red]incomplete:[/] the finished trials are kept in {folder}; once the cause is fixed, "
                       "run the same command to resume")

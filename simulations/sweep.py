@@ -48,7 +48,7 @@ from fedhh.errors import InputError
 from .placement import Placement, whole_population_holders
 from .ray_runtime import named_cluster
 from .sweep_spec import SweepSpec, Trial
-from .sweep_store import SweepFolder
+from .sweep_store import FolderUnwritable, SweepFolder
 from .sweep_trial import PopulationCache, TrialRecord, run_chunk, run_chunk_in
 
 Chunk = list[Trial]
@@ -263,7 +263,7 @@ class SweepOutcome:
     not_run: int
     status: str
     seconds: float
-    rows: int
+    rows: int | None  # None: the tables could not be rebuilt (the folder cannot be written)
     failed_total: int = 0  # failed trials in the tables, this run's and earlier runs' not retried
     errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # message -> trials
 
@@ -327,7 +327,8 @@ def run_sweep(
             raise
         finished = folder.finished()
         todo = [t for t in trials if t.key not in finished or (retry_failed and finished[t.key])]
-        computed = failed = rows = 0
+        computed = failed = 0
+        rows: int | None = None
         status = "interrupted"
         run: dict[str, Any] | None = None
         try:
@@ -339,23 +340,17 @@ def run_sweep(
                     failed += record.failed
                     progress.advance(failed)
             status = "complete"
-        except WorkerLost as error:
+        except (WorkerLost, FolderUnwritable) as error:
             status = f"stopped: {error}"
-        except OSError as error:  # only the folder's writes raise it here: the trials record their own errors
-            status = _unwritable(folder.path, error)
         finally:
             executor.close()
             try:
                 rows = folder.write_tables(trials, csv)
                 if run is not None:
                     folder.end_run(run, status, computed, failed, rows)
-            except OSError as error:
-                status = status if status.startswith("stopped") else _unwritable(folder.path, error)
+            except FolderUnwritable as error:
+                status = status if status.startswith("stopped") else f"stopped: {error}"
         errors = folder.errors(trials)
     return SweepOutcome(folder.path, len(trials), len(trials) - len(todo), computed, failed,
                         len(todo) - computed, status, time.perf_counter() - started, rows,
                         sum(errors.values()), errors)
-
-
-def _unwritable(folder: Path, error: OSError) -> str:
-    return f"stopped: cannot write in {folder} ({error.strerror or error})"

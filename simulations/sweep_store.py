@@ -53,6 +53,14 @@ REPORT_FOLDER = "report"  # fedhh report's default folder, inside the sweep fold
 TRIAL_FILE = re.compile(r"[0-9a-f]{20}\.json")  # trials/<key>.json
 
 
+class FolderUnwritable(RuntimeError):
+    """The sweep folder cannot be written any more (a full disk, a lost mount): the sweep stops,
+    and what it wrote stays, to resume from."""
+
+    def __init__(self, folder: Path, error: OSError) -> None:
+        super().__init__(f"cannot write in {folder} ({error.strerror or error})")
+
+
 class SweepFolder:
     """The output folder of one sweep file, claimed (checked and locked) for the whole sweep;
     use it as a context manager, or :meth:`release` it."""
@@ -111,7 +119,13 @@ class SweepFolder:
 
     def write_record(self, record: TrialRecord) -> None:
         text = json.dumps(record.to_dict(), ensure_ascii=False).encode("utf-8")
-        self.folder.write(f"{record.key}.json", lambda handle: handle.write(text), subfolder=TRIALS_DIR)
+        self._write(f"{record.key}.json", lambda handle: handle.write(text), subfolder=TRIALS_DIR)
+
+    def _write(self, name: str, write: FileWriter, subfolder: str | None = None) -> None:
+        try:
+            self.folder.write(name, write, subfolder)
+        except OSError as error:
+            raise FolderUnwritable(self.path, error) from error
 
     def errors(self, trials: Sequence[Trial]) -> collections.Counter[str]:
         """The errors of the failed trials of the grid on disk: message -> how many trials."""
@@ -140,9 +154,9 @@ class SweepFolder:
         schema = pa.schema([(column, pa.type_for_alias(kind)) for column, kind in ITEM_COLUMNS.items()])
         tables = {TRIALS_TABLE: rows, ITEMS_TABLE: pa.Table.from_pydict(items, schema=schema)}
         for name, table in tables.items():
-            self.folder.write(f"{name}.parquet", _table_writer(table, "parquet"))
+            self._write(f"{name}.parquet", _table_writer(table, "parquet"))
             if csv:
-                self.folder.write(f"{name}.csv", _table_writer(table, "csv"))
+                self._write(f"{name}.csv", _table_writer(table, "csv"))
         return len(records)
 
     # -- manifest -------------------------------------------------------------------------
@@ -197,7 +211,7 @@ class SweepFolder:
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
         text = (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-        self.folder.write(MANIFEST, lambda handle: handle.write(text))
+        self._write(MANIFEST, lambda handle: handle.write(text))
 
 
 def table_from_rows(rows: Sequence[dict[str, Any]]) -> Any:

@@ -392,11 +392,9 @@ def test_each_grid_point_passes_the_checks_of_run_before_anything_runs(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     path = write(tmp_path, "points.toml", text)
-    started = time.perf_counter()
     assert main(["sweep", str(path), "--output", str(tmp_path / "never"), "--quiet"]) == 2
     error = capsys.readouterr().err
     assert message in error and error.count("\n") == 1, error
-    assert time.perf_counter() - started < 30, "refused without reading or building the population"
     assert not (tmp_path / "never").exists()
 
 
