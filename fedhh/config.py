@@ -212,8 +212,9 @@ def parse_override(text: str) -> tuple[str, Scalar]:
     return dotted, value
 
 
-def read_config_text(path: str | Path) -> str:
-    """The text of a config file: a regular file of at most :data:`MAX_CONFIG_BYTES`.
+def read_config_text(path: str | Path, what: str = "config file") -> str:
+    """The text of a config file (``what`` names it in messages: a sweep file, a sweep's base):
+    a regular file of at most :data:`MAX_CONFIG_BYTES`.
 
     The file is opened without blocking and checked before anything is
     read, so a folder, a device such as ``/dev/zero`` or a FIFO is refused
@@ -223,26 +224,27 @@ def read_config_text(path: str | Path) -> str:
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise ConfigError(f"config file {name} does not exist") from None
-    except OSError as error:
-        raise ConfigError(f"config file {name} cannot be opened ({error.strerror})") from None
+        raise ConfigError(f"{what} {name} does not exist") from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL in the name
+        raise ConfigError(f"{what} {name} cannot be opened ({getattr(error, 'strerror', None) or error})") from None
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):
-            raise ConfigError(f"config file {name} is {_file_kind(mode)}, not a regular file")
+            raise ConfigError(f"{what} {name} is {file_kind(mode)}, not a regular file")
         with os.fdopen(descriptor, "rb", closefd=False) as handle:
             data = handle.read(MAX_CONFIG_BYTES + 1)
     finally:
         os.close(descriptor)
     if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {name} is larger than {MAX_CONFIG_BYTES:,} bytes; a fedhh config is a few lines")
+        raise ConfigError(f"{what} {name} is larger than {MAX_CONFIG_BYTES:,} bytes; a fedhh config is a few lines")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ConfigError(f"config file {name} is not valid TOML: {error}") from None
+        raise ConfigError(f"{what} {name} is not valid TOML: {error}") from None
 
 
-def _file_kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, for messages: ``a folder``, ``a character device``, ..."""
     kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
              (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
     return next((kind for test, kind in kinds if test(mode)), "a special file")

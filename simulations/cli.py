@@ -13,7 +13,9 @@ stopped; 1 for a Flower run that failed in its federation, reported as one
 line with the ServerApp's error, whatever Flower returned
 (:class:`simulations.run.FlowerRunFailed`), and for anything else, which is
 a failure of fedhh or of its environment, not of the input, and is reported
-with its traceback.
+with its traceback.  ``fedhh sweep`` also exits with 3 when every trial ran
+and some failed, and with 1 when it stopped before every trial ran
+(:mod:`simulations.study_cli`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import NamedTuple
 
 from fedhh import __version__
 from fedhh.config import FedhhConfig, load_config
-from fedhh.errors import InputError
+from fedhh.errors import InputError, one_line
 from fedhh.interrupts import exit_status, interruptible
 from fedhh.results import ResultsFolder, to_json
 
@@ -208,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as error:
         from rich.markup import escape
 
-        _print_error(f"[bold red]error:[/] {escape(str(error))}")
+        _print_error(f"[bold red]error:[/] {escape(one_line(str(error)))}")
         return EXIT_USAGE
     except KeyboardInterrupt as interrupt:
         _print_error(f"[bold red]interrupted[/] ({str(interrupt) or 'SIGINT'}): stopped; no results were written")

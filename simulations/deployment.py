@@ -50,7 +50,7 @@ from types import TracebackType
 from typing import IO
 
 from fedhh.config import Scalar
-from fedhh.errors import InputError
+from fedhh.errors import InputError, one_line
 from fedhh.interrupts import exit_status, interruptible
 
 from .processes import descendants, processes
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         with interruptible():
             return _deploy(args)
     except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:
         print(f"interrupted ({str(interrupt) or 'SIGINT'}): every process was stopped", file=sys.stderr)
@@ -447,14 +447,14 @@ def _deploy(args: argparse.Namespace) -> int:
     if config["run"]["federation"] != "shards":
         raise InputError('run.federation: this wrapper starts shard SuperNodes; a "devices" federation is '
                          "started by hand, one SuperNode per device (see docs/deployment.md)")
-    experiment = Experiment(config)  # population, resources, shards, privacy target
     if args.output is None:  # a fresh name now; the ServerApp claims the folder itself
         stamp = time.strftime("%Y%m%d-%H%M%S")
         probe = ResultsFolder.claim_new(Path("results") / f"deployment-{stamp}", field="--output")
-    else:
+    else:  # checked before the population is built
         probe = ResultsFolder.claim(args.output, overwrite=args.overwrite, field="--output")
     output = probe.path
     probe.release()
+    experiment = Experiment(config)  # population, resources, shards, privacy target
     run_id = run_label(output.name)
     check_budget(config["privacy"], experiment.privacy, run_id)
 

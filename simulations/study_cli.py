@@ -3,6 +3,15 @@
 Only argument parsing lives at module level; the handlers import the
 sweep and report machinery (numpy, pyarrow, matplotlib, Ray when asked)
 when they run.
+
+``fedhh sweep`` exits with 0 when every trial of the grid ran without
+error; 2 for bad input, refused before any trial runs (the sweep file, a
+grid point that ``fedhh run`` would refuse, a sweep over the trial cap, an
+output folder fedhh must not write or another sweep is writing); 3 when
+every trial ran but some failed (their errors are in the tables, the
+sweep is otherwise complete); 1 when the sweep stopped before every trial
+ran (a worker lost, a folder that cannot be written any more such as a
+full disk: run the same command again to resume); 130 after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ from pathlib import Path
 
 EXIT_INTERRUPTED = 130
 EXIT_INCOMPLETE = 1
+EXIT_FAILED_TRIALS = 3
 
 
 def add_sweep_arguments(sweep: argparse.ArgumentParser) -> None:
@@ -23,7 +33,11 @@ def add_sweep_arguments(sweep: argparse.ArgumentParser) -> None:
         "Re-running the same command skips the trials already done."
     )
     sweep.add_argument("sweep_file", help="TOML sweep file (a base config and a [sweep] table)")
-    sweep.add_argument("--output", help="results folder (default: results/sweeps/<sweep file name>)")
+    sweep.add_argument("--output", help="results folder, new, empty or an earlier run of the same sweep file "
+                       "(default: results/sweeps/<sweep file name>)")
+    sweep.add_argument("--max-trials", type=int, default=None, metavar="N",
+                       help="run a sweep of more trials than the cap (grid points x trials per point; default cap "
+                       "100,000)")
     sweep.add_argument("--workers", type=int, help="worker processes (default: the cores available)")
     sweep.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS") or None,
                        help="run the trials as Ray tasks on this cluster (default: $RAY_ADDRESS; "
@@ -51,39 +65,57 @@ def add_report_arguments(report: argparse.ArgumentParser) -> None:
     report.add_argument("--frequency", type=float,
                         help="with --y discovery: only items whose true frequency is within a factor "
                         "1.1 of this share of users")
-    report.add_argument("--output", help="folder for the plots and summary.md (default: FOLDER/report)")
+    report.add_argument("--output", help="folder for the plots and summary.md, new, empty or an earlier report, "
+                        "which is replaced (default: FOLDER/report)")
     report.set_defaults(func=_report)
 
 
 def _sweep(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
 
-    from fedhh.errors import InputError
+    from fedhh.errors import InputError, one_line
+    from fedhh.results import output_path
 
     from .sweep import run_sweep
-    from .sweep_spec import load_sweep
+    from .sweep_spec import DEFAULT_MAX_TRIALS, load_sweep
 
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers: must be >= 1, got {args.workers}")
-    spec = load_sweep(args.sweep_file)
-    output = Path(args.output) if args.output else Path("results") / "sweeps" / spec.path.stem
+    name = Path(os.path.realpath(args.sweep_file)).stem  # the sweep file's own name, as spec.path has it
+    output = Path(args.output) if args.output else Path("results") / "sweeps" / name
+    output_path(output, "--output")  # a folder fedhh must never write is refused before the sweep file is read
+    spec = load_sweep(args.sweep_file, DEFAULT_MAX_TRIALS if args.max_trials is None else args.max_trials)
     console = Console(stderr=True, soft_wrap=True)
     try:
         outcome = run_sweep(spec, output, args.workers, args.ray_address, args.csv,
                             show_progress=not args.quiet, retry_failed=args.retry_failed)
     except KeyboardInterrupt:
-        console.print(f"interrupted: the finished trials are in {output}; run the same command to resume")
+        console.print(f"interrupted: the finished trials are in {escape(str(output))}; run the same command to resume")
         return EXIT_INTERRUPTED
+    folder = escape(str(outcome.folder))
     console.print(
         f"[bold]sweep[/] {outcome.total} trials: {outcome.computed} run now ({outcome.failed} failed), "
-        f"{outcome.skipped} done before, {outcome.not_run} not run; {outcome.seconds:.1f} s; {outcome.status}"
+        f"{outcome.skipped} done before, {outcome.not_run} not run; {outcome.seconds:.1f} s; {escape(one_line(outcome.status))}"
     )
-    console.print(f"[bold]tables[/] {outcome.folder / 'trials.parquet'} ({outcome.rows} rows), "
-                  f"{outcome.folder / 'items.parquet'}")
-    if outcome.failed:
-        console.print("some trials failed: see the error column of trials.parquet (--retry-failed runs them again)")
-    console.print(f"next: fedhh report {outcome.folder}")
-    return 0 if outcome.not_run == 0 else EXIT_INCOMPLETE
+    if outcome.rows is None:
+        console.print("[bold]tables[/] not rebuilt: the folder cannot be written")
+    else:
+        console.print(f"[bold]tables[/] {folder}/trials.parquet ({outcome.rows} rows), {folder}/items.parquet")
+    if outcome.status != "complete":
+        console.print(f"[bold red]incomplete:[/] the finished trials are kept in {folder}; once the cause is fixed, "
+                      "run the same command to resume")
+        return EXIT_INCOMPLETE
+    if outcome.failed_total:
+        common, count = outcome.errors.most_common(1)[0]
+        console.print(
+            f"[bold red]{outcome.failed_total} of {outcome.total} trials failed[/]: their errors are in the error "
+            f"column of {folder}/trials.parquet and in {folder}/trials/<trial_key>.json (--retry-failed runs them "
+            f"again); the most common, {count} time(s): {escape(one_line(common))}"
+        )
+        return EXIT_FAILED_TRIALS
+    console.print(f"next: fedhh report {folder}")
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -11,14 +11,17 @@ and every worker has work.  One function runs a chunk
 * Ray tasks on an existing Ray cluster (``--ray-address`` or
   ``RAY_ADDRESS``), each chunk a streaming generator task.
 
-With one worker the chunks run in this process.  Each finished trial is
-written atomically as it arrives (:mod:`simulations.sweep_store`), so an
-interrupted sweep resumes where it stopped; the tables are rebuilt at the
-end, also after Ctrl-C.
+With one worker the chunks run in this process.  The output folder is
+claimed, and locked for the whole sweep, before any worker starts
+(:mod:`simulations.sweep_store`).  Each finished trial is written
+atomically as it arrives, so an interrupted sweep resumes where it
+stopped, also one stopped because its folder could not be written (a full
+disk); the tables are rebuilt at the end, also after Ctrl-C.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import multiprocessing
@@ -29,6 +32,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent import futures
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -44,7 +48,7 @@ from fedhh.errors import InputError
 from .placement import Placement, whole_population_holders
 from .ray_runtime import named_cluster
 from .sweep_spec import SweepSpec, Trial
-from .sweep_store import SweepFolder
+from .sweep_store import FolderUnwritable, SweepFolder
 from .sweep_trial import PopulationCache, TrialRecord, run_chunk, run_chunk_in
 
 Chunk = list[Trial]
@@ -259,7 +263,9 @@ class SweepOutcome:
     not_run: int
     status: str
     seconds: float
-    rows: int
+    rows: int | None  # None: the tables could not be rebuilt (the folder cannot be written)
+    failed_total: int = 0  # failed trials in the tables, this run's and earlier runs' not retried
+    errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # message -> trials
 
 
 class SweepProgress:
@@ -302,34 +308,49 @@ def run_sweep(
     show_progress: bool = True,
     retry_failed: bool = False,
 ) -> SweepOutcome:
-    """Run the trials of ``spec`` not yet in ``output`` and rebuild its tables."""
+    """Run the trials of ``spec`` not yet in ``output`` and rebuild its tables.
+
+    The folder is claimed first, and held for the whole sweep: a folder
+    fedhh must not write, or one another sweep is writing, is refused
+    (:class:`fedhh.results.OutputError`) before any worker starts.  A
+    folder that cannot be written any more (a full disk) stops the sweep
+    with what it wrote kept, to resume from (the outcome's ``status``).
+    """
     started = time.perf_counter()
     trials = spec.expand()
-    executor = make_executor(workers or default_workers(), ray_address)  # a cluster that cannot be reached writes nothing
-    try:
-        executor.place(trials)  # nor does a population on disk that no node of the cluster holds
-        folder = SweepFolder.claim(output, spec)
-    except BaseException:
-        executor.close()
-        raise
-    finished = folder.finished()
-    todo = [t for t in trials if t.key not in finished or (retry_failed and finished[t.key])]
-    run = folder.start_run(executor.name, executor.workers, len(todo), len(trials) - len(todo))
-    computed = failed = 0
-    status = "interrupted"
-    try:
-        with SweepProgress(len(todo), len(trials) - len(todo), show_progress) as progress:
-            for record in executor.records(plan_chunks(todo, executor.workers) if todo else []):
-                folder.write_record(record)
-                computed += 1
-                failed += record.failed
-                progress.advance(failed)
-        status = "complete"
-    except WorkerLost as error:
-        status = f"stopped: {error}"
-    finally:
-        executor.close()
-        rows = folder.write_tables(trials, csv)
-        folder.end_run(run, status, computed, failed, rows)
+    with SweepFolder.claim(output, spec) as folder:
+        executor = make_executor(workers or default_workers(), ray_address)  # a cluster that cannot be reached writes nothing
+        try:
+            executor.place(trials)  # nor does a population on disk that no node of the cluster holds
+        except BaseException:
+            executor.close()
+            raise
+        finished = folder.finished()
+        todo = [t for t in trials if t.key not in finished or (retry_failed and finished[t.key])]
+        computed = failed = 0
+        rows: int | None = None
+        status = "interrupted"
+        run: dict[str, Any] | None = None
+        try:
+            run = folder.start_run(executor.name, executor.workers, len(todo), len(trials) - len(todo))
+            with SweepProgress(len(todo), len(trials) - len(todo), show_progress) as progress:
+                for record in executor.records(plan_chunks(todo, executor.workers) if todo else []):
+                    folder.write_record(record)
+                    computed += 1
+                    failed += record.failed
+                    progress.advance(failed)
+            status = "complete"
+        except (WorkerLost, FolderUnwritable) as error:
+            status = f"stopped: {error}"
+        finally:
+            executor.close()
+            try:
+                rows = folder.write_tables(trials, csv)
+                if run is not None:
+                    folder.end_run(run, status, computed, failed, rows)
+            except FolderUnwritable as error:
+                status = status if status.startswith("stopped") else f"stopped: {error}"
+        errors = folder.errors(trials)
     return SweepOutcome(folder.path, len(trials), len(trials) - len(todo), computed, failed,
-                        len(todo) - computed, status, time.perf_counter() - started, rows)
+                        len(todo) - computed, status, time.perf_counter() - started, rows,
+                        sum(errors.values()), errors)

@@ -17,6 +17,13 @@ title says so).  Two axes come from the per-item table:
 of F ([Zhu20] Fig. 3, beside the bound at F over the whole x range).
 Every plot is written as PNG and SVG with the numbers drawn in a CSV beside
 them; ``summary.md`` tables the mean of every headline metric per grid point.
+
+A report goes into a folder of its own (by default ``DIR/report``), claimed
+as every fedhh output is (:class:`fedhh.results.ResultsFolder`): a new or
+empty folder, or a previous report, which is replaced whole, its files
+removed only because its marker lists them; any other folder, the sweep
+folder itself or a folder holding anything else (a file of the user's, a
+symbolic link) is refused before anything is drawn.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,11 +43,13 @@ import numpy as np
 from fedhh.config import Scalar, build_config
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
+from fedhh.results import OutputError, ResultsFolder
 
 from .analytic import triehh_bound, triehh_rate
-from .sweep_store import ITEMS_TABLE, MANIFEST, TRIALS_TABLE
+from .sweep_store import ITEMS_TABLE, MANIFEST, REPORT_FOLDER, TRIALS_TABLE
 from .sweep_trial import RECALL_KS
 
+REPORT_KIND = "report"  # the kind its marker records: a later report replaces it
 K_AXIS, FREQUENCY_AXIS = "k", "frequency"
 DISCOVERY, RECALL = "discovery", "recall"
 FREQUENCY_BAND = 1.1  # --frequency F selects items with true frequency in [F / 1.1, 1.1 F]
@@ -165,20 +175,49 @@ def write_report(
     frequency: float | None = None,
     output: str | Path | None = None,
 ) -> list[Path]:
-    """Write the plots (PNG, SVG, CSV) and ``summary.md``; the files written."""
+    """Write the plots (PNG, SVG, CSV) and ``summary.md`` into the report folder (``output``,
+    by default ``folder/report``: see :func:`claim_report_folder`); the files written."""
     tables = SweepTables(folder)
     if tables.count == 0:
         raise InputError(f"folder: {str(tables.folder)!r} has no successful trial to plot")
     if frequency is not None and not (math.isfinite(frequency) and 0 < frequency <= 1):
         raise InputError(f"--frequency: a share of users in (0, 1], got {frequency!r}")
-    destination = Path(output) if output else tables.folder / "report"
-    destination.mkdir(parents=True, exist_ok=True)
-    plots = [build_plot(tables, px, py, ph, pf, frequency) for px, py, ph, pf in plan_plots(tables, x, y, hue, facet)]
-    written: list[Path] = []
-    for plot in plots:
-        written.extend(render(plot, destination))
-    written.append(write_summary(tables, plots, destination))
-    return written
+    names: list[str] = []
+    with claim_report_folder(tables.folder, output) as report:
+        plots = [build_plot(tables, px, py, ph, pf, frequency) for px, py, ph, pf in plan_plots(tables, x, y, hue, facet)]
+
+        def draw_all(staging: Path) -> None:
+            for plot in plots:
+                names.extend(path.name for path in render(plot, staging))
+            names.append(write_summary(tables, plots, staging).name)
+
+        report.commit(None, [draw_all])
+    return [report.path / name for name in names]
+
+
+def claim_report_folder(sweep_folder: Path, output: str | Path | None) -> ResultsFolder:
+    """The report's folder, checked and locked: ``output`` or ``sweep_folder/report``.
+
+    Never the sweep folder itself nor another folder inside it (only the
+    default ``report`` lives there, so a sweep can still resume in it); a
+    previous report is replaced whole, anything else follows the rules of
+    every fedhh output (:class:`fedhh.results.ResultsFolder`).
+    """
+    sweep = Path(os.path.abspath(sweep_folder))
+    default = sweep / REPORT_FOLDER
+    destination = Path(os.path.abspath(output)) if output is not None else default
+    try:
+        resolved, inside = destination.resolve(), sweep.resolve()
+        is_default = destination.name == REPORT_FOLDER and destination.parent.resolve() == inside
+    except (OSError, RuntimeError) as error:
+        raise OutputError(f"--output: cannot resolve {destination} ({error})") from None
+    if resolved == inside:
+        raise OutputError(f"--output: {destination} is the sweep folder itself; a report goes into a folder of its "
+                          f"own (default: {default})")
+    if resolved.is_relative_to(inside) and not is_default:
+        raise OutputError(f"--output: {destination} is inside the sweep folder {sweep}, where fedhh writes only "
+                          f"its default report folder {default}; choose a folder outside it")
+    return ResultsFolder.claim(destination, overwrite=True, field="--output", kind=REPORT_KIND)
 
 
 def plan_plots(

@@ -19,7 +19,14 @@ A sweep is TOML::
 (``[[sweep.zip]]`` gives several zipped groups.)  The grid is the product of
 the ``[sweep]`` axes and the zipped groups.  Every grid point is validated
 as a whole config before anything runs, and an error names the key and the
-point, so a typo at the 37th point does not surface an hour in.
+point, so a typo at the 37th point does not surface an hour in.  Each point
+also passes the checks ``fedhh run`` makes before it starts
+(:func:`check_points`): its population's path, the memory its population
+needs, and a privacy target that is not refused for a δ of no meaning.
+
+A sweep runs at most :data:`DEFAULT_MAX_TRIALS` trials unless asked for
+more (``--max-trials``): its size is counted from the lengths of its axes
+before any grid point is made, so a sweep of 10^12 trials is refused at once.
 
 Trials: point ``p``'s trial ``i`` runs with the seed derived from the
 point's ``run.seed`` and ``i``; its population is drawn once with the
@@ -35,6 +42,9 @@ import functools
 import hashlib
 import itertools
 import json
+import math
+import os
+import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,13 +53,18 @@ from typing import Any
 
 import numpy as np
 
-from fedhh.config import ConfigError, FedhhConfig, Scalar, build_config, schema
+from fedhh.config import ConfigError, FedhhConfig, Scalar, build_config, file_kind, read_config_text, schema
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
+from fedhh.privacy.triehh import PrivacyTargetError
+from fedhh.protocols import get_protocol
 from fedhh.randomness import derive_key
+from fedhh.resources import require_population_memory
+from fedhh.sources import make_source
 
 DEFAULT_TRIALS = 1
 DEFAULT_ITEMS = 500
+DEFAULT_MAX_TRIALS = 100_000  # trials a sweep may run without --max-trials (grid points x trials per point)
 RESERVED = ("trials", "items", "zip")
 # A sweep runs every trial on the fast driver in one process: these keys choose a
 # transport (which changes no result) or charge a real deployment's privacy ledger.
@@ -109,6 +124,16 @@ class SweepSpec:
     items: int = DEFAULT_ITEMS
 
     @property
+    def point_count(self) -> int:
+        """The grid points, counted from the axes' lengths (the grid itself is not made)."""
+        return math.prod(len(values) for values in self.axes.values()) * math.prod(
+            len(next(iter(group.values()))) for group in self.zipped)
+
+    @property
+    def trial_count(self) -> int:
+        return self.point_count * self.trials
+
+    @property
     def swept_keys(self) -> list[str]:
         """Every key that varies, in file order (the zipped ones last)."""
         return [*self.axes, *(key for group in self.zipped for key in group)]
@@ -151,8 +176,11 @@ def trial_seed(seed: int, index: int) -> int:
     return int(derive_key(seed, TRIAL_SEED_PURPOSE, index) >> np.uint64(11))
 
 
-def load_sweep(path: str | Path) -> SweepSpec:
-    """Read and check a sweep file; every error is a :class:`SweepError` naming the key."""
+def load_sweep(path: str | Path, max_trials: int = DEFAULT_MAX_TRIALS) -> SweepSpec:
+    """Read and check a sweep file of at most ``max_trials`` trials, and each of its grid points
+    (:func:`check_points`); every error is a :class:`SweepError` naming the key."""
+    if max_trials < 1:
+        raise SweepError(f"--max-trials: must be >= 1, got {max_trials}")
     file = Path(path)
     text = _read(file, "sweep file")
     try:
@@ -190,8 +218,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
         )
     trials = _count(sweep.get("trials", DEFAULT_TRIALS), "sweep.trials")
     items = _count(sweep.get("items", DEFAULT_ITEMS), "sweep.items")
-    axes = {key: _axis(key, values) for key, values in sweep.items() if key not in RESERVED}
-    zipped = [_zip_group(group, index) for index, group in enumerate(_zip_groups(sweep.get("zip")))]
+    axes = {key: _axis(key, values, max_trials) for key, values in sweep.items() if key not in RESERVED}
+    zipped = [_zip_group(group, index, max_trials) for index, group in enumerate(_zip_groups(sweep.get("zip")))]
     seen = set(axes)
     for group in zipped:
         for key in group:
@@ -199,17 +227,20 @@ def load_sweep(path: str | Path) -> SweepSpec:
                 raise SweepError(f"sweep: {key} is swept twice (in [sweep] and [sweep.zip], or in two zip groups)")
             seen.add(key)
     spec = SweepSpec(file.resolve(), text, base_path, base_text, base, axes, zipped, trials, items)
-    spec.expand()  # validates every grid point now, before anything runs
+    if spec.trial_count > max_trials:
+        raise SweepError(
+            f"sweep: {spec.point_count:,} grid points x {trials:,} trials per point = {spec.trial_count:,} trials, "
+            f"more than the {max_trials:,} a sweep may run; --max-trials N raises the cap"
+        )
+    check_points(spec.expand())  # validates every grid point now, before anything runs
     return spec
 
 
 def _read(file: Path, what: str) -> str:
     try:
-        return file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SweepError(f"{what}: {str(file)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise SweepError(f"{what}: cannot read {str(file)!r} ({error})") from None
+        return read_config_text(file, what)
+    except ConfigError as error:
+        raise SweepError(str(error)) from None
 
 
 def _count(value: Any, name: str) -> int:
@@ -218,7 +249,7 @@ def _count(value: Any, name: str) -> int:
     return value
 
 
-def _axis(key: str, values: Any) -> list[Scalar]:
+def _axis(key: str, values: Any, max_values: int) -> list[Scalar]:
     """One swept key's values, each checked alone against the schema (points are checked whole later)."""
     if "." not in key:
         raise SweepError(
@@ -232,6 +263,9 @@ def _axis(key: str, values: Any) -> list[Scalar]:
         raise SweepError(f"sweep: {key}: expected a list of values, got {values!r}")
     if not values:
         raise SweepError(f"sweep: {key}: empty list; give at least one value")
+    if len(values) > max_values:
+        raise SweepError(f"sweep: {key}: {len(values):,} values, more than the {max_values:,} trials a sweep may run; "
+                         "--max-trials N raises the cap")
     section, _, name = key.partition(".")
     known = schema()
     if section not in known:
@@ -239,13 +273,15 @@ def _axis(key: str, values: Any) -> list[Scalar]:
     if name not in known[section]:
         raise SweepError(f"sweep: {key}: unknown key {name!r} in [{section}]; allowed keys: {list(known[section])}")
     checked: list[Scalar] = []
+    seen: set[Scalar] = set()
     for value in values:
         try:  # the value alone; rules across keys are checked on each whole grid point
             normalised = known[section][name].validate(key, value)
         except ConfigError as error:
             raise SweepError(f"sweep: {key} = {value!r}: {error}") from None
-        if normalised in checked:
+        if normalised in seen:
             raise SweepError(f"sweep: {key}: value {value!r} appears twice")
+        seen.add(normalised)
         checked.append(normalised)
     return checked
 
@@ -260,20 +296,92 @@ def _zip_groups(raw: Any) -> list[Mapping[str, Any]]:
     raise SweepError(f"sweep.zip: expected a table (or an array of tables) of equal-length lists, got {raw!r}")
 
 
-def _zip_group(group: Mapping[str, Any], index: int) -> dict[str, list[Scalar]]:
+def _zip_group(group: Mapping[str, Any], index: int, max_values: int) -> dict[str, list[Scalar]]:
     if not group:
         raise SweepError(f"sweep.zip (group {index + 1}): empty table")
     axes: dict[str, list[Scalar]] = {}
     for key, values in group.items():
-        if isinstance(values, list) and values:
+        if isinstance(values, list) and 0 < len(values) <= max_values:
             # paired values may repeat (e.g. one oracle for two protocols): check each alone
-            axes[key] = [_axis(key, [value])[0] for value in values]
+            axes[key] = [_axis(key, [value], 1)[0] for value in values]
         else:
-            axes[key] = _axis(key, values)
+            axes[key] = _axis(key, values, max_values)
     lengths = {key: len(values) for key, values in axes.items()}
     if len(set(lengths.values())) > 1:
         raise SweepError(f"sweep.zip (group {index + 1}): lists must have one length, got {lengths}")
     return axes
+
+
+def check_points(trials: Sequence[Trial]) -> None:
+    """Refuse, before any trial runs, a grid point that ``fedhh run`` would refuse before it starts.
+
+    Checked once per point (its trials share its population and target):
+
+    * its population's path: it exists, and for ``source = "file"`` it is
+      a regular file (``/dev/zero`` or a FIFO would be read without end);
+      a population on disk is opened as a run opens it;
+    * the memory its population needs (:mod:`fedhh.resources`), as a run
+      checks it: a point of 10^12 users is refused with the numbers instead
+      of failing in every trial;
+    * its privacy target, solved as a run solves it: any error in the
+      protocol's parameters is refused, and so is a target the protocol
+      refuses at a δ not below 1/n, where (ε, δ)-DP means nothing.  A
+      target the point's population is too small to meet is a finding of
+      the study, not a mistake: its trials record the error, and the sweep
+      exits with status 3.
+
+    A file population's size is known only once it is read: its trials
+    check its memory and target.
+    """
+    solved: set[str] = set()
+    points = trials[-1].point + 1 if trials else 0
+    for trial in trials:
+        if trial.index:
+            continue
+        where = f"sweep point {trial.point + 1} of {points} ({_describe(trial.values)})"
+        try:
+            _check_point(trial.config, trial.population_seed, solved)
+        except InputError as error:
+            raise SweepError(f"{where}: {error}") from None
+
+
+def _check_point(config: FedhhConfig, seed: int, solved: set[str]) -> None:
+    population = config["population"]
+    words = int(population["words_per_user"])
+    if population["source"] in ("file", "dataset"):
+        _check_population_path(str(population["path"]), str(population["source"]))
+    if population["source"] == "file":
+        return
+    codec = item_codec(config)
+    if population["source"] == "dataset":
+        source = make_source(population, codec, seed)  # its manifest and vocabulary, as a run opens it
+        source.require_memory(words)
+        users = source.n_users
+    else:
+        users = int(population["users"])
+        require_population_memory(users, words)
+    target = _digest({"protocol": config["protocol"], "privacy": config["privacy"], "users": users,
+                      "codec": codec.describe()})
+    if target in solved:
+        return
+    try:
+        get_protocol(str(config["protocol"]["name"])).build_server(
+            config["privacy"], users, codec, seed, protocol=config["protocol"])
+    except PrivacyTargetError:
+        if float(config["privacy"]["delta"]) * users >= 1:
+            raise
+    solved.add(target)
+
+
+def _check_population_path(path: str, source: str) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError(f"population.path: {path!r} does not exist") from None
+    except (OSError, ValueError) as error:
+        raise InputError(f"population.path: cannot read {path!r} ({getattr(error, 'strerror', None) or error})") from None
+    if source == "file" and not stat.S_ISREG(mode):
+        raise InputError(f"population.path: {path!r} is {file_kind(mode)}, not a regular file")
 
 
 def _check_distinct(trials: Sequence[Trial], points: Sequence[dict[str, Scalar]]) -> None:

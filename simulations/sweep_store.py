@@ -7,29 +7,38 @@ Layout::
     DIR/trials.parquet        one row per trial (``--csv``: trials.csv too)
     DIR/items.parquet         per trial, the discovery of each true top item (``--csv``: items.csv)
 
-Every file is written to a temporary name in its folder and renamed into
-place, so a sweep killed at any instant (``kill -9``, a lost machine) leaves
-whole files only: the finished trials are kept and a re-run skips them
-(trials are keyed by a hash of their full config), and the tables are
-rebuilt from the trial files.  fedhh only writes into a folder it created:
-a non-empty folder without the manifest of this sweep file is refused.
+The folder is claimed as every fedhh output is, and written file by file
+(:class:`fedhh.results.IncrementalFolder`): a new or empty folder, or an
+earlier run of the same sweep file holding nothing fedhh did not write
+there (its marker lists the files; ``DIR/report`` is the report's own
+folder); never the current, home or root folder, nor through a symbolic
+link.  A lock beside the folder is held for the whole sweep, so a second
+sweep of the same folder is refused, told which process holds it.  Every
+file is written to a temporary name in its folder and renamed into place,
+so a sweep stopped at any instant (``kill -9``, a lost machine, a full
+disk) leaves whole files only: the finished trials are kept and a re-run
+skips them (trials are keyed by a hash of their full config), and the
+tables are rebuilt from the trial files.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import os
 import platform
-import secrets
+import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import numpy as np
 
 from fedhh import __version__
-from fedhh.errors import InputError
+from fedhh.results import FileWriter, IncrementalFolder, OutputError
 
 from .sweep_spec import SweepSpec, Trial
 from .sweep_trial import ITEM_COLUMNS, TrialRecord
@@ -39,45 +48,67 @@ TRIALS_DIR = "trials"
 TRIALS_TABLE = "trials"
 ITEMS_TABLE = "items"
 FORMAT = "fedhh-sweep/1"
+KIND = "sweep"  # what the folder's marker says it holds
+REPORT_FOLDER = "report"  # fedhh report's default folder, inside the sweep folder
+TRIAL_FILE = re.compile(r"[0-9a-f]{20}\.json")  # trials/<key>.json
+
+
+class FolderUnwritable(RuntimeError):
+    """The sweep folder cannot be written any more (a full disk, a lost mount): the sweep stops,
+    and what it wrote stays, to resume from."""
+
+    def __init__(self, folder: Path, error: OSError) -> None:
+        super().__init__(f"cannot write in {folder} ({error.strerror or error})")
 
 
 class SweepFolder:
-    """The output folder of one sweep file, claimed for writing."""
+    """The output folder of one sweep file, claimed (checked and locked) for the whole sweep;
+    use it as a context manager, or :meth:`release` it."""
 
-    def __init__(self, path: Path, spec: SweepSpec) -> None:
-        self.path = path
+    def __init__(self, folder: IncrementalFolder, spec: SweepSpec) -> None:
+        self.folder = folder
+        self.path = folder.path
         self.spec = spec
-        self.records = path / TRIALS_DIR
-        self.manifest_path = path / MANIFEST
+        self.records = self.path / TRIALS_DIR
+        self.manifest_path = self.path / MANIFEST
 
     @classmethod
     def claim(cls, path: str | Path, spec: SweepSpec) -> "SweepFolder":
-        """Create the folder, or resume in it if it holds an earlier run of the same sweep file."""
-        folder = Path(path)
-        if folder.exists() and not folder.is_dir():
-            raise InputError(f"--output: {str(folder)!r} is a file; give a folder")
-        if folder.is_dir() and any(folder.iterdir()):
-            manifest = folder / MANIFEST
-            try:
-                previous = json.loads(manifest.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                raise InputError(
-                    f"--output: {str(folder)!r} is not empty and holds no sweep manifest ({MANIFEST}); "
-                    "fedhh writes only into a new or empty folder, or into an earlier run of the same sweep"
-                ) from None
-            if previous.get("format") != FORMAT or previous.get("sweep_file") != str(spec.path):
-                raise InputError(
-                    f"--output: {str(folder)!r} holds a sweep of {previous.get('sweep_file')!r}, not of "
+        """Claim the folder, to fill or to resume in if it holds an earlier run of the same sweep file."""
+        folder = IncrementalFolder.claim(path, kind=KIND, field="--output", subfolders={TRIALS_DIR: TRIAL_FILE},
+                                         nested=(REPORT_FOLDER,))
+        sweep = cls(folder, spec)
+        try:
+            previous = sweep.read_manifest() if folder.resumed else None
+            if previous is not None and (previous.get("format") != FORMAT or previous.get("sweep_file") != str(spec.path)):
+                raise OutputError(
+                    f"--output: {str(sweep.path)!r} holds a sweep of {previous.get('sweep_file')!r}, not of "
                     f"{str(spec.path)!r}; choose another folder"
                 )
-        (folder / TRIALS_DIR).mkdir(parents=True, exist_ok=True)
-        return cls(folder, spec)
+        except BaseException:
+            folder.release()
+            raise
+        return sweep
+
+    def release(self) -> None:
+        """Give the folder up (its lock); what was written stays, to resume from."""
+        self.folder.release()
+
+    def __enter__(self) -> "SweepFolder":
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.release()
 
     # -- trials ---------------------------------------------------------------------------
 
     def finished(self) -> dict[str, bool]:
         """Keys of the trials on disk, each with whether it failed."""
         done: dict[str, bool] = {}
+        if not self.records.is_dir():
+            return done
         for file in self.records.glob("*.json"):
             try:
                 row = json.loads(file.read_text(encoding="utf-8"))["row"]
@@ -87,8 +118,24 @@ class SweepFolder:
         return done
 
     def write_record(self, record: TrialRecord) -> None:
-        _write_atomic(self.records / f"{record.key}.json", lambda handle: handle.write(
-            json.dumps(record.to_dict(), ensure_ascii=False).encode("utf-8")))
+        text = json.dumps(record.to_dict(), ensure_ascii=False).encode("utf-8")
+        self._write(f"{record.key}.json", lambda handle: handle.write(text), subfolder=TRIALS_DIR)
+
+    def _write(self, name: str, write: FileWriter, subfolder: str | None = None) -> None:
+        try:
+            self.folder.write(name, write, subfolder)
+        except OSError as error:
+            raise FolderUnwritable(self.path, error) from error
+
+    def errors(self, trials: Sequence[Trial]) -> collections.Counter[str]:
+        """The errors of the failed trials of the grid on disk: message -> how many trials."""
+        done = self.finished()
+        counts: collections.Counter[str] = collections.Counter()
+        for trial in trials:
+            if done.get(trial.key):
+                with contextlib.suppress(OSError, ValueError, KeyError):
+                    counts[str(self.read_record(trial.key).row["error"])] += 1
+        return counts
 
     def read_record(self, key: str) -> TrialRecord:
         return TrialRecord.from_dict(json.loads((self.records / f"{key}.json").read_text(encoding="utf-8")))
@@ -107,9 +154,9 @@ class SweepFolder:
         schema = pa.schema([(column, pa.type_for_alias(kind)) for column, kind in ITEM_COLUMNS.items()])
         tables = {TRIALS_TABLE: rows, ITEMS_TABLE: pa.Table.from_pydict(items, schema=schema)}
         for name, table in tables.items():
-            _write_table(self.path / f"{name}.parquet", table, "parquet")
+            self._write(f"{name}.parquet", _table_writer(table, "parquet"))
             if csv:
-                _write_table(self.path / f"{name}.csv", table, "csv")
+                self._write(f"{name}.csv", _table_writer(table, "csv"))
         return len(records)
 
     # -- manifest -------------------------------------------------------------------------
@@ -153,8 +200,8 @@ class SweepFolder:
             "zip": spec.zipped,
             "trials_per_point": spec.trials,
             "items": spec.items,
-            "points": len(spec.points()),
-            "trials": len(spec.points()) * spec.trials,
+            "points": spec.point_count,
+            "trials": spec.trial_count,
             "status": "running",
             "rows": 0,
             "runs": [],
@@ -163,8 +210,8 @@ class SweepFolder:
         }
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
-        _write_atomic(self.manifest_path, lambda handle: handle.write(
-            (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")))
+        text = (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        self._write(MANIFEST, lambda handle: handle.write(text))
 
 
 def table_from_rows(rows: Sequence[dict[str, Any]]) -> Any:
@@ -177,7 +224,7 @@ def table_from_rows(rows: Sequence[dict[str, Any]]) -> Any:
     return pa.table({name: pa.array([row.get(name) for row in rows]) for name in columns})
 
 
-def _write_table(path: Path, table: Any, kind: str) -> None:
+def _table_writer(table: Any, kind: str) -> FileWriter:
     import pyarrow.csv
     import pyarrow.parquet
 
@@ -187,21 +234,7 @@ def _write_table(path: Path, table: Any, kind: str) -> None:
         else:
             pyarrow.csv.write_csv(table, handle)
 
-    _write_atomic(path, write)
-
-
-def _write_atomic(path: Path, write: Callable[[Any], Any]) -> None:
-    """Write through ``write(binary handle)`` to a temporary file beside ``path``, then rename it."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(temporary, "xb") as handle:  # the usual permissions, unlike mkstemp's 0600
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    return write
 
 
 def _now() -> str:

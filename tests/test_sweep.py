@@ -257,10 +257,17 @@ def test_foreign_folder_is_refused(tiny: tuple[Path, Path], tmp_path: Path, caps
     assert "holds a sweep of" in capsys.readouterr().err
 
 
-def test_a_failing_trial_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
+def test_a_failing_trial_is_recorded_and_the_sweep_goes_on_then_exits_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     sweep = write(tmp_path, "refused.toml", TINY.replace("[20_000, 40_000]", "[30, 20_000]"))
     output = tmp_path / "out"
-    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 0
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 3
+    error = capsys.readouterr().err
+    assert f"4 of 8 trials failed: their errors are in the error column of {output}/trials.parquet" in error
+    assert "the most common, 2 time(s): PrivacyTargetError: cannot meet" in error
+    assert main(["sweep", str(sweep), "--output", str(output), "--quiet"]) == 3, "the tables still hold failures"
+    assert "0 run now" in capsys.readouterr().err
     rows = pq.read_table(output / "trials.parquet").to_pylist()
     failed = [row for row in rows if row["error"]]
     assert len(rows) == 8 and {row["population.users"] for row in failed} == {30}
@@ -303,3 +310,128 @@ def test_a_resized_population_equals_a_fresh_one(tiny: tuple[Path, Path]) -> Non
     for field in ("item_offsets", "item_ids", "item_counts"):
         assert np.array_equal(getattr(second.shard, field), getattr(fresh, field))
     assert np.array_equal(second.shard.vocabulary.rows, fresh.vocabulary.rows)
+
+
+# -- a sweep as a job: one at a time, bounded, checked, resumable after a full disk -----------------
+
+
+def test_a_second_sweep_of_a_folder_in_use_is_refused_naming_the_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = write(tmp_path, "slow.toml", SLOW)
+    output = tmp_path / "busy"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "simulations.cli", "sweep", str(sweep), "--output", str(output), "--workers", "1",
+         "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list((output / "trials").glob("*.json")) and first.poll() is None:
+            assert time.monotonic() < deadline, "the first sweep wrote no trial"
+            time.sleep(0.01)
+        assert first.poll() is None, first.stderr.read() if first.stderr else ""
+        before = {p.name for p in (output / "trials").glob("[0-9a-f]*.json")}
+        assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 2
+        error = capsys.readouterr().err
+        assert f"another fedhh run is writing {output} (process {first.pid} holds it)" in error, error
+        assert error.count("\n") == 1
+        assert before <= {p.name for p in (output / "trials").glob("[0-9a-f]*.json")}, "the second sweep removed nothing"
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet", "--max-trials", "60"]) == 0
+    manifest = json.loads((output / "sweep.json").read_text())
+    assert manifest["status"] == "complete" and manifest["rows"] == 60
+
+
+def test_a_sweep_of_a_trillion_trials_is_refused_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cases = {
+        "trials": ("[sweep]\ntrials = 1_000_000_000_000\n", [], "1 grid points x 1,000,000,000,000 trials per point"),
+        "grid": ("[sweep]\n" + "".join(f'"{key}" = [{", ".join(str(v) for v in values)}]\n' for key, values in (
+            ("population.users", range(1000, 1100)), ("privacy.epsilon", range(1, 101)), ("run.seed", range(100)))),
+            [], "1,000,000 grid points x 1 trials per point"),
+        # one axis of 100,000 values: allowed by the cap asked for, checked for repeats in linear time
+        "axis": ("[sweep]\ntrials = 10\n\"run.seed\" = [" + ", ".join(map(str, range(100_000))) + "]\n",
+                 ["--max-trials", "200000"], "= 1,000,000 trials, more than the 200,000 a sweep may run"),
+        "long axis": ("[sweep]\n\"run.seed\" = [" + ", ".join(map(str, range(5000))) + "]\n",
+                      ["--max-trials", "1000"], "run.seed: 5,000 values, more than the 1,000"),
+    }
+    for name, (text, extra, message) in cases.items():
+        path = write(tmp_path, f"{name.replace(' ', '-')}.toml", text)
+        started = time.perf_counter()
+        assert main(["sweep", str(path), "--output", str(tmp_path / "never"), "--quiet", *extra]) == 2, name
+        seconds = time.perf_counter() - started
+        error = capsys.readouterr().err
+        assert seconds < 5, f"{name}: refused after {seconds:.1f} s"
+        assert message in error and "--max-trials N raises the cap" in error and error.count("\n") == 1, error
+        assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize(
+    ("case", "text", "message"),
+    [
+        ("base is a device", 'base = "/dev/zero"\n[sweep]\n"privacy.epsilon" = [1, 2]',
+         "base '/dev/zero' is a character device, not a regular file"),
+        ("10^12 users", '[sweep]\n"population.users" = [10_000, 1_000_000_000_000]',
+         "sweep point 2 of 2 (population.users = 1000000000000): population.users = 1,000,000,000,000: the "
+         "population"),
+        ("delta not below 1/n", '[privacy]\ndelta = 0.01\n[sweep]\n"population.users" = [50, 20_000]',
+         "sweep point 2 of 2 (population.users = 20000): privacy.delta: δ = 0.01 is not below 1/n"),
+        ("missing files", '[population]\nsource = "file"\npath = "gone.csv"\n[sweep]\n'
+         '"population.path" = ["gone-1.csv", "gone-2.csv"]',
+         "sweep point 1 of 2 (population.path = 'gone-1.csv'): population.path: 'gone-1.csv' does not exist"),
+        ("a device as population", '[population]\nsource = "file"\npath = "/dev/zero"\n[sweep]\n'
+         '"privacy.epsilon" = [1, 2]', "population.path: '/dev/zero' is a character device, not a regular file"),
+        ("a missing dataset", '[population]\nsource = "dataset"\npath = "no-such-population"\n[sweep]\n'
+         '"privacy.epsilon" = [1, 2]', "population.path: 'no-such-population' does not exist"),
+    ],
+)
+def test_each_grid_point_passes_the_checks_of_run_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], case: str, text: str,
+    message: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, "points.toml", text)
+    assert main(["sweep", str(path), "--output", str(tmp_path / "never"), "--quiet"]) == 2
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1, error
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_sweep_stopped_by_a_full_disk_keeps_its_trials_and_resumes(
+    tiny: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The disk fills after three trials: the write that fails leaves no partial file, the sweep
+    stops with exit status 1 and a one-line reason, and the same command then finishes it."""
+    import errno
+
+    from fedhh import results as folders
+
+    sweep, reference = tiny
+    output = tmp_path / "full"
+    replacing = folders.write_replacing
+    written: list[str] = []
+
+    def full_disk(path: Path, write: folders.FileWriter) -> None:
+        if path.parent.name == "trials" and len(written) >= 3 or written and path.suffix == ".parquet":
+            def half(handle: object) -> None:
+                handle.write(b"{")  # type: ignore[attr-defined]
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+            replacing(path, half)
+        replacing(path, write)
+        if path.parent.name == "trials":
+            written.append(path.name)
+
+    monkeypatch.setattr(folders, "write_replacing", full_disk)
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 1
+    error = capsys.readouterr().err
+    assert f"stopped: cannot write in {output} (No space left on device)" in error
+    assert "run the same command to resume" in error and "Traceback" not in error
+    kept = {p.name: p.stat().st_mtime_ns for p in (output / "trials").iterdir()}
+    assert sorted(kept) == sorted(written) and len(kept) == 3, "whole trial files only"
+    assert not [p for p in output.rglob(".*") if p.name != ".fedhh-results"], "no partial file left"
+    monkeypatch.setattr(folders, "write_replacing", replacing)  # space freed
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 0
+    assert all((output / "trials" / name).stat().st_mtime_ns == stamp for name, stamp in kept.items())
+    assert json.loads((output / "sweep.json").read_text())["runs"][-1]["computed"] == 5
+    assert results(output) == results(reference)

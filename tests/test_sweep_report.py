@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -164,3 +165,132 @@ def test_bad_report_arguments_exit_2(
 def test_report_of_a_folder_without_a_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(tmp_path)]) == 2
     assert "holds no sweep" in capsys.readouterr().err
+
+
+# -- where a report may be written ----------------------------------------------------------------
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    """Every entry below ``folder`` (relative path -> content; a link -> where it points)."""
+    entries: dict[str, bytes] = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            entries[str(path.relative_to(folder))] = b"-> " + str(path.readlink()).encode()
+        elif path.is_file():
+            entries[str(path.relative_to(folder))] = path.read_bytes()
+    return entries
+
+
+@pytest.fixture
+def sweep_copy(swept: Path, tmp_path: Path) -> Path:
+    """A private copy of the swept folder (without a report), for tests that add files to it."""
+    copy = tmp_path / "sweep"
+    shutil.copytree(swept, copy, ignore=shutil.ignore_patterns("report"))
+    return copy
+
+
+def refused(capsys: pytest.CaptureFixture[str], *fragments: str) -> None:
+    error = capsys.readouterr().err
+    assert error.startswith("error: --output:") and error.count("\n") == 1, error
+    assert all(fragment in error for fragment in fragments), error
+
+
+def test_a_report_never_replaces_a_users_file(sweep_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mine = tmp_path / "u"
+    mine.mkdir()
+    (mine / "summary.md").write_text("NOTES", encoding="utf-8")
+    assert main(["report", str(sweep_copy), "--output", str(mine)]) == 2
+    refused(capsys, "was not written by fedhh")
+    assert tree(mine) == {"summary.md": b"NOTES"}
+
+
+def test_a_report_into_the_current_folder_is_refused(
+    sweep_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mine = tmp_path / "u"
+    mine.mkdir()
+    monkeypatch.chdir(mine)
+    assert main(["report", str(sweep_copy), "--output", "."]) == 2
+    refused(capsys, "is the current folder")
+    assert list(mine.iterdir()) == []
+
+
+def test_a_report_into_the_sweep_folder_or_a_folder_inside_it_is_refused(
+    sweep_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tree(sweep_copy)
+    assert main(["report", str(sweep_copy), "--output", str(sweep_copy)]) == 2
+    refused(capsys, "is the sweep folder itself")
+    for inside in ("trials", "plots"):
+        assert main(["report", str(sweep_copy), "--output", str(sweep_copy / inside)]) == 2
+        refused(capsys, "is inside the sweep folder")
+    assert tree(sweep_copy) == before and not (sweep_copy / "plots").exists()
+
+
+def test_a_users_file_in_the_report_folder_is_never_replaced(sweep_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = sweep_copy / "report"
+    report.mkdir()
+    (report / "summary.md").write_text("NOTES", encoding="utf-8")  # the user's own, before any report
+    assert main(["report", str(sweep_copy)]) == 2
+    refused(capsys, "was not written by fedhh")
+    assert tree(report) == {"summary.md": b"NOTES"}
+    (report / "summary.md").unlink()
+    assert main(["report", str(sweep_copy)]) == 0
+    (report / "notes.md").write_text("NOTES", encoding="utf-8")  # added beside fedhh's report
+    before = tree(report)
+    assert main(["report", str(sweep_copy)]) == 2
+    refused(capsys, "files fedhh did not write ('notes.md')")
+    assert tree(report) == before
+
+
+def test_a_symbolic_link_in_or_as_the_report_folder_is_never_followed(
+    sweep_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outside = tmp_path / "outside.md"
+    outside.write_text("NOT FEDHH'S", encoding="utf-8")
+    report = sweep_copy / "report"
+    assert main(["report", str(sweep_copy)]) == 0
+    capsys.readouterr()
+    (report / "summary.md").unlink()
+    (report / "summary.md").symlink_to(outside)
+    before = tree(report)
+    assert main(["report", str(sweep_copy)]) == 2
+    refused(capsys, "files fedhh did not write ('summary.md')")
+    assert outside.read_text(encoding="utf-8") == "NOT FEDHH'S" and tree(report) == before
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    linked = tmp_path / "linked"
+    linked.symlink_to(elsewhere)
+    assert main(["report", str(sweep_copy), "--output", str(linked)]) == 2
+    refused(capsys, "is a symbolic link")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_report_into_the_root_folder_is_refused_before_anything_is_drawn(
+    sweep_copy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simulations import sweep_report
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a report for the root folder was drawn")
+
+    monkeypatch.setattr(sweep_report, "render", never)  # so that nothing is ever written there
+    monkeypatch.setattr(sweep_report, "write_summary", never)
+    assert main(["report", str(sweep_copy), "--output", "/"]) == 2
+    refused(capsys, "is the root folder")
+
+
+def test_rerunning_a_report_replaces_only_its_own_previous_report(
+    sweep_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedhh.results import MARKER, marked_files
+
+    assert main(["report", str(sweep_copy)]) == 0
+    first = set(marked_files(sweep_copy / "report") or [])
+    assert len(first) == 16 and "summary.md" in first
+    assert main(["report", str(sweep_copy), "--x", "population.users", "--y", "f1"]) == 0
+    listed = capsys.readouterr().out.split()
+    second = marked_files(sweep_copy / "report")
+    assert second is not None and set(second) == {Path(path).name for path in listed[-4:]}
+    assert sorted(p.name for p in (sweep_copy / "report").iterdir()) == sorted([*second, MARKER])
+    assert not [p for p in sweep_copy.iterdir() if p.name.startswith(".") and p.name != MARKER]
