@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -181,6 +183,23 @@ class TrieHHParameters:
             },
             coverage=COVERAGE,
         )
+
+
+GUARANTEE_PARAMETERS = ("n_users", "max_rounds", "theta", "batch_size")
+
+
+def triehh_guarantee(parameters: Mapping[str, Any]) -> tuple[float, float]:
+    """(ε, δ) of Theorem 1 derived again from a report's ``parameters`` (n, L, θ, m), by the code
+    that stated them: a privacy ledger checks every stored run against it."""
+    values = []
+    for key in GUARANTEE_PARAMETERS:
+        value = parameters.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{key}: must be an integer, got {value!r}")
+        values.append(value)
+    n_users, max_rounds, theta, batch_size = values
+    params = TrieHHParameters(n_users, max_rounds, theta, batch_size)
+    return params.epsilon, params.delta
 
 
 def triehh_threshold(delta: float) -> int:
