@@ -28,6 +28,7 @@ from .population import PopulationCounts, Shard, Vocabulary, shard_bounds
 from .randomness import UserRandom, derive_key
 from .resources import require_population_memory
 from .sampling import InverseCdf
+from .table_errors import CSV_BLOCK_BYTES, check_columns, check_csv_rows, check_utf8, unreadable
 
 POPULATION_PURPOSE = "population.items"
 ZIPF_STRINGS_PURPOSE = "population.zipf_strings"
@@ -429,7 +430,10 @@ def read_lines(file: Path, path: str) -> list[str]:
     except UnicodeDecodeError as error:
         start = error.start + (3 if raw.startswith(b"\xef\xbb\xbf") else 0)
         line = raw[:start].count(b"\n") + 1
-        raise ItemError(f"population.path {path!r}: line {line} is not valid UTF-8") from None
+        line_start = raw.rfind(b"\n", 0, start) + 1
+        column = len(raw[line_start:start].decode("utf-8-sig", errors="replace")) + 1
+        raise ItemError(f"population.path {path!r}: line {line} is not valid UTF-8 (column {column}, "
+                        f"byte {start - line_start + 1} of the line)") from None
     lines = text.replace("\r\n", "\n").split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -452,19 +456,19 @@ def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]
     try:
         if suffix == ".csv":
             table = pyarrow.csv.read_csv(
-                file, convert_options=pyarrow.csv.ConvertOptions(column_types={"user": pa.string(), "item": pa.string()})
+                file, read_options=pyarrow.csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                convert_options=pyarrow.csv.ConvertOptions(column_types={"user": pa.string(), "item": pa.string()}),
             )
         else:
+            check_columns(path, pyarrow.parquet.read_schema(file).names, "the schema")
             table = pyarrow.parquet.read_table(file)
+    except InputError:
+        raise
     except Exception as error:  # pyarrow raises many types for malformed files
-        raise InputError(f"population.path {path!r}: cannot read ({error})") from None
-    missing = {"user", "item"} - set(table.column_names)
-    if missing:
-        raise InputError(
-            f"population.path {path!r}: missing column(s) {sorted(missing)}; "
-            f"needs columns 'user' and 'item', has {table.column_names}"
-        )
+        raise unreadable(file, path, error) from None
+    check_columns(path, table.column_names, f"the header (line {csv_line(file, -1)})" if suffix == ".csv" else "the schema")
     user, item = table.column("user"), table.column("item")
+    check_text(file, path, user, item)
     check_users_present(path, user)
     if _is_text(item):
         bad_item = _first_row(pc.is_null(item), pc.equal(item, ""))
@@ -473,6 +477,18 @@ def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]
     if bad_item is not None:
         raise ItemError(f"population.path {path!r}: {occurrence_place(path, bad_item)} has an empty or non-text item")
     return user.to_pylist(), item.to_pylist()
+
+
+def check_text(file: Path, path: str, user: Any, item: Any, first_row: int = 0) -> None:
+    """Refuse text a CSV or Parquet file holds but cannot mean (pyarrow columns whose row 0 is row
+    ``first_row`` of the file): a Parquet text column with bytes that are not UTF-8, a CSV quoted
+    field left open to the end of the file (:mod:`fedhh.table_errors`)."""
+    if file.suffix.lower() == ".csv":
+        check_csv_rows(file, path, [user, item])
+        return
+    for name, column in (("user", user), ("item", item)):
+        if _is_text(column):
+            check_utf8(path, column, name, first_row)
 
 
 def check_users_present(path: str, user: Any, first_row: int = 0) -> None:

@@ -131,6 +131,9 @@ def test_file_errors_name_the_problem(tmp_path: Path) -> None:
     bad_utf8.write_bytes(b"moon\nsu\xffn\n")
     with pytest.raises(ItemError, match="line 2 is not valid UTF-8"):
         FileSource(str(bad_utf8), lowercase_codec())
+    bad_utf8.write_bytes("moon\nsé\xffn\n".encode("utf-8").replace(b"\xc3\xbf", b"\xff"))
+    with pytest.raises(ItemError, match=r"line 2 is not valid UTF-8 \(column 3, byte 4 of the line\)"):
+        FileSource(str(bad_utf8), lowercase_codec())
     wrong_columns = tmp_path / "wrong.csv"
     wrong_columns.write_text("who,what\na,b\n", encoding="utf-8")
     with pytest.raises(ValueError, match="needs columns 'user' and 'item'"):
