@@ -16,6 +16,7 @@ import csv
 import functools
 import itertools
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +82,17 @@ class PopulationSource(ABC):
         )
 
 
+BeforeEncoding = Callable[[int], None]  # called with the number of users before a vocabulary is encoded
+
+
 class SampledSource(PopulationSource):
-    """Users draw ``words_per_user`` items i.i.d. from a distribution over candidates."""
+    """Users draw ``words_per_user`` items i.i.d. from a distribution over candidates.
+
+    The population size is the config's, known before anything is built:
+    the memory the candidates' encoding needs is checked first, then
+    ``before_encoding(n_users)`` runs (:class:`fedhh.experiment.Experiment`
+    solves the privacy target there), and only then is the vocabulary encoded.
+    """
 
     def __init__(
         self,
@@ -92,10 +102,14 @@ class SampledSource(PopulationSource):
         words_per_user: int,
         codec: ItemCodec,
         seed: int,
+        before_encoding: BeforeEncoding | None = None,
     ) -> None:
         self.n_users = n_users
         self.words_per_user = words_per_user
         self.seed = seed
+        codec.require_memory_to_encode(candidates)
+        if before_encoding is not None:
+            before_encoding(n_users)
         self.vocabulary, self._candidate_item = self._encode(candidates, codec)
         cdf = np.cumsum(probabilities, dtype=np.float64)
         self._pick = InverseCdf(cdf / cdf[-1])
@@ -148,11 +162,12 @@ class WordfreqSource(SampledSource):
         words_per_user: int,
         codec: ItemCodec,
         seed: int,
+        before_encoding: BeforeEncoding | None = None,
     ) -> None:
         words, frequencies = wordfreq_candidates(language, vocabulary_size, codec.alphabet.name)
         self.language = language
         self._candidates_key = _candidates_key(language, vocabulary_size, codec.alphabet.name)
-        super().__init__(words, frequencies, n_users, words_per_user, codec, seed)
+        super().__init__(words, frequencies, n_users, words_per_user, codec, seed, before_encoding)
 
     def _encode(self, candidates: list[str], codec: ItemCodec) -> tuple[Vocabulary, np.ndarray]:
         """Kept in fedhh's cache under the candidates' key and the codec: encoding wordfreq's
@@ -301,12 +316,13 @@ class ZipfSource(SampledSource):
         words_per_user: int,
         codec: ItemCodec,
         seed: int,
+        before_encoding: BeforeEncoding | None = None,
     ) -> None:
         self.exponent = exponent
         self.item_length = item_length
         strings = random_strings(vocabulary_size, item_length, codec, seed)
         weights = np.arange(1, vocabulary_size + 1, dtype=np.float64) ** -exponent
-        super().__init__(strings, weights, n_users, words_per_user, codec, seed)
+        super().__init__(strings, weights, n_users, words_per_user, codec, seed, before_encoding)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -559,18 +575,24 @@ def csv_line(file: Path, row: int) -> int:
             index += 1
 
 
-def make_source(population: dict[str, Any], codec: ItemCodec, seed: int) -> PopulationSource:
-    """The population a config's ``[population]`` section describes."""
+def make_source(
+    population: dict[str, Any], codec: ItemCodec, seed: int, before_encoding: BeforeEncoding | None = None
+) -> PopulationSource:
+    """The population a config's ``[population]`` section describes.
+
+    ``before_encoding(n_users)`` runs before the vocabulary is encoded where the config gives the
+    population size (the sampled sources); a file's or a dataset's size is known only once read.
+    """
     source = population["source"]
     if source == "wordfreq":
         return WordfreqSource(
             population["users"], population["language"], population["vocabulary"],
-            population["words_per_user"], codec, seed,
+            population["words_per_user"], codec, seed, before_encoding,
         )
     if source == "zipf":
         return ZipfSource(
             population["users"], population["vocabulary"], population["zipf_exponent"],
-            population["item_length"], population["words_per_user"], codec, seed,
+            population["item_length"], population["words_per_user"], codec, seed, before_encoding,
         )
     if source == "file":
         path = Path(population["path"])

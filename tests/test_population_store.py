@@ -236,11 +236,13 @@ def test_the_memory_check_counts_a_stored_shard_not_the_population(
 ) -> None:
     from fedhh import resources
 
-    folder = build(tmp_path, SMALL, stored_shards=3)  # 10,000 users a shard: 40 KB loaded
-    # above the vocabulary's rows (489 KB), below 30,000 users x 24 bytes held in memory
+    population = {**SMALL, "vocabulary": 1_000}
+    folder = build(tmp_path, population, stored_shards=3)  # 10,000 users a shard: 40 KB loaded
+    # above what encoding the vocabulary holds at once (its rows, and its characters and symbols
+    # while they are computed: about 290 KB for 1,000 words), below 30,000 users x 24 bytes held in memory
     monkeypatch.setattr(resources, "memory_limit", lambda: 600_000)
     with pytest.raises(resources.ResourceError, match="population.users = 30,000"):
-        Experiment(config_of(SMALL))
+        Experiment(config_of(population))
     assert Experiment(config_of({"source": "dataset", "path": str(folder)})).n_users == SMALL["users"]
     with pytest.raises(resources.ResourceError, match="the dataset's largest shard .200,000 users"):
         resources.require_dataset_memory(200_000)
