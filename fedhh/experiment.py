@@ -25,7 +25,7 @@ from .privacy.report import PrivacyReport
 from .protocols import ClientFunction, Discovery, ProtocolResult, ServerProtocol, get_protocol
 from .randomness import KeyedRandomness
 from .resources import require_population_memory
-from .sources import PopulationSource, make_source
+from .sources import PopulationSource, make_source, sampled_candidates
 
 
 def item_codec(config: FedhhConfig) -> ItemCodec:
@@ -37,6 +37,26 @@ def item_codec(config: FedhhConfig) -> ItemCodec:
         protocol["max_length"],
         overlong=protocol["overlong"],
         unknown_chars=protocol["unknown_chars"],
+    )
+
+
+def check_needs(config: FedhhConfig) -> None:
+    """Refuse from the config alone, without building anything, what :class:`Experiment` refuses
+    before it encodes a sampled population's vocabulary (wordfreq, zipf: the config gives the
+    size): the memory encoding the candidates and holding the population take, the shard count
+    and the privacy target.  A file's or a dataset's size is known only once it is read, so
+    nothing is checked for them here.  A sweep calls it for every grid point before any runs."""
+    codec = item_codec(config)
+    population, seed = config["population"], int(config["run"]["seed"])
+    candidates = sampled_candidates(population, codec, seed)
+    if candidates is None:
+        return
+    codec.require_memory_to_encode(candidates)
+    n_users = int(population["users"])
+    require_population_memory(n_users, int(population["words_per_user"]))
+    check_shard_count(n_users, int(config["run"]["shards"]))
+    get_protocol(config["protocol"]["name"]).build_server(
+        config["privacy"], n_users, codec, seed, protocol=config["protocol"]
     )
 
 

@@ -575,6 +575,16 @@ def csv_line(file: Path, row: int) -> int:
             index += 1
 
 
+def sampled_candidates(population: dict[str, Any], codec: ItemCodec, seed: int) -> list[str] | None:
+    """The candidates a sampled population (wordfreq, zipf) draws its users' items from, as its
+    source reads them, without encoding them; ``None`` for a file or a dataset."""
+    if population["source"] == "wordfreq":
+        return wordfreq_candidates(population["language"], population["vocabulary"], codec.alphabet.name)[0]
+    if population["source"] == "zipf":
+        return random_strings(population["vocabulary"], population["item_length"], codec, seed)
+    return None
+
+
 def make_source(
     population: dict[str, Any], codec: ItemCodec, seed: int, before_encoding: BeforeEncoding | None = None
 ) -> PopulationSource:

@@ -104,6 +104,30 @@ def test_what_cannot_run_is_refused_with_the_numbers_before_charging(
     assert not ledger.exists() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["population.users=1000000000000", "privacy.delta=1e-30"], "population.users = 1,000,000,000,000: the population"),
+        (["population.users=500", "run.shards=600"], "run.shards: 600 shards for a population of 500 users"),
+        (["protocol.max_length=100000"], "cannot meet ε = 8"),
+        (["population.source=\"wordfreq\"", "population.vocabulary=1000", "protocol.max_length=1000000000"],
+         "protocol.max_length = 1,000,000,000: encoding 1,000 items"),
+    ],
+)
+def test_what_a_run_refuses_before_building_is_refused_from_the_config(overrides: list[str], message: str) -> None:
+    """``check_needs`` (what a sweep calls for each grid point) refuses what ``fedhh run`` refuses
+    before it encodes a sampled population, from the config alone; a config that runs passes."""
+    from fedhh.config import load_config
+    from fedhh.errors import InputError
+    from fedhh.experiment import check_needs
+
+    settings = [SMALL[index + 1] for index in range(0, len(SMALL) - 1, 2) if SMALL[index] == "--set"]
+    check_needs(load_config(None, settings))
+    with pytest.raises(InputError) as refused:
+        check_needs(load_config(None, [*settings, *overrides]))
+    assert message in str(refused.value)
+
+
 LIMITED_CLI = """
 import resource, subprocess, sys
 limit = int(sys.argv[1])
