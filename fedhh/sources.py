@@ -482,7 +482,8 @@ def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]
         raise
     except Exception as error:  # pyarrow raises many types for malformed files
         raise unreadable(file, path, error) from None
-    check_columns(path, table.column_names, f"the header (line {csv_line(file, -1)})" if suffix == ".csv" else "the schema")
+    header = f"the header (line {csv_line(file, -1)})" if suffix == ".csv" else "the schema"
+    check_columns(path, table.column_names, header)
     user, item = table.column("user"), table.column("item")
     check_text(file, path, user, item)
     check_users_present(path, user)

@@ -242,7 +242,8 @@ def test_a_run_from_disk_completes_under_a_memory_limit_the_in_memory_population
     assert checked.returncode == 0 and "pandas not imported" in checked.stdout, checked.stderr[-2000:]
     refused = limited("wordfreq", "after")
     assert refused.returncode == 4, refused.stderr[-2000:]
-    assert "population.users = 6,000,000" in refused.stdout and "(the address-space limit (ulimit -v))" in refused.stdout
+    assert "population.users = 6,000,000" in refused.stdout
+    assert "(the address-space limit (ulimit -v))" in refused.stdout
 
 
 def test_the_memory_check_counts_a_stored_shard_not_the_population(

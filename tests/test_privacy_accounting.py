@@ -369,7 +369,8 @@ def test_ldp_entries_are_checked_against_their_split(tmp_path: Path) -> None:
     document = json.loads(path.read_text())
     document["runs"][0]["report"]["epsilon"] = 1.0
     path.write_text(json.dumps(document))
-    with pytest.raises(LedgerError, match=r"runs\[0\] \(run_id 'run-0'\)\.report: ε = 1\.0, δ = 0\.0 disagree .* give ε = 2\.0"):
+    disagreement = r"runs\[0\] \(run_id 'run-0'\)\.report: ε = 1\.0, δ = 0\.0 disagree .* give ε = 2\.0"
+    with pytest.raises(LedgerError, match=disagreement):
         Ledger(path).summary()
 
 
@@ -394,10 +395,12 @@ def test_a_ledger_fedhh_cannot_write_is_refused_before_the_run(tmp_path: Path, l
     naming the ledger; nothing is left behind."""
     (tmp_path / "FILE").write_text("a user's file\n")
     path = ledger.replace("FILE", str(tmp_path / "FILE"))
-    for action in (lambda: Ledger(path).preview(reference_report()), lambda: Ledger(path).record(reference_report(), "run")):
+    for action in (lambda: Ledger(path).preview(reference_report()),
+                   lambda: Ledger(path).record(reference_report(), "run")):
         with pytest.raises(LedgerError, match=rf"^privacy.ledger '{re.escape(path)}': {problem}; name a JSON file"):
             action()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE"] and (tmp_path / "FILE").read_text() == "a user's file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE"]
+    assert (tmp_path / "FILE").read_text() == "a user's file\n"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")

@@ -107,7 +107,8 @@ def test_what_cannot_run_is_refused_with_the_numbers_before_charging(
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["population.users=1000000000000", "privacy.delta=1e-30"], "population.users = 1,000,000,000,000: the population"),
+        (["population.users=1000000000000", "privacy.delta=1e-30"],
+         "population.users = 1,000,000,000,000: the population"),
         (["population.users=500", "run.shards=600"], "run.shards: 600 shards for a population of 500 users"),
         (["protocol.max_length=100000"], "cannot meet ε = 8"),
         (["population.source=\"wordfreq\"", "population.vocabulary=1000", "protocol.max_length=1000000000"],

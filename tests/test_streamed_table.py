@@ -125,7 +125,8 @@ BAD_FILES = {
                            "line 3: 3 field(s), where the header (line 1) has 2; column 3 is one too many"),
     "field missing.csv": (b"user,item\nu1,moon\nu2\n", "line 3: 1 field(s), where the header (line 1) has 2; "
                           "column 2 is missing"),
-    "invalid UTF-8.csv": (b"user,item\nu1,moon\nu2,su\xffn\n", "line 3, column 2: not valid UTF-8 (byte 6 of the line)"),
+    "invalid UTF-8.csv": (b"user,item\nu1,moon\nu2,su\xffn\n",
+                          "line 3, column 2: not valid UTF-8 (byte 6 of the line)"),
     "invalid UTF-8 in a user.csv": (b"user,item\nu\xff1,moon\n", "line 2, column 1: not valid UTF-8"),
     "quote left open.csv": (b'user,item\nu1,moon\nu2,"sun\nu3,star\n',
                             "line 3, column 2: a quoted field is not closed on its line (a CSV row is one line)"),

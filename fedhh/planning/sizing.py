@@ -108,7 +108,8 @@ class _TrieHHFamily:
         return round_spend(self.epsilon, self.max_rounds)
 
     def batch_sizes(self, users: np.ndarray) -> np.ndarray:
-        """m as :func:`~fedhh.privacy.triehh.solve_triehh` chooses it (the smaller of the ε bound and ``n / (θ + 1)``)."""
+        """m as :func:`~fedhh.privacy.triehh.solve_triehh` chooses it (the smaller of the ε bound
+        and ``n / (θ + 1)``)."""
         return triehh_batch_size(users, self.theta, self.spend)
 
     def holders(self, users: np.ndarray) -> np.ndarray:

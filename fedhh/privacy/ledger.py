@@ -218,8 +218,9 @@ class _Reader:
         except InputError as error:
             raise self.fail(f"{where}.parameters", f"do not state the run's mechanism ({error})") from None
         if not (_agrees(epsilon, derived_epsilon) and _agrees(delta, derived_delta)):
-            raise self.fail(where, f"ε = {epsilon!r}, δ = {delta!r} disagree with its own parameters, which give "
-                            f"ε = {derived_epsilon!r}, δ = {derived_delta!r} ({model}); the entry was edited or damaged")
+            raise self.fail(where, f"ε = {epsilon!r}, δ = {delta!r} disagree with its own parameters, which "
+                            f"give ε = {derived_epsilon!r}, δ = {derived_delta!r} ({model}); the entry was edited "
+                            "or damaged")
 
 
 def _agrees(stated: float, derived: float) -> bool:
