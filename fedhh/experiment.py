@@ -24,7 +24,8 @@ from .population import PopulationCounts, Shard, check_shard_count
 from .privacy.report import PrivacyReport
 from .protocols import ClientFunction, Discovery, ProtocolResult, ServerProtocol, get_protocol
 from .randomness import KeyedRandomness
-from .sources import PopulationSource, make_source
+from .resources import require_population_memory
+from .sources import PopulationSource, make_source, sampled_candidates
 
 
 def item_codec(config: FedhhConfig) -> ItemCodec:
@@ -36,6 +37,26 @@ def item_codec(config: FedhhConfig) -> ItemCodec:
         protocol["max_length"],
         overlong=protocol["overlong"],
         unknown_chars=protocol["unknown_chars"],
+    )
+
+
+def check_needs(config: FedhhConfig) -> None:
+    """Refuse from the config alone, without building anything, what :class:`Experiment` refuses
+    before it encodes a sampled population's vocabulary (wordfreq, zipf: the config gives the
+    size): the memory encoding the candidates and holding the population take, the shard count
+    and the privacy target.  A file's or a dataset's size is known only once it is read, so
+    nothing is checked for them here.  A sweep calls it for every grid point before any runs."""
+    codec = item_codec(config)
+    population, seed = config["population"], int(config["run"]["seed"])
+    candidates = sampled_candidates(population, codec, seed)
+    if candidates is None:
+        return
+    codec.require_memory_to_encode(candidates)
+    n_users = int(population["users"])
+    require_population_memory(n_users, int(population["words_per_user"]))
+    check_shard_count(n_users, int(config["run"]["shards"]))
+    get_protocol(config["protocol"]["name"]).build_server(
+        config["privacy"], n_users, codec, seed, protocol=config["protocol"]
     )
 
 
@@ -87,18 +108,22 @@ class Experiment:
         self.spec = get_protocol(config["protocol"]["name"])
         self.seed = int(config["run"]["seed"])
         self.randomness = KeyedRandomness(self.seed)
+        # What the run will need is checked before anything is charged or started, and where the
+        # config gives the population size (sampled sources), before the vocabulary is encoded.
+        self._fresh_server: ServerProtocol | None = None
         if source is None:
-            source = make_source(config["population"], self.codec, self.seed)
+            source = make_source(config["population"], self.codec, self.seed, before_encoding=self._check_size)
         elif source.vocabulary.codec != self.codec:
             raise ValueError("a reused population must be encoded with the config's [protocol] codec")
         self.source: PopulationSource = source
         self.n_users = self.source.n_users
-        # What the run will need is checked here, before anything is charged or started.
-        self.source.require_memory(int(config["population"]["words_per_user"]))
-        check_shard_count(self.n_users, int(config["run"]["shards"]))
-        # Solving the privacy target here refuses an impossible run before any round;
-        # the server built for it is the first one make_server hands out.
-        self._fresh_server: ServerProtocol | None = self._build_server()
+        if self._fresh_server is None:  # a file's or a dataset's size is known once it is read
+            self.source.require_memory(int(config["population"]["words_per_user"]))
+            check_shard_count(self.n_users, int(config["run"]["shards"]))
+            self._solve(self.n_users)
+        assert self._fresh_server is not None
+        # the server built for the target is the first one make_server hands out
+        self._fresh_server.offer_vocabulary(self.source.vocabulary)
         self.privacy: PrivacyReport = self._fresh_server.privacy_report()
         # What one user sends, from the protocol's own parameters (None: the spec declares no derivation).
         self.communication: Communication | None = (
@@ -113,6 +138,19 @@ class Experiment:
         """A server for one run, in its initial state (built once more for every later call)."""
         server, self._fresh_server = self._fresh_server, None
         return server if server is not None else self._build_server()
+
+    def _check_size(self, n_users: int) -> None:
+        """What depends on the population size alone, before a sampled source encodes its vocabulary:
+        the population's memory, the shard count, and the privacy target (:meth:`_solve`)."""
+        require_population_memory(n_users, int(self.config["population"]["words_per_user"]))
+        check_shard_count(n_users, int(self.config["run"]["shards"]))
+        self._solve(n_users)
+
+    def _solve(self, n_users: int) -> None:
+        """Build the first server for ``n_users``, solving the privacy target (vocabulary not offered yet)."""
+        self._fresh_server = self.spec.build_server(
+            self.config["privacy"], n_users, self.codec, self.seed, protocol=self.config["protocol"]
+        )
 
     def _build_server(self) -> ServerProtocol:
         server = self.spec.build_server(

@@ -220,7 +220,7 @@ class ItemCodec:
         if self.overlong == "drop":
             kept &= ~overlong
         clipped = np.minimum(lengths, self.max_length)
-
+        self.require_encoding_memory(int(kept.sum()), int(clipped[kept].max(initial=0)), int(flat.size))
         rows = self._rows(indices, starts[kept], clipped[kept])
         report = EncodingReport(
             kept=int(kept.sum()),
@@ -230,30 +230,65 @@ class ItemCodec:
         )
         return EncodedItems(rows=rows, kept=kept, report=report)
 
-    def _rows(self, indices: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """Pack character indices into symbol rows, one row per item."""
-        n_items = starts.shape[0]
-        width = self.max_symbols * self.unit_size
+    def encoding_bytes(self, n_items: int, longest: int, characters: int) -> int:
+        """Bytes :meth:`encode` holds at once to encode ``n_items`` items of at most ``longest``
+        characters (``characters`` in all): every item's row of ``max_rounds`` symbols, and, while
+        they are computed, the character indices of all items and the characters (and, for units
+        of several characters, the symbols) of each item up to the longest one present, not up to
+        ``max_length``.  Int64 arrays that exist at the same time, so a lower bound of the peak;
+        the rest (finding the distinct rows, the items' own texts) is a small share of it."""
+        present = -(-min(longest, self.max_length) // self.unit_size)  # symbols of the longest item
+        per_item = self.max_rounds + present * self.unit_size + (present if self.unit_size > 1 else 0)
+        return INDEX_BYTES * (characters + n_items * per_item)
+
+    def require_encoding_memory(self, n_items: int, longest: int, characters: int) -> None:
+        """Refuse an encoding this process cannot hold (:meth:`encoding_bytes`), before any of it exists."""
         require_memory(
-            n_items * INDEX_BYTES * (width + self.max_rounds),
+            self.encoding_bytes(n_items, longest, characters),
             f"protocol.max_length = {self.max_length:,}: encoding {n_items:,} items into rows of "
             f"{self.max_rounds:,} symbols",
             "lower protocol.max_length (longer items can be dropped or truncated: protocol.overlong)",
         )
+
+    def require_memory_to_encode(self, items: list[str]) -> None:
+        """:meth:`require_encoding_memory` for ``items`` before :meth:`encode` reads them: their
+        lengths and the overlong policy give what is kept, taking every character to be in the
+        alphabet (as the sampled sources' candidates are: they are drawn or filtered by it)."""
+        lengths = np.fromiter(
+            map(len, map(str.encode, items)) if self.alphabet.byte_level else map(len, items),
+            dtype=np.int64, count=len(items),
+        )
+        kept = lengths <= self.max_length if self.overlong == "drop" else np.ones(lengths.size, dtype=bool)
+        self.require_encoding_memory(int(kept.sum()), int(lengths[kept].max(initial=0)), int(lengths.sum()))
+
+    def _rows(self, indices: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Pack character indices into symbol rows, one row per item.
+
+        Characters and symbols are computed up to the longest item present;
+        the columns after it are padding in every row, written once.
+        """
+        n_items = starts.shape[0]
+        present = -(-int(lengths.max(initial=0)) // self.unit_size)  # symbols of the longest item
+        width = present * self.unit_size
         chars = np.zeros((n_items, width), dtype=np.int64)
-        if n_items:
-            column = np.arange(width)
-            valid = column[None, :] < lengths[:, None]
-            source = (starts[:, None] + column[None, :])[valid]
+        if n_items and width:
+            valid = np.arange(width)[None, :] < lengths[:, None]
+            # the kept characters of every item in turn, as the row-major order of ``valid`` lists them
+            before = np.cumsum(lengths) - lengths
+            source = np.arange(int(lengths.sum())) + np.repeat(starts - before, lengths)
             chars[valid] = indices[source]
-        weights = self.radix ** np.arange(self.unit_size - 1, -1, -1, dtype=np.int64)
-        symbols = chars.reshape(n_items, self.max_symbols, self.unit_size) @ weights
+        if self.unit_size == 1:
+            symbols = chars  # a unit of one character is its index
+        else:
+            weights = self.radix ** np.arange(self.unit_size - 1, -1, -1, dtype=np.int64)
+            symbols = chars.reshape(n_items, present, self.unit_size) @ weights
         n_symbols = -(-lengths // self.unit_size)
         rows = np.full((n_items, self.max_rounds), PAD, dtype=np.int64)
-        rows[:, : self.max_symbols] = symbols
-        position = np.arange(self.max_rounds)[None, :]
-        rows[position == n_symbols[:, None]] = EOS
-        rows[position > n_symbols[:, None]] = PAD
+        head = rows[:, : present + 1]  # a view: every symbol and end-of-sequence lies here
+        head[:, :present] = symbols
+        position = np.arange(present + 1)[None, :]
+        head[position == n_symbols[:, None]] = EOS
+        head[position > n_symbols[:, None]] = PAD
         return rows
 
     def decode_symbols(self, symbols: np.ndarray) -> str:

@@ -102,6 +102,29 @@ class PopulationCounts:
         return total
 
 
+DISTINCT_CHUNK_BYTES = 1 << 20  # bytes of rows compared at once when finding the distinct ones
+
+
+def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(row_keys(rows), return_index=True, return_inverse=True)[1:]``: each distinct
+    row's first index, in the order of the rows' keys, and each row's distinct index.
+
+    The same answer without numpy's copies of the keys (a sorted copy of every row, then one of
+    the distinct rows: twice the rows' memory at once): the keys are ordered by index, and
+    neighbours compared a bounded chunk of rows at a time.
+    """
+    keys = row_keys(rows)  # rows as opaque byte strings: exact, and many times faster than unique(axis=0)
+    order = np.argsort(keys, kind="stable")
+    starts = np.ones(order.size, dtype=bool)
+    chunk = max(1, DISTINCT_CHUNK_BYTES // max(keys.dtype.itemsize, 1))
+    for start in range(1, order.size, chunk):
+        stop = min(start + chunk, order.size)
+        starts[start:stop] = keys[order[start:stop]] != keys[order[start - 1 : stop - 1]]
+    inverse = np.empty(order.size, dtype=np.int64)
+    inverse[order] = np.cumsum(starts) - 1
+    return order[starts], inverse
+
+
 @dataclass
 class Vocabulary:
     """The distinct items of a population, encoded as symbol rows.
@@ -137,14 +160,15 @@ class Vocabulary:
         (possible only under truncation) share one item id.
         """
         encoded = codec.encode(candidates)
-        # rows as opaque byte strings: an exact unique, many times faster than unique(axis=0)
-        _, first, inverse = np.unique(row_keys(encoded.rows), return_index=True, return_inverse=True)
+        first, inverse = distinct_rows(encoded.rows)
         order = np.argsort(first, kind="stable")  # keep the candidates' order
         rank = np.empty_like(order)
         rank[order] = np.arange(order.size)
         item_id = np.full(len(candidates), -1, dtype=np.int64)
-        item_id[np.flatnonzero(encoded.kept)] = rank[inverse.ravel()]
-        rows = encoded.rows[first[order]]
+        item_id[np.flatnonzero(encoded.kept)] = rank[inverse]
+        chosen = first[order]
+        # distinct candidates (the usual case) keep their rows: no copy of the largest array
+        rows = encoded.rows if np.array_equal(chosen, np.arange(encoded.rows.shape[0])) else encoded.rows[chosen]
         kept_texts = [candidates[i] for i in np.flatnonzero(encoded.kept).tolist()]
         if codec.overlong == "truncate":
             items = codec.decode_rows(rows)

@@ -73,6 +73,29 @@ def codec_settings(codec: ItemCodec) -> dict[str, Any]:
     }
 
 
+def arrow_integers(column: Any) -> np.ndarray:
+    """The values of a pyarrow integer array or chunked array without nulls, read from its data
+    buffers (one chunk: no copy).
+
+    What ``to_numpy`` gives, without its import of pandas: where pandas is installed, pyarrow's
+    ``to_numpy`` (and building an array from numpy) imports it on first use, about 100 MB of
+    address space, in a run that may be close to its memory limit with its largest shard loaded.
+    """
+    import pyarrow as pa
+
+    if not pa.types.is_integer(column.type) or column.null_count:
+        raise InputError(f"{FIELD}: a stored column holds {column.type} values or nulls, not integers; "
+                         "build the population again")
+    dtype = np.dtype(f"{'int' if pa.types.is_signed_integer(column.type) else 'uint'}{column.type.bit_width}")
+    parts = [
+        np.frombuffer(chunk.buffers()[1], dtype=dtype, count=chunk.offset + len(chunk))[chunk.offset:]
+        for chunk in (column.chunks if isinstance(column, pa.ChunkedArray) else [column]) if len(chunk)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
 # -- writing --------------------------------------------------------------------------------
 
 
@@ -195,8 +218,8 @@ class PopulationStore:
         table = self.vocabulary_table
         return PopulationCounts(
             self.n_users,
-            table.column("weight_units").to_numpy().astype(np.int64),
-            table.column("holders").to_numpy().astype(np.int64),
+            arrow_integers(table.column("weight_units")).astype(np.int64),
+            arrow_integers(table.column("holders")).astype(np.int64),
             int(self.manifest["users_without_items"]),
         )
 
@@ -266,7 +289,7 @@ class DatasetSource(PopulationSource):
     def build_users(self, start: int, stop: int) -> Shard:
         pieces = self.store.read_users(start, stop)
         if all(table.column_names == ONE_ITEM_COLUMNS for _, table in pieces):
-            items = np.concatenate([table.column("item").to_numpy() for _, table in pieces])
+            items = np.concatenate([arrow_integers(table.column("item")) for _, table in pieces])
             if not self._same_ids:
                 items = self._run_item_with_none[items]
             return SingleItemShard(self.vocabulary, start, items)
@@ -277,16 +300,16 @@ class DatasetSource(PopulationSource):
         lengths, ids, counts = [], [], []
         for _, table in pieces:
             if table.column_names == ONE_ITEM_COLUMNS:
-                held = table.column("item").to_numpy()
+                held = arrow_integers(table.column("item"))
                 lengths.append((held >= 0).astype(np.int64))
                 ids.append(held[held >= 0])
                 counts.append(np.ones(ids[-1].size, dtype=np.int64))
                 continue
             lists = table.column("items").combine_chunks()
-            offsets = lists.offsets.to_numpy()
+            offsets = arrow_integers(lists.offsets)
             lengths.append(np.diff(offsets))
-            ids.append(lists.values.to_numpy()[offsets[0]:offsets[-1]])
-            counts.append(table.column("counts").combine_chunks().values.to_numpy()[offsets[0]:offsets[-1]])
+            ids.append(arrow_integers(lists.values)[offsets[0]:offsets[-1]])
+            counts.append(arrow_integers(table.column("counts").combine_chunks().values)[offsets[0]:offsets[-1]])
         per_user, item_ids, item_counts = np.concatenate(lengths), np.concatenate(ids), np.concatenate(counts)
         if not self._same_ids:  # the run's codec dropped some stored items: their entries go
             item_ids = self._run_item[item_ids]

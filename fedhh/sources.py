@@ -16,6 +16,7 @@ import csv
 import functools
 import itertools
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from .population import PopulationCounts, Shard, Vocabulary, shard_bounds
 from .randomness import UserRandom, derive_key
 from .resources import require_population_memory
 from .sampling import InverseCdf
+from .table_errors import CSV_BLOCK_BYTES, check_columns, check_csv_rows, check_utf8, unreadable
 
 POPULATION_PURPOSE = "population.items"
 ZIPF_STRINGS_PURPOSE = "population.zipf_strings"
@@ -80,8 +82,17 @@ class PopulationSource(ABC):
         )
 
 
+BeforeEncoding = Callable[[int], None]  # called with the number of users before a vocabulary is encoded
+
+
 class SampledSource(PopulationSource):
-    """Users draw ``words_per_user`` items i.i.d. from a distribution over candidates."""
+    """Users draw ``words_per_user`` items i.i.d. from a distribution over candidates.
+
+    The population size is the config's, known before anything is built:
+    the memory the candidates' encoding needs is checked first, then
+    ``before_encoding(n_users)`` runs (:class:`fedhh.experiment.Experiment`
+    solves the privacy target there), and only then is the vocabulary encoded.
+    """
 
     def __init__(
         self,
@@ -91,10 +102,14 @@ class SampledSource(PopulationSource):
         words_per_user: int,
         codec: ItemCodec,
         seed: int,
+        before_encoding: BeforeEncoding | None = None,
     ) -> None:
         self.n_users = n_users
         self.words_per_user = words_per_user
         self.seed = seed
+        codec.require_memory_to_encode(candidates)
+        if before_encoding is not None:
+            before_encoding(n_users)
         self.vocabulary, self._candidate_item = self._encode(candidates, codec)
         cdf = np.cumsum(probabilities, dtype=np.float64)
         self._pick = InverseCdf(cdf / cdf[-1])
@@ -147,11 +162,12 @@ class WordfreqSource(SampledSource):
         words_per_user: int,
         codec: ItemCodec,
         seed: int,
+        before_encoding: BeforeEncoding | None = None,
     ) -> None:
         words, frequencies = wordfreq_candidates(language, vocabulary_size, codec.alphabet.name)
         self.language = language
         self._candidates_key = _candidates_key(language, vocabulary_size, codec.alphabet.name)
-        super().__init__(words, frequencies, n_users, words_per_user, codec, seed)
+        super().__init__(words, frequencies, n_users, words_per_user, codec, seed, before_encoding)
 
     def _encode(self, candidates: list[str], codec: ItemCodec) -> tuple[Vocabulary, np.ndarray]:
         """Kept in fedhh's cache under the candidates' key and the codec: encoding wordfreq's
@@ -300,12 +316,13 @@ class ZipfSource(SampledSource):
         words_per_user: int,
         codec: ItemCodec,
         seed: int,
+        before_encoding: BeforeEncoding | None = None,
     ) -> None:
         self.exponent = exponent
         self.item_length = item_length
         strings = random_strings(vocabulary_size, item_length, codec, seed)
         weights = np.arange(1, vocabulary_size + 1, dtype=np.float64) ** -exponent
-        super().__init__(strings, weights, n_users, words_per_user, codec, seed)
+        super().__init__(strings, weights, n_users, words_per_user, codec, seed, before_encoding)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -429,7 +446,10 @@ def read_lines(file: Path, path: str) -> list[str]:
     except UnicodeDecodeError as error:
         start = error.start + (3 if raw.startswith(b"\xef\xbb\xbf") else 0)
         line = raw[:start].count(b"\n") + 1
-        raise ItemError(f"population.path {path!r}: line {line} is not valid UTF-8") from None
+        line_start = raw.rfind(b"\n", 0, start) + 1
+        column = len(raw[line_start:start].decode("utf-8-sig", errors="replace")) + 1
+        raise ItemError(f"population.path {path!r}: line {line} is not valid UTF-8 (column {column}, "
+                        f"byte {start - line_start + 1} of the line)") from None
     lines = text.replace("\r\n", "\n").split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -452,19 +472,20 @@ def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]
     try:
         if suffix == ".csv":
             table = pyarrow.csv.read_csv(
-                file, convert_options=pyarrow.csv.ConvertOptions(column_types={"user": pa.string(), "item": pa.string()})
+                file, read_options=pyarrow.csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                convert_options=pyarrow.csv.ConvertOptions(column_types={"user": pa.string(), "item": pa.string()}),
             )
         else:
+            check_columns(path, pyarrow.parquet.read_schema(file).names, "the schema")
             table = pyarrow.parquet.read_table(file)
+    except InputError:
+        raise
     except Exception as error:  # pyarrow raises many types for malformed files
-        raise InputError(f"population.path {path!r}: cannot read ({error})") from None
-    missing = {"user", "item"} - set(table.column_names)
-    if missing:
-        raise InputError(
-            f"population.path {path!r}: missing column(s) {sorted(missing)}; "
-            f"needs columns 'user' and 'item', has {table.column_names}"
-        )
+        raise unreadable(file, path, error) from None
+    header = f"the header (line {csv_line(file, -1)})" if suffix == ".csv" else "the schema"
+    check_columns(path, table.column_names, header)
     user, item = table.column("user"), table.column("item")
+    check_text(file, path, user, item)
     check_users_present(path, user)
     if _is_text(item):
         bad_item = _first_row(pc.is_null(item), pc.equal(item, ""))
@@ -473,6 +494,18 @@ def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]
     if bad_item is not None:
         raise ItemError(f"population.path {path!r}: {occurrence_place(path, bad_item)} has an empty or non-text item")
     return user.to_pylist(), item.to_pylist()
+
+
+def check_text(file: Path, path: str, user: Any, item: Any, first_row: int = 0) -> None:
+    """Refuse text a CSV or Parquet file holds but cannot mean (pyarrow columns whose row 0 is row
+    ``first_row`` of the file): a Parquet text column with bytes that are not UTF-8, a CSV quoted
+    field left open to the end of the file (:mod:`fedhh.table_errors`)."""
+    if file.suffix.lower() == ".csv":
+        check_csv_rows(file, path, [user, item])
+        return
+    for name, column in (("user", user), ("item", item)):
+        if _is_text(column):
+            check_utf8(path, column, name, first_row)
 
 
 def check_users_present(path: str, user: Any, first_row: int = 0) -> None:
@@ -543,18 +576,34 @@ def csv_line(file: Path, row: int) -> int:
             index += 1
 
 
-def make_source(population: dict[str, Any], codec: ItemCodec, seed: int) -> PopulationSource:
-    """The population a config's ``[population]`` section describes."""
+def sampled_candidates(population: dict[str, Any], codec: ItemCodec, seed: int) -> list[str] | None:
+    """The candidates a sampled population (wordfreq, zipf) draws its users' items from, as its
+    source reads them, without encoding them; ``None`` for a file or a dataset."""
+    if population["source"] == "wordfreq":
+        return wordfreq_candidates(population["language"], population["vocabulary"], codec.alphabet.name)[0]
+    if population["source"] == "zipf":
+        return random_strings(population["vocabulary"], population["item_length"], codec, seed)
+    return None
+
+
+def make_source(
+    population: dict[str, Any], codec: ItemCodec, seed: int, before_encoding: BeforeEncoding | None = None
+) -> PopulationSource:
+    """The population a config's ``[population]`` section describes.
+
+    ``before_encoding(n_users)`` runs before the vocabulary is encoded where the config gives the
+    population size (the sampled sources); a file's or a dataset's size is known only once read.
+    """
     source = population["source"]
     if source == "wordfreq":
         return WordfreqSource(
             population["users"], population["language"], population["vocabulary"],
-            population["words_per_user"], codec, seed,
+            population["words_per_user"], codec, seed, before_encoding,
         )
     if source == "zipf":
         return ZipfSource(
             population["users"], population["vocabulary"], population["zipf_exponent"],
-            population["item_length"], population["words_per_user"], codec, seed,
+            population["item_length"], population["words_per_user"], codec, seed, before_encoding,
         )
     if source == "file":
         path = Path(population["path"])

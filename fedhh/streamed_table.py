@@ -28,11 +28,13 @@ import numpy as np
 from .errors import InputError
 from .items import ItemCodec, ItemError
 from .population import Shard, Vocabulary
-from .sources import PopulationSource, _first_row, _is_text, check_users_present, occurrence_place
+from .sources import (
+    PopulationSource, _first_row, _is_text, check_text, check_users_present, csv_line, occurrence_place,
+)
+from .table_errors import CSV_BLOCK_BYTES, check_columns, unreadable
 
 RUN_ROWS = 1 << 21  # rows spilled as one sorted run: 32 MiB of pairs
 BATCH_ROWS = 1 << 16  # Parquet rows per record batch
-CSV_BLOCK_BYTES = 1 << 20  # CSV bytes per record batch
 SPILL_PREFIX = ".spill-"  # spill files, removed by :meth:`StreamedTableSource.discard_spill`
 STREAMED_SUFFIXES = (".csv", ".parquet", ".pq")
 COLUMNS = ["user", "item"]
@@ -40,34 +42,32 @@ COLUMNS = ["user", "item"]
 
 def record_batches(file: Path, path: str) -> Iterator[Any]:
     """The ``user`` and ``item`` columns of a CSV or Parquet file, a record batch at a time
-    (CSV cells as text: ``007`` stays ``007``)."""
+    (CSV cells as text: ``007`` stays ``007``), each checked as :func:`fedhh.sources.check_text`
+    checks the whole file's."""
     import pyarrow as pa
     import pyarrow.csv
     import pyarrow.parquet
 
-    def missing(names: list[str]) -> None:
-        absent = set(COLUMNS) - set(names)
-        if absent:
-            raise InputError(f"population.path {path!r}: missing column(s) {sorted(absent)}; "
-                             f"needs columns 'user' and 'item', has {names}")
-
+    rows = 0
     try:
         if file.suffix.lower() == ".csv":
             with pyarrow.csv.open_csv(file) as header:  # the column names, from the first block
-                names = header.schema.names
-            missing(names)
+                check_columns(path, header.schema.names, f"the header (line {csv_line(file, -1)})")
             reader = pyarrow.csv.open_csv(file, read_options=pyarrow.csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
                                           convert_options=pyarrow.csv.ConvertOptions(
                 column_types={"user": pa.string(), "item": pa.string()}, include_columns=COLUMNS))
-            yield from reader
-            return
-        parquet = pyarrow.parquet.ParquetFile(file)
-        missing(parquet.schema_arrow.names)
-        yield from parquet.iter_batches(batch_size=BATCH_ROWS, columns=COLUMNS, use_threads=False)
+        else:
+            parquet = pyarrow.parquet.ParquetFile(file)
+            check_columns(path, parquet.schema_arrow.names, "the schema")
+            reader = parquet.iter_batches(batch_size=BATCH_ROWS, columns=COLUMNS, use_threads=False)
+        for batch in reader:
+            check_text(file, path, batch.column("user"), batch.column("item"), rows)
+            yield batch
+            rows += len(batch)
     except InputError:
         raise
     except Exception as error:  # pyarrow raises many types for malformed files
-        raise InputError(f"population.path {path!r}: cannot read ({error})") from None
+        raise unreadable(file, path, error) from None
 
 
 class StreamedTableSource(PopulationSource):

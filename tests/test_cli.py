@@ -194,6 +194,17 @@ def test_ledger_composes_runs_and_refuses_one_over_budget(
     assert not (tmp_path / "day2").exists()
 
 
+@pytest.mark.parametrize("ledger", ["/proc/nope/L.json", "/sys/L.json", "FOLDER"])
+def test_a_ledger_that_cannot_be_written_stops_the_run_before_it_starts(
+    tmp_path: Path, ledger: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = ledger.replace("FOLDER", str(tmp_path))
+    assert main(["run", *SMALL, "--set", f'privacy.ledger="{ledger}"', "--output", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: privacy.ledger '{ledger}': ") and len(error.strip().splitlines()) == 1, error
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_budget_needs_a_ledger(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", *SMALL, "--set", "privacy.max_epsilon=5", "--output", str(tmp_path / "x")]) == 2
     assert "privacy.max_epsilon: a budget needs privacy.ledger" in capsys.readouterr().err

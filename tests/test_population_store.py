@@ -188,13 +188,15 @@ LIMITED_RUN = textwrap.dedent("""
     import resource, sys
     from fedhh.config import build_config
     from fedhh.experiment import Experiment
-    from fedhh.resources import population_bytes
+    from fedhh.resources import ResourceError, population_bytes
     from simulations.fast import run_fast
+    import pyarrow.parquet, wordfreq  # the libraries either population loads, before the limit
 
-    source, n = sys.argv[1], int(sys.argv[2])
+    source, n, checked = sys.argv[1], int(sys.argv[2]), sys.argv[4]
     population = {"source": "dataset", "path": sys.argv[3]} if source == "dataset" else {"users": n, "vocabulary": 20000}
     config = build_config({"population": population, "run": {"driver": "fast", "shards": 8, "seed": 3}})
-    experiment = Experiment(config)  # the vocabulary and the privacy solve, before the limit
+    # "before": the vocabulary and the privacy solve before the limit; "after": the memory check under it
+    experiment = Experiment(config) if checked == "before" else None
 
     def address_space():
         for line in open("/proc/self/status"):
@@ -205,11 +207,15 @@ LIMITED_RUN = textwrap.dedent("""
     limit = address_space() + population_bytes(n, 1) // 2
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
-        run = run_fast(experiment, 8, "inprocess")
+        run = run_fast(experiment or Experiment(config), 8, "inprocess")
     except MemoryError:
         print("out of memory")
         sys.exit(3)
-    print(len(run.result.discoveries))
+    except ResourceError as error:
+        print("refused:", error)
+        sys.exit(4)
+    # pyarrow imports pandas, where it is installed, on its first to_numpy (about 100 MB of address space)
+    print("pandas imported" if "pandas" in sys.modules else "pandas not imported", len(run.result.discoveries))
 """)
 
 
@@ -220,15 +226,24 @@ def test_a_run_from_disk_completes_under_a_memory_limit_the_in_memory_population
         build_population(config_of({"users": users, "vocabulary": 20_000}, seed=3), output, shards=3, workers=1)
     env = {**os.environ, "MALLOC_ARENA_MAX": "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}
 
-    def limited(source: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", LIMITED_RUN, source, str(users), str(folder)],
+    def limited(source: str, checked: str = "before") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", LIMITED_RUN, source, str(users), str(folder), checked],
                               capture_output=True, text=True, env=env, timeout=300)
 
     from_disk = limited("dataset")
     assert from_disk.returncode == 0, from_disk.stderr[-2000:]
     assert int(from_disk.stdout.split()[-1]) > 100
+    assert "pandas not imported" in from_disk.stdout  # what a run reads holds with pandas installed or not
     in_memory = limited("wordfreq")  # the same run, generated in memory, under the same kind of limit
     assert in_memory.returncode == 3 and "out of memory" in in_memory.stdout, in_memory.stderr[-2000:]
+    # Checked under the limit (ulimit -v), the memory check lets the run from disk through and refuses
+    # the one in memory before it starts, naming the limit.
+    checked = limited("dataset", "after")
+    assert checked.returncode == 0 and "pandas not imported" in checked.stdout, checked.stderr[-2000:]
+    refused = limited("wordfreq", "after")
+    assert refused.returncode == 4, refused.stderr[-2000:]
+    assert "population.users = 6,000,000" in refused.stdout
+    assert "(the address-space limit (ulimit -v))" in refused.stdout
 
 
 def test_the_memory_check_counts_a_stored_shard_not_the_population(
@@ -236,11 +251,13 @@ def test_the_memory_check_counts_a_stored_shard_not_the_population(
 ) -> None:
     from fedhh import resources
 
-    folder = build(tmp_path, SMALL, stored_shards=3)  # 10,000 users a shard: 40 KB loaded
-    # above the vocabulary's rows (489 KB), below 30,000 users x 24 bytes held in memory
+    population = {**SMALL, "vocabulary": 1_000}
+    folder = build(tmp_path, population, stored_shards=3)  # 10,000 users a shard: 40 KB loaded
+    # above what encoding the vocabulary holds at once (its rows, and its characters and symbols
+    # while they are computed: about 290 KB for 1,000 words), below 30,000 users x 24 bytes held in memory
     monkeypatch.setattr(resources, "memory_limit", lambda: 600_000)
     with pytest.raises(resources.ResourceError, match="population.users = 30,000"):
-        Experiment(config_of(SMALL))
+        Experiment(config_of(population))
     assert Experiment(config_of({"source": "dataset", "path": str(folder)})).n_users == SMALL["users"]
     with pytest.raises(resources.ResourceError, match="the dataset's largest shard .200,000 users"):
         resources.require_dataset_memory(200_000)

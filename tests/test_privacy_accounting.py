@@ -12,6 +12,7 @@ import json
 import math
 import re
 import multiprocessing
+import os
 import subprocess
 import sys
 import textwrap
@@ -313,6 +314,17 @@ def _set(*keys: object, value: object):  # noqa: ANN202
         (_set("delta", value=2), r"delta \(the total δ\)", "got 2"),
         (_set("delta", value=1e-3), r"delta \(the total δ\)", r"not below 1/n = 1/1,000,000"),
         (_set("version", value=True), "format, version", "version true"),
+        # (ε, δ) that contradict the entry's own parameters (n, L, θ, m give ε = 3.9999, δ = 8.28e-13)
+        (_set("runs", 0, "report", "epsilon", value=0.001), r"runs\[0\] \(run_id 'day-1'\)\.report: ",
+         r"ε = 0\.001, δ = 8\.2\d+e-13 disagree with its own parameters, which give ε = 3\.999"),
+        (_set("runs", 1, "report", "delta", value=1e-20), r"runs\[1\] \(run_id 'day-2'\)\.report: ",
+         "disagree with its own parameters"),
+        (_set("runs", 1, "report", "parameters", "batch_size", value=10), r"runs\[1\] \(run_id 'day-2'\)\.report: ",
+         "disagree with its own parameters"),
+        (lambda document: document["runs"][0]["report"]["parameters"].pop("theta"),
+         r"runs\[0\] \(run_id 'day-1'\)\.report\.parameters", r"theta: must be an integer, got None"),
+        (_set("runs", 0, "report", "model", value="central, my own proof"), r"runs\[0\].*\.model",
+         "no accounting derives the guarantee of model 'central, my own proof'"),
     ],
 )
 def test_hand_edited_ledgers_are_refused_naming_the_file_and_the_entry(
@@ -328,6 +340,78 @@ def test_hand_edited_ledgers_are_refused_naming_the_file_and_the_entry(
         assert message.startswith(f"privacy.ledger {str(path)!r}: "), message
         assert re.search(where, message) and re.search(problem, message), message
     assert path.read_bytes() == before  # left as is
+
+
+def test_a_lowered_epsilon_cannot_make_room_in_the_budget(tmp_path: Path) -> None:
+    """Two runs of ε = 4 against a budget of 8, then the first entry's ε edited down to 0.001: the
+    ledger is refused (naming the file and the entry) instead of charging a third run (12 in all)."""
+    path = tmp_path / "ledger.json"
+    ledger = Ledger(path)
+    ledger.record(reference_report(), "day-1", max_epsilon=8)
+    ledger.record(reference_report(), "day-2", max_epsilon=8)
+    document = json.loads(path.read_text())
+    document["runs"][0]["report"]["epsilon"] = 0.001
+    path.write_text(json.dumps(document))
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match=rf"privacy.ledger '{re.escape(str(path))}': runs\[0\] \(run_id 'day-1'\)"):
+        ledger.record(reference_report(), "day-3", max_epsilon=8)
+    assert path.read_bytes() == before
+
+
+def test_ldp_entries_are_checked_against_their_split(tmp_path: Path) -> None:
+    """An LDP run's ε is the sum of its reports' ε (``parameters.split``): an entry claiming less is
+    refused; the stored runs of every registered protocol's report are accepted as written."""
+    path = tmp_path / "ledger.json"
+    ledger = Ledger(path)
+    for index, name in enumerate(name for name, spec in PROTOCOLS.items() if spec.budget is not None):
+        ledger.record(ldp_report(split_budget(name, 2.0), "olh"), f"run-{index}")
+    assert ledger.summary().runs == index + 1
+    document = json.loads(path.read_text())
+    document["runs"][0]["report"]["epsilon"] = 1.0
+    path.write_text(json.dumps(document))
+    disagreement = r"runs\[0\] \(run_id 'run-0'\)\.report: ε = 1\.0, δ = 0\.0 disagree .* give ε = 2\.0"
+    with pytest.raises(LedgerError, match=disagreement):
+        Ledger(path).summary()
+
+
+def test_a_run_whose_report_contradicts_its_parameters_is_not_charged(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    edited = dataclasses.replace(reference_report(), epsilon=1.0)
+    with pytest.raises(LedgerError, match=r"the run to charge \(run_id 'run'\)\.report: ε = 1\.0"):
+        Ledger(path).record(edited, "run")
+    assert not path.exists()
+
+
+@pytest.mark.parametrize(
+    ("ledger", "problem"),
+    [
+        ("/proc/nope/L.json", r"cannot create folders in '/proc' \(No such file or directory\)"),
+        ("/sys/fedhh-ledger.json", r"cannot write in '/sys' \(.+\)"),  # read-only, even for root
+        ("FILE/L.json", r"'.*FILE' is not a folder"),
+    ],
+)
+def test_a_ledger_fedhh_cannot_write_is_refused_before_the_run(tmp_path: Path, ledger: str, problem: str) -> None:
+    """The read-only preview (what every driver calls before it starts) refuses it, as charging does,
+    naming the ledger; nothing is left behind."""
+    (tmp_path / "FILE").write_text("a user's file\n")
+    path = ledger.replace("FILE", str(tmp_path / "FILE"))
+    for action in (lambda: Ledger(path).preview(reference_report()),
+                   lambda: Ledger(path).record(reference_report(), "run")):
+        with pytest.raises(LedgerError, match=rf"^privacy.ledger '{re.escape(path)}': {problem}; name a JSON file"):
+            action()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE"]
+    assert (tmp_path / "FILE").read_text() == "a user's file\n"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_ledger_in_a_read_only_folder_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "locked"
+    folder.mkdir(mode=0o500)
+    try:
+        with pytest.raises(LedgerError, match=r"cannot write in '.*locked' \(Permission denied\)"):
+            Ledger(folder / "L.json").preview(reference_report())
+    finally:
+        folder.chmod(0o700)
 
 
 def test_a_ledger_path_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:

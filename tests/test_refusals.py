@@ -104,6 +104,78 @@ def test_what_cannot_run_is_refused_with_the_numbers_before_charging(
     assert not ledger.exists() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["population.users=1000000000000", "privacy.delta=1e-30"],
+         "population.users = 1,000,000,000,000: the population"),
+        (["population.users=500", "run.shards=600"], "run.shards: 600 shards for a population of 500 users"),
+        (["protocol.max_length=100000"], "cannot meet ε = 8"),
+        (["population.source=\"wordfreq\"", "population.vocabulary=1000", "protocol.max_length=1000000000"],
+         "protocol.max_length = 1,000,000,000: encoding 1,000 items"),
+    ],
+)
+def test_what_a_run_refuses_before_building_is_refused_from_the_config(overrides: list[str], message: str) -> None:
+    """``check_needs`` (what a sweep calls for each grid point) refuses what ``fedhh run`` refuses
+    before it encodes a sampled population, from the config alone; a config that runs passes."""
+    from fedhh.config import load_config
+    from fedhh.errors import InputError
+    from fedhh.experiment import check_needs
+
+    settings = [SMALL[index + 1] for index in range(0, len(SMALL) - 1, 2) if SMALL[index] == "--set"]
+    check_needs(load_config(None, settings))
+    with pytest.raises(InputError) as refused:
+        check_needs(load_config(None, [*settings, *overrides]))
+    assert message in str(refused.value)
+
+
+LIMITED_CLI = """
+import resource, subprocess, sys
+limit = int(sys.argv[1])
+
+def limited():
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+done = subprocess.run([sys.executable, "-m", "simulations.cli", *sys.argv[2:]], preexec_fn=limited,
+                      capture_output=True, text=True)
+sys.stderr.write(done.stderr)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+def limited_run(tmp_path: Path, address_space: int, *settings: str) -> tuple[int, int, str]:
+    """``fedhh run`` with ``settings`` under an address-space limit (``ulimit -v``): its exit status,
+    its peak resident memory (bytes) and its error output."""
+    args = ["run", *(part for setting in settings for part in ("--set", setting)), "--quiet",
+            "--output", str(tmp_path / "out")]
+    done = subprocess.run([sys.executable, "-c", LIMITED_CLI, str(address_space), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    status, peak = (int(value) for value in done.stdout.split())
+    return status, peak, done.stderr
+
+
+def test_the_memory_check_uses_the_address_space_limit(tmp_path: Path) -> None:
+    """A 1,000-word vocabulary in rows of a million symbols needs 8 GB: under ``ulimit -v`` of 2 GiB it
+    is refused by that limit, with the numbers (the check once knew only the machine's memory, passed,
+    and the run died of a MemoryError)."""
+    status, _, error = limited_run(tmp_path, 2 << 30, "population.vocabulary=1000", "protocol.max_length=1000000")
+    assert status == 2, error
+    assert error.startswith("error: protocol.max_length = 1,000,000: encoding 1,000 items into rows of 1,000,001 "
+                            "symbols needs at least 7.5 GiB of memory, more than the "), error
+    assert "this process may have (the address-space limit (ulimit -v))" in error and error.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_impossible_privacy_target_is_refused_before_the_vocabulary_is_encoded(tmp_path: Path) -> None:
+    """``protocol.max_length = 100000`` makes TrieHH's rounds L = 100,001, which ε = 4 cannot pay for
+    with 10^6 users: refused as such, without first encoding 1,000 words into 800 MB of rows (the
+    refusal once came after the encoding; at a million symbols the encoding was killed by the kernel)."""
+    status, peak, error = limited_run(tmp_path, 3 << 30, "population.vocabulary=1000", "protocol.max_length=100000")
+    assert status == 2 and error.startswith("error: cannot meet ε = 4, δ = 1e-12 with n = 1,000,000 users and "
+                                            "L = 100001 rounds"), error
+    assert peak < 400 << 20, f"peak resident memory {peak:,} bytes: the vocabulary was encoded"
+
+
 # -- exit statuses ----------------------------------------------------------------------------
 
 

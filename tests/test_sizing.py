@@ -13,6 +13,7 @@ from fedhh.config import load_config
 from fedhh.planning.plan import plan_triehh
 from fedhh.planning.sizing import _TrieHHFamily, size_treehist, size_triehh
 from fedhh.planning.treehist import plan_treehist, treehist_parameters
+from fedhh.privacy.triehh import PrivacyTargetError
 from fedhh.protocols.item_discovery import item_discovery
 from fedhh.protocols.prefix_encoding import ValueSpace
 from simulations.cli import main
@@ -43,6 +44,49 @@ def test_size_triehh_agrees_with_plan_triehh(
     family = _TrieHHFamily(frequency, epsilon, delta, max_rounds, answer.parameters["theta"])
     above = np.arange(answer.users, answer.users + 20 * family.step())
     assert np.all(family.rates(above) >= discovery)
+
+
+def discovery_or_zero(users: int, frequency: float, epsilon: float, delta: float, max_rounds: int) -> float:
+    """The bound as `fedhh plan triehh` computes it, 0 where the privacy target cannot be met at all."""
+    try:
+        return discovery_at(users, frequency, epsilon, delta, max_rounds)
+    except PrivacyTargetError:
+        return 0.0
+
+
+@pytest.mark.parametrize(
+    ("frequency", "discovery", "epsilon", "delta", "max_rounds"),
+    [
+        (1.0, 0.9, 4.0, 1e-6, 10),  # the item everyone holds: the smallest n where the target can be met at all
+        (1.0, 0.5, 8.0, 1e-9, 3),
+        (0.5, 0.99, 2.0, 1e-7, 4),
+        (0.3, 0.9, 1e308, 1e-8, 6),  # a huge ε: the sampling limit m <= n/(θ+1) binds, as in `fedhh plan`
+        (0.05, 0.9, 4.0, 1e-9, 8),
+        (1e-5, 0.9, 4.0, 1e-14, 10),  # a large answer (about 1.4e8 users)
+    ],
+)
+def test_size_triehh_answers_the_smallest_population(
+    frequency: float, discovery: float, epsilon: float, delta: float, max_rounds: int,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The answer n meets the target by the bound `fedhh plan triehh` computes, and n - 1 does not,
+    for answers of a few hundred users as for answers of a hundred million (the search once started
+    at 1,024 users and answered 512 or 1,024 for an item everyone holds)."""
+    answer = size_triehh(frequency, discovery, epsilon, delta, max_rounds)
+    assert discovery_or_zero(answer.users, frequency, epsilon, delta, max_rounds) >= discovery
+    assert discovery_or_zero(answer.users - 1, frequency, epsilon, delta, max_rounds) < discovery
+    assert main(["size", "triehh", "--frequency", repr(frequency), "--discovery", repr(discovery), "--epsilon",
+                 repr(epsilon), "--delta", repr(delta), "--max-rounds", str(max_rounds), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["users"] == answer.users
+
+
+def test_the_everyone_item_needs_only_a_population_where_the_target_can_be_met() -> None:
+    """An item every user holds is found in every round where θ <= m: the answer is the smallest such n."""
+    answer = size_triehh(1.0, 0.9, 4.0, 1e-6, 10)
+    with pytest.raises(PrivacyTargetError):
+        plan_triehh(answer.users - 1, 4.0, 1e-6, 10)
+    assert plan_triehh(answer.users, 4.0, 1e-6, 10)["batch_size"] == answer.parameters["theta"]
+    assert answer.users < 1024 and answer.discovery == 1.0
 
 
 def test_the_rate_is_not_monotone_step_by_step() -> None:
@@ -180,6 +224,14 @@ def test_size_by_recall_from_the_command_line(tmp_path: Path, capsys: pytest.Cap
         (["size", "treehist", "--top-k", "5", "--recall", "0.9"], "--population"),
         (["size", "pem", "--top-k", "5", "--recall", "0.9", "--population", "x.toml", "--frequency", "0.1"],
          "--frequency"),
+        (["size", "triehh", "--frequency", "0.1", "--discovery", "0.9", "--epsilon", "inf", "--delta", "1e-9",
+          "--max-rounds", "5"], "--epsilon"),
+        (["size", "triehh", "--frequency", "0.1", "--discovery", "0.9", "--epsilon", "1e-300", "--delta", "1e-9",
+          "--max-rounds", "5"], "--epsilon / --delta / --max-rounds"),
+        (["size", "triehh", "--frequency", "0.1", "--discovery", "0.9", "--epsilon", "4", "--delta", "1e-3",
+          "--max-rounds", "5"], "--delta"),
+        (["size", "triehh", "--frequency", "0.1", "--discovery", "0.9", "--epsilon", "4", "--delta", "1e-9",
+          "--max-rounds", "0"], "--max-rounds"),
         (["plan", "treehist", "--users", "0", "--epsilon", "2"], "--users"),
         (["plan", "treehist", "--users", "1000", "--epsilon", "0"], "--epsilon"),
         (["plan", "treehist", "--users", "1000", "--epsilon", "2", "--bits", "8", "--segment-length", "9"],

@@ -103,6 +103,73 @@ def test_bad_rows_are_refused_where_the_whole_file_reading_refuses_them(
     assert type(stream.value) is type(whole.value)
 
 
+def _invalid_utf8_parquet(path: Path) -> None:
+    """A Parquet file whose text column holds a byte that is not UTF-8 (row 2): pyarrow writes it
+    unchecked, and its values were read as a UnicodeDecodeError traceback."""
+    offsets = pa.py_buffer(np.array([0, 4, 8, 12], dtype=np.int32).tobytes())
+    item = pa.Array.from_buffers(pa.string(), 3, [None, offsets, pa.py_buffer(b"moonsu\xffnstar")])
+    pq.write_table(pa.table({"user": ["u1", "u2", "u3"], "item": item}), path)
+
+
+BAD_FILES = {
+    # name: (file contents or a writer, what the refusal says after "population.path '<file>': ")
+    "duplicated column.csv": (b"user,item,item\nu1,moon,sun\nu2,star,sun\n",
+                              "the header (line 1) has column 'item' 2 times (columns 2, 3); 'user' and 'item' must "
+                              "each appear once"),
+    "duplicated column after blank lines.csv": (b"\n\nuser,user,item\nu1,u2,moon\n",
+                                                "the header (line 3) has column 'user' 2 times (columns 1, 2)"),
+    "duplicated column.parquet": (lambda path: pq.write_table(
+        pa.table([pa.array(["u1"]), pa.array(["moon"]), pa.array(["sun"])], names=["user", "item", "item"]), path),
+        "the schema has column 'item' 2 times (columns 2, 3)"),
+    "field too many.csv": (b"user,item\nu1,moon\nu2,sun,star\nu3,star\n",
+                           "line 3: 3 field(s), where the header (line 1) has 2; column 3 is one too many"),
+    "field missing.csv": (b"user,item\nu1,moon\nu2\n", "line 3: 1 field(s), where the header (line 1) has 2; "
+                          "column 2 is missing"),
+    "invalid UTF-8.csv": (b"user,item\nu1,moon\nu2,su\xffn\n",
+                          "line 3, column 2: not valid UTF-8 (byte 6 of the line)"),
+    "invalid UTF-8 in a user.csv": (b"user,item\nu\xff1,moon\n", "line 2, column 1: not valid UTF-8"),
+    "quote left open.csv": (b'user,item\nu1,moon\nu2,"sun\nu3,star\n',
+                            "line 3, column 2: a quoted field is not closed on its line (a CSV row is one line)"),
+    "invalid UTF-8.parquet": (_invalid_utf8_parquet, "row 2, column 'item': not valid UTF-8"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_unreadable_files_are_refused_naming_the_line_and_column(tmp_path: Path, name: str) -> None:
+    """Both readings (whole, streamed) refuse the file with the same message: the file, then its
+    line and column (CSV) or row and column (Parquet); once a KeyError traceback (a duplicated
+    column) or pyarrow's own words, which name no line."""
+    contents, expected = BAD_FILES[name]
+    file = tmp_path / name.replace(" ", "-")
+    if callable(contents):
+        contents(file)
+    else:
+        file.write_bytes(contents)
+    with pytest.raises(InputError) as whole:
+        FileSource(str(file), item_codec(config_of(file)))
+    with pytest.raises(InputError) as stream:
+        streamed.StreamedTableSource(str(file), item_codec(config_of(file)), tmp_path)
+    assert str(whole.value).startswith(f"population.path {str(file)!r}: {expected}"), whole.value
+    assert str(stream.value) == str(whole.value)
+
+
+def test_a_100_mb_field_is_refused_naming_its_line(tmp_path: Path) -> None:
+    """A row longer than the block pyarrow parses at a time was "straddling object straddles two block
+    boundaries (try to increase block size?)"."""
+    file = tmp_path / "big.csv"
+    with open(file, "w", encoding="utf-8") as handle:
+        handle.write("user,item\nu1,moon\nu2,")
+        handle.write("x" * (100 << 20))
+        handle.write("\nu3,sun\n")
+    expected = (f"population.path {str(file)!r}: line 3, column 2: the row is longer than 1,048,576 bytes, "
+                "the most a CSV row may have")
+    for read in (lambda: FileSource(str(file), item_codec(config_of(file))),
+                 lambda: streamed.StreamedTableSource(str(file), item_codec(config_of(file)), tmp_path)):
+        with pytest.raises(InputError) as refused:
+            read()
+        assert str(refused.value) == expected
+
+
 LIMITED_BUILD = textwrap.dedent("""
     import resource, sys
     from fedhh.config import build_config

@@ -44,8 +44,8 @@ from ..protocols.prefix_encoding import ValueSpace
 from .pem import pem_search_parameters, plan_pem
 from .plan import plan_triehh
 from .treehist import treehist_parameters
-from ..privacy.triehh import PrivacyTargetError, solve_triehh
-from ..privacy.validation import check_epsilon, check_positive_int
+from ..privacy.triehh import round_spend, triehh_batch_size, triehh_threshold
+from ..privacy.validation import check_delta, check_epsilon, check_positive_int
 
 MAX_USERS = 10**12  # beyond this, the answer is "not reachable"
 PRECISION = 0.01  # the LDP answers: n meets the target, n less this share does not
@@ -103,11 +103,14 @@ class _TrieHHFamily:
     max_rounds: int
     theta: int
 
+    @property
+    def spend(self) -> float:
+        return round_spend(self.epsilon, self.max_rounds)
+
     def batch_sizes(self, users: np.ndarray) -> np.ndarray:
-        """m as :func:`solve_triehh` chooses it (the smaller of the ε bound and ``n / (θ + 1)``)."""
-        growth = math.exp(self.epsilon / self.max_rounds)
-        spent = np.floor(users * ((growth - 1) / (self.theta * growth)))
-        return np.minimum(spent, users // (self.theta + 1)).astype(np.int64)
+        """m as :func:`~fedhh.privacy.triehh.solve_triehh` chooses it (the smaller of the ε bound
+        and ``n / (θ + 1)``)."""
+        return triehh_batch_size(users, self.theta, self.spend)
 
     def holders(self, users: np.ndarray) -> np.ndarray:
         return np.rint(self.frequency * users).astype(np.int64)
@@ -127,22 +130,36 @@ class _TrieHHFamily:
 
     def step(self) -> int:
         """Users between consecutive changes of m or of the holders (the larger of the two)."""
-        growth = math.exp(self.epsilon / self.max_rounds)
-        per_batch = min(self.theta * growth / (growth - 1), self.theta + 1)
+        per_batch = min(self.theta / self.spend, self.theta + 1)
         return int(math.ceil(max(1 / self.frequency, per_batch)))
 
+    def smallest_feasible(self) -> int:
+        """The smallest population in which the privacy target can be met at all (θ <= m).
 
-def _smallest_feasible(frequency: float, epsilon: float, delta: float, max_rounds: int) -> int:
-    """The smallest power of two at which the privacy target can be met at all (θ <= m)."""
-    users = 16
-    while True:
-        try:
-            solve_triehh(users, epsilon, delta, max_rounds)
-            return users
-        except PrivacyTargetError as error:
-            if "batch size" not in str(error) or users > MAX_USERS:
-                raise
-            users *= 2
+        m grows with n, so this is a bisection; a target that needs more than
+        ``MAX_USERS`` users, or a population where δ is not below ``1/n``, is refused.
+        """
+        if self.batch_sizes(np.array([MAX_USERS]))[0] < self.theta:
+            raise InputError(
+                f"--epsilon / --delta / --max-rounds: ε = {self.epsilon:g}, δ = {self.delta:g} over "
+                f"L = {self.max_rounds} rounds cannot be met with up to {MAX_USERS:.0e} users (θ = {self.theta} "
+                "votes need a batch of at least θ users); ask for a larger ε or δ, or fewer rounds"
+            )
+        low, high = 0, MAX_USERS  # low cannot meet it, high can
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (low, middle) if self.batch_sizes(np.array([middle]))[0] >= self.theta else (middle, high)
+        self.check_delta(high, "the privacy target")
+        return high
+
+    def check_delta(self, users: int, what: str) -> None:
+        """δ must be below ``1/n`` where the answer lies (as :func:`~fedhh.privacy.triehh.solve_triehh` requires)."""
+        if self.delta * users >= 1:
+            raise InputError(
+                f"--delta: {what} needs n = {users:,} users, where δ = {self.delta:g} is not below "
+                f"1/n = {1 / users:.3g} and (ε, δ)-DP means nothing; choose δ well below 1/n, "
+                f"e.g. 1/n² = {1 / users**2:.3g}"
+            )
 
 
 def size_triehh(frequency: float, discovery: float, epsilon: float, delta: float, max_rounds: int) -> SizeAnswer:
@@ -150,17 +167,21 @@ def size_triehh(frequency: float, discovery: float, epsilon: float, delta: float
     probability ``discovery`` (see the module docstring for the exact definition)."""
     check_share(frequency, "--frequency", upper_open=False)
     check_share(discovery, "--discovery")
-    start = _smallest_feasible(frequency, epsilon, delta, max_rounds)
-    family = _TrieHHFamily(frequency, epsilon, delta, max_rounds, solve_triehh(start, epsilon, delta, max_rounds).theta)
+    check_epsilon(epsilon, "--epsilon")
+    check_delta(delta, "--delta")
+    check_positive_int(max_rounds, "--max-rounds")
+    family = _TrieHHFamily(frequency, epsilon, delta, max_rounds, triehh_threshold(delta))
+    smallest = family.smallest_feasible()
 
     def meets(users: int) -> bool:
         return bool(family.rates(np.array([users]))[0] >= discovery)
 
-    low, high = _bracket(meets, start, start, "--frequency / --discovery")
+    low, high = _bracket(meets, smallest, smallest, "--frequency / --discovery")
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (low, middle) if meets(middle) else (middle, high)
     users = _last_failure_near(family, discovery, high) + 1
+    family.check_delta(users, f"finding an item of share {frequency:g} with probability {discovery:g}")
     below = int(users * (1 - PRECISION))
     parameters = plan_triehh(users, epsilon, delta, max_rounds, (frequency,))
     return SizeAnswer(

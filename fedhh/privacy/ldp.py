@@ -83,6 +83,19 @@ class BudgetRule:
         return split
 
 
+def ldp_guarantee(parameters: Mapping[str, Any]) -> tuple[float, float]:
+    """(ε, δ) of an LDP run derived again from its report's ``parameters``: the basic composition
+    of the ε of each report a user sends (``split``), and δ = 0, as :func:`ldp_report` states them.
+    A privacy ledger checks every stored run against it."""
+    split = parameters.get("split")
+    if not isinstance(split, dict) or not split:
+        raise InputError(f"split: must be an object giving the ε of each report a user sends, got {split!r}")
+    for name, epsilon in split.items():
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon):
+            raise InputError(f"split.{name}: must be a finite number, got {epsilon!r}")
+    return BudgetSplit(str(parameters.get("protocol")), tuple(split.items()), "").epsilon, 0.0
+
+
 def _check_report_budgets(split: BudgetSplit, epsilon: float) -> None:
     """Every report's ε must be one the oracles accept (``[MIN_EPSILON, MAX_EPSILON]``):
     refuse the user's ε here, naming the range it must lie in, rather than let

@@ -14,7 +14,16 @@ its budget stays spent.
 The file is replaced atomically (temporary file in the same folder, fsync,
 ``os.replace``, fsync of the folder), under an exclusive lock on a sidecar
 ``.lock`` file, so a crash leaves either the old ledger or the new one, and
-two jobs charging at once cannot lose a run.
+two jobs charging at once cannot lose a run.  A ledger in a folder fedhh
+cannot write to is refused before the run, by the read-only preview too.
+
+Every entry keeps the mechanism's parameters its (ε, δ) was derived from.
+On every read, each entry's (ε, δ) is derived again from them by the
+accounting code that stated it (:data:`ACCOUNTANTS`, keyed by the report's
+privacy model), and a ledger whose entry disagrees with its own parameters
+is refused: lowering a stored ε by hand cannot make room in the budget.
+Someone who rewrites the parameters consistently as well is outside what a
+file can defend against (``docs/privacy.md``).
 """
 
 from __future__ import annotations
@@ -27,18 +36,32 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
 from ..results import to_json
+from . import ldp, triehh
 from .composition import compose
 from .report import NO_GUARANTEE, CompositionSummary, PrivacyReport
 
 FORMAT = "fedhh-privacy-ledger"
 VERSION = 1
+
+Accountant = Callable[[Mapping[str, Any]], tuple[float, float]]
+# Per privacy model (a report's ``model``), the code that derives a run's (ε, δ) from its parameters.
+ACCOUNTANTS: dict[str, Accountant] = {triehh.MODEL: triehh.triehh_guarantee, ldp.MODEL: ldp.ldp_guarantee}
+DERIVATION_TOLERANCE = 1e-9  # relative: the same formulas on another machine's libm may differ in the last bits
+
+
+def register_accountant(model: str, accountant: Accountant) -> None:
+    """Let ledgers charge runs of privacy model ``model`` (a protocol registered outside fedhh with a
+    model of its own): ``accountant(parameters)`` returns the (ε, δ) the report's parameters give."""
+    if not isinstance(model, str) or not model or model.startswith(NO_GUARANTEE):
+        raise InputError(f"model: must name a privacy model with a guarantee, got {model!r}")
+    ACCOUNTANTS[model] = accountant
 
 
 class LedgerError(InputError):
@@ -181,7 +204,27 @@ class _Reader:
         else:
             delta = self.number(data["delta"], f"{where}.delta", f"a number in [0, 1/n) = [0, {1 / users:.3g}) "
                                 f"for n_users = {users:,}", lambda value: 0 <= value and value * users < 1)
+        self.derived(texts["model"], parameters, epsilon, delta, where)
         return PrivacyReport(epsilon=epsilon, delta=delta, parameters=parameters, **texts)
+
+    def derived(self, model: str, parameters: dict[str, Any], epsilon: float, delta: float, where: str) -> None:
+        """Refuse a run whose (ε, δ) is not what its own parameters give (:data:`ACCOUNTANTS`)."""
+        accountant = ACCOUNTANTS.get(model)
+        if accountant is None:
+            raise self.fail(f"{where}.model", f"no accounting derives the guarantee of model {model!r} from its "
+                            f"parameters, so its (ε, δ) cannot be checked; known models: {sorted(ACCOUNTANTS)}")
+        try:
+            derived_epsilon, derived_delta = accountant(parameters)
+        except InputError as error:
+            raise self.fail(f"{where}.parameters", f"do not state the run's mechanism ({error})") from None
+        if not (_agrees(epsilon, derived_epsilon) and _agrees(delta, derived_delta)):
+            raise self.fail(where, f"ε = {epsilon!r}, δ = {delta!r} disagree with its own parameters, which "
+                            f"give ε = {derived_epsilon!r}, δ = {derived_delta!r} ({model}); the entry was edited "
+                            "or damaged")
+
+
+def _agrees(stated: float, derived: float) -> bool:
+    return math.isclose(stated, derived, rel_tol=DERIVATION_TOLERANCE, abs_tol=0.0)
 
 
 def _population(report: PrivacyReport) -> int | None:
@@ -254,7 +297,9 @@ class Ledger:
         return compose(_guarantees(entries), delta if delta is not None else stored)
 
     def preview(self, report: PrivacyReport) -> CompositionSummary:
-        """The cumulative guarantee if ``report``'s run were charged now (nothing is written)."""
+        """The cumulative guarantee if ``report``'s run were charged now (nothing is written; a ledger
+        that could not be written is refused now, as charging would refuse it)."""
+        self._check_writable()
         stored, entries = self._load()
         _check_adjacency(entries, report)
         return compose([*_guarantees(entries), (report.epsilon, report.delta)], stored)
@@ -287,12 +332,40 @@ class Ledger:
             self._write(stored, entries, after)
         return report.with_composition(after)
 
+    def _check_writable(self) -> None:
+        """Refuse a ledger whose folder fedhh cannot create or write in (the ledger, its lock and its
+        temporary file live there), by trying: permission bits do not tell (root, read-only mounts,
+        ``/proc``).  Whatever the trial creates is removed at once."""
+        folder = self.path.parent
+        existing = next(parent for parent in (folder, *folder.parents) if os.path.lexists(parent))
+        if not existing.is_dir():
+            raise self._unwritable(f"{str(existing)!r} is not a folder")
+        try:
+            if existing == folder:
+                handle, trial = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
+                os.close(handle)
+                os.unlink(trial)
+            else:
+                os.rmdir(tempfile.mkdtemp(prefix=".fedhh-ledger-", dir=existing))
+        except OSError as error:
+            raise self._unwritable(f"cannot {'write in' if existing == folder else 'create folders in'} "
+                                   f"{str(existing)!r} ({error.strerror})") from None
+
+    def _unwritable(self, problem: str) -> LedgerError:
+        return LedgerError(f"privacy.ledger {str(self.path)!r}: {problem}; name a JSON file in a folder "
+                           "fedhh can write to (created if absent)")
+
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """An exclusive lock on ``<ledger>.lock`` for one read-modify-write."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._check_writable()
         lock_path = self.path.with_name(self.path.name + ".lock")
-        with open(lock_path, "a+") as lock:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lock = open(lock_path, "a+")
+        except OSError as error:
+            raise self._unwritable(f"cannot create {str(lock_path)!r} ({error.strerror})") from None
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield

@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -183,8 +185,25 @@ class TrieHHParameters:
         )
 
 
-def _smallest_theta(delta: float) -> int:
-    """Smallest integer θ >= 4 with ((θ-3)/(θ-2)) θ! >= 1/δ."""
+GUARANTEE_PARAMETERS = ("n_users", "max_rounds", "theta", "batch_size")
+
+
+def triehh_guarantee(parameters: Mapping[str, Any]) -> tuple[float, float]:
+    """(ε, δ) of Theorem 1 derived again from a report's ``parameters`` (n, L, θ, m), by the code
+    that stated them: a privacy ledger checks every stored run against it."""
+    values = []
+    for key in GUARANTEE_PARAMETERS:
+        value = parameters.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{key}: must be an integer, got {value!r}")
+        values.append(value)
+    n_users, max_rounds, theta, batch_size = values
+    params = TrieHHParameters(n_users, max_rounds, theta, batch_size)
+    return params.epsilon, params.delta
+
+
+def triehh_threshold(delta: float) -> int:
+    """θ for a target δ: the smallest integer θ >= 4 with ((θ-3)/(θ-2)) θ! >= 1/δ (it does not depend on n)."""
     theta = MIN_THETA
     log_target = -math.log(delta)
     while math.log(theta - 3) - math.log(theta - 2) + math.lgamma(theta + 1) < log_target:
@@ -217,11 +236,9 @@ def solve_triehh(n_users: int, epsilon: float, delta: float, max_rounds: int) ->
             "(ε, δ)-DP means nothing (publishing one random user's data meets it); "
             f"choose δ well below 1/n, e.g. 1/n² = {1 / n_users**2:.3g}"
         )
-    theta = _smallest_theta(delta)
-    # (e^(ε/L) - 1) / e^(ε/L) = 1 - e^(-ε/L), in the form that neither overflows
-    # for a huge ε nor rounds to 0 for a tiny one.
-    spend = -math.expm1(-epsilon / max_rounds)
-    batch_size = min(math.floor(n_users * spend / theta), n_users // (theta + 1))
+    theta = triehh_threshold(delta)
+    spend = round_spend(epsilon, max_rounds)
+    batch_size = int(triehh_batch_size(n_users, theta, spend))
     if batch_size < theta:
         needed = theta * max(theta / spend, theta + 1) if spend > 0 else math.inf
         raise PrivacyTargetError(
@@ -232,6 +249,21 @@ def solve_triehh(n_users: int, epsilon: float, delta: float, max_rounds: int) ->
             "or a larger ε / δ, or fewer rounds (shorter max_length or larger unit_size)"
         )
     return TrieHHParameters(n_users, max_rounds, theta, batch_size)
+
+
+def round_spend(epsilon: float, max_rounds: int) -> float:
+    """The largest θ·γ a round may spend within ε over ``max_rounds`` rounds:
+    ``(e^(ε/L) - 1) / e^(ε/L) = 1 - e^(-ε/L)``, in the form that neither overflows
+    for a huge ε nor rounds to 0 for a tiny one."""
+    return -math.expm1(-epsilon / max_rounds)
+
+
+def triehh_batch_size(n_users: int | np.ndarray, theta: int, spend: float) -> np.ndarray:
+    """The solver's batch size m for ``n_users`` (a number or an array of them): the largest m with
+    ``θ m / n <= spend`` (:func:`round_spend`) and ``m (θ + 1) <= n`` (the theorem's sampling
+    limit).  One formula for :func:`solve_triehh` and for the planners that evaluate it at many n."""
+    users = np.asarray(n_users, dtype=np.int64)
+    return np.minimum(np.floor(users * spend / theta).astype(np.int64), users // (theta + 1))
 
 
 def _count_text(count: float) -> str:
