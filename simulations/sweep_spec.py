@@ -60,7 +60,7 @@ from fedhh.privacy.triehh import PrivacyTargetError
 from fedhh.protocols import get_protocol
 from fedhh.randomness import derive_key
 from fedhh.resources import require_population_memory
-from fedhh.sources import make_source
+from fedhh.sources import make_source, sampled_candidates
 
 DEFAULT_TRIALS = 1
 DEFAULT_ITEMS = 500
@@ -320,9 +320,11 @@ def check_points(trials: Sequence[Trial]) -> None:
     * its population's path: it exists, and for ``source = "file"`` it is
       a regular file (``/dev/zero`` or a FIFO would be read without end);
       a population on disk is opened as a run opens it;
-    * the memory its population needs (:mod:`fedhh.resources`), as a run
-      checks it: a point of 10^12 users is refused with the numbers instead
-      of failing in every trial;
+    * the memory its population needs (:mod:`fedhh.resources`) and, for a
+      sampled population, the memory encoding its candidates takes
+      (:meth:`fedhh.items.ItemCodec.require_memory_to_encode`), as a run
+      checks them: a point of 10^12 users is refused with the numbers
+      instead of failing in every trial;
     * its privacy target, solved as a run solves it: any error in the
       protocol's parameters is refused, and so is a target the protocol
       refuses at a δ not below 1/n, where (ε, δ)-DP means nothing.  A
@@ -359,6 +361,11 @@ def _check_point(config: FedhhConfig, seed: int, solved: set[str]) -> None:
         users = source.n_users
     else:
         users = int(population["users"])
+        drawn_from = {key: value for key, value in population.items() if key not in ("users", "words_per_user")}
+        vocabulary = _digest({"candidates": drawn_from, "codec": codec.describe(), "seed": seed})
+        if vocabulary not in solved:  # one encoding check per vocabulary: drawing zipf's takes a while
+            codec.require_memory_to_encode(sampled_candidates(population, codec, seed) or [])
+            solved.add(vocabulary)
         require_population_memory(users, words)
     target = _digest({"protocol": config["protocol"], "privacy": config["privacy"], "users": users,
                       "codec": codec.describe()})

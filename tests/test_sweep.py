@@ -375,6 +375,9 @@ def test_a_sweep_of_a_trillion_trials_is_refused_at_once(tmp_path: Path, capsys:
         ("10^12 users", '[sweep]\n"population.users" = [10_000, 1_000_000_000_000]',
          "sweep point 2 of 2 (population.users = 1000000000000): population.users = 1,000,000,000,000: the "
          "population"),
+        ("encoding beyond memory", '[population]\nvocabulary = 1000\n[sweep]\n"protocol.max_length" = [10, 100_000_000]',
+         "sweep point 2 of 2 (protocol.max_length = 100000000): protocol.max_length = 100,000,000: encoding 1,000 "
+         "items into rows of 100,000,001 symbols needs at least"),
         ("delta not below 1/n", '[privacy]\ndelta = 0.01\n[sweep]\n"population.users" = [50, 20_000]',
          "sweep point 2 of 2 (population.users = 20000): privacy.delta: δ = 0.01 is not below 1/n"),
         ("missing files", '[population]\nsource = "file"\npath = "gone.csv"\n[sweep]\n'
