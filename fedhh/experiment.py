@@ -18,14 +18,14 @@ import numpy as np
 from . import __version__
 from .communication import Communication, derive_communication
 from .config import FedhhConfig
-from .items import ItemCodec, get_alphabet
+from .data.items import ItemCodec, get_alphabet
+from .data.population import PopulationCounts, PopulationSource, Shard, check_shard_count
+from .data.sources import make_source, sampled_candidates
+from .kernels.randomness import KeyedRandomness
 from .metrics import Truth, utility_metrics
-from .population import PopulationCounts, Shard, check_shard_count
 from .privacy.report import PrivacyReport
 from .protocols import ClientFunction, Discovery, ProtocolResult, ServerProtocol, get_protocol
-from .randomness import KeyedRandomness
 from .resources import require_population_memory
-from .sources import PopulationSource, make_source, sampled_candidates
 
 
 def item_codec(config: FedhhConfig) -> ItemCodec:

@@ -171,7 +171,7 @@ STORED_ITEM_BYTES = 4  # a dataset population's item id per user (int32), as a l
 
 def require_dataset_memory(largest_shard_users: int) -> None:
     """A population on disk is never held whole: a process loads a stored shard at a time at
-    least, so the largest one is what must fit (``fedhh.population_store``)."""
+    least, so the largest one is what must fit (``fedhh.data.store``)."""
     require_memory(
         largest_shard_users * STORED_ITEM_BYTES,
         f"population.path: the dataset's largest shard ({largest_shard_users:,} users, "

@@ -27,8 +27,8 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from fedhh.data.population import Shard
 from fedhh.metrics import Truth
-from fedhh.population import Shard
 from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh, worst_case_discovery_rate
 from fedhh.protocols import ServerProtocol
 from fedhh.protocols.pem import PEMServer

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fedhh.config import FedhhConfig
+from fedhh.data.population import PopulationCounts, Shard, check_shard_count
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.population import PopulationCounts, Shard, check_shard_count
 from fedhh.protocols import ProtocolResult, Request, Response, ServerProtocol
 from fedhh.run_clock import RunClock
 

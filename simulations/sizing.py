@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from fedhh.config import FedhhConfig
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.items import ItemCodec, get_alphabet
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.metrics import recall_at_k
-from fedhh.population import Shard, Vocabulary
 from fedhh.planning.sizing import PRECISION, check_share
 from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh
 from fedhh.protocols import ServerProtocol
@@ -37,7 +38,6 @@ from fedhh.protocols.prefix_search import SearchParameters
 from fedhh.protocols.treehist import TreeHistServer
 from fedhh.protocols.triehh import TrieHHServer
 from fedhh.protocols.triehh import respond as triehh_respond
-from fedhh.randomness import KeyedRandomness
 
 from .fast import drive, run_fast
 

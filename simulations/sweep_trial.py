@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from fedhh.data.population import PopulationSource, Shard
+from fedhh.data.sources import SampledSource, make_source
 from fedhh.experiment import Experiment, item_codec
 from fedhh.metrics import Truth, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
-from fedhh.population import Shard
 from fedhh.protocols import ProtocolResult, ServerProtocol
 from fedhh.run_clock import RunClock
-from fedhh.sources import PopulationSource, SampledSource, make_source
 
 from .analytic import expected_ncr, expected_recall, predicted_discovery, prediction_key
 from .fast import drive

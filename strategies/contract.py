@@ -25,7 +25,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from fedhh import items
+from fedhh.data import items
 from fedhh.oracles import device_spec
 from fedhh.oracles.base import FLAT_CELLS_LIMIT
 from fedhh.oracles.registry import ORACLE_BUILDERS, make_oracle
@@ -296,7 +296,7 @@ def render() -> str:
         _message_section("Request", ShardQuery),
         _message_section("Reply", ShardInfo),
         "The server admits the nodes whose shards split the users `0..n-1` exactly as "
-        "`fedhh.population.shard_bounds` does (a device is shard `u` of `n` for its user id `u`).",
+        "`fedhh.data.population.shard_bounds` does (a device is shard `u` of `n` for its user id `u`).",
         "",
         *definitions_section(),
         "## Protocols",
@@ -321,12 +321,12 @@ def render() -> str:
         "## Items as symbols",
         "",
         "How a device turns its string into the symbols that TrieHH's prefixes hold "
-        "(`fedhh.items`; the alphabet, unit size and maximum length are the run's public "
+        "(`fedhh.data.items`; the alphabet, unit size and maximum length are the run's public "
         "`protocol.alphabet`, `protocol.unit_size` and `protocol.max_length`):",
         "",
         _docstring(items),
         "",
-        "The alphabets (`fedhh.items.ALPHABETS`), a character's index being its 1-based position:",
+        "The alphabets (`fedhh.data.items.ALPHABETS`), a character's index being its 1-based position:",
         "",
         *alphabet_lines(),
         "",

@@ -9,7 +9,7 @@ import bisect
 import numpy as np
 import pytest
 
-from fedhh.bernoulli_bytes import (
+from fedhh.kernels.bernoulli_bytes import (
     REFINED_FROM,
     REFINEMENT_WORDS,
     BernoulliBytes,

@@ -12,14 +12,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from fedhh.audits.ldp import audit_oracle
 from fedhh.config import ConfigError, load_config
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.items import ItemCodec, get_alphabet
 from fedhh.oracles import make_oracle
 from fedhh.oracles.histogram import Histogram
-from fedhh.population import Shard, Vocabulary
-from fedhh.audits.ldp import audit_oracle
 from fedhh.planning.plan import plan
 from fedhh.protocols.bitstogram import (
     BitstogramParameters,
@@ -29,6 +29,7 @@ from fedhh.protocols.bitstogram import (
     respond,
 )
 from fedhh.protocols.spec import InvalidReply
+
 from .helpers import flower_matches_fast, one_and_seven_shards, planted_runs
 
 SMALL_RUN = [

@@ -483,7 +483,7 @@ def test_codec_declaration_must_match_the_dataclass() -> None:
 
 
 def shard_infos(n: int, count: int) -> dict[int, ShardInfo]:
-    from fedhh.population import shard_bounds
+    from fedhh.data.population import shard_bounds
 
     infos = {}
     for index in range(count):

@@ -13,17 +13,17 @@ import pytest
 
 from fedhh.config import ConfigError, load_config, schema
 from fedhh.experiment import Experiment
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles.registry import ORACLE_NAMES
-from fedhh.postprocess import POSTPROCESSORS
 from fedhh.planning.pem import add_pem_plan_parser
 from fedhh.planning.plan import plan
+from fedhh.postprocess import POSTPROCESSORS
 from fedhh.protocols.pem import PEMServer
 from fedhh.protocols.pem_analysis import PEMDesign, UtilityModel, optimize_pem, zipf_frequencies
 from fedhh.protocols.prefix_encoding import PrefixEncoding, ValueSpace
 from fedhh.protocols.prefix_oracles import answers_with_support, decode_counts
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters, level_shares, uniform_segments
-from fedhh.randomness import KeyedRandomness
 from simulations.cli import main
 from simulations.fast import drive, run_fast
 

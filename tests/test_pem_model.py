@@ -9,6 +9,7 @@ import pytest
 
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols.pem import PEMServer
 from fedhh.protocols.pem_analysis import (
     DEFAULT_QUERY_LIMIT,
@@ -23,7 +24,6 @@ from fedhh.protocols.pem_analysis import (
 from fedhh.protocols.prefix_encoding import ValueSpace
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters
-from fedhh.randomness import KeyedRandomness
 from simulations.cli import main
 from simulations.fast import drive
 

@@ -27,8 +27,9 @@ import numpy as np
 import pytest
 
 from fedhh.config import load_config
-from fedhh.items import ItemCodec, get_alphabet
-from fedhh.population import Shard, Vocabulary
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols import PROTOCOLS
 from fedhh.protocols.base import ServerProtocol
 from fedhh.protocols.bitstogram import BitstogramRequest, BitstogramResponse, bit_positions
@@ -38,7 +39,6 @@ from fedhh.protocols.prefix_reports import user_levels
 from fedhh.protocols.rappor import BloomEncoder, RapporRequest, RapporResponse, user_cohorts, vocabulary_keys
 from fedhh.protocols.sfp import FragmentCodec, SFPRequest, SFPResponse, user_positions, vocabulary_values
 from fedhh.protocols.spm import SPMRequest, SPMResponse, segment_keys, segment_pairs, user_pairs
-from fedhh.randomness import KeyedRandomness
 from simulations.fast import drive
 from tests.test_oracle_device_spec import (
     FULL,

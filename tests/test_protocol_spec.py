@@ -24,12 +24,13 @@ import numpy as np
 import pytest
 
 from fedhh.config import BASE_SCHEMA, ConfigError, load_config, schema
+from fedhh.data.items import ItemCodec
+from fedhh.data.population import Shard
+from fedhh.data.prefixes import sum_histograms
 from fedhh.experiment import Experiment
-from fedhh.items import ItemCodec
+from fedhh.kernels.randomness import RandomnessSource
 from fedhh.planning.sizing import SizeAnswer
 from fedhh.planning.sizing_cli import Sizing
-from fedhh.population import Shard
-from fedhh.prefixes import sum_histograms
 from fedhh.privacy.report import NO_GUARANTEE, PrivacyReport
 from fedhh.protocols import (
     PROTOCOLS,
@@ -49,7 +50,6 @@ from fedhh.protocols import (
 from fedhh.protocols.messages import array_field
 from fedhh.protocols.registry import protocol_keys
 from fedhh.protocols.triehh import choose_items
-from fedhh.randomness import RandomnessSource
 from simulations.fast import run_fast
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedhh.items import ItemCodec, get_alphabet
-from fedhh.population import Shard, Vocabulary
-from fedhh.bernoulli_bytes import REFINED_FROM
-from fedhh.packed_counts import group_bit_counts
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
+from fedhh.kernels.bernoulli_bytes import REFINED_FROM
+from fedhh.kernels.packed_counts import group_bit_counts
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols import rappor
 from fedhh.protocols.rappor import (
     REFINE_PURPOSE,
@@ -24,7 +25,6 @@ from fedhh.protocols.rappor import (
     respond,
     vocabulary_keys,
 )
-from fedhh.randomness import KeyedRandomness
 
 CODEC = ItemCodec(get_alphabet("lowercase"), 1, 4)
 

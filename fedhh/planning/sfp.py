@@ -6,7 +6,7 @@ import math
 from statistics import NormalDist
 from typing import Any
 
-from ..items import ItemCodec, get_alphabet
+from ..data.items import ItemCodec, get_alphabet
 from ..privacy.ldp import ldp_report
 from ..privacy.validation import check_users
 from ..protocols.sfp import NAME, fragment_pairs, fragment_positions, sfp_split, sketch_noise

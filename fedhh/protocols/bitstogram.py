@@ -33,15 +33,15 @@ from typing import Any
 import numpy as np
 
 from ..config import Key
+from ..data.items import ItemCodec
+from ..data.population import Shard
 from ..errors import InputError
-from ..items import ItemCodec
+from ..kernels.randomness import RandomnessSource, UserRandom, derive_key
 from ..oracles.base import FLAT_CELLS_LIMIT
 from ..oracles.hashing import hash_keys
 from ..oracles.hashtogram import Hashtogram, HashtogramStatistics
-from ..population import Shard
 from ..privacy.ldp import BudgetRule, BudgetSplit
 from ..privacy.validation import check_users
-from ..randomness import RandomnessSource, UserRandom, derive_key
 from .base import Request, Response, RoundRecord, ServerProtocol
 from .messages import array_field, scalar_field
 from .prefix_config import PREFIX_KEYS

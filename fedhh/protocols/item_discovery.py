@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from ..data.items import ItemCodec, get_alphabet
 from ..errors import InputError
-from ..items import ItemCodec, get_alphabet
 from ..oracles import Histogram
 from .prefix_encoding import ValueSpace
 from .prefix_family import prefix_variant

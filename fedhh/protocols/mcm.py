@@ -29,16 +29,17 @@ from typing import Any
 import numpy as np
 
 from ..config import Key
+from ..data.items import ItemCodec
+from ..data.population import Shard
 from ..errors import InputError
-from ..items import ItemCodec
+from ..kernels.randomness import RandomnessSource
 from ..oracles import Support, make_oracle
 from ..oracles.hashing import hash_keys
-from ..population import Shard
 from ..privacy.ldp import BudgetRule
 from ..privacy.validation import check_users
-from ..randomness import RandomnessSource
 from .base import Request, Response, RoundRecord, ServerProtocol
-from .bitstogram import DROPOUT_PRIVACY, KEYS as BITSTOGRAM_KEYS, NPY_HEADER_BYTES, bit_positions, public_seed, value_table
+from .bitstogram import DROPOUT_PRIVACY, NPY_HEADER_BYTES, bit_positions, public_seed, value_table
+from .bitstogram import KEYS as BITSTOGRAM_KEYS
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol

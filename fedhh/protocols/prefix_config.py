@@ -15,15 +15,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import Key
-from ..items import ItemCodec
-from ..postprocess import POSTPROCESSORS
+from ..data.items import ItemCodec
 from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
 from ..oracles.count_sketch_hadamard import auto_sketch_shape
 from ..oracles.registry import ORACLE_NAMES
+from ..postprocess import POSTPROCESSORS
 from .prefix_encoding import PrefixEncoding, ValueSpace
 from .prefix_oracles import AUTO
 from .prefix_search import ORACLE_PURPOSE, PrefixVariant, SearchParameters, level_shares, public_seed, uniform_segments
-
 
 # The [protocol] keys of a prefix search, declared once for both variants.
 PREFIX_KEYS: dict[str, Key] = {
@@ -106,7 +105,13 @@ def optimized_design(
     takes up to a second to find.
     """
     # imported here: the analysis loads scipy, which devices importing this module never need
-    from .pem_analysis import DEFAULT_DISTINCT_VALUES, DEFAULT_ZIPF_EXPONENT, UtilityModel, optimize_pem, zipf_frequencies
+    from .pem_analysis import (
+        DEFAULT_DISTINCT_VALUES,
+        DEFAULT_ZIPF_EXPONENT,
+        UtilityModel,
+        optimize_pem,
+        zipf_frequencies,
+    )
 
     model = UtilityModel(
         space, n_users, epsilon, top_k, oracle,

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..data.items import ItemCodec
 from ..errors import InputError
-from ..items import ItemCodec
 from .prefix_config import PREFIX_KEYS, search_parameters
 from .prefix_nodes import DROPOUT_PRIVACY, check_reply, describe_round, narrow, reply_budget
 from .prefix_reports import PrefixRequest, PrefixResponse, respond

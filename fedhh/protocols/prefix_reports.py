@@ -53,15 +53,15 @@ from typing import TypeVar
 
 import numpy as np
 
+from ..data.population import Shard
+from ..kernels.randomness import GRID_USERS, RandomnessSource, UserRandom
 from ..oracles import FrequencyOracle
 from ..oracles.sampling import RandomSource
-from ..population import Shard
-from ..randomness import GRID_USERS, RandomnessSource, UserRandom
 from .base import Request, Response
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
 from .prefix_oracles import answers_with_support, level_draws_from_ranges, level_oracle, shard_counts
-from .report_table import merge_tables, to_table, distinct_rows
+from .report_table import distinct_rows, merge_tables, to_table
 from .triehh import choose_items
 
 LEVEL, FINAL, COLLECT = "level", "final", "collect"
@@ -234,10 +234,10 @@ def _member_draws(
     last block up to a quarter longer); ``draws`` is ``(purpose, round, first global user of the shard)``.
 
     Every user's report (the final pass) draws from the Philox range streams
-    (:meth:`~fedhh.randomness.RandomnessSource.for_range`) of the block's
+    (:meth:`~fedhh.kernels.randomness.RandomnessSource.for_range`) of the block's
     users; a level's members, scattered over the shard by the public
     partition, draw from their own keyed streams
-    (:meth:`~fedhh.randomness.RandomnessSource.for_users`).  Either way a
+    (:meth:`~fedhh.kernels.randomness.RandomnessSource.for_users`).  Either way a
     user's draws depend on its global id only, never on the shard or block
     holding it.  A level of CMS (sketch rows drawn by the sparse sampler) draws
     from range streams laid over its members instead (:func:`_ranked_draws`,
@@ -264,7 +264,7 @@ def _ranked_draws(
 ) -> Iterator[tuple[np.ndarray, RandomSource]]:
     """A level's ``members`` (local indices, ascending; ``values``: theirs) with their draws, from
     range streams over the members alone: within each block of
-    :data:`~fedhh.randomness.GRID_USERS` global ids, the level's members, in id order, take the
+    :data:`~fedhh.kernels.randomness.GRID_USERS` global ids, the level's members, in id order, take the
     consecutive range ids ``block x GRID_USERS + rank`` (``rank``: how many of the level's
     members precede it in the block).
 

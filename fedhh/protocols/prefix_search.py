@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ..data.items import ItemCodec
 from ..errors import InputError
-from ..items import ItemCodec
+from ..kernels.randomness import derive_key
 from ..oracles import FrequencyOracle, LinearVariance, Support
 from ..oracles.registry import ORACLE_NAMES
 from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
 from ..privacy.report import PrivacyReport
 from ..privacy.validation import check_epsilon, check_positive_int, check_users
-from ..randomness import derive_key
 from .base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
 from .prefix_encoding import ENCODINGS, Encoding, PrefixEncoding
 from .prefix_oracles import decode_counts, level_oracle

@@ -60,20 +60,20 @@ from typing import Any
 
 import numpy as np
 
-from ..bernoulli_bytes import REFINEMENT_WORDS, BernoulliBytes, Refine
-from ..blas import single_blas_thread
 from ..config import Key
+from ..data.items import ItemCodec
+from ..data.population import Shard, Vocabulary
 from ..errors import InputError
-from ..items import ItemCodec
+from ..kernels.bernoulli_bytes import REFINEMENT_WORDS, BernoulliBytes, Refine
+from ..kernels.blas import single_blas_thread
+from ..kernels.packed_counts import group_bit_counts
+from ..kernels.randomness import RandomnessSource, UserRandom, derive_key, splitmix64
 from ..oracles.hashing import expand_seeds, hash_expanded, mix_keys
 from ..oracles.keys import key_rows
 from ..oracles.unary import word_thresholds
-from ..packed_counts import group_bit_counts
-from ..population import Shard, Vocabulary
 from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
 from ..privacy.report import Coverage, PrivacyReport
 from ..privacy.validation import check_users
-from ..randomness import RandomnessSource, UserRandom, derive_key, splitmix64
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
 from .messages import array_field, scalar_field
 from .prefix_config import PREFIX_KEYS
@@ -260,7 +260,7 @@ class BloomEncoder:
         """Packed reports ``(n, report_words)`` of the filters that :meth:`filter_masks` describes
         (``bit_words``, ``bit_masks``; ``bit_words`` unread for a one-word report), from uniform
         uint64 words, ``(n, byte_draw_words)`` and ``(n, hash_draw_words)``, and ``refine``
-        (:class:`~fedhh.bernoulli_bytes.BernoulliBytes`: the refined draws' flat
+        (:class:`~fedhh.kernels.bernoulli_bytes.BernoulliBytes`: the refined draws' flat
         positions are ``user * report_bytes + byte``).
 
         Every bit is first drawn as if clear: byte ``k`` (bits ``8k .. 8k + 7``,
@@ -432,7 +432,7 @@ def respond(request: RapporRequest, shard: Shard, randomness: RandomnessSource) 
 
     What each user does (a device is a shard of one user, ``u`` its global
     id): its cohort is ``c = public_index(cohort_seed, u, cohorts)`` and its
-    item's key is ``key_rows`` of the item's symbol row of ``fedhh.items``
+    item's key is ``key_rows`` of the item's symbol row of ``fedhh.data.items``
     (``max_symbols + 1`` entries: the symbols, the end symbol 0, then
     padding -1).  Its Bloom filter has ``m = bloom_bits`` bits, of which the
     ``h = bloom_hashes`` bits ``hash64(σ_(c h + j), key, m)``, ``j = 0 ..
@@ -734,7 +734,7 @@ def solve_normal(normal: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.nd
 
     The diagonal is the columns' squared norms of ``L⁻¹`` (``XᵀX = L Lᵀ``) and ``β = L⁻ᵀ L⁻¹
     Xᵀt``: one triangular inversion, not a solve against the identity, which costs three
-    times the arithmetic.  One BLAS thread (:mod:`fedhh.blas`): at these sizes more only spin.
+    times the arithmetic.  One BLAS thread (:mod:`fedhh.kernels.blas`): at these sizes more only spin.
     """
     from scipy import linalg  # before the limit, so that it covers scipy's own BLAS too
 

@@ -53,15 +53,15 @@ from typing import Any
 import numpy as np
 
 from ..config import Key
+from ..data.items import ItemCodec
+from ..data.population import Shard, Vocabulary
 from ..errors import InputError
-from ..items import ItemCodec
+from ..kernels.randomness import RandomnessSource, UserRandom, derive_key, splitmix64
 from ..oracles import make_oracle
 from ..oracles.sketches import SketchOracle
-from ..population import Shard, Vocabulary
 from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
 from ..privacy.report import PrivacyReport
 from ..privacy.validation import check_users
-from ..randomness import RandomnessSource, UserRandom, derive_key, splitmix64
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
@@ -81,7 +81,7 @@ WORD_PURPOSE = "sfp.word-report"
 HASH_VALUES = 256  # Apple's 8-bit hash of the whole word
 MAX_PAIRS = 1 << 22  # (fragment, hash) pairs a position may have: each is estimated
 MAX_PUZZLE = 4096  # candidate words one hash value may assemble (the weakest fragments go first)
-USERS_PER_BLOCK = 1 << 17  # a multiple of fedhh.randomness.GRID_USERS
+USERS_PER_BLOCK = 1 << 17  # a multiple of fedhh.kernels.randomness.GRID_USERS
 SKETCH_ORACLES: tuple[str, ...] = ("cms", "hcms")
 _POSITIVE_63 = (1 << 63) - 1
 

@@ -48,7 +48,7 @@ from .base import ClientFunction, Request, Response, RoundRecord, ServerProtocol
 
 if TYPE_CHECKING:
     from ..config import Key
-    from ..items import ItemCodec
+    from ..data.items import ItemCodec
 
 Section = Mapping[str, Any]
 # (privacy section, protocol section, n_users, item codec, seed) -> the run's server

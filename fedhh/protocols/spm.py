@@ -39,19 +39,20 @@ from typing import Any
 
 import numpy as np
 
-from ..blas import single_blas_thread
 from ..config import Key
+from ..data.items import ItemCodec
+from ..data.population import Shard
 from ..errors import InputError
-from ..items import ItemCodec
+from ..kernels.blas import single_blas_thread
+from ..kernels.randomness import RandomnessSource, UserRandom
 from ..oracles import make_oracle
 from ..oracles.hashing import local_hash
 from ..oracles.local_hashing import LocalHashing
-from ..population import Shard
 from ..privacy.ldp import BudgetRule
 from ..privacy.validation import check_users
-from ..randomness import RandomnessSource, UserRandom
 from .base import Request, Response, RoundRecord, ServerProtocol
-from .bitstogram import DROPOUT_PRIVACY, KEYS as BITSTOGRAM_KEYS, NPY_HEADER_BYTES, public_seed
+from .bitstogram import DROPOUT_PRIVACY, NPY_HEADER_BYTES, public_seed
+from .bitstogram import KEYS as BITSTOGRAM_KEYS
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..items import EOS, ItemCodec
-from ..population import Shard
-from ..prefixes import row_keys, rows_in, sum_histograms
+from ..data.items import EOS, ItemCodec
+from ..data.population import Shard
+from ..data.prefixes import row_keys, rows_in, sum_histograms
+from ..kernels.randomness import KeyedRandomness, RandomnessSource
+from ..kernels.sampling import uniform_subset
 from ..privacy.report import PrivacyReport
 from ..privacy.triehh import TrieHHParameters, solve_triehh
-from ..randomness import KeyedRandomness, RandomnessSource
-from ..sampling import uniform_subset
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
 from .messages import array_field
 from .registry import register_protocol
@@ -115,7 +115,7 @@ def respond(request: TrieHHRequest, shard: Shard, randomness: RandomnessSource) 
     What each user does (a device is a shard of one user): if its global id
     is in ``sampled``, it picks one of its items (with one item, that item;
     with several, item ``i`` with probability its local frequency) and takes
-    the item's first ``round`` symbols (the symbol row of ``fedhh.items``,
+    the item's first ``round`` symbols (the symbol row of ``fedhh.data.items``,
     end symbol included).  It votes for that prefix if the prefix exists (the
     item did not end before symbol ``round``) and, from round 2 on, its first
     ``round - 1`` symbols are a row of ``parents``.  The reply lists each

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from ..items import ItemCodec
+from ..data.items import ItemCodec
 from ..privacy.ldp import BudgetSplit, ldp_report
 from ..privacy.report import PrivacyReport
 from .base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol

@@ -3,7 +3,7 @@
 ``fedhh population build`` turns such a file into stored shards without
 holding it: one pass reads the file in record batches (pyarrow's streaming
 CSV reader, Parquet batches), checks each row, numbers users and items by
-first appearance (as :class:`fedhh.sources.FileSource` does) and spills the
+first appearance (as :class:`fedhh.data.sources.FileSource` does) and spills the
 rows as (user, item) pairs of integers, :data:`RUN_ROWS` at a time, each
 run sorted by user into a pair of files.  A shard then takes, from every
 run, the slice holding its users (a binary search in the memory-mapped
@@ -25,11 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 from .items import ItemCodec, ItemError
-from .population import Shard, Vocabulary
+from .population import PopulationSource, Shard, Vocabulary
 from .sources import (
-    PopulationSource, _first_row, _is_text, check_text, check_users_present, csv_line, occurrence_place,
+    _first_row,
+    _is_text,
+    check_text,
+    check_users_present,
+    csv_line,
+    occurrence_place,
 )
 from .table_errors import CSV_BLOCK_BYTES, check_columns, unreadable
 
@@ -42,7 +47,7 @@ COLUMNS = ["user", "item"]
 
 def record_batches(file: Path, path: str) -> Iterator[Any]:
     """The ``user`` and ``item`` columns of a CSV or Parquet file, a record batch at a time
-    (CSV cells as text: ``007`` stays ``007``), each checked as :func:`fedhh.sources.check_text`
+    (CSV cells as text: ``007`` stays ``007``), each checked as :func:`fedhh.data.sources.check_text`
     checks the whole file's."""
     import pyarrow as pa
     import pyarrow.csv

@@ -1,6 +1,6 @@
 """Why a user's CSV or Parquet population file is refused, said in the file's own lines and columns.
 
-pyarrow reads these files (:mod:`fedhh.sources`, :mod:`fedhh.streamed_table`)
+pyarrow reads these files (:mod:`fedhh.data.sources`, :mod:`fedhh.data.streamed_table`)
 and its refusals name no place in the file: a row with a field too many is
 "CSV parse error: Expected 2 columns, got 3", a byte that is not UTF-8 is
 "invalid UTF8 data" somewhere in a column, a row longer than a parsing
@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from ..errors import InputError
 
 COLUMNS = ("user", "item")
 CSV_BLOCK_BYTES = 1 << 20  # bytes pyarrow parses at a time: every CSV row must fit in one block

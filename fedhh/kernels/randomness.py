@@ -350,7 +350,7 @@ class RangeRandom(_PerUserDraws):
 
     def next_call_key(self) -> np.uint64:
         """The key of this range's next call, consuming the call: a sampler that draws from its own
-        keyed streams (:mod:`fedhh.sparse_bernoulli`) takes one call like ``words``."""
+        keyed streams (:mod:`fedhh.kernels.sparse_bernoulli`) takes one call like ``words``."""
         call_key = np.uint64(splitmix64(self._key ^ np.uint64(self._calls)))
         self._calls += 1
         return call_key

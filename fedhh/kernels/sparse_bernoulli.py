@@ -37,12 +37,12 @@ exceeded by the exact law with probability ``2^-53``): about ``2^-41`` at
 anything a simulation can detect.
 
 Keys and sharding.  The line is cut into blocks of
-:data:`fedhh.randomness.GRID_USERS` consecutive global users (``GRID_USERS
+:data:`fedhh.kernels.randomness.GRID_USERS` consecutive global users (``GRID_USERS
 x w`` bits, user ``u``'s row at bits ``[r w, (r + 1) w)``, ``r = u mod
 GRID_USERS``), each walked by its own SFC64 generator seeded by the
 SplitMix64 hashes of ``(call key, block)`` (:func:`block_stream`),
 the call key being one call of the range's
-:class:`fedhh.randomness.RangeRandom` (so a user's bits depend only on the
+:class:`fedhh.kernels.randomness.RangeRandom` (so a user's bits depend only on the
 seed, purpose, round, its global id and the call sequence).  A range that
 starts inside a block replays the block's walk from the block's first user
 and drops the bits before its own users; one that ends inside a block stops
@@ -70,12 +70,12 @@ in 1.4 ns against Philox's 3.3, and ``random`` writes the 53-bit floats
 into a reused buffer in one pass (Philox's raw words took four more: shift,
 conversion, ``+ 1``, scaling).  The walk alone went from 12 to 7.5 ns a
 set bit (same rows, CPU time, load 1).  Its arrays are scratch kept from
-call to call (:mod:`fedhh.scratch`: fresh ones cost their page faults), and
+call to call (:mod:`fedhh.kernels.scratch`: fresh ones cost their page faults), and
 the positions are :func:`running_sum`'s (``np.cumsum`` in half the time):
 8.5 to 5.0 ns a set bit on whole blocks of 1,024-bit rows, 8.8 to 7.4 in
 TreeHist's run beside its counting (CPU time, load 1-2), the same bits.
 
-Several ranges.  A :meth:`fedhh.randomness.RangeRandom.over_ranges` batch
+Several ranges.  A :meth:`fedhh.kernels.randomness.RangeRandom.over_ranges` batch
 walks each range's blocks in turn (``first`` counting the ranges' users in
 order): every range's bits are the ones it has alone.
 
@@ -118,7 +118,7 @@ def grid_set_bits(rng: RangeRandom, width: int, probability: float) -> Iterator[
 
     Consumes one call of ``rng`` now (whether or not the blocks are read), so the
     calls that follow are the same whatever the grid holds.  A yielded array is a view of the
-    walk's scratch (:mod:`fedhh.scratch`): valid until the next piece is asked for (copy what
+    walk's scratch (:mod:`fedhh.kernels.scratch`): valid until the next piece is asked for (copy what
     must outlive it).
     """
     return ((piece.first, piece.positions) for piece in grid_pieces(rng, width, probability))
@@ -297,7 +297,7 @@ def block_stream(key: np.uint64, block: int, stream: np.random.Generator | None 
 
 
 def _splitmix64(x: int) -> int:
-    """SplitMix64 (:func:`fedhh.randomness.splitmix64`) on one Python integer: a few hundred ns
+    """SplitMix64 (:func:`fedhh.kernels.randomness.splitmix64`) on one Python integer: a few hundred ns
     where a numpy scalar's dozen operations cost microseconds."""
     z = (x + 0x9E3779B97F4A7C15) & _MASK_64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK_64

@@ -28,8 +28,8 @@ from typing import Literal
 
 import numpy as np
 
-from .errors import InputError
-from .resources import INDEX_BYTES, require_memory
+from ..errors import InputError
+from ..resources import INDEX_BYTES, require_memory
 
 EOS = 0
 PAD = -1

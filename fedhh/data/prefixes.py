@@ -70,7 +70,7 @@ class PrefixIndex:
 
     def __init__(self, rows: np.ndarray, key_order: np.ndarray | None = None) -> None:
         """``key_order``: the row indices ordered by :func:`row_keys`, when the caller has sorted
-        them already (:meth:`fedhh.population.Vocabulary.encode` does, to find distinct rows)."""
+        them already (:meth:`fedhh.data.population.Vocabulary.encode` does, to find distinct rows)."""
         self._rows = np.ascontiguousarray(rows, dtype=np.int64)
         if self._rows.ndim != 2:
             raise ValueError(f"item rows must be 2-D, got shape {self._rows.shape}")

@@ -4,7 +4,7 @@ Sampled sources (wordfreq, Zipf) never materialise the whole population to
 build one shard: user ``u``'s ``j``-th item is drawn by inverse CDF from a
 uniform keyed by (seed, u, j), so a shard builds only its own users, and any
 shard count yields the same users.  File sources are read once per process
-and sliced.  Dataset sources (:mod:`fedhh.population_store`) read a
+and sliced.  Dataset sources (:mod:`fedhh.data.store`) read a
 population written to disk by ``fedhh population build``, a range of users
 at a time.
 """
@@ -15,71 +15,23 @@ import copy
 import csv
 import functools
 import itertools
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
+from ..kernels.randomness import UserRandom, derive_key
+from ..kernels.sampling import InverseCdf
 from . import cache
-from .errors import InputError
 from .items import ALPHABETS, EncodingReport, ItemCodec, ItemError
-from .population import PopulationCounts, Shard, Vocabulary, shard_bounds
-from .randomness import UserRandom, derive_key
-from .resources import require_population_memory
-from .sampling import InverseCdf
+from .population import PopulationCounts, PopulationSource, Shard, Vocabulary
+from .store import MANIFEST, cached_dataset_source
 from .table_errors import CSV_BLOCK_BYTES, check_columns, check_csv_rows, check_utf8, unreadable
 
 POPULATION_PURPOSE = "population.items"
 ZIPF_STRINGS_PURPOSE = "population.zipf_strings"
-
-
-TRUTH_CHUNK_USERS = 1 << 20  # users built at a time when the truth is counted without shards
-
-
-class PopulationSource(ABC):
-    """A population of ``n_users`` users over a fixed, encoded vocabulary."""
-
-    n_users: int
-    vocabulary: Vocabulary
-
-    @abstractmethod
-    def build_users(self, start: int, stop: int) -> Shard:
-        """The users with global ids ``[start, stop)``, with their items."""
-
-    @abstractmethod
-    def describe(self) -> dict[str, Any]:
-        """What this population is, for the result file: only what the
-        configuration and public data determine."""
-
-    def describe_data(self) -> dict[str, Any]:
-        """What only the users' own data determine (evaluation only: no guarantee covers it)."""
-        return {}
-
-    def require_memory(self, items_per_user: int) -> None:
-        """Refuse a population this machine cannot hold (:mod:`fedhh.resources`)."""
-        require_population_memory(self.n_users, items_per_user)
-
-    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
-        """The users of one shard, with their items."""
-        return self.build_users(*shard_bounds(self.n_users, shard_index, num_shards))
-
-    def build_all(self) -> Shard:
-        return self.build_users(0, self.n_users)
-
-    def population_counts(self) -> PopulationCounts:
-        """The true counts of every user, for a process that holds no shard (a Flower server).
-
-        The users are built a chunk at a time and only their counts kept, so
-        memory stays that of one chunk however large the population; a
-        driver that holds shards adds up theirs instead and hands the sum
-        to :meth:`fedhh.experiment.Experiment.finish`.
-        """
-        return PopulationCounts.combine(
-            self.build_users(start, min(start + TRUTH_CHUNK_USERS, self.n_users)).counts()
-            for start in range(0, self.n_users, TRUTH_CHUNK_USERS)
-        )
 
 
 BeforeEncoding = Callable[[int], None]  # called with the number of users before a vocabulary is encoded
@@ -222,7 +174,7 @@ def wordfreq_candidates(language: str, size: int, alphabet: str) -> tuple[list[s
     """The ``size`` most frequent words of ``language`` made only of ``alphabet``'s characters,
     by decreasing frequency (equal frequencies alphabetically), with their frequencies.
 
-    Kept in fedhh's cache folder (:mod:`fedhh.cache`) under wordfreq's
+    Kept in fedhh's cache folder (:mod:`fedhh.data.cache`) under wordfreq's
     version and these parameters: a later process reads them back without
     importing wordfreq (0.15 s) or filtering its list (0.2 s).
     """
@@ -499,7 +451,7 @@ def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]
 def check_text(file: Path, path: str, user: Any, item: Any, first_row: int = 0) -> None:
     """Refuse text a CSV or Parquet file holds but cannot mean (pyarrow columns whose row 0 is row
     ``first_row`` of the file): a Parquet text column with bytes that are not UTF-8, a CSV quoted
-    field left open to the end of the file (:mod:`fedhh.table_errors`)."""
+    field left open to the end of the file (:mod:`fedhh.data.table_errors`)."""
     if file.suffix.lower() == ".csv":
         check_csv_rows(file, path, [user, item])
         return
@@ -610,8 +562,6 @@ def make_source(
         stamp = path.stat().st_mtime_ns if path.is_file() else -1
         return _cached_file_source(str(path), stamp, codec)
     if source == "dataset":
-        from .population_store import MANIFEST, cached_dataset_source  # the store builds on this module
-
         manifest = Path(population["path"]) / MANIFEST
         stamp = manifest.stat().st_mtime_ns if manifest.is_file() else -1
         return cached_dataset_source(str(population["path"]), stamp, codec)

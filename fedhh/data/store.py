@@ -15,7 +15,7 @@ population) holds:
   population was built from and what that config describes;
 * ``vocabulary.parquet``: one row per item id, with the item's text and its
   true counts (``holders``, ``weight_units``: see
-  :class:`fedhh.population.PopulationCounts`) and ``true_frequency``
+  :class:`fedhh.data.population.PopulationCounts`) and ``true_frequency``
   (share of users), for evaluation: the truth of a run from disk is read
   here, never recounted;
 * ``shard-NNNNN.parquet``: the users ``[first_user, first_user + users)``,
@@ -41,12 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
+from ..resources import require_dataset_memory
+from ..results import marked_files
 from .items import ItemCodec, ItemError
-from .population import PopulationCounts, Shard, SingleItemShard, Vocabulary
-from .resources import require_dataset_memory
-from .results import marked_files
-from .sources import PopulationSource
+from .population import PopulationCounts, PopulationSource, Shard, SingleItemShard, Vocabulary
 
 FORMAT = "fedhh-population"
 VERSION = 1

@@ -14,12 +14,15 @@ the same users with the same ids.
 from __future__ import annotations
 
 import functools
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
+from ..resources import require_population_memory
 from .items import EncodingReport, ItemCodec
 from .prefixes import PrefixIndex, row_keys
 
@@ -291,7 +294,7 @@ class SingleItemShard(Shard):
 
     ``item_of_user[u]`` is local user ``u``'s item id, ``-1`` for none: 4
     bytes a user, where the CSR form needs about 20 (an int64 offset and id
-    per user).  Populations loaded from disk (:mod:`fedhh.population_store`)
+    per user).  Populations loaded from disk (:mod:`fedhh.data.store`)
     are held this way, so a loaded shard costs what its file column costs;
     the CSR arrays are derived only if a caller asks for them.
     """
@@ -330,3 +333,50 @@ class SingleItemShard(Shard):
         # shifted by one so that "no item" is bin 0: one bincount, no copy of the held items
         holders = np.bincount(self.item_of_user + 1, minlength=self.vocabulary.size + 1).astype(np.int64)
         return PopulationCounts(self.n_users, holders[1:] << SHARE_BITS, holders[1:], int(holders[0]))
+
+
+TRUTH_CHUNK_USERS = 1 << 20  # users built at a time when the truth is counted without shards
+
+
+class PopulationSource(ABC):
+    """A population of ``n_users`` users over a fixed, encoded vocabulary."""
+
+    n_users: int
+    vocabulary: Vocabulary
+
+    @abstractmethod
+    def build_users(self, start: int, stop: int) -> Shard:
+        """The users with global ids ``[start, stop)``, with their items."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """What this population is, for the result file: only what the
+        configuration and public data determine."""
+
+    def describe_data(self) -> dict[str, Any]:
+        """What only the users' own data determine (evaluation only: no guarantee covers it)."""
+        return {}
+
+    def require_memory(self, items_per_user: int) -> None:
+        """Refuse a population this machine cannot hold (:mod:`fedhh.resources`)."""
+        require_population_memory(self.n_users, items_per_user)
+
+    def build_shard(self, shard_index: int, num_shards: int) -> Shard:
+        """The users of one shard, with their items."""
+        return self.build_users(*shard_bounds(self.n_users, shard_index, num_shards))
+
+    def build_all(self) -> Shard:
+        return self.build_users(0, self.n_users)
+
+    def population_counts(self) -> PopulationCounts:
+        """The true counts of every user, for a process that holds no shard (a Flower server).
+
+        The users are built a chunk at a time and only their counts kept, so
+        memory stays that of one chunk however large the population; a
+        driver that holds shards adds up theirs instead and hands the sum
+        to :meth:`fedhh.experiment.Experiment.finish`.
+        """
+        return PopulationCounts.combine(
+            self.build_users(start, min(start + TRUTH_CHUNK_USERS, self.n_users)).counts()
+            for start in range(0, self.n_users, TRUTH_CHUNK_USERS)
+        )

@@ -2,7 +2,7 @@
 
 Why: a fresh array of a few hundred KiB comes from the operating system
 (``mmap``) and every page of it faults on first touch; the sparse sampler
-and its counting (:mod:`fedhh.sparse_bernoulli`,
+and its counting (:mod:`fedhh.kernels.sparse_bernoulli`,
 :class:`fedhh.oracles.unary.UnaryEncoding`) took about 2.5 ns a set bit
 in those faults alone (of 8.5 for the walk; CPU time, 200 blocks of 4,096
 users x 1,024 bits, load 1) -- as much as the logarithm and the division
