@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Key
 from ..data.items import ItemCodec
 from ..data.population import Shard
 from ..errors import InputError
@@ -42,6 +41,7 @@ from ..oracles.hashing import hash_keys
 from ..oracles.hashtogram import Hashtogram, HashtogramStatistics
 from ..privacy.ldp import BudgetRule, BudgetSplit
 from ..privacy.validation import check_users
+from ..schema import Key
 from .base import Request, Response, RoundRecord, ServerProtocol
 from .messages import array_field, scalar_field
 from .prefix_config import PREFIX_KEYS

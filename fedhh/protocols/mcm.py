@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Key
 from ..data.items import ItemCodec
 from ..data.population import Shard
 from ..errors import InputError
@@ -37,6 +36,7 @@ from ..oracles import Support, make_oracle
 from ..oracles.hashing import hash_keys
 from ..privacy.ldp import BudgetRule
 from ..privacy.validation import check_users
+from ..schema import Key
 from .base import Request, Response, RoundRecord, ServerProtocol
 from .bitstogram import DROPOUT_PRIVACY, NPY_HEADER_BYTES, bit_positions, public_seed, value_table
 from .bitstogram import KEYS as BITSTOGRAM_KEYS

@@ -14,12 +14,12 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from ..config import Key
 from ..data.items import ItemCodec
 from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
 from ..oracles.count_sketch_hadamard import auto_sketch_shape
 from ..oracles.registry import ORACLE_NAMES
 from ..postprocess import POSTPROCESSORS
+from ..schema import Key
 from .prefix_encoding import PrefixEncoding, ValueSpace
 from .prefix_oracles import AUTO
 from .prefix_search import ORACLE_PURPOSE, PrefixVariant, SearchParameters, level_shares, public_seed, uniform_segments

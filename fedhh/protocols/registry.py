@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import sys
 
-from ..config import Key
 from ..errors import InputError
 from ..privacy.ldp import BudgetSplit
+from ..schema import Key
 from .spec import ProtocolSpec
 
 PROTOCOLS: dict[str, ProtocolSpec] = {}

@@ -52,7 +52,6 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Key
 from ..data.items import ItemCodec
 from ..data.population import Shard, Vocabulary
 from ..errors import InputError
@@ -62,6 +61,7 @@ from ..oracles.sketches import SketchOracle
 from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
 from ..privacy.report import PrivacyReport
 from ..privacy.validation import check_users
+from ..schema import Key
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
 from .messages import array_field, scalar_field
 from .prefix_encoding import PrefixEncoding

@@ -47,8 +47,8 @@ from ..privacy.ldp import BudgetRule
 from .base import ClientFunction, Request, Response, RoundRecord, ServerProtocol
 
 if TYPE_CHECKING:
-    from ..config import Key
     from ..data.items import ItemCodec
+    from ..schema import Key
 
 Section = Mapping[str, Any]
 # (privacy section, protocol section, n_users, item codec, seed) -> the run's server
@@ -136,11 +136,9 @@ class ProtocolSpec:
         self, privacy: Section, n_users: int, codec: ItemCodec, seed: int, protocol: Section | None = None
     ) -> ServerProtocol:
         """The server of one run; ``protocol`` is the config's ``[protocol]`` section
-        (its documented defaults when not given)."""
+        (the defaults of this protocol's own keys when not given)."""
         if protocol is None:
-            from ..config import schema
-
-            protocol = {key: spec.default for key, spec in schema()["protocol"].items()}
+            protocol = {name: key.default for name, key in self.keys.items()}
         return self.build(privacy, protocol, n_users, codec, seed)
 
 

@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Key
 from ..data.items import ItemCodec
 from ..data.population import Shard
 from ..errors import InputError
@@ -50,6 +49,7 @@ from ..oracles.hashing import local_hash
 from ..oracles.local_hashing import LocalHashing
 from ..privacy.ldp import BudgetRule
 from ..privacy.validation import check_users
+from ..schema import Key
 from .base import Request, Response, RoundRecord, ServerProtocol
 from .bitstogram import DROPOUT_PRIVACY, NPY_HEADER_BYTES, public_seed
 from .bitstogram import KEYS as BITSTOGRAM_KEYS
