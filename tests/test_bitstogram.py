@@ -20,7 +20,7 @@ from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.oracles import make_oracle
 from fedhh.oracles.histogram import Histogram
-from fedhh.planning.plan import plan
+from fedhh.protocols import plan
 from fedhh.protocols.bitstogram import (
     BitstogramParameters,
     BitstogramServer,

@@ -16,7 +16,7 @@ from fedhh.data.items import ItemCodec, get_alphabet
 from fedhh.data.population import Shard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.planning.plan import plan
+from fedhh.protocols import plan
 from fedhh.protocols.mcm import MCMParameters, MCMServer, discovery_probability, mcm_parameters, respond
 
 from .helpers import flower_matches_fast, one_and_seven_shards, planted_runs

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -22,14 +22,14 @@ import pytest
 from dp_accounting.pld import accountant, common
 from dp_accounting.pld import privacy_loss_distribution as pld_module
 
+from fedhh.planning.plan import markdown_table, triehh_table
 from fedhh.privacy import ledger as ledger_module
 from fedhh.privacy.composition import advanced_composition, compose
 from fedhh.privacy.ldp import BudgetRule, ldp_report
 from fedhh.privacy.ledger import BudgetExceededError, Ledger, LedgerError
-from fedhh.planning.plan import markdown_table, plan, triehh_table
 from fedhh.privacy.report import PrivacyReport
 from fedhh.privacy.triehh import TrieHHParameters, solve_triehh
-from fedhh.protocols import PROTOCOLS, register_protocol, split_budget
+from fedhh.protocols import PROTOCOLS, plan, register_protocol, split_budget
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedhh.audits.cli import add_audit_arguments
 from fedhh.audits.triehh import (
     audit_round,
     audit_run,
@@ -29,6 +28,7 @@ from fedhh.errors import InputError
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.privacy.triehh import TrieHHParameters, solve_triehh, triehh_delta, triehh_epsilon
 from fedhh.protocols.triehh import TrieHHServer, respond
+from simulations.audit_cli import add_audit_arguments
 
 from .helpers import lowercase_codec, population_of
 

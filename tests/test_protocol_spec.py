@@ -29,8 +29,8 @@ from fedhh.data.population import Shard
 from fedhh.data.prefixes import sum_histograms
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import RandomnessSource
-from fedhh.planning.sizing import SizeAnswer
-from fedhh.planning.sizing_cli import Sizing
+from fedhh.planning.commands import Option, PlanCommand
+from fedhh.planning.sizing import SizeAnswer, Sizing
 from fedhh.privacy.report import NO_GUARANTEE, PrivacyReport
 from fedhh.protocols import (
     PROTOCOLS,
@@ -157,7 +157,7 @@ SPEC = register_protocol(
         dropout_privacy="none to keep: the protocol has no guarantee",
         check_reply=check_counts,  # type: ignore[arg-type]
         planner=f"{__name__}:plan_counting",
-        plan_command=f"{__name__}:add_counting_plan_parser",
+        plan_command=f"{__name__}:PLAN_COMMAND",
         sizing=f"{__name__}:SIZING",
     )
 )
@@ -168,11 +168,9 @@ def plan_counting(n_users: int) -> dict[str, int]:
     return {"n_users": n_users, "most_items": n_users // MIN_COUNT}
 
 
-def add_counting_plan_parser(plans: argparse._SubParsersAction) -> None:
-    """``fedhh plan counting --users N``: prints :func:`plan_counting`'s answer as JSON."""
-    parser = plans.add_parser("counting", help="the most items a counting run can publish")
-    parser.add_argument("--users", type=int, required=True)
-    parser.set_defaults(func=lambda args: print(json.dumps(plan_counting(args.users))) or 0)
+# ``fedhh plan counting --users N``: prints :func:`plan_counting`'s answer as JSON.
+PLAN_COMMAND = PlanCommand("the most items a counting run can publish", (Option("--users", type=int, required=True),),
+                           lambda args: plan_counting(args.users))
 
 
 def size_counting(args: argparse.Namespace, on_step: object) -> SizeAnswer:
@@ -184,7 +182,7 @@ def size_counting(args: argparse.Namespace, on_step: object) -> SizeAnswer:
                       "smallest n holding MIN_COUNT holders", {"min_count": MIN_COUNT})
 
 
-SIZING = Sizing("Counting", 1, lambda parser: None, size_counting, lambda args, answer: {})
+SIZING = Sizing("Counting", 1, (), size_counting, lambda args, answer: {})
 
 
 def truth_above(experiment: Experiment) -> dict[str, int]:
@@ -207,8 +205,7 @@ def test_the_spec_alone_makes_a_protocol_selectable() -> None:
 def test_the_spec_names_the_planner_and_the_budget_split() -> None:
     """The planner is found through the spec alone; an LDP protocol's budget split is its spec's, and
     a protocol without one (no LDP reports) has none to split."""
-    from fedhh.planning.plan import plan
-    from fedhh.protocols import split_budget
+    from fedhh.protocols import plan, split_budget
 
     assert plan("counting", n_users=1000) == {"n_users": 1000, "most_items": 1000 // MIN_COUNT}
     assert SPEC.budget is None and PROTOCOLS["treehist"].budget is not None

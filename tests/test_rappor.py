@@ -19,7 +19,7 @@ from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.kernels.bernoulli_bytes import REFINEMENT_WORDS
 from fedhh.kernels.randomness import KeyedRandomness
-from fedhh.planning.plan import plan
+from fedhh.protocols import plan
 from fedhh.protocols.rappor import (
     POPULATION_DICTIONARY_NOTE,
     BloomEncoder,

@@ -20,7 +20,7 @@ from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles.histogram import Histogram
 from fedhh.oracles.sketches import SketchReports
-from fedhh.planning.plan import plan
+from fedhh.protocols import plan
 from fedhh.protocols.sfp import SFPParameters, SFPServer, respond, vocabulary_values
 from simulations.fast import drive, run_fast
 

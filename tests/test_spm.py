@@ -17,7 +17,7 @@ from fedhh.data.population import Shard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
-from fedhh.planning.plan import plan
+from fedhh.protocols import plan
 from fedhh.protocols.prefix_encoding import PrefixEncoding
 from fedhh.protocols.spm import SPMParameters, SPMServer, respond, segment_keys, stage_margins
 

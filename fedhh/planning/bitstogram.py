@@ -7,7 +7,7 @@ from typing import Any
 
 from ..privacy.ldp import ldp_report
 from ..protocols.bitstogram import NAME, ORACLE, bitstogram_parameters, discovery_probability
-from .ldp_command import Option, plan_command
+from .commands import Option, ldp_plan_command
 from .plan import PLAN_FREQUENCIES, check_frequencies
 
 
@@ -33,14 +33,14 @@ def plan_bitstogram(
     }
 
 
-add_bitstogram_plan_parser = plan_command(
+BITSTOGRAM_PLAN = ldp_plan_command(
     NAME,
     "Bitstogram's buckets, hash rows and budget split from (n, ε, m), and what it finds",
     plan_bitstogram,
     [
-        Option("--bits", "value_bits", int, 64, "value length m in bits"),
-        Option("--buckets", "buckets", int, 0, "T, channels and Hashtogram width (0: the power of two at or above sqrt(n))"),
-        Option("--hashtogram-rows", "rows", int, 0, "Hashtogram hash rows (0: about ln n)"),
-        Option("--top-k", "top_k", int, 32, "k, values reported at most"),
+        Option("--bits", "value length m in bits", int, 64, "value_bits"),
+        Option("--buckets", "T, channels and Hashtogram width (0: the power of two at or above sqrt(n))", int, 0, "buckets"),
+        Option("--hashtogram-rows", "Hashtogram hash rows (0: about ln n)", int, 0, "rows"),
+        Option("--top-k", "k, values reported at most", int, 32, "top_k"),
     ],
 )

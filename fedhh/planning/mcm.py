@@ -7,7 +7,7 @@ from typing import Any
 
 from ..privacy.ldp import ldp_report
 from ..protocols.mcm import BUDGET, NAME, ORACLE, discovery_probability, mcm_parameters
-from .ldp_command import Option, plan_command
+from .commands import Option, ldp_plan_command
 from .plan import PLAN_FREQUENCIES, check_frequencies
 
 
@@ -30,13 +30,13 @@ def plan_mcm(
     }
 
 
-add_mcm_plan_parser = plan_command(
+MCM_PLAN = ldp_plan_command(
     NAME,
     "MCM's channels and budget split from (n, ε, m), and the chance of each frequency",
     plan_mcm,
     [
-        Option("--bits", "value_bits", int, 64, "value length m in bits"),
-        Option("--channels", "channels", int, 0, "channels (0: ceil(k^1.5))"),
-        Option("--top-k", "top_k", int, 32, "k, values reported at most"),
+        Option("--bits", "value length m in bits", int, 64, "value_bits"),
+        Option("--channels", "channels (0: ceil(k^1.5))", int, 0, "channels"),
+        Option("--top-k", "k, values reported at most", int, 32, "top_k"),
     ],
 )

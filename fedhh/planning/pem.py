@@ -11,13 +11,8 @@ design: every user sends one ε-LDP report.
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Mapping
 from typing import Any
-
-from rich.console import Console
-from rich.table import Table
 
 from ..errors import InputError
 from ..privacy.ldp import ldp_report
@@ -36,6 +31,7 @@ from ..protocols.pem_analysis import (
 from ..protocols.prefix_encoding import ValueSpace
 from ..protocols.prefix_search import TOP_K, SearchParameters
 from ..protocols.registry import split_budget
+from .commands import JSON_OPTION, Option, Options, PlanCommand, PlanTable
 
 DEFAULT_ORACLE = "olh"
 MAX_VALUE_BITS = 1024  # the optimizer tries every (γ, g): its time grows with the square of m
@@ -113,60 +109,56 @@ def plan_pem(
     }
 
 
-def add_pem_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``plan pem`` under the ``plan`` subcommands; its handler is the parser's ``func``."""
-    pem = plans.add_parser(
-        "pem",
-        help="γ, η and the group split of PEM from (n, ε, m, k) by its utility analysis",
-        description="[Wang19] §IV-C: maximise the predicted F1 (eq. (4)) under a Zipf assumption "
-        "and a limit on frequency-oracle queries.",
-    )
-    pem.add_argument("--users", type=int, required=True, help="population size n")
-    pem.add_argument("--epsilon", type=float, required=True, help="per-user ε > 0 (ε-LDP, δ = 0)")
-    pem.add_argument("--bits", type=int, default=64, help="value length m in bits (default 64)")
-    pem.add_argument("--top-k", type=int, default=32, help="k, values to find (default 32)")
-    pem.add_argument("--oracle", default=DEFAULT_ORACLE, help="frequency oracle of every level (default olh)")
-    pem.add_argument("--query-limit", type=int, default=DEFAULT_QUERY_LIMIT,
-                     help=f"most oracle queries over all levels (default {DEFAULT_QUERY_LIMIT:,})")
-    pem.add_argument("--candidates", type=int, help="|C_i|, prefixes kept per level (default: k)")
-    pem.add_argument("--zipf", type=float, default=DEFAULT_ZIPF_EXPONENT,
-                     help=f"assumed Zipf exponent s, f_j ∝ j^-s (default {DEFAULT_ZIPF_EXPONENT:g})")
-    pem.add_argument("--distinct", type=int, default=DEFAULT_DISTINCT_VALUES,
-                     help=f"assumed number of distinct values (default {DEFAULT_DISTINCT_VALUES:,})")
-    pem.add_argument("--model", choices=MODELS, default=ORDER_STATISTICS,
-                     help="survival model of a level: order statistics over every candidate (default) or "
-                     "[Wang19]'s eq. (5); the other is printed beside it")
-    pem.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    pem.set_defaults(func=print_pem_plan)
-    return pem
-
-
-def print_pem_plan(args: argparse.Namespace) -> int:
-    plan = plan_pem(
+def _pem_plan(args: Options) -> dict[str, Any]:
+    return plan_pem(
         args.users, args.epsilon, args.bits, args.top_k, args.oracle, args.query_limit, args.candidates,
         args.zipf, args.distinct, args.model,
     )
-    if args.json:
-        print(json.dumps(plan, indent=2))
-        return 0
-    table = Table(title=f"PEM plan: n = {args.users:,}, ε = {args.epsilon:g}, m = {args.bits} bits, k = {args.top_k}")
-    table.add_column("quantity")
-    table.add_column("value", justify="right")
-    table.add_row("start length γ", str(plan["start_length"]))
-    table.add_row("segment lengths η[i]", ", ".join(map(str, plan["segment_lengths"])))
-    table.add_row("groups g", str(plan["levels"]))
-    table.add_row("group sizes n[i]", ", ".join(f"{size:,}" for size in plan["group_sizes"]))
-    table.add_row("candidates kept |C_i|", str(plan["candidates_per_step"]))
-    table.add_row("oracle queries", f"{plan['queries']:,} of {args.query_limit:,}")
-    table.add_row(f"predicted F1 ({args.model})", f"{plan['predicted_f1']:.3f}")
-    table.add_row(f"predicted NCR ({args.model})", f"{plan['predicted_ncr']:.3f}")
+
+
+def _pem_table(args: Options, plan: dict[str, Any]) -> PlanTable:
+    rows = [
+        ("start length γ", str(plan["start_length"])),
+        ("segment lengths η[i]", ", ".join(map(str, plan["segment_lengths"]))),
+        ("groups g", str(plan["levels"])),
+        ("group sizes n[i]", ", ".join(f"{size:,}" for size in plan["group_sizes"])),
+        ("candidates kept |C_i|", str(plan["candidates_per_step"])),
+        ("oracle queries", f"{plan['queries']:,} of {args.query_limit:,}"),
+        (f"predicted F1 ({args.model})", f"{plan['predicted_f1']:.3f}"),
+        (f"predicted NCR ({args.model})", f"{plan['predicted_ncr']:.3f}"),
+    ]
     if args.model != EQUATION_5:
-        table.add_row("predicted F1 (eq. (5), same design)", f"{plan['equation_5']['predicted_f1']:.3f}")
-    console = Console()
-    console.print(table)
-    console.print(
+        rows.append(("predicted F1 (eq. (5), same design)", f"{plan['equation_5']['predicted_f1']:.3f}"))
+    notes = [
         f"assumption: Zipf({args.zipf:g}) over {plan['assumption']['distinct_values']:,} values; "
-        f"oracle {args.oracle}; privacy: {plan['model']}, ε = {args.epsilon:g}, δ = 0"
-    )
-    console.print("run it with --set protocol.name=pem (protocol.segment_length = 0 asks this optimizer)")
-    return 0
+        f"oracle {args.oracle}; privacy: {plan['model']}, ε = {args.epsilon:g}, δ = 0",
+        "run it with --set protocol.name=pem (protocol.segment_length = 0 asks this optimizer)",
+    ]
+    return PlanTable(f"PEM plan: n = {args.users:,}, ε = {args.epsilon:g}, m = {args.bits} bits, k = {args.top_k}",
+                     rows, notes)
+
+
+PEM_PLAN = PlanCommand(
+    "γ, η and the group split of PEM from (n, ε, m, k) by its utility analysis",
+    (
+        Option("--users", "population size n", int, required=True),
+        Option("--epsilon", "per-user ε > 0 (ε-LDP, δ = 0)", float, required=True),
+        Option("--bits", "value length m in bits (default 64)", int, 64),
+        Option("--top-k", "k, values to find (default 32)", int, 32),
+        Option("--oracle", "frequency oracle of every level (default olh)", default=DEFAULT_ORACLE),
+        Option("--query-limit", f"most oracle queries over all levels (default {DEFAULT_QUERY_LIMIT:,})", int,
+               DEFAULT_QUERY_LIMIT),
+        Option("--candidates", "|C_i|, prefixes kept per level (default: k)", int),
+        Option("--zipf", f"assumed Zipf exponent s, f_j ∝ j^-s (default {DEFAULT_ZIPF_EXPONENT:g})", float,
+               DEFAULT_ZIPF_EXPONENT),
+        Option("--distinct", f"assumed number of distinct values (default {DEFAULT_DISTINCT_VALUES:,})", int,
+               DEFAULT_DISTINCT_VALUES),
+        Option("--model", "survival model of a level: order statistics over every candidate (default) or "
+               "[Wang19]'s eq. (5); the other is printed beside it", default=ORDER_STATISTICS, choices=MODELS),
+        JSON_OPTION,
+    ),
+    _pem_plan,
+    _pem_table,
+    description="[Wang19] §IV-C: maximise the predicted F1 (eq. (4)) under a Zipf assumption "
+    "and a limit on frequency-oracle queries.",
+)

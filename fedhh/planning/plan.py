@@ -4,7 +4,8 @@ A planner takes a population size and a privacy target and returns a plain
 dict (JSON-ready): the derived parameters, the guarantee they carry, and
 what a run can be expected to find.  A protocol names its planner on its
 spec (``ProtocolSpec.planner``), so a protocol that lands later brings its
-own and :func:`plan` finds it there; nothing here needs to change.
+own and :func:`fedhh.protocols.registry.plan` finds it there; nothing here
+needs to change.
 
 This module also generates the table of TrieHH parameters in
 ``docs/privacy.md`` (:func:`triehh_table`, :func:`markdown_table`).
@@ -12,16 +13,12 @@ This module also generates the table of TrieHH parameters in
 
 from __future__ import annotations
 
-import argparse
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InputError
-from ..protocols import PROTOCOLS, load_tool
 from ..privacy.triehh import PrivacyTargetError, solve_triehh, worst_case_discovery_rate
-
-Planner = Callable[..., dict[str, Any]]
+from .commands import Option, Options, PlanCommand, PlanTable
 
 PLAN_FREQUENCIES = (0.0005, 0.001, 0.002, 0.005, 0.01)
 
@@ -30,16 +27,6 @@ def check_frequencies(frequencies: Sequence[float]) -> None:
     for frequency in frequencies:
         if not 0 < frequency <= 1:
             raise InputError(f"frequencies: each must be in (0, 1], got {frequency!r}")
-
-
-def plan(protocol: str, **target: Any) -> dict[str, Any]:
-    """The plan of ``protocol`` for ``target`` (keyword arguments of the planner its spec names)."""
-    spec = PROTOCOLS.get(protocol)
-    if spec is None or spec.planner is None:
-        allowed = sorted(name for name, other in PROTOCOLS.items() if other.planner is not None)
-        raise InputError(f"protocol.name: no planner for {protocol!r}; allowed: {allowed}")
-    planner: Planner = load_tool(spec.planner, f"the planner of {protocol!r}")
-    return planner(**target)
 
 
 def plan_triehh(
@@ -75,49 +62,36 @@ def plan_triehh(
 
 
 
-def add_triehh_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``plan triehh`` under the ``plan`` subcommands; its handler is the parser's ``func``."""
-    triehh = plans.add_parser("triehh", help="θ and batch size m from (n, ε, δ, L)")
-    triehh.add_argument("--users", type=int, required=True, help="population size n")
-    triehh.add_argument("--epsilon", type=float, required=True, help="target ε > 0")
-    triehh.add_argument("--delta", type=float, required=True, help="target δ in (0, 1)")
-    triehh.add_argument("--max-rounds", type=int, required=True,
-                        help="L: rounds, i.e. symbols of the longest item plus the end symbol")
-    triehh.add_argument("--json", action="store_true")
-    triehh.set_defaults(func=print_triehh_plan)
-    return triehh
+def _triehh_plan(args: Options) -> dict[str, Any]:
+    return plan_triehh(n_users=args.users, epsilon=args.epsilon, delta=args.delta, max_rounds=args.max_rounds)
 
 
-def print_triehh_plan(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    planned = plan_triehh(n_users=args.users, epsilon=args.epsilon, delta=args.delta, max_rounds=args.max_rounds)
-    if args.json:
-        print(json.dumps(planned, indent=2))
-        return 0
-    table = Table(title=f"TrieHH plan: n = {args.users:,}, L = {args.max_rounds} rounds")
-    table.add_column("quantity")
-    table.add_column("value", justify="right")
-    table.add_row("threshold θ", str(planned["theta"]))
-    table.add_row("batch size m", f"{planned['batch_size']:,}")
-    table.add_row("sampling rate m/n", f"{planned['sampling_rate']:.4g}")
-    table.add_row("ε (guaranteed)", f"{planned['epsilon']:.6g}")
-    table.add_row("δ (guaranteed)", f"{planned['delta']:.3g}")
-    for frequency, rate in planned["worst_case_discovery_rate"].items():
-        table.add_row(f"worst-case discovery, frequency {frequency}", f"{rate:.3f}")
-    console = Console()
-    console.print(table)
-    console.print(f"model: {planned['model']}")
-    return 0
+def _triehh_table(args: Options, planned: dict[str, Any]) -> PlanTable:
+    rows = [
+        ("threshold θ", str(planned["theta"])),
+        ("batch size m", f"{planned['batch_size']:,}"),
+        ("sampling rate m/n", f"{planned['sampling_rate']:.4g}"),
+        ("ε (guaranteed)", f"{planned['epsilon']:.6g}"),
+        ("δ (guaranteed)", f"{planned['delta']:.3g}"),
+    ]
+    rows += [(f"worst-case discovery, frequency {frequency}", f"{rate:.3f}")
+             for frequency, rate in planned["worst_case_discovery_rate"].items()]
+    return PlanTable(f"TrieHH plan: n = {args.users:,}, L = {args.max_rounds} rounds", rows,
+                     [f"model: {planned['model']}"])
 
 
-def add_plan_parsers(plan: argparse.ArgumentParser) -> None:
-    """``fedhh plan NAME`` for every registered protocol whose spec names a plan command."""
-    plans = plan.add_subparsers(dest="protocol", required=True)
-    for name, spec in PROTOCOLS.items():
-        if spec.plan_command is not None:
-            load_tool(spec.plan_command, f"the plan command of {name!r}")(plans)
+TRIEHH_PLAN = PlanCommand(
+    "θ and batch size m from (n, ε, δ, L)",
+    (
+        Option("--users", "population size n", int, required=True),
+        Option("--epsilon", "target ε > 0", float, required=True),
+        Option("--delta", "target δ in (0, 1)", float, required=True),
+        Option("--max-rounds", "L: rounds, i.e. symbols of the longest item plus the end symbol", int, required=True),
+        Option("--json", switch=True),
+    ),
+    _triehh_plan,
+    _triehh_table,
+)
 
 
 def triehh_table(

@@ -14,7 +14,7 @@ from ..protocols.rappor import (
     rappor_split,
     significance_level,
 )
-from .ldp_command import Option, plan_command
+from .commands import Option, ldp_plan_command
 
 
 def plan_rappor(
@@ -47,14 +47,14 @@ def plan_rappor(
     }
 
 
-add_rappor_plan_parser = plan_command(
+RAPPOR_PLAN = ldp_plan_command(
     NAME,
     "RAPPOR's bit probabilities, count noise and the count an item needs to be reported, from (n, ε)",
     plan_rappor,
     [
-        Option("--bloom-bits", "bloom_bits", int, 256, "bits of a Bloom filter"),
-        Option("--bloom-hashes", "bloom_hashes", int, 2, "bits an item sets"),
-        Option("--cohorts", "cohorts", int, 512, "cohorts (each its own hash functions)"),
-        Option("--candidates", "candidates", int, 100_000, "size of the candidate dictionary"),
+        Option("--bloom-bits", "bits of a Bloom filter", int, 256, "bloom_bits"),
+        Option("--bloom-hashes", "bits an item sets", int, 2, "bloom_hashes"),
+        Option("--cohorts", "cohorts (each its own hash functions)", int, 512, "cohorts"),
+        Option("--candidates", "size of the candidate dictionary", int, 100_000, "candidates"),
     ],
 )

@@ -10,7 +10,7 @@ from ..data.items import ItemCodec, get_alphabet
 from ..privacy.ldp import ldp_report
 from ..privacy.validation import check_users
 from ..protocols.sfp import NAME, fragment_pairs, fragment_positions, sfp_split, sketch_noise
-from .ldp_command import Option, plan_command
+from .commands import Option, ldp_plan_command
 
 
 def plan_sfp(
@@ -44,16 +44,16 @@ def plan_sfp(
     }
 
 
-add_sfp_plan_parser = plan_command(
+SFP_PLAN = ldp_plan_command(
     NAME,
     "SFP's budget split, fragment positions and count noise from (n, ε)",
     plan_sfp,
     [
-        Option("--max-length", "max_length", int, 10, "characters of the longest item"),
-        Option("--fragment-length", "fragment_length", int, 2, "symbols per fragment"),
-        Option("--fragment-share", "fragment_share", float, 0.5, "share of ε on the fragment report"),
-        Option("--oracle", "oracle", str, "cms", "sketch oracle: cms or hcms"),
-        Option("--rows", "rows", int, 16, "sketch rows"),
-        Option("--width", "width", int, 1024, "sketch width"),
+        Option("--max-length", "characters of the longest item", int, 10, "max_length"),
+        Option("--fragment-length", "symbols per fragment", int, 2, "fragment_length"),
+        Option("--fragment-share", "share of ε on the fragment report", float, 0.5, "fragment_share"),
+        Option("--oracle", "sketch oracle: cms or hcms", str, "cms", "oracle"),
+        Option("--rows", "sketch rows", int, 16, "rows"),
+        Option("--width", "sketch width", int, 1024, "width"),
     ],
 )

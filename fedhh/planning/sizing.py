@@ -39,13 +39,22 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..protocols.item_discovery import item_discovery
-from ..protocols.prefix_encoding import ValueSpace
-from .pem import pem_search_parameters, plan_pem
-from .plan import plan_triehh
-from .treehist import treehist_parameters
 from ..privacy.triehh import round_spend, triehh_batch_size, triehh_threshold
 from ..privacy.validation import check_delta, check_epsilon, check_positive_int
+from ..protocols.item_discovery import item_discovery
+from ..protocols.pem_analysis import (
+    DEFAULT_DISTINCT_VALUES,
+    DEFAULT_QUERY_LIMIT,
+    DEFAULT_ZIPF_EXPONENT,
+    MODELS,
+    ORDER_STATISTICS,
+)
+from ..protocols.prefix_encoding import ValueSpace
+from .commands import Option, Options
+from .pem import DEFAULT_ORACLE as PEM_ORACLE
+from .pem import pem_search_parameters, plan_pem
+from .plan import plan_triehh
+from .treehist import treehist_design, treehist_options, treehist_parameters
 
 MAX_USERS = 10**12  # beyond this, the answer is "not reachable"
 PRECISION = 0.01  # the LDP answers: n meets the target, n less this share does not
@@ -88,6 +97,42 @@ def check_share(value: float, flag: str, upper_open: bool = True) -> float:
     ):
         raise InputError(f"{flag}: must be a number in {allowed}, got {value!r}")
     return float(value)
+
+
+OnStep = Callable[[int, float], None]  # (population size tried, the analysis' discovery rate there)
+
+
+def no_check(args: Options, mode: str) -> None:
+    """A protocol whose options need no check beyond their parsers'."""
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What ``fedhh size NAME`` needs of one protocol (its spec names it: ``ProtocolSpec.sizing``).
+
+    Its functions read the command's parsed options (``args``: an attribute per option)."""
+
+    title: str  # the protocol's name in help texts and tables
+    verify_trials: int  # default runs of --verify
+    options: tuple[Option, ...]  # its own options
+    answer: Callable[[Options, OnStep], SizeAnswer]  # the analytic answer
+    verify_setup: Callable[[Options, SizeAnswer], dict[str, Any]]  # simulations.sizing.verify_item's
+    check_analytic: Callable[[Options, str], None] = no_check  # options --frequency needs or refuses
+    check_recall: Callable[[Options, str], None] = no_check  # options --recall refuses
+
+
+def required(args: Options, names: tuple[str, ...], mode: str) -> None:
+    """Refuse options among ``names`` that were not given (``mode``: with which others they are needed)."""
+    for name in names:
+        if getattr(args, name, None) is None:
+            raise InputError(f"--{name.replace('_', '-')}: required {mode}")
+
+
+def forbidden(args: Options, names: tuple[str, ...], mode: str) -> None:
+    """Refuse options among ``names`` that were given (``mode``: with which others they are not used)."""
+    for name in names:
+        if getattr(args, name, None) not in (None, False, []):
+            raise InputError(f"--{name.replace('_', '-')}: not used {mode}")
 
 
 # -- TrieHH ---------------------------------------------------------------------------------------
@@ -346,3 +391,75 @@ def _collision_hint(oracle: str) -> str:
         return ""
     return (f"; with {oracle}, the users without the item (one heavy empty value) add collision variance that "
             "grows like the item's count, so no population is enough: try --oracle olh")
+
+
+# -- the sizings of ``fedhh size NAME`` --------------------------------------------------------------
+
+
+def _check_triehh_analytic(args: Options, mode: str) -> None:
+    required(args, ("delta", "max_rounds"), mode)
+    forbidden(args, ("top_k",), mode + " (TrieHH has no k)")
+
+
+def _check_triehh_recall(args: Options, mode: str) -> None:
+    forbidden(args, ("max_rounds",), mode + " (L comes from the config's protocol.max_length)")
+
+
+def _triehh_answer(args: Options, show: OnStep) -> SizeAnswer:
+    return size_triehh(args.frequency, args.discovery, args.epsilon, args.delta, args.max_rounds)
+
+
+def _pem_design(args: Options) -> dict[str, Any]:
+    """The keyword arguments of :func:`plan_pem` from PEM's sizing options."""
+    return {
+        "value_bits": args.bits, "top_k": args.top_k or 32, "oracle": args.oracle, "query_limit": args.query_limit,
+        "candidates_per_step": args.candidates, "zipf_exponent": args.zipf, "distinct": args.distinct,
+        "model": args.model,
+    }
+
+
+def _pem_answer(args: Options, show: OnStep) -> SizeAnswer:
+    return size_pem(args.frequency, args.discovery, args.epsilon, on_step=show, **_pem_design(args))
+
+
+def _treehist_design(args: Options) -> dict[str, Any]:
+    return {**treehist_design(args), "top_k": args.top_k or 32}
+
+
+def _treehist_answer(args: Options, show: OnStep) -> SizeAnswer:
+    return size_treehist(args.frequency, args.discovery, args.epsilon, on_step=show, **_treehist_design(args))
+
+
+TRIEHH_SIZING = Sizing(
+    "TrieHH", 200,  # --verify: TrieHH's runs cost a few ms each
+    (
+        Option("--delta", "target δ in (0, 1)", float),
+        Option("--max-rounds", "L: rounds, i.e. symbols of the longest item plus the end symbol", int),
+        Option("--top-k", "K of recall@K (with --recall and --population)", int),
+    ),
+    _triehh_answer,
+    lambda args, answer: {"privacy": (args.epsilon, args.delta, args.max_rounds)},
+    check_analytic=_check_triehh_analytic, check_recall=_check_triehh_recall,
+)
+PEM_SIZING = Sizing(
+    "PEM", 20,
+    (
+        Option("--bits", "value length m in bits (default 64)", int, 64),
+        Option("--top-k", "k, values PEM reports (default 32); with --recall: K of recall@K", int),
+        Option("--oracle", f"frequency oracle (default {PEM_ORACLE})", default=PEM_ORACLE),
+        Option("--candidates", "|C_i|, prefixes kept per level (default: k)", int),
+        Option("--query-limit", f"most oracle queries of the optimizer's design (default {DEFAULT_QUERY_LIMIT:,})",
+               int, DEFAULT_QUERY_LIMIT),
+        Option("--zipf", "Zipf exponent the optimizer assumes (default 1)", float, DEFAULT_ZIPF_EXPONENT),
+        Option("--distinct", f"distinct values the optimizer assumes (default {DEFAULT_DISTINCT_VALUES:,})", int,
+               DEFAULT_DISTINCT_VALUES),
+        Option("--model", "survival model of the analysis (default order-statistics)", default=ORDER_STATISTICS,
+               choices=MODELS),
+    ),
+    _pem_answer,
+    lambda args, answer: {"search": pem_search_parameters(plan_pem(answer.users, args.epsilon, **_pem_design(args)))},
+)
+TREEHIST_SIZING = Sizing(
+    "TreeHist", 20, treehist_options(top_k_default=None), _treehist_answer,
+    lambda args, answer: {"search": treehist_parameters(answer.users, args.epsilon, **_treehist_design(args))},
+)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..privacy.ldp import ldp_report
 from ..protocols.spm import BUDGET, NAME, ORACLE, spm_parameters, stage_margins
-from .ldp_command import Option, plan_command
+from .commands import Option, ldp_plan_command
 from .plan import PLAN_FREQUENCIES, check_frequencies
 
 
@@ -32,13 +32,13 @@ def plan_spm(
     }
 
 
-add_spm_plan_parser = plan_command(
+SPM_PLAN = ldp_plan_command(
     NAME,
     "SPM's segments and budget split from (n, ε, m), and each frequency's margin at every stage",
     plan_spm,
     [
-        Option("--bits", "value_bits", int, 64, "value length m in bits"),
-        Option("--segment-bits", "segment_bits", int, 0, "bits per segment (0: the longest with g 2^s <= 65,536)"),
-        Option("--top-k", "top_k", int, 32, "k, values reported at most"),
+        Option("--bits", "value length m in bits", int, 64, "value_bits"),
+        Option("--segment-bits", "bits per segment (0: the longest with g 2^s <= 65,536)", int, 0, "segment_bits"),
+        Option("--top-k", "k, values reported at most", int, 32, "top_k"),
     ],
 )

@@ -24,14 +24,9 @@ the shares found with probability 0.5 and 0.9.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from collections.abc import Sequence
 from typing import Any
-
-from rich.console import Console
-from rich.table import Table
 
 from ..errors import InputError
 from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
@@ -43,6 +38,7 @@ from ..protocols.item_discovery import item_discovery
 from ..protocols.prefix_encoding import ValueSpace
 from ..protocols.prefix_search import THRESHOLD, SearchParameters, level_shares, uniform_segments
 from ..protocols.registry import split_budget
+from .commands import JSON_OPTION, Option, Options, PlanCommand, PlanTable
 from .plan import PLAN_FREQUENCIES, check_frequencies
 
 DEFAULT_ORACLE = COUNT_SKETCH_HADAMARD
@@ -139,39 +135,24 @@ def plan_treehist(
     }
 
 
-def add_treehist_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``plan treehist`` under the ``plan`` subcommands; its handler is the parser's ``func``."""
-    treehist = plans.add_parser(
-        "treehist",
-        help="TreeHist's levels, sketch, threshold and budget split from (n, ε, m), and what it finds",
-        description="[Bassily17] §3 as `fedhh run` configures it, with the probability that an item of a given "
-        "share is reported (an item sharing no prefix with other values, none competing with it).",
-    )
-    treehist.add_argument("--users", type=int, required=True, help="population size n")
-    treehist.add_argument("--epsilon", type=float, required=True, help="per-user ε > 0 (ε-LDP, δ = 0)")
-    add_treehist_options(treehist)
-    treehist.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    treehist.set_defaults(func=print_treehist_plan)
-    return treehist
-
-
-def add_treehist_options(parser: argparse.ArgumentParser, top_k_default: int | None = 32) -> None:
+def treehist_options(top_k_default: int | None = 32) -> tuple[Option, ...]:
     """TreeHist's design options (shared with ``fedhh size treehist``, where ``--top-k`` is also
     recall's K and so has no default)."""
-    parser.add_argument("--bits", type=int, default=64, help="value length m in bits (default 64)")
-    parser.add_argument("--segment-length", type=int, default=1, help="η, bits each level adds (default 1)")
-    parser.add_argument("--top-k", type=int, default=top_k_default,
-                        help="values reported at most (default 32)" + ("" if top_k_default else "; with --recall: K"))
-    parser.add_argument("--oracle", default=DEFAULT_ORACLE, help=f"frequency oracle (default {DEFAULT_ORACLE})")
-    parser.add_argument("--candidates", type=int, default=32, help="prefixes kept per level at most (default 32)")
-    parser.add_argument("--threshold", type=float, default=0.0,
-                        help="share of users a prefix needs (default 0: the noise level)")
-    parser.add_argument("--sketch-rows", type=int, default=0, help="sketch rows / hash pairs t (default 0: automatic)")
-    parser.add_argument("--sketch-width", type=int, default=0, help="sketch width, a power of two (default 0: automatic)")
+    return (
+        Option("--bits", "value length m in bits (default 64)", int, 64),
+        Option("--segment-length", "η, bits each level adds (default 1)", int, 1),
+        Option("--top-k", "values reported at most (default 32)" + ("" if top_k_default else "; with --recall: K"), int,
+               top_k_default),
+        Option("--oracle", f"frequency oracle (default {DEFAULT_ORACLE})", default=DEFAULT_ORACLE),
+        Option("--candidates", "prefixes kept per level at most (default 32)", int, 32),
+        Option("--threshold", "share of users a prefix needs (default 0: the noise level)", float, 0.0),
+        Option("--sketch-rows", "sketch rows / hash pairs t (default 0: automatic)", int, 0),
+        Option("--sketch-width", "sketch width, a power of two (default 0: automatic)", int, 0),
+    )
 
 
-def treehist_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of :func:`treehist_parameters` from :func:`add_treehist_options`' options."""
+def treehist_design(args: Options) -> dict[str, Any]:
+    """The keyword arguments of :func:`treehist_parameters` from :func:`treehist_options`' options."""
     return {
         "value_bits": args.bits, "segment_length": args.segment_length, "top_k": args.top_k, "oracle": args.oracle,
         "candidates_per_step": args.candidates, "threshold": args.threshold, "sketch_rows": args.sketch_rows,
@@ -179,31 +160,42 @@ def treehist_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def print_treehist_plan(args: argparse.Namespace) -> int:
+def _treehist_plan(args: Options) -> dict[str, Any]:
     check_positive_int(args.users, "--users")
-    plan = plan_treehist(args.users, args.epsilon, **treehist_options(args))
-    if args.json:
-        print(json.dumps(plan, indent=2))
-        return 0
-    table = Table(title=f"TreeHist plan: n = {args.users:,}, ε = {args.epsilon:g}, m = {args.bits} bits")
-    table.add_column("quantity")
-    table.add_column("value", justify="right")
-    table.add_row("levels (bits each)", f"{plan['levels']} ({args.segment_length})")
-    table.add_row("users per level", f"{plan['users_per_level']:,.0f}")
-    table.add_row("budget split", ", ".join(f"{name}: ε = {part:g}" for name, part in plan["budget_split"].items()))
+    return plan_treehist(args.users, args.epsilon, **treehist_design(args))
+
+
+def _treehist_table(args: Options, plan: dict[str, Any]) -> PlanTable:
     oracle = plan["oracle"]
     if "sketch" in plan:
         oracle += f" ({plan['sketch']['rows']} x {plan['sketch']['width']:,})"
-    table.add_row("oracle", oracle)
-    table.add_row("threshold, population counts (level 2)",
-                  "—" if len(plan["level_thresholds"]) < 2 else f"{plan['level_thresholds'][1]:,.0f}")
-    table.add_row("prefixes kept per level (at most)", str(plan["candidates_per_step"]))
-    for share, frequency in plan["detectable_share"].items():
-        table.add_row(f"share found with probability {share}", "not reachable" if frequency is None else f"{frequency:.3g}")
-    for frequency, rate in plan["discovery_rate"].items():
-        table.add_row(f"discovery, item of share {frequency}", f"{rate:.3f}")
-    console = Console()
-    console.print(table)
-    console.print(f"privacy: {plan['model']}, ε = {args.epsilon:g}, δ = 0; an item sharing no prefix, "
-                  "no value competing for its places (see docs/sizing.md)")
-    return 0
+    rows = [
+        ("levels (bits each)", f"{plan['levels']} ({args.segment_length})"),
+        ("users per level", f"{plan['users_per_level']:,.0f}"),
+        ("budget split", ", ".join(f"{name}: ε = {part:g}" for name, part in plan["budget_split"].items())),
+        ("oracle", oracle),
+        ("threshold, population counts (level 2)",
+         "—" if len(plan["level_thresholds"]) < 2 else f"{plan['level_thresholds'][1]:,.0f}"),
+        ("prefixes kept per level (at most)", str(plan["candidates_per_step"])),
+    ]
+    rows += [(f"share found with probability {share}", "not reachable" if frequency is None else f"{frequency:.3g}")
+             for share, frequency in plan["detectable_share"].items()]
+    rows += [(f"discovery, item of share {frequency}", f"{rate:.3f}") for frequency, rate in plan["discovery_rate"].items()]
+    notes = [f"privacy: {plan['model']}, ε = {args.epsilon:g}, δ = 0; an item sharing no prefix, "
+             "no value competing for its places (see docs/sizing.md)"]
+    return PlanTable(f"TreeHist plan: n = {args.users:,}, ε = {args.epsilon:g}, m = {args.bits} bits", rows, notes)
+
+
+TREEHIST_PLAN = PlanCommand(
+    "TreeHist's levels, sketch, threshold and budget split from (n, ε, m), and what it finds",
+    (
+        Option("--users", "population size n", int, required=True),
+        Option("--epsilon", "per-user ε > 0 (ε-LDP, δ = 0)", float, required=True),
+        *treehist_options(),
+        JSON_OPTION,
+    ),
+    _treehist_plan,
+    _treehist_table,
+    description="[Bassily17] §3 as `fedhh run` configures it, with the probability that an item of a given "
+    "share is reported (an item sharing no prefix with other values, none competing with it).",
+)

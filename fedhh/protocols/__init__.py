@@ -13,7 +13,7 @@ from .base import (
     RoundRecord,
     ServerProtocol,
 )
-from .registry import PROTOCOLS, get_protocol, protocol_module, register_protocol, split_budget
+from .registry import PROTOCOLS, get_protocol, plan, protocol_module, register_protocol, split_budget
 from .spec import HeldUsers, InvalidReply, ProtocolSpec, load_tool
 
 from . import triehh, pem, treehist, bitstogram, spm, mcm, rappor, sfp  # noqa: E402,F401  (registers the built-in protocols, in this order)
@@ -32,6 +32,7 @@ __all__ = [
     "ServerProtocol",
     "get_protocol",
     "load_tool",
+    "plan",
     "protocol_module",
     "register_protocol",
     "split_budget",

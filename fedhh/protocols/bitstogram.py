@@ -450,7 +450,7 @@ SPEC = register_protocol(
         describe_round=describe_round,
         budget=BUDGET,
         planner="fedhh.planning.bitstogram:plan_bitstogram",
-        plan_command="fedhh.planning.bitstogram:add_bitstogram_plan_parser",
+        plan_command="fedhh.planning.bitstogram:BITSTOGRAM_PLAN",
         communication="fedhh.communication:bitstogram_bits",
     )
 )

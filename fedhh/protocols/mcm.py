@@ -335,7 +335,7 @@ SPEC = register_protocol(
         describe_round=describe_round,
         budget=BUDGET,
         planner="fedhh.planning.mcm:plan_mcm",
-        plan_command="fedhh.planning.mcm:add_mcm_plan_parser",
+        plan_command="fedhh.planning.mcm:MCM_PLAN",
         communication="fedhh.communication:mcm_bits",
     )
 )

@@ -38,8 +38,8 @@ PEM = PrefixVariant(
         "users are partitioned into groups, one report per user",
     ),
     planner="fedhh.planning.pem:plan_pem",
-    plan_command="fedhh.planning.pem:add_pem_plan_parser",
-    sizing="fedhh.planning.sizing_cli:PEM",
+    plan_command="fedhh.planning.pem:PEM_PLAN",
+    sizing="fedhh.planning.sizing:PEM_SIZING",
 )
 
 

@@ -811,7 +811,7 @@ SPEC = register_protocol(
         describe_round=describe_round,
         budget=rappor_budget(),
         planner="fedhh.planning.rappor:plan_rappor",
-        plan_command="fedhh.planning.rappor:add_rappor_plan_parser",
+        plan_command="fedhh.planning.rappor:RAPPOR_PLAN",
         communication="fedhh.communication:rappor_bits",
     )
 )

@@ -655,7 +655,7 @@ SPEC = register_protocol(
         describe_round=describe_round,
         budget=sfp_budget(),
         planner="fedhh.planning.sfp:plan_sfp",
-        plan_command="fedhh.planning.sfp:add_sfp_plan_parser",
+        plan_command="fedhh.planning.sfp:SFP_PLAN",
         communication="fedhh.communication:sfp_bits",
     )
 )

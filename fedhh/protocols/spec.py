@@ -128,7 +128,7 @@ class ProtocolSpec:
     dense: Callable[[ItemCodec], DenseLayout] | None = None  # None: no secure aggregation
     budget: BudgetRule | None = None  # ε-LDP protocols: each user's ε among its reports
     planner: str | None = None  # "module:function": plan(**target) -> dict, behind `fedhh plan NAME`
-    plan_command: str | None = None  # "module:function": adds `fedhh plan NAME` to the plan subparsers
+    plan_command: str | None = None  # "module:attribute": its command (fedhh.planning.commands.PlanCommand), `fedhh plan NAME`
     sizing: str | None = None  # "module:attribute": its sizing tool (fedhh.planning.sizing.Sizing), `fedhh size NAME`
     communication: str | None = None  # "module:function": (fresh server) -> fedhh.communication.Communication
 

@@ -550,7 +550,7 @@ SPEC = register_protocol(
         describe_round=describe_round,
         budget=BUDGET,
         planner="fedhh.planning.spm:plan_spm",
-        plan_command="fedhh.planning.spm:add_spm_plan_parser",
+        plan_command="fedhh.planning.spm:SPM_PLAN",
         communication="fedhh.communication:spm_bits",
     )
 )

@@ -46,8 +46,8 @@ TREEHIST = PrefixVariant(
         "even split as in Cormode et al.'s survey",
     ),
     planner="fedhh.planning.treehist:plan_treehist",
-    plan_command="fedhh.planning.treehist:add_treehist_plan_parser",
-    sizing="fedhh.planning.sizing_cli:TREEHIST",
+    plan_command="fedhh.planning.treehist:TREEHIST_PLAN",
+    sizing="fedhh.planning.sizing:TREEHIST_SIZING",
 )
 
 

@@ -445,8 +445,8 @@ SPEC = register_protocol(
         describe_round=describe_round,
         dense=TrieHHDense,
         planner="fedhh.planning.plan:plan_triehh",
-        plan_command="fedhh.planning.plan:add_triehh_plan_parser",
-        sizing="fedhh.planning.sizing_cli:TRIEHH",
+        plan_command="fedhh.planning.plan:TRIEHH_PLAN",
+        sizing="fedhh.planning.sizing:TRIEHH_SIZING",
         communication="fedhh.communication:triehh_bits",
     )
 )

@@ -1,4 +1,4 @@
-"""``fedhh size triehh|pem|treehist``: the population a deployment needs.
+"""``fedhh size triehh|pem|treehist``: the population a deployment needs (the command line).
 
 Two questions, one command per protocol:
 
@@ -12,11 +12,11 @@ Two questions, one command per protocol:
   (:mod:`simulations.sizing`, on the fast driver).
 
 Each protocol's part -- its options, its analysis, how ``--verify`` sets up
-its runs -- is one :class:`Sizing`, named by its spec
+its runs -- is one :class:`fedhh.planning.sizing.Sizing`, named by its spec
 (``ProtocolSpec.sizing``); the command has one subcommand per protocol
-whose spec names one.  The simulations are drivers, above this module: the
-command line hands them in (:func:`add_size_arguments`), so nothing here
-imports them and the analytic answers stay framework-free.  Bad input raises
+whose spec names one, built here from the sizing's declared options.  The
+runs behind ``--verify`` and ``--recall`` are :mod:`simulations.sizing`'s,
+handed in by the command line (:func:`add_size_arguments`).  Bad input raises
 :class:`fedhh.errors.InputError` naming the option (exit status 2).
 """
 
@@ -25,40 +25,18 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from ..config import load_config
-from ..errors import InputError
-from ..protocols import PROTOCOLS, load_tool
-from ..protocols.pem_analysis import DEFAULT_DISTINCT_VALUES, DEFAULT_QUERY_LIMIT, DEFAULT_ZIPF_EXPONENT, MODELS, ORDER_STATISTICS
-from .pem import DEFAULT_ORACLE as PEM_ORACLE
-from .pem import pem_search_parameters, plan_pem
-from .sizing import SizeAnswer, size_pem, size_treehist, size_triehh
-from .treehist import add_treehist_options, treehist_options, treehist_parameters
+from fedhh.config import load_config
+from fedhh.planning.sizing import SizeAnswer, Sizing, forbidden, required
+from fedhh.protocols import PROTOCOLS, load_tool
+
+from .plan_cli import add_options
 
 DEFAULT_RECALL_TRIALS = 3
-OnStep = Callable[[int, float], None]
-
-
-def no_check(args: argparse.Namespace, mode: str) -> None:
-    """A protocol whose options need no check beyond their parsers'."""
-
-
-@dataclass(frozen=True)
-class Sizing:
-    """What ``fedhh size NAME`` needs of one protocol (its spec names it: ``ProtocolSpec.sizing``)."""
-
-    title: str  # the protocol's name in help texts and tables
-    verify_trials: int  # default runs of --verify
-    add_options: Callable[[argparse.ArgumentParser], None]  # its own options
-    answer: Callable[[argparse.Namespace, OnStep], SizeAnswer]  # the analytic answer
-    verify_setup: Callable[[argparse.Namespace, SizeAnswer], dict[str, Any]]  # simulations.sizing.verify_item's
-    check_analytic: Callable[[argparse.Namespace, str], None] = no_check  # options --frequency needs or refuses
-    check_recall: Callable[[argparse.Namespace, str], None] = no_check  # options --recall refuses
 
 
 def sizings() -> dict[str, Sizing]:
@@ -90,7 +68,7 @@ def add_size_arguments(
         parser.add_argument("--frequency", type=float, help="share of users holding the item, in (0, 1]")
         parser.add_argument("--discovery", type=float, help="probability of finding it, in (0, 1)")
         parser.add_argument("--epsilon", type=float, help="target ε > 0 (TrieHH central, PEM/TreeHist per user)")
-        sizing.add_options(parser)
+        add_options(parser, sizing.options)
         parser.add_argument("--verify", action="store_true",
                             help="run the protocol on the assumed population at the answer and print both")
         parser.add_argument("--trials", type=int,
@@ -106,65 +84,13 @@ def add_size_arguments(
                             size_by_recall=size_by_recall)
 
 
-def _add_triehh_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--delta", type=float, help="target δ in (0, 1)")
-    parser.add_argument("--max-rounds", type=int, help="L: rounds, i.e. symbols of the longest item plus the end symbol")
-    parser.add_argument("--top-k", type=int, help="K of recall@K (with --recall and --population)")
-
-
-def _check_triehh_analytic(args: argparse.Namespace, mode: str) -> None:
-    _required(args, ("delta", "max_rounds"), mode)
-    _forbidden(args, ("top_k",), mode + " (TrieHH has no k)")
-
-
-def _check_triehh_recall(args: argparse.Namespace, mode: str) -> None:
-    _forbidden(args, ("max_rounds",), mode + " (L comes from the config's protocol.max_length)")
-
-
-def _add_pem_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bits", type=int, default=64, help="value length m in bits (default 64)")
-    parser.add_argument("--top-k", type=int,
-                        help="k, values PEM reports (default 32); with --recall: K of recall@K")
-    parser.add_argument("--oracle", default=PEM_ORACLE, help=f"frequency oracle (default {PEM_ORACLE})")
-    parser.add_argument("--candidates", type=int, help="|C_i|, prefixes kept per level (default: k)")
-    parser.add_argument("--query-limit", type=int, default=DEFAULT_QUERY_LIMIT,
-                        help=f"most oracle queries of the optimizer's design (default {DEFAULT_QUERY_LIMIT:,})")
-    parser.add_argument("--zipf", type=float, default=DEFAULT_ZIPF_EXPONENT,
-                        help="Zipf exponent the optimizer assumes (default 1)")
-    parser.add_argument("--distinct", type=int, default=DEFAULT_DISTINCT_VALUES,
-                        help=f"distinct values the optimizer assumes (default {DEFAULT_DISTINCT_VALUES:,})")
-    parser.add_argument("--model", choices=MODELS, default=ORDER_STATISTICS,
-                        help="survival model of the analysis (default order-statistics)")
-
-
-def _pem_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of :func:`plan_pem` from :func:`_add_pem_options`' options."""
-    return {
-        "value_bits": args.bits, "top_k": args.top_k or 32, "oracle": args.oracle, "query_limit": args.query_limit,
-        "candidates_per_step": args.candidates, "zipf_exponent": args.zipf, "distinct": args.distinct,
-        "model": args.model,
-    }
-
-
-def _required(args: argparse.Namespace, names: tuple[str, ...], mode: str) -> None:
-    for name in names:
-        if getattr(args, name, None) is None:
-            raise InputError(f"--{name.replace('_', '-')}: required {mode}")
-
-
-def _forbidden(args: argparse.Namespace, names: tuple[str, ...], mode: str) -> None:
-    for name in names:
-        if getattr(args, name, None) not in (None, False, []):
-            raise InputError(f"--{name.replace('_', '-')}: not used {mode}")
-
-
 def run_size(args: argparse.Namespace) -> int:
     if args.population is not None or args.recall is not None:
         return _size_by_recall(args)
     mode = "with --frequency / --discovery"
-    _required(args, ("frequency", "discovery", "epsilon"), "(the item's share, the probability and ε)")
+    required(args, ("frequency", "discovery", "epsilon"), "(the item's share, the probability and ε)")
     args.sizing.check_analytic(args, mode)
-    _forbidden(args, ("set",), mode + " (it overrides the --population config)")
+    forbidden(args, ("set",), mode + " (it overrides the --population config)")
     console = Console(stderr=True)
     with console.status("sizing...") as status:
 
@@ -179,22 +105,6 @@ def run_size(args: argparse.Namespace) -> int:
     else:
         _print_answer(answer, verification)
     return 0
-
-
-def _triehh_answer(args: argparse.Namespace, show: OnStep) -> SizeAnswer:
-    return size_triehh(args.frequency, args.discovery, args.epsilon, args.delta, args.max_rounds)
-
-
-def _pem_answer(args: argparse.Namespace, show: OnStep) -> SizeAnswer:
-    return size_pem(args.frequency, args.discovery, args.epsilon, on_step=show, **_pem_options(args))
-
-
-def _treehist_design(args: argparse.Namespace) -> dict[str, Any]:
-    return {**treehist_options(args), "top_k": args.top_k or 32}
-
-
-def _treehist_answer(args: argparse.Namespace, show: OnStep) -> SizeAnswer:
-    return size_treehist(args.frequency, args.discovery, args.epsilon, on_step=show, **_treehist_design(args))
 
 
 def _verify(args: argparse.Namespace, answer: SizeAnswer, status: Any) -> dict[str, Any]:
@@ -242,8 +152,8 @@ def _shown(value: Any) -> str:
 
 def _size_by_recall(args: argparse.Namespace) -> int:
     mode = "with --recall / --population"
-    _required(args, ("top_k", "recall", "population"), mode)
-    _forbidden(args, ("frequency", "discovery", "verify"), mode)
+    required(args, ("top_k", "recall", "population"), mode)
+    forbidden(args, ("frequency", "discovery", "verify"), mode)
     args.sizing.check_recall(args, mode)
     overrides = [*args.set, f'protocol.name="{args.protocol}"', "run.top_k=" + str(args.top_k)]
     if args.epsilon is not None:
@@ -274,17 +184,3 @@ def _size_by_recall(args: argparse.Namespace) -> int:
     console.print(f"users needed: {answer.users:,} (recall {answer.recall:.3f}); definition: {answer.definition}")
     return 0
 
-
-TRIEHH = Sizing(
-    "TrieHH", 200, _add_triehh_options, _triehh_answer,  # --verify: TrieHH's runs cost a few ms each
-    lambda args, answer: {"privacy": (args.epsilon, args.delta, args.max_rounds)},
-    check_analytic=_check_triehh_analytic, check_recall=_check_triehh_recall,
-)
-PEM = Sizing(
-    "PEM", 20, _add_pem_options, _pem_answer,
-    lambda args, answer: {"search": pem_search_parameters(plan_pem(answer.users, args.epsilon, **_pem_options(args)))},
-)
-TREEHIST = Sizing(
-    "TreeHist", 20, lambda parser: add_treehist_options(parser, top_k_default=None), _treehist_answer,
-    lambda args, answer: {"search": treehist_parameters(answer.users, args.epsilon, **_treehist_design(args))},
-)

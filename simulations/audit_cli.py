@@ -18,9 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import InputError
-from ..results import to_json
-from .triehh import (
+from fedhh.audits.ldp import audit_oracle
+from fedhh.audits.triehh import (
     DEFAULT_CONFIDENCE,
     OBSERVABLES,
     TrieHHAudit,
@@ -30,8 +29,9 @@ from .triehh import (
     exact_round_epsilon,
     run_holders,
 )
-from ..privacy.triehh import TrieHHParameters, solve_triehh
-from .ldp import audit_oracle
+from fedhh.errors import InputError
+from fedhh.privacy.triehh import TrieHHParameters, solve_triehh
+from fedhh.results import to_json
 
 EXIT_VIOLATION = 1
 

@@ -13,7 +13,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from .experiment import run_oracle_experiment
+from fedhh.oracles.experiment import run_oracle_experiment
 
 JSON_FIELDS = ("oracle", "mse", "predicted_variance", "users_per_s")
 
