@@ -37,7 +37,7 @@ from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.planning.sizing import size_pem, size_treehist, size_triehh
 from fedhh.protocols.pem import PEMServer
 from fedhh.protocols.pem_analysis import EQUATION_5, ORDER_STATISTICS, PEMDesign, UtilityModel
-from fedhh.protocols.prefix_encoding import ValueSpace
+from fedhh.protocols.common.prefix_encoding import ValueSpace
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters
 from fedhh.results import ResultsFolder, to_json

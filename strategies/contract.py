@@ -232,7 +232,7 @@ def oracle_sections() -> list[str]:
 
 def render() -> str:
     """The whole contract as Markdown."""
-    from fedhh.protocols import prefix_encoding
+    from fedhh.protocols.common import prefix_encoding
 
     version = version_text()
     parts = [

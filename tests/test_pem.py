@@ -19,7 +19,7 @@ from fedhh.postprocess import POSTPROCESSORS
 from fedhh.protocols import plan
 from fedhh.protocols.pem import PEMServer
 from fedhh.protocols.pem_analysis import PEMDesign, UtilityModel, optimize_pem, zipf_frequencies
-from fedhh.protocols.prefix_encoding import PrefixEncoding, ValueSpace
+from fedhh.protocols.common.prefix_encoding import PrefixEncoding, ValueSpace
 from fedhh.protocols.prefix_oracles import answers_with_support, decode_counts
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters, level_shares, uniform_segments

@@ -21,7 +21,7 @@ from fedhh.protocols.pem_analysis import (
     optimize_pem,
     zipf_frequencies,
 )
-from fedhh.protocols.prefix_encoding import ValueSpace
+from fedhh.protocols.common.prefix_encoding import ValueSpace
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters
 from simulations.cli import main

@@ -34,7 +34,7 @@ from fedhh.protocols import PROTOCOLS
 from fedhh.protocols.base import ServerProtocol
 from fedhh.protocols.bitstogram import BitstogramRequest, BitstogramResponse, bit_positions
 from fedhh.protocols.mcm import MCMRequest, MCMResponse
-from fedhh.protocols.prefix_encoding import PrefixEncoding
+from fedhh.protocols.common.prefix_encoding import PrefixEncoding
 from fedhh.protocols.prefix_reports import user_levels
 from fedhh.protocols.rappor import BloomEncoder, RapporRequest, RapporResponse, user_cohorts, vocabulary_keys
 from fedhh.protocols.sfp import FragmentCodec, SFPRequest, SFPResponse, user_positions, vocabulary_values

@@ -47,9 +47,9 @@ from fedhh.protocols import (
     protocol_module,
     register_protocol,
 )
+from fedhh.protocols.common.item_choice import choose_items
 from fedhh.protocols.messages import array_field
 from fedhh.protocols.registry import protocol_keys
-from fedhh.protocols.triehh import choose_items
 from simulations.fast import run_fast
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from fedhh.data.population import Shard, Vocabulary
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles import make_oracle
 from fedhh.oracles.sketches import SketchOracle
-from fedhh.protocols.report_mode import SIGNIFICANT, TOP_K
+from fedhh.protocols.common.report_mode import SIGNIFICANT, TOP_K
 from fedhh.protocols.sfp import SFPParameters, SFPServer, best_first, median, respond
 
 

@@ -15,7 +15,7 @@ from fedhh.planning.sizing import _TrieHHFamily, size_treehist, size_triehh
 from fedhh.planning.treehist import plan_treehist, treehist_parameters
 from fedhh.privacy.triehh import PrivacyTargetError
 from fedhh.protocols.item_discovery import item_discovery
-from fedhh.protocols.prefix_encoding import ValueSpace
+from fedhh.protocols.common.prefix_encoding import ValueSpace
 from simulations.cli import main
 from simulations.sizing import planted_population, size_by_recall, verify_item
 
@@ -111,7 +111,7 @@ def test_runs_at_the_answer_find_the_item_as_often_as_asked() -> None:
 
 def test_planted_population_holds_one_item_that_shares_no_first_bit() -> None:
     from fedhh.protocols.item_discovery import bits_codec
-    from fedhh.protocols.prefix_encoding import PrefixEncoding
+    from fedhh.protocols.common.prefix_encoding import PrefixEncoding
 
     for bits in (40, 35, 14):
         codec = bits_codec(bits)

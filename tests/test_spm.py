@@ -18,7 +18,7 @@ from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols import plan
-from fedhh.protocols.prefix_encoding import PrefixEncoding
+from fedhh.protocols.common.prefix_encoding import PrefixEncoding
 from fedhh.protocols.spm import SPMParameters, SPMServer, respond, segment_keys, stage_margins
 
 from .helpers import flower_matches_fast, one_and_seven_shards, planted_runs

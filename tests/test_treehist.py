@@ -17,7 +17,7 @@ from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles import Histogram
 from fedhh.oracles.count_sketch_hadamard import CountSketchHadamard, auto_sketch_shape
-from fedhh.protocols.prefix_encoding import PrefixEncoding
+from fedhh.protocols.common.prefix_encoding import PrefixEncoding
 from fedhh.protocols.prefix_reports import respond
 from fedhh.protocols.prefix_search import SearchParameters, level_shares
 from fedhh.protocols.treehist import TreeHistServer

@@ -12,7 +12,8 @@ from fedhh.data.population import Shard, Vocabulary
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.privacy.triehh import TrieHHParameters, worst_case_discovery_rate
-from fedhh.protocols.triehh import TrieHHServer, choose_items, respond
+from fedhh.protocols.common.item_choice import choose_items
+from fedhh.protocols.triehh import TrieHHServer, respond
 from simulations.fast import drive, run_fast
 
 from .helpers import lowercase_codec, population_of

@@ -28,7 +28,7 @@ from ..protocols.pem_analysis import (
     optimize_pem,
     zipf_frequencies,
 )
-from ..protocols.prefix_encoding import ValueSpace
+from ..protocols.common.prefix_encoding import ValueSpace
 from ..protocols.prefix_search import TOP_K, SearchParameters
 from ..protocols.registry import split_budget
 from .commands import JSON_OPTION, Option, Options, PlanCommand, PlanTable

@@ -49,7 +49,7 @@ from ..protocols.pem_analysis import (
     MODELS,
     ORDER_STATISTICS,
 )
-from ..protocols.prefix_encoding import ValueSpace
+from ..protocols.common.prefix_encoding import ValueSpace
 from .commands import Option, Options
 from .pem import DEFAULT_ORACLE as PEM_ORACLE
 from .pem import pem_search_parameters, plan_pem

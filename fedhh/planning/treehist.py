@@ -35,7 +35,7 @@ from ..oracles.registry import ORACLE_NAMES
 from ..privacy.ldp import ldp_report
 from ..privacy.validation import check_epsilon, check_positive_int
 from ..protocols.item_discovery import item_discovery
-from ..protocols.prefix_encoding import ValueSpace
+from ..protocols.common.prefix_encoding import ValueSpace
 from ..protocols.prefix_search import THRESHOLD, SearchParameters, level_shares, uniform_segments
 from ..protocols.registry import split_budget
 from .commands import JSON_OPTION, Option, Options, PlanCommand, PlanTable

@@ -35,7 +35,7 @@ import numpy as np
 from ..data.items import ItemCodec
 from ..data.population import Shard
 from ..errors import InputError
-from ..kernels.randomness import RandomnessSource, UserRandom, derive_key
+from ..kernels.randomness import RandomnessSource
 from ..oracles.base import FLAT_CELLS_LIMIT
 from ..oracles.hashing import hash_keys
 from ..oracles.hashtogram import Hashtogram, HashtogramStatistics
@@ -43,29 +43,28 @@ from ..privacy.ldp import BudgetRule, BudgetSplit
 from ..privacy.validation import check_users
 from ..schema import Key
 from .base import Request, Response, RoundRecord, ServerProtocol
+from .common.item_choice import choose_items
+from .common.keys import TOP_K_KEY
+from .common.prefix_encoding import PrefixEncoding
+from .common.value_reports import (
+    DROPOUT_PRIVACY,
+    NPY_HEADER_BYTES,
+    ValueReportingServer,
+    bit_positions,
+    check_all_users_report,
+    public_seed,
+    value_table,
+)
 from .messages import array_field, scalar_field
-from .prefix_config import PREFIX_KEYS
-from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
-from .triehh import choose_items
-from .value_reports import ValueReportingServer, check_all_users_report
 
 NAME = "bitstogram"
 ORACLE = Hashtogram.name
 ABSENT_REPORTED = 0.1  # expected candidates held by nobody that pass the final threshold, per run
-NPY_HEADER_BYTES = 256
 ITEM_PURPOSE = "bitstogram.item"
 BIT_PURPOSE = "bitstogram.bit-report"
 FINAL_PURPOSE = "bitstogram.final-report"
-_POSITIVE_63 = (1 << 63) - 1
-
-DROPOUT_PRIVACY = (
-    "unchanged: every report is ε-LDP on the device that sends it, whatever else happens; "
-    "a node that does not answer only removes its users' reports, which lowers the counts of "
-    "their values but reveals nothing about anyone"
-)
-
 
 def _power_of_two_or_auto(value: int) -> bool:
     return value == 0 or (value >= 2 and value & (value - 1) == 0)
@@ -74,7 +73,7 @@ def _power_of_two_or_auto(value: int) -> bool:
 KEYS: dict[str, Key] = {
     "buckets": Key(int, 0, "Bitstogram: T, channels values are hashed into and width of its Hashtogram oracles; 0: the power of two at or above sqrt(n)", check=_power_of_two_or_auto, constraint="0 or a power of two >= 2"),
     "hashtogram_rows": Key(int, 0, "Bitstogram: R, hash rows of the Hashtogram oracle that estimates whole values; 0: about ln n", check=lambda v: v >= 0, constraint=">= 0"),
-    "top_k": PREFIX_KEYS["top_k"],  # shared with PEM/TreeHist: values reported at most
+    "top_k": TOP_K_KEY,  # shared with PEM/TreeHist: values reported at most
 }
 
 
@@ -82,11 +81,6 @@ BUDGET = BudgetRule(
     (("(channel, bit) pair at a uniformly chosen bit position", 0.5), ("full value", 0.5)),
     "Bassily et al., Practical Locally Private Heavy Hitters (Bitstogram, §4); even split as for TreeHist",
 )  # [Bassily17] §4: each user sends a (channel, bit) pair and its whole value, ε/2 each
-
-
-def public_seed(seed: int, purpose: str) -> int:
-    """A non-negative 63-bit seed for public randomness, derived from the run seed."""
-    return int(derive_key(seed, purpose)) & _POSITIVE_63
 
 
 def auto_buckets(n_users: int) -> int:
@@ -200,20 +194,6 @@ class BitstogramResponse(Response):
 
 
 # -- client -----------------------------------------------------------------------------------------
-
-
-def bit_positions(partition_seed: int, value_bits: int, user_ids: np.ndarray) -> np.ndarray:
-    """The bit position each global user id reports (public: the same on every device and shard)."""
-    return UserRandom(np.uint64(partition_seed), np.asarray(user_ids, dtype=np.int64)).integers(0, value_bits)
-
-
-def value_table(shard: Shard, value_bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every vocabulary item's bits ``[V + 1, m]`` and oracle key, the empty value (no item) last."""
-    encoding = PrefixEncoding("bits", shard.vocabulary.codec)
-    if encoding.length != value_bits:
-        raise ValueError(f"request.value_bits: {value_bits}, but the item codec gives {encoding.length}-bit values")
-    bits = np.concatenate([encoding.units(shard.vocabulary), np.zeros((1, value_bits), dtype=np.uint8)])
-    return bits, encoding.keys(bits)
 
 
 def respond(request: BitstogramRequest, shard: Shard, randomness: RandomnessSource) -> BitstogramResponse:

@@ -31,7 +31,7 @@ import numpy as np
 from ..data.items import ItemCodec, get_alphabet
 from ..errors import InputError
 from ..oracles import Histogram
-from .prefix_encoding import ValueSpace
+from .common.prefix_encoding import ValueSpace
 from .prefix_family import prefix_variant
 from .prefix_oracles import build_level_oracle
 from .prefix_search import THRESHOLD, SearchParameters

@@ -38,14 +38,21 @@ from ..privacy.ldp import BudgetRule
 from ..privacy.validation import check_users
 from ..schema import Key
 from .base import Request, Response, RoundRecord, ServerProtocol
-from .bitstogram import DROPOUT_PRIVACY, NPY_HEADER_BYTES, bit_positions, public_seed, value_table
-from .bitstogram import KEYS as BITSTOGRAM_KEYS
+from .common.item_choice import choose_items
+from .common.keys import TOP_K_KEY
+from .common.prefix_encoding import PrefixEncoding
+from .common.value_reports import (
+    DROPOUT_PRIVACY,
+    NPY_HEADER_BYTES,
+    ValueReportingServer,
+    bit_positions,
+    check_all_users_report,
+    public_seed,
+    value_table,
+)
 from .messages import array_field, scalar_field
-from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
-from .triehh import choose_items
-from .value_reports import ValueReportingServer, check_all_users_report
 
 NAME = "mcm"
 ORACLE = "olh"
@@ -57,7 +64,7 @@ FULL_PURPOSE = "mcm.full-report"
 
 KEYS: dict[str, Key] = {
     "channels": Key(int, 0, "MCM: h, channels values are hashed into; 0: ceil(k^1.5) ([Wang19] §VI-A)", check=lambda v: v == 0 or 2 <= v <= MAX_CHANNELS, constraint=f"0 or in 2..{MAX_CHANNELS:,}"),
-    "top_k": BITSTOGRAM_KEYS["top_k"],
+    "top_k": TOP_K_KEY,
 }
 
 

@@ -74,7 +74,7 @@ from ..errors import InputError
 from ..oracles import FrequencyOracle, Histogram
 from ..oracles.registry import ORACLE_NAMES
 from ..privacy.validation import check_epsilon, check_positive_int, check_users
-from .prefix_encoding import MAX_CANDIDATES, MAX_DOMAIN, ValueSpace
+from .common.prefix_encoding import MAX_CANDIDATES, MAX_DOMAIN, ValueSpace
 from .prefix_oracles import build_level_oracle
 from .selection_model import LevelCandidates, survival
 

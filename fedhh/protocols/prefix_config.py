@@ -20,7 +20,8 @@ from ..oracles.count_sketch_hadamard import auto_sketch_shape
 from ..oracles.registry import ORACLE_NAMES
 from ..postprocess import POSTPROCESSORS
 from ..schema import Key
-from .prefix_encoding import PrefixEncoding, ValueSpace
+from .common.keys import TOP_K_KEY
+from .common.prefix_encoding import PrefixEncoding, ValueSpace
 from .prefix_oracles import AUTO
 from .prefix_search import ORACLE_PURPOSE, PrefixVariant, SearchParameters, level_shares, public_seed, uniform_segments
 
@@ -31,7 +32,7 @@ PREFIX_KEYS: dict[str, Key] = {
     "start_length": Key(int, 0, "PEM/TreeHist: γ, units the first level adds to its segment (used when segment_length > 0)", check=lambda v: v >= 0, constraint=">= 0"),
     "segment_length": Key(int, 0, "PEM/TreeHist: η, units each level adds; 0: PEM's optimizer chooses γ, η and the group split, TreeHist scans one unit per level", check=lambda v: v >= 0, constraint=">= 0 (0: automatic)"),
     "candidates_per_step": Key(int, 32, "PEM/TreeHist: |C_i|, prefixes kept per level", check=lambda v: v >= 1, constraint=">= 1"),
-    "top_k": Key(int, 32, "PEM/TreeHist/Bitstogram/SPM/MCM: k, values reported at most; RAPPOR: the K reported under protocol.report = top_k", check=lambda v: v >= 1, constraint=">= 1"),
+    "top_k": TOP_K_KEY,
     "selection": Key(str, "auto", "PEM/TreeHist: survivors of a level (auto: PEM top-k, TreeHist threshold)", ("auto", "top-k", "threshold")),
     "threshold": Key(float, 0.0, "PEM/TreeHist: frequency (share of users) a prefix needs under threshold selection; 0: the noise level", check=lambda v: 0 <= v <= 1, constraint="in [0, 1]"),
     "postprocess": Key(str, "base-pos", "PEM/TreeHist: consistency post-processing of the reported counts", tuple(POSTPROCESSORS)),

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..oracles import FrequencyOracle
 from .base import RoundRecord
-from .prefix_encoding import PrefixEncoding
+from .common.prefix_encoding import PrefixEncoding
 from .prefix_oracles import counts_size
 from .prefix_reports import COLLECT, LEVEL, PrefixRequest, PrefixResponse, level_sizes
 from .prefix_search import PrefixSearchServer

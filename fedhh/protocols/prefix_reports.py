@@ -58,11 +58,11 @@ from ..kernels.randomness import GRID_USERS, RandomnessSource, UserRandom
 from ..oracles import FrequencyOracle
 from ..oracles.sampling import RandomSource
 from .base import Request, Response
+from .common.item_choice import choose_items
+from .common.prefix_encoding import PrefixEncoding
 from .messages import array_field, scalar_field
-from .prefix_encoding import PrefixEncoding
 from .prefix_oracles import answers_with_support, level_draws_from_ranges, level_oracle, shard_counts
 from .report_table import distinct_rows, merge_tables, to_table
-from .triehh import choose_items
 
 LEVEL, FINAL, COLLECT = "level", "final", "collect"
 MODES: tuple[str, ...] = (LEVEL, FINAL, COLLECT)

@@ -40,7 +40,7 @@ from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
 from ..privacy.report import PrivacyReport
 from ..privacy.validation import check_epsilon, check_positive_int, check_users
 from .base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
-from .prefix_encoding import ENCODINGS, Encoding, PrefixEncoding
+from .common.prefix_encoding import ENCODINGS, Encoding, PrefixEncoding
 from .prefix_oracles import decode_counts, level_oracle
 from .prefix_reports import COLLECT, FINAL, LEVEL, PrefixRequest, PrefixResponse
 from .report_table import expand, from_table, to_table

@@ -33,7 +33,7 @@ size.  The server decodes once:
    (``β_v / se_v > Φ⁻¹(1 - 0.05 / M)``), the residuals giving the noise
    variance, as in RAPPOR's own decoder.
 
-With ``protocol.report = "top_k"`` (:mod:`fedhh.protocols.report_mode`) the
+With ``protocol.report = "top_k"`` (:mod:`fedhh.protocols.common.report_mode`) the
 server reports instead the ``K = protocol.top_k`` best estimates whatever
 their significance, as pure-ldp does: the screening then also keeps the ``K``
 best-scored candidates below its level, so that ``min(K, M)`` are regressed
@@ -75,13 +75,13 @@ from ..privacy.report import Coverage, PrivacyReport
 from ..privacy.validation import check_users
 from ..schema import Key
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
+from .common.item_choice import choose_items
+from .common.keys import TOP_K_KEY
+from .common.report_mode import REPORT_KEY, SIGNIFICANT, TOP_K, check_report_mode
+from .common.value_reports import check_all_users_report
 from .messages import array_field, scalar_field
-from .prefix_config import PREFIX_KEYS
 from .registry import register_protocol
-from .report_mode import REPORT_KEY, SIGNIFICANT, TOP_K, check_report_mode
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
-from .triehh import choose_items
-from .value_reports import check_all_users_report
 
 NAME = "rappor"
 COHORT_PURPOSE = "rappor.cohort"
@@ -102,7 +102,7 @@ RAPPOR_KEYS: dict[str, Key] = {
     "cohorts": Key(int, 512, "RAPPOR: cohorts C, user groups with their own hash functions", check=lambda v: 1 <= v <= 1 << 16, constraint="in 1..65536"),
     "candidates": Key(str, "", "RAPPOR: candidate dictionary the server decodes against, a text file of one candidate per line; empty: the population's vocabulary, which a real deployment would not have"),
     "report": REPORT_KEY,  # shared with SFP
-    "top_k": PREFIX_KEYS["top_k"],  # shared with PEM/TreeHist: K under protocol.report = "top_k"
+    "top_k": TOP_K_KEY,  # shared with PEM/TreeHist: K under protocol.report = "top_k"
 }
 
 POPULATION_DICTIONARY_NOTE = (
@@ -492,7 +492,7 @@ class RapporParameters:
     bloom_hashes: int
     cohorts: int
     candidates: str  # dictionary file; empty: the population's vocabulary
-    report: str = SIGNIFICANT  # significant | top_k (fedhh.protocols.report_mode)
+    report: str = SIGNIFICANT  # significant | top_k (fedhh.protocols.common.report_mode)
     top_k: int = 32  # K: candidates reported under report = top_k
 
     def __post_init__(self) -> None:

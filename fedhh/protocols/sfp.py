@@ -30,7 +30,7 @@ fragments: additive, decoded once.  The server
    the mean of their fragments' estimates) and reports the best
    ``protocol.words_reported`` of those with a positive estimate.
 
-With ``protocol.report = "top_k"`` (:mod:`fedhh.protocols.report_mode`) the
+With ``protocol.report = "top_k"`` (:mod:`fedhh.protocols.common.report_mode`) the
 server keeps the best ``protocol.fragment_candidates`` pairs per position
 whatever the noise level and reports the best ``protocol.words_reported``
 candidates whatever their estimate, as pure-ldp does (every candidate the
@@ -63,13 +63,13 @@ from ..privacy.report import PrivacyReport
 from ..privacy.validation import check_users
 from ..schema import Key
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
+from .common.item_choice import choose_items
+from .common.prefix_encoding import PrefixEncoding
+from .common.report_mode import REPORT_KEY, SIGNIFICANT, check_report_mode
+from .common.value_reports import check_all_users_report
 from .messages import array_field, scalar_field
-from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol
-from .report_mode import REPORT_KEY, SIGNIFICANT, check_report_mode
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
-from .triehh import choose_items
-from .value_reports import check_all_users_report
 
 NAME = "sfp"
 POSITION_PURPOSE = "sfp.position"
@@ -400,7 +400,7 @@ class SFPParameters:
     oracle: str
     sketch_rows: int
     sketch_width: int
-    report: str = SIGNIFICANT  # significant | top_k (fedhh.protocols.report_mode)
+    report: str = SIGNIFICANT  # significant | top_k (fedhh.protocols.common.report_mode)
 
     def __post_init__(self) -> None:
         check_users(self.n_users)

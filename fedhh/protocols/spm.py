@@ -51,14 +51,19 @@ from ..privacy.ldp import BudgetRule
 from ..privacy.validation import check_users
 from ..schema import Key
 from .base import Request, Response, RoundRecord, ServerProtocol
-from .bitstogram import DROPOUT_PRIVACY, NPY_HEADER_BYTES, public_seed
-from .bitstogram import KEYS as BITSTOGRAM_KEYS
+from .common.item_choice import choose_items
+from .common.keys import TOP_K_KEY
+from .common.prefix_encoding import PrefixEncoding
+from .common.value_reports import (
+    DROPOUT_PRIVACY,
+    NPY_HEADER_BYTES,
+    ValueReportingServer,
+    check_all_users_report,
+    public_seed,
+)
 from .messages import array_field, scalar_field
-from .prefix_encoding import PrefixEncoding
 from .registry import register_protocol
 from .spec import HeldUsers, InvalidReply, ProtocolSpec
-from .triehh import choose_items
-from .value_reports import ValueReportingServer, check_all_users_report
 
 NAME = "spm"
 ORACLE = "olh"
@@ -73,7 +78,7 @@ FULL_PURPOSE = "spm.full-report"
 
 KEYS: dict[str, Key] = {
     "segment_bits": Key(int, 0, f"SPM: s, bits per segment (the last one shorter if s does not divide m); 0: the longest with g 2^s <= {AUTO_PATTERN_LIMIT:,}", check=lambda v: 0 <= v <= MAX_SEGMENT_BITS, constraint=f"in 0..{MAX_SEGMENT_BITS}"),
-    "top_k": BITSTOGRAM_KEYS["top_k"],
+    "top_k": TOP_K_KEY,
 }
 
 

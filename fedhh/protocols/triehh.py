@@ -29,6 +29,7 @@ from ..kernels.sampling import uniform_subset
 from ..privacy.report import PrivacyReport
 from ..privacy.triehh import TrieHHParameters, solve_triehh
 from .base import Discovery, ProtocolResult, Request, Response, RoundRecord, ServerProtocol
+from .common.item_choice import choose_items
 from .messages import array_field
 from .registry import register_protocol
 from .spec import HeldUsers, InvalidReply, ProtocolSpec, Section
@@ -83,30 +84,6 @@ def sampled_in_shard(sampled: np.ndarray, shard: Shard) -> np.ndarray:
     """Local indices of the sampled users that this shard holds."""
     lo, hi = np.searchsorted(sampled, [shard.first_user, shard.stop_user])
     return sampled[lo:hi] - shard.first_user
-
-
-def choose_items(
-    shard: Shard, local_users: np.ndarray, randomness: RandomnessSource, purpose: str, round_: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each user picks one of its items with probability equal to its local frequency.
-
-    Returns (users that hold an item, chosen item id per such user).  The draw
-    is keyed by global user id, so it does not depend on sharding.
-    """
-    if shard.one_item_per_user:
-        chosen = shard.item_of_user[local_users]
-        holds = chosen >= 0
-        return local_users[holds], chosen[holds]
-    starts = shard.item_offsets[local_users]
-    ends = shard.item_offsets[local_users + 1]
-    holds = ends > starts
-    users, starts, ends = local_users[holds], starts[holds], ends[holds]
-    cumulative = np.concatenate(([0], np.cumsum(shard.item_counts)))
-    total = cumulative[ends] - cumulative[starts]
-    uniforms = randomness.for_users(purpose, round_, users + shard.first_user).random(users.size)
-    target = cumulative[starts] + np.floor(uniforms * total).astype(np.int64)
-    entry = np.searchsorted(cumulative, target, side="right") - 1
-    return users, shard.item_ids[entry]
 
 
 def respond(request: TrieHHRequest, shard: Shard, randomness: RandomnessSource) -> TrieHHResponse:

@@ -31,10 +31,10 @@ from typing import Literal
 
 import numpy as np
 
-from ..data.items import PAD, ItemCodec
-from ..data.population import Vocabulary
-from ..errors import InputError
-from ..oracles.keys import key_rows
+from ...data.items import PAD, ItemCodec
+from ...data.population import Vocabulary
+from ...errors import InputError
+from ...oracles.keys import key_rows
 
 Encoding = Literal["bits", "symbols"]
 ENCODINGS: tuple[str, ...] = ("bits", "symbols")

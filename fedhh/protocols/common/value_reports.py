@@ -1,4 +1,4 @@
-"""What Bitstogram, SPM and MCM share on the server: whole values reported with unbiased estimates.
+"""What Bitstogram, SPM and MCM share: whole values reported with unbiased estimates.
 
 The three protocols encode an item as the ``m``-bit value of its bit
 encoding, run one to three ε-LDP rounds that end in candidate values with
@@ -10,6 +10,8 @@ trace, the choice of the reported values, the result and the privacy report
 :class:`~fedhh.privacy.ldp.BudgetRule`).  :func:`check_all_users_report` is
 the first check an untrusting server makes of any of these protocols'
 replies (and of RAPPOR's and SFP's): every user of a node reports, once.
+On the device side, Bitstogram and MCM both report one bit of the value at
+a public bit position (:func:`bit_positions`, :func:`value_table`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,42 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from ..data.items import ItemCodec
-from ..privacy.ldp import BudgetSplit, ldp_report
-from ..privacy.report import PrivacyReport
-from .base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
+from ...data.items import ItemCodec
+from ...data.population import Shard
+from ...kernels.randomness import UserRandom, derive_key
+from ...privacy.ldp import BudgetSplit, ldp_report
+from ...privacy.report import PrivacyReport
+from ..base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
+from ..spec import HeldUsers, InvalidReply
 from .prefix_encoding import PrefixEncoding
-from .spec import HeldUsers, InvalidReply
+
+NPY_HEADER_BYTES = 256  # np.save header of one array, generously
+_POSITIVE_63 = (1 << 63) - 1
+
+DROPOUT_PRIVACY = (
+    "unchanged: every report is ε-LDP on the device that sends it, whatever else happens; "
+    "a node that does not answer only removes its users' reports, which lowers the counts of "
+    "their values but reveals nothing about anyone"
+)
+
+
+def public_seed(seed: int, purpose: str) -> int:
+    """A non-negative 63-bit seed for public randomness, derived from the run seed."""
+    return int(derive_key(seed, purpose)) & _POSITIVE_63
+
+
+def bit_positions(partition_seed: int, value_bits: int, user_ids: np.ndarray) -> np.ndarray:
+    """The bit position each global user id reports (public: the same on every device and shard)."""
+    return UserRandom(np.uint64(partition_seed), np.asarray(user_ids, dtype=np.int64)).integers(0, value_bits)
+
+
+def value_table(shard: Shard, value_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every vocabulary item's bits ``[V + 1, m]`` and oracle key, the empty value (no item) last."""
+    encoding = PrefixEncoding("bits", shard.vocabulary.codec)
+    if encoding.length != value_bits:
+        raise ValueError(f"request.value_bits: {value_bits}, but the item codec gives {encoding.length}-bit values")
+    bits = np.concatenate([encoding.units(shard.vocabulary), np.zeros((1, value_bits), dtype=np.uint8)])
+    return bits, encoding.keys(bits)
 
 
 class ValueParameters(Protocol):

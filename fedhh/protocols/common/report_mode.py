@@ -15,8 +15,8 @@ and so the privacy guarantee, are the same in both modes.
 
 from __future__ import annotations
 
-from ..errors import InputError
-from ..schema import Key
+from ...errors import InputError
+from ...schema import Key
 
 SIGNIFICANT, TOP_K = "significant", "top_k"
 REPORT_MODES: tuple[str, ...] = (SIGNIFICANT, TOP_K)
