@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .communication import Communication, derive_communication
 from .config import FedhhConfig
 from .data.items import ItemCodec, get_alphabet
 from .data.population import PopulationCounts, PopulationSource, Shard, check_shard_count
@@ -25,6 +24,7 @@ from .kernels.randomness import KeyedRandomness
 from .metrics import Truth, utility_metrics
 from .privacy.report import PrivacyReport
 from .protocols import ClientFunction, Discovery, ProtocolResult, ServerProtocol, get_protocol
+from .protocols.communication import Communication, derive_communication
 from .resources import require_population_memory
 
 
@@ -192,7 +192,7 @@ class Experiment:
         counts: PopulationCounts | None = None,
     ) -> dict[str, Any]:
         """The result document: discovery, privacy, parameters, trace, the bits a user sends
-        (``communication``, :mod:`fedhh.communication`), and (with
+        (``communication``, :mod:`fedhh.protocols.communication`), and (with
         ``run.evaluation``) the evaluation against the truth, taken from the
         ``counts`` of the shards the driver built if it has them (:meth:`whole_counts`)."""
         document = {

@@ -33,7 +33,7 @@ from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh, worst_case_di
 from fedhh.protocols import ServerProtocol
 from fedhh.protocols.pem import PEMServer
 from fedhh.protocols.prefix_search import TOP_K
-from fedhh.protocols.triehh import TrieHHServer
+from fedhh.protocols.triehh.server import TrieHHServer
 
 
 def predicted_discovery(

@@ -36,8 +36,8 @@ from fedhh.protocols.pem import PEMServer
 from fedhh.protocols.prefix_reports import respond as prefix_respond
 from fedhh.protocols.prefix_search import SearchParameters
 from fedhh.protocols.treehist import TreeHistServer
-from fedhh.protocols.triehh import TrieHHServer
-from fedhh.protocols.triehh import respond as triehh_respond
+from fedhh.protocols.triehh.client import respond as triehh_respond
+from fedhh.protocols.triehh.server import TrieHHServer
 
 from .fast import drive, run_fast
 

@@ -211,7 +211,7 @@ def _outcome(
 def _costs(experiment: Experiment, clock: RunClock) -> dict[str, Any]:
     """The run's costs: the server's own time (aggregation and decoding) and the shards'
     (the users' reports and what a shard sums for the server, :class:`RunClock`), and the
-    bits one user sends over the run, on average and at most (:mod:`fedhh.communication`;
+    bits one user sends over the run, on average and at most (:mod:`fedhh.protocols.communication`;
     empty for a protocol that declares no derivation)."""
     communication = experiment.communication
     return {

@@ -32,7 +32,8 @@ from fedhh.experiment import Experiment, item_codec
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols import ProtocolResult
 from fedhh.protocols.registry import protocol_names
-from fedhh.protocols.triehh import TrieHHDense, round_sample, sampled_of
+from fedhh.protocols.triehh.nodes import TrieHHDense, sampled_of
+from fedhh.protocols.triehh.server import round_sample
 from simulations.deployment import LocalDeployment
 from simulations.fast import run_fast
 from strategies.devices import device_of, device_shard

@@ -33,7 +33,8 @@ from fedhh.data.population import shard_bounds
 from fedhh.data.prefixes import rows_in
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
-from fedhh.protocols.triehh import TrieHHRequest, TrieHHResponse, round_sample
+from fedhh.protocols.triehh.messages import TrieHHRequest, TrieHHResponse
+from fedhh.protocols.triehh.server import round_sample
 from simulations.deployment import LocalDeployment
 from simulations.fast import RayShards, drive, run_fast
 from simulations.ray_runtime import ray_runtime

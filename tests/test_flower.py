@@ -36,7 +36,7 @@ from fedhh.experiment import Experiment
 from fedhh.privacy.ledger import Ledger
 from fedhh.protocols import PROTOCOLS, get_protocol
 from fedhh.protocols.registry import protocol_keys, protocol_names
-from fedhh.protocols.triehh import TrieHHRequest, TrieHHResponse
+from fedhh.protocols.triehh.messages import TrieHHRequest, TrieHHResponse
 from simulations.fast import run_fast
 from simulations.flower import run_flower_simulation
 from strategies.client_app import shard_of

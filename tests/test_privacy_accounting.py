@@ -22,7 +22,6 @@ import pytest
 from dp_accounting.pld import accountant, common
 from dp_accounting.pld import privacy_loss_distribution as pld_module
 
-from fedhh.planning.plan import markdown_table, triehh_table
 from fedhh.privacy import ledger as ledger_module
 from fedhh.privacy.composition import advanced_composition, compose
 from fedhh.privacy.ldp import BudgetRule, ldp_report
@@ -30,6 +29,7 @@ from fedhh.privacy.ledger import BudgetExceededError, Ledger, LedgerError
 from fedhh.privacy.report import PrivacyReport
 from fedhh.privacy.triehh import TrieHHParameters, solve_triehh
 from fedhh.protocols import PROTOCOLS, plan, register_protocol, split_budget
+from fedhh.protocols.triehh.plan import markdown_table, triehh_table
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -27,7 +27,8 @@ from fedhh.audits.triehh import (
 from fedhh.errors import InputError
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.privacy.triehh import TrieHHParameters, solve_triehh, triehh_delta, triehh_epsilon
-from fedhh.protocols.triehh import TrieHHServer, respond
+from fedhh.protocols.triehh.client import respond
+from fedhh.protocols.triehh.server import TrieHHServer
 from simulations.audit_cli import add_audit_arguments
 
 from .helpers import lowercase_codec, population_of

@@ -77,7 +77,8 @@ from ..data.population import Shard, Vocabulary
 from ..errors import InputError
 from ..kernels.randomness import KeyedRandomness
 from ..privacy.triehh import TrieHHParameters
-from ..protocols.triehh import TrieHHServer, respond
+from ..protocols.triehh.client import respond
+from ..protocols.triehh.server import TrieHHServer
 
 DEFAULT_CONFIDENCE = 0.95
 Observable = Literal["trie", "server"]

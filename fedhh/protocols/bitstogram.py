@@ -431,6 +431,6 @@ SPEC = register_protocol(
         budget=BUDGET,
         planner="fedhh.planning.bitstogram:plan_bitstogram",
         plan_command="fedhh.planning.bitstogram:BITSTOGRAM_PLAN",
-        communication="fedhh.communication:bitstogram_bits",
+        communication="fedhh.protocols.communication:bitstogram_bits",
     )
 )

@@ -343,6 +343,6 @@ SPEC = register_protocol(
         budget=BUDGET,
         planner="fedhh.planning.mcm:plan_mcm",
         plan_command="fedhh.planning.mcm:MCM_PLAN",
-        communication="fedhh.communication:mcm_bits",
+        communication="fedhh.protocols.communication:mcm_bits",
     )
 )

@@ -57,7 +57,7 @@ def prefix_search_spec(server: type[PrefixSearchServer]) -> ProtocolSpec:
         planner=variant.planner,
         plan_command=variant.plan_command,
         sizing=variant.sizing,
-        communication="fedhh.communication:prefix_search_bits",
+        communication="fedhh.protocols.communication:prefix_search_bits",
     )
 
 

@@ -333,7 +333,7 @@ class FilterMasks:
 
 
 def user_items(shard: Shard, randomness: RandomnessSource) -> np.ndarray:
-    """Each local user's item (:func:`fedhh.protocols.triehh.choose_items`), ``-1`` for none."""
+    """Each local user's item (:func:`fedhh.protocols.common.item_choice.choose_items`), ``-1`` for none."""
     if shard.one_item_per_user:
         return shard.item_of_user
     items = np.full(shard.n_users, -1, dtype=np.int64)
@@ -812,6 +812,6 @@ SPEC = register_protocol(
         budget=rappor_budget(),
         planner="fedhh.planning.rappor:plan_rappor",
         plan_command="fedhh.planning.rappor:RAPPOR_PLAN",
-        communication="fedhh.communication:rappor_bits",
+        communication="fedhh.protocols.communication:rappor_bits",
     )
 )

@@ -656,6 +656,6 @@ SPEC = register_protocol(
         budget=sfp_budget(),
         planner="fedhh.planning.sfp:plan_sfp",
         plan_command="fedhh.planning.sfp:SFP_PLAN",
-        communication="fedhh.communication:sfp_bits",
+        communication="fedhh.protocols.communication:sfp_bits",
     )
 )

@@ -25,7 +25,7 @@ A protocol is registered once, with one :class:`ProtocolSpec`
 * optionally, the tools above the protocols that serve it: its planner
   (``planner``, behind ``fedhh plan NAME``) and its sizing (``sizing``,
   behind ``fedhh size NAME``), and the derivation of the bits one user
-  sends over a run (``communication``, :mod:`fedhh.communication`), named
+  sends over a run (``communication``, :mod:`fedhh.protocols.communication`), named
   as ``"module:attribute"`` references so that the protocol imports none
   of them and they load only when asked for (:func:`load_tool`).
 
@@ -130,7 +130,7 @@ class ProtocolSpec:
     planner: str | None = None  # "module:function": plan(**target) -> dict, behind `fedhh plan NAME`
     plan_command: str | None = None  # "module:attribute": its command (fedhh.planning.commands.PlanCommand), `fedhh plan NAME`
     sizing: str | None = None  # "module:attribute": its sizing tool (fedhh.planning.sizing.Sizing), `fedhh size NAME`
-    communication: str | None = None  # "module:function": (fresh server) -> fedhh.communication.Communication
+    communication: str | None = None  # "module:function": (fresh server) -> fedhh.protocols.communication.Communication
 
     def build_server(
         self, privacy: Section, n_users: int, codec: ItemCodec, seed: int, protocol: Section | None = None

@@ -556,6 +556,6 @@ SPEC = register_protocol(
         budget=BUDGET,
         planner="fedhh.planning.spm:plan_spm",
         plan_command="fedhh.planning.spm:SPM_PLAN",
-        communication="fedhh.communication:spm_bits",
+        communication="fedhh.protocols.communication:spm_bits",
     )
 )

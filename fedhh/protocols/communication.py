@@ -33,17 +33,16 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .oracles.base import index_bits
+from ..oracles.base import index_bits
 
 if TYPE_CHECKING:
-    from .protocols.base import ServerProtocol
-    from .protocols.bitstogram import BitstogramServer
-    from .protocols.mcm import MCMServer
-    from .protocols.prefix_search import PrefixSearchServer
-    from .protocols.rappor import RapporServer
-    from .protocols.sfp import SFPServer
-    from .protocols.spm import SPMServer
-    from .protocols.triehh import TrieHHServer
+    from .base import ServerProtocol
+    from .bitstogram import BitstogramServer
+    from .mcm import MCMServer
+    from .prefix_search import PrefixSearchServer
+    from .rappor import RapporServer
+    from .sfp import SFPServer
+    from .spm import SPMServer
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ class Communication:
 
 def derive_communication(reference: str, server: ServerProtocol) -> Communication:
     """The communication of ``server``'s run by its spec's derivation ``reference`` (``"module:function"``)."""
-    from .protocols.spec import load_tool
+    from .spec import load_tool
 
     return load_tool(reference, "protocol.communication")(server)
 
@@ -114,36 +113,6 @@ def prefix_search_bits(server: PrefixSearchServer) -> Communication:
     return Communication(tuple(reports), max(levels) + final)
 
 
-def triehh_bits(server: TrieHHServer) -> Communication:
-    """TrieHH: a sampled user's vote, its item's prefix of ``r`` symbols in round ``r``.
-
-    Round ``r`` samples ``m`` of the ``n`` users; a sampled user whose item
-    extends the trie votes with its depth-``r`` prefix, ``r`` symbols of
-    ``ceil(log2 S)`` bits each (``S`` symbol ids, end-of-sequence included),
-    as the votes travel.  A user takes part in a round with probability
-    ``m / n``, so over a run of all ``L`` rounds it sends on average
-    ``(m / n) b L (L + 1) / 2`` bits; one sampled in every round sends
-    ``b L (L + 1) / 2``.  A run that stops before round ``L`` (a round that
-    adds nothing) sends less: these are the figures of the full ``L`` rounds.
-    A sampled user whose prefix left the trie sends nothing, counted here as
-    a full vote (an upper bound).
-    """
-    from .protocols.triehh import symbol_count
-
-    params = server.params
-    symbol_bits = index_bits(symbol_count(server.codec))
-    rate = params.batch_size / params.n_users
-    reports = tuple(
-        SentReport(f"round {round_} vote: a depth-{round_} prefix", round_ * symbol_bits, rate)
-        for round_ in range(1, params.max_rounds + 1)
-    )
-    return Communication(
-        reports,
-        sum(report.bits for report in reports),
-        note=f"over all L = {params.max_rounds} rounds; a user is sampled in a round with probability m/n = {rate:.3g}",
-    )
-
-
 def sfp_bits(server: SFPServer) -> Communication:
     """SFP: the fragment report (position, then fragment and word hash through the sketch) and the word report.
 
@@ -153,7 +122,7 @@ def sfp_bits(server: SFPServer) -> Communication:
     report (OUE: the sketch's width in bits, Apple's CMS; HM(1): a Hadamard
     index and a bit, HCMS).
     """
-    from .protocols.sfp import HASH_VALUES, ORACLE_PURPOSE, sketch
+    from .sfp import HASH_VALUES, ORACLE_PURPOSE, sketch
 
     params = server.params
     epsilons = [epsilon for _, epsilon in server.split.parts]  # the fragment's, then the word pass's if any
