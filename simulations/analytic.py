@@ -10,7 +10,7 @@
 * PEM: the identification probability of each value, from the run's own
   design (γ, η, group split, candidates kept) evaluated on the population's
   true frequencies by the utility model of ``fedhh plan pem`` (the
-  order-statistics model of :mod:`fedhh.protocols.selection_model`, which
+  order-statistics model of :mod:`fedhh.protocols.prefix_search.selection_model`, which
   refines [Wang19]'s eq. (5) near rank k).  :func:`pem_identification` is the one
   place that calls the model, so a better one can replace it there.
 * TreeHist: no closed form; nothing is predicted.
@@ -31,8 +31,8 @@ from fedhh.data.population import Shard
 from fedhh.metrics import Truth
 from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh, worst_case_discovery_rate
 from fedhh.protocols import ServerProtocol
-from fedhh.protocols.pem import PEMServer
-from fedhh.protocols.prefix_search import TOP_K
+from fedhh.protocols.prefix_search.pem import PEMServer
+from fedhh.protocols.prefix_search.search import TOP_K
 from fedhh.protocols.triehh.server import TrieHHServer
 
 
@@ -68,7 +68,7 @@ def pem_identification(server: PEMServer, shard: Shard, truth: Truth) -> np.ndar
     Users holding no encodable item report the empty value, which competes for
     the candidates' places like any value, so it is part of the frequencies.
     """
-    from fedhh.protocols.pem_analysis import PEMDesign, UtilityModel
+    from fedhh.protocols.prefix_search.pem_analysis import PEMDesign, UtilityModel
 
     params = server.params
     empty = float(np.count_nonzero(np.diff(shard.item_offsets) == 0))

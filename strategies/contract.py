@@ -363,7 +363,7 @@ def render() -> str:
         "(all units, whatever `lengths` says) at ε = `final_epsilon`, and the node answers the same way. The oracle of a level is the one `oracle` names at ε = `epsilon` "
         "over `d = min(B^length, 2^64)` values, with option `seed` = `oracle_seed`, and `rows` = "
         "`sketch_rows` and `width` = `sketch_width` when these are not 0, for the oracles that take "
-        "these options (`fedhh.protocols.prefix_oracles.build_level_oracle`); every other option keeps "
+        "these options (`fedhh.protocols.prefix_search.oracles.build_level_oracle`); every other option keeps "
         "its default. In mode `collect` a node sends, for each of its users (every level's), the row `[level, the level report's "
         "columns..., the full-value report's columns...]` (the latter only when `final_epsilon > 0`), every "
         "column as uint64, as `report_rows` (the distinct rows, sorted) with `report_counts` (how many users "

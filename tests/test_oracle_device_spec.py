@@ -40,7 +40,7 @@ from fedhh.oracles.base import FLAT_CELLS_LIMIT
 from fedhh.oracles.hashing import hash_keys, local_hash
 from fedhh.oracles.keys import key_rows
 from fedhh.oracles.registry import ORACLE_NAMES
-from fedhh.protocols.report_table import from_table
+from fedhh.protocols.prefix_search.report_table import from_table
 
 U64 = np.uint64
 ALL_ONES = U64(0xFFFFFFFFFFFFFFFF)

@@ -17,12 +17,12 @@ from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles.registry import ORACLE_NAMES
 from fedhh.postprocess import POSTPROCESSORS
 from fedhh.protocols import plan
-from fedhh.protocols.pem import PEMServer
-from fedhh.protocols.pem_analysis import PEMDesign, UtilityModel, optimize_pem, zipf_frequencies
 from fedhh.protocols.common.prefix_encoding import PrefixEncoding, ValueSpace
-from fedhh.protocols.prefix_oracles import answers_with_support, decode_counts
-from fedhh.protocols.prefix_reports import respond
-from fedhh.protocols.prefix_search import SearchParameters, level_shares, uniform_segments
+from fedhh.protocols.prefix_search.oracles import answers_with_support, decode_counts
+from fedhh.protocols.prefix_search.pem import PEMServer
+from fedhh.protocols.prefix_search.pem_analysis import PEMDesign, UtilityModel, optimize_pem, zipf_frequencies
+from fedhh.protocols.prefix_search.reports import respond
+from fedhh.protocols.prefix_search.search import SearchParameters, level_shares, uniform_segments
 from simulations.cli import main
 from simulations.fast import drive, run_fast
 from simulations.plan_cli import add_plan_parser

@@ -33,9 +33,9 @@ from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols import PROTOCOLS
 from fedhh.protocols.base import ServerProtocol
 from fedhh.protocols.bitstogram import BitstogramRequest, BitstogramResponse, bit_positions
-from fedhh.protocols.mcm import MCMRequest, MCMResponse
 from fedhh.protocols.common.prefix_encoding import PrefixEncoding
-from fedhh.protocols.prefix_reports import user_levels
+from fedhh.protocols.mcm import MCMRequest, MCMResponse
+from fedhh.protocols.prefix_search.reports import user_levels
 from fedhh.protocols.rappor import BloomEncoder, RapporRequest, RapporResponse, user_cohorts, vocabulary_keys
 from fedhh.protocols.sfp import FragmentCodec, SFPRequest, SFPResponse, user_positions, vocabulary_values
 from fedhh.protocols.spm import SPMRequest, SPMResponse, segment_keys, segment_pairs, user_pairs

@@ -16,7 +16,7 @@ from .base import (
 from .registry import PROTOCOLS, get_protocol, plan, protocol_module, register_protocol, split_budget
 from .spec import HeldUsers, InvalidReply, ProtocolSpec, load_tool
 
-from . import triehh, pem, treehist, bitstogram, spm, mcm, rappor, sfp  # noqa: E402,F401  (registers the built-in protocols, in this order)
+from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp  # noqa: E402,F401  (registers the built-in protocols, in this order)
 
 __all__ = [
     "ClientFunction",

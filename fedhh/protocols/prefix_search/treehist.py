@@ -20,16 +20,16 @@ keys.  Threshold selection is the default; ``protocol.threshold = 0`` sets
 it at the noise level, so that about one absent node per level survives
 (the ``η`` of Theorem 3.2 grows the same way, with
 ``sqrt(n log(n/β) log d) / ε``).  All the rest is the family's
-(:mod:`fedhh.protocols.prefix_family`).
+(:mod:`fedhh.protocols.prefix_search.family`).
 """
 
 from __future__ import annotations
 
-from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
-from ..privacy.ldp import BudgetRule
-from .prefix_family import prefix_search_spec
-from .prefix_search import THRESHOLD, PrefixSearchServer, PrefixVariant
-from .registry import register_protocol
+from ...oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
+from ...privacy.ldp import BudgetRule
+from ..registry import register_protocol
+from .family import prefix_search_spec
+from .search import THRESHOLD, PrefixSearchServer, PrefixVariant
 
 PAPER_SEGMENT = 1  # one unit per level: the binary prefix tree for bit values
 
@@ -45,9 +45,9 @@ TREEHIST = PrefixVariant(
         "Bassily et al., Practical Locally Private Heavy Hitters (TreeHist); "
         "even split as in Cormode et al.'s survey",
     ),
-    planner="fedhh.planning.treehist:plan_treehist",
-    plan_command="fedhh.planning.treehist:TREEHIST_PLAN",
-    sizing="fedhh.planning.sizing:TREEHIST_SIZING",
+    planner="fedhh.protocols.prefix_search.treehist_plan:plan_treehist",
+    plan_command="fedhh.protocols.prefix_search.treehist_plan:TREEHIST_PLAN",
+    sizing="fedhh.protocols.prefix_search.sizing:TREEHIST_SIZING",
 )
 
 

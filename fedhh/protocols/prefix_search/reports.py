@@ -28,7 +28,7 @@ Three modes, one message pair for every variant of the family:
   when they are fewer than the flat cells (fewer candidates than the
   sketch's width: TreeHist's final pass, a level of few prefixes), which a
   simulated shard samples alone, not the rows' other bits
-  (:func:`~fedhh.protocols.prefix_oracles.answers_with_support`);
+  (:func:`~fedhh.protocols.prefix_search.oracles.answers_with_support`);
 * ``final`` (TreeHist, interactive): every user's full-value report answers
   the surviving candidates, the same way;
 * ``collect`` (non-interactive, one shot): every user's reports, before any
@@ -53,15 +53,15 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..data.population import Shard
-from ..kernels.randomness import GRID_USERS, RandomnessSource, UserRandom
-from ..oracles import FrequencyOracle
-from ..oracles.sampling import RandomSource
-from .base import Request, Response
-from .common.item_choice import choose_items
-from .common.prefix_encoding import PrefixEncoding
-from .messages import array_field, scalar_field
-from .prefix_oracles import answers_with_support, level_draws_from_ranges, level_oracle, shard_counts
+from ...data.population import Shard
+from ...kernels.randomness import GRID_USERS, RandomnessSource, UserRandom
+from ...oracles import FrequencyOracle
+from ...oracles.sampling import RandomSource
+from ..base import Request, Response
+from ..common.item_choice import choose_items
+from ..common.prefix_encoding import PrefixEncoding
+from ..messages import array_field, scalar_field
+from .oracles import answers_with_support, level_draws_from_ranges, level_oracle, shard_counts
 from .report_table import distinct_rows, merge_tables, to_table
 
 LEVEL, FINAL, COLLECT = "level", "final", "collect"
@@ -241,7 +241,7 @@ def _member_draws(
     user's draws depend on its global id only, never on the shard or block
     holding it.  A level of CMS (sketch rows drawn by the sparse sampler) draws
     from range streams laid over its members instead (:func:`_ranked_draws`,
-    :func:`~fedhh.protocols.prefix_oracles.level_draws_from_ranges`).
+    :func:`~fedhh.protocols.prefix_search.oracles.level_draws_from_ranges`).
     """
     purpose, round_, first_user = draws
     starts = list(range(0, max(values.size, 1), USERS_PER_BLOCK))
@@ -346,7 +346,7 @@ def respond(request: PrefixRequest, shard: Shard, randomness: RandomnessSource) 
 def _summed_counts(
     oracle: FrequencyOracle, batches: Iterator[tuple[np.ndarray, RandomSource]], candidates: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """What a shard sends (:func:`~fedhh.protocols.prefix_oracles.shard_counts`) for its batches of
+    """What a shard sends (:func:`~fedhh.protocols.prefix_search.oracles.shard_counts`) for its batches of
     users (their values and draws):
 
     * the flat form: each batch's statistics' flat form, summed cell by cell (no merging of

@@ -3,11 +3,11 @@
 [Cormode21] §5 groups them as one family: frequency oracles on prefixes of
 increasing length, each level querying only the extensions of the previous
 level's survivors.  Everything the two share -- the ``[protocol]`` keys
-(:mod:`~fedhh.protocols.prefix_config`), the messages and the client
-function (:mod:`~fedhh.protocols.prefix_reports`), the server
-(:mod:`~fedhh.protocols.prefix_search`) and the checks of a node's replies
-(:mod:`~fedhh.protocols.prefix_nodes`) -- is declared once; a variant is a
-:class:`~fedhh.protocols.prefix_search.PrefixVariant` and a server class
+(:mod:`~fedhh.protocols.prefix_search.config`), the messages and the client
+function (:mod:`~fedhh.protocols.prefix_search.reports`), the server
+(:mod:`~fedhh.protocols.prefix_search.search`) and the checks of a node's replies
+(:mod:`~fedhh.protocols.prefix_search.nodes`) -- is declared once; a variant is a
+:class:`~fedhh.protocols.prefix_search.search.PrefixVariant` and a server class
 naming it, and :func:`prefix_search_spec` turns that into its
 :class:`~fedhh.protocols.spec.ProtocolSpec`.
 """
@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..data.items import ItemCodec
-from ..errors import InputError
-from .prefix_config import PREFIX_KEYS, search_parameters
-from .prefix_nodes import DROPOUT_PRIVACY, check_reply, describe_round, narrow, reply_budget
-from .prefix_reports import PrefixRequest, PrefixResponse, respond
-from .prefix_search import PrefixSearchServer, PrefixVariant
-from .spec import ProtocolSpec
+from ...data.items import ItemCodec
+from ...errors import InputError
+from ..spec import ProtocolSpec
+from .config import PREFIX_KEYS, search_parameters
+from .nodes import DROPOUT_PRIVACY, check_reply, describe_round, narrow, reply_budget
+from .reports import PrefixRequest, PrefixResponse, respond
+from .search import PrefixSearchServer, PrefixVariant
 
 VARIANTS: dict[str, PrefixVariant] = {}  # the family's members by name, as their specs register them
 
@@ -57,7 +57,7 @@ def prefix_search_spec(server: type[PrefixSearchServer]) -> ProtocolSpec:
         planner=variant.planner,
         plan_command=variant.plan_command,
         sizing=variant.sizing,
-        communication="fedhh.protocols.communication:prefix_search_bits",
+        communication="fedhh.protocols.prefix_search.wire:prefix_search_bits",
     )
 
 

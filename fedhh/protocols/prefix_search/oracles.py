@@ -16,11 +16,11 @@ import inspect
 
 import numpy as np
 
-from ..errors import InputError
-from ..oracles import FrequencyOracle, Support, make_oracle
-from ..oracles.registry import ORACLE_BUILDERS, ORACLE_NAMES
-from ..oracles.sketches import SketchOracle
-from ..oracles.unary import SPARSE_MAX_Q, UnaryEncoding
+from ...errors import InputError
+from ...oracles import FrequencyOracle, Support, make_oracle
+from ...oracles.registry import ORACLE_BUILDERS, ORACLE_NAMES
+from ...oracles.sketches import SketchOracle
+from ...oracles.unary import SPARSE_MAX_Q, UnaryEncoding
 
 AUTO = "auto"
 
@@ -55,7 +55,7 @@ def level_oracle(name: str, epsilon: float, domain: int, seed: int, rows: int, w
 
 def level_draws_from_ranges(oracle: FrequencyOracle) -> bool:
     """Whether a level's members draw from range streams laid over the level's members
-    (:func:`fedhh.protocols.prefix_reports.respond`) rather than from their own streams.
+    (:func:`fedhh.protocols.prefix_search.reports.respond`) rather than from their own streams.
 
     Range streams pay where a user's report costs many words: a sketch of unary rows (CMS) whose
     sparse sampler serves them (``q' <=`` its ``SPARSE_MAX_Q``: OUE from ε = ln 7, SUE from

@@ -17,7 +17,7 @@ with ``n`` users and ``m``-bit values:
   reported.
 
 Expected utility: the probability that an item held by a share ``f`` of the
-users is reported (:mod:`fedhh.protocols.item_discovery`: the item shares no
+users is reported (:mod:`fedhh.protocols.prefix_search.item_discovery`: the item shares no
 prefix with other values and none competes with it), at a few shares, and
 the shares found with probability 0.5 and 0.9.
 """
@@ -28,18 +28,18 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InputError
-from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
-from ..oracles.count_sketch_hadamard import auto_sketch_shape
-from ..oracles.registry import ORACLE_NAMES
-from ..privacy.ldp import ldp_report
-from ..privacy.validation import check_epsilon, check_positive_int
-from ..protocols.item_discovery import item_discovery
-from ..protocols.common.prefix_encoding import ValueSpace
-from ..protocols.prefix_search import THRESHOLD, SearchParameters, level_shares, uniform_segments
-from ..protocols.registry import split_budget
-from .commands import JSON_OPTION, Option, Options, PlanCommand, PlanTable
-from .plan import PLAN_FREQUENCIES, check_frequencies
+from ...errors import InputError
+from ...oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
+from ...oracles.count_sketch_hadamard import auto_sketch_shape
+from ...oracles.registry import ORACLE_NAMES
+from ...planning.commands import JSON_OPTION, Option, Options, PlanCommand, PlanTable
+from ...planning.plan import PLAN_FREQUENCIES, check_frequencies
+from ...privacy.ldp import ldp_report
+from ...privacy.validation import check_epsilon, check_positive_int
+from ..common.prefix_encoding import ValueSpace
+from ..registry import split_budget
+from .item_discovery import item_discovery
+from .search import THRESHOLD, SearchParameters, level_shares, uniform_segments
 
 DEFAULT_ORACLE = COUNT_SKETCH_HADAMARD
 DETECTION_TARGETS = (0.5, 0.9)

@@ -5,7 +5,7 @@ about a node: which of its users belong to the asked level (public
 randomness), how many counts it may send and how large they can be, and,
 for a one-shot collection, that its report rows are split over the levels
 exactly as its users are.  A node that holds no user of the asked level is
-not asked at all.  :func:`fedhh.protocols.prefix_family.prefix_search_spec`
+not asked at all.  :func:`fedhh.protocols.prefix_search.family.prefix_search_spec`
 puts these into the spec of each variant (PEM, TreeHist).
 """
 
@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..oracles import FrequencyOracle
-from .base import RoundRecord
-from .common.prefix_encoding import PrefixEncoding
-from .prefix_oracles import counts_size
-from .prefix_reports import COLLECT, LEVEL, PrefixRequest, PrefixResponse, level_sizes
-from .prefix_search import PrefixSearchServer
+from ...oracles import FrequencyOracle
+from ..base import RoundRecord
+from ..common.prefix_encoding import PrefixEncoding
+from ..spec import HeldUsers, InvalidReply
+from .oracles import counts_size
 from .report_table import to_table
-from .spec import HeldUsers, InvalidReply
+from .reports import COLLECT, LEVEL, PrefixRequest, PrefixResponse, level_sizes
+from .search import PrefixSearchServer
 
 NPY_HEADER_BYTES = 256  # np.save header of one array, generously
 

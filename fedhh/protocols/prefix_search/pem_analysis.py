@@ -5,7 +5,7 @@ value's chance to survive the level: ``w_j = 1/k`` gives the expected F1
 (with ``k`` outputs, precision = recall), ``w_j ∝ k + 1 - j`` the expected
 NCR.  Each level's survival comes from one of two models:
 
-* ``order-statistics`` (default, :mod:`fedhh.protocols.selection_model`):
+* ``order-statistics`` (default, :mod:`fedhh.protocols.prefix_search.selection_model`):
   value ``j`` survives when fewer than ``|C_i|`` of the *other* candidates --
   the other values of the assumed population (the most frequent one by
   one, the tail in bins) and the zero-frequency candidates -- have a larger
@@ -70,12 +70,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from ..errors import InputError
-from ..oracles import FrequencyOracle, Histogram
-from ..oracles.registry import ORACLE_NAMES
-from ..privacy.validation import check_epsilon, check_positive_int, check_users
-from .common.prefix_encoding import MAX_CANDIDATES, MAX_DOMAIN, ValueSpace
-from .prefix_oracles import build_level_oracle
+from ...errors import InputError
+from ...oracles import FrequencyOracle, Histogram
+from ...oracles.registry import ORACLE_NAMES
+from ...privacy.validation import check_epsilon, check_positive_int, check_users
+from ..common.prefix_encoding import MAX_CANDIDATES, MAX_DOMAIN, ValueSpace
+from .oracles import build_level_oracle
 from .selection_model import LevelCandidates, survival
 
 DEFAULT_QUERY_LIMIT = 1 << 20  # [Wang19] §VI-A

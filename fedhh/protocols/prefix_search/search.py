@@ -31,19 +31,19 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..data.items import ItemCodec
-from ..errors import InputError
-from ..kernels.randomness import derive_key
-from ..oracles import FrequencyOracle, LinearVariance, Support
-from ..oracles.registry import ORACLE_NAMES
-from ..privacy.ldp import BudgetRule, BudgetSplit, ldp_report
-from ..privacy.report import PrivacyReport
-from ..privacy.validation import check_epsilon, check_positive_int, check_users
-from .base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
-from .common.prefix_encoding import ENCODINGS, Encoding, PrefixEncoding
-from .prefix_oracles import decode_counts, level_oracle
-from .prefix_reports import COLLECT, FINAL, LEVEL, PrefixRequest, PrefixResponse
+from ...data.items import ItemCodec
+from ...errors import InputError
+from ...kernels.randomness import derive_key
+from ...oracles import FrequencyOracle, LinearVariance, Support
+from ...oracles.registry import ORACLE_NAMES
+from ...privacy.ldp import BudgetRule, BudgetSplit, ldp_report
+from ...privacy.report import PrivacyReport
+from ...privacy.validation import check_epsilon, check_positive_int, check_users
+from ..base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
+from ..common.prefix_encoding import ENCODINGS, Encoding, PrefixEncoding
+from .oracles import decode_counts, level_oracle
 from .report_table import expand, from_table, to_table
+from .reports import COLLECT, FINAL, LEVEL, PrefixRequest, PrefixResponse
 
 TOP_K, THRESHOLD = "top-k", "threshold"
 SELECTIONS: tuple[str, ...] = (TOP_K, THRESHOLD)
@@ -54,13 +54,13 @@ ORACLE_PURPOSE = "prefix.oracle"
 _POSITIVE_63 = (1 << 63) - 1
 
 if TYPE_CHECKING:
-    from ..postprocess import PostProcessor
+    from ...postprocess import PostProcessor
 
 
 def postprocessors() -> dict[str, PostProcessor]:
     """The post-processing methods by name, imported when first needed: they load scipy
     (about 0.5 s), which a device importing this module to answer requests never uses."""
-    from ..postprocess import POSTPROCESSORS
+    from ...postprocess import POSTPROCESSORS
 
     return POSTPROCESSORS
 

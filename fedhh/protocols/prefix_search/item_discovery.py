@@ -13,7 +13,7 @@ variance on this population, plus the random split of holders into levels)
 and competes with the other candidates of the level -- the empty value's
 prefix and the zero-frequency extensions -- under the level's selection rule
 (top-k, or a threshold with at most ``candidates_per_step`` survivors), by
-the order-statistics model of :mod:`fedhh.protocols.selection_model`.  The
+the order-statistics model of :mod:`fedhh.protocols.prefix_search.selection_model`.  The
 threshold at the noise level is the server's own rule, computed on the
 expected number of candidates.  TreeHist's final pass ranks the survivors
 by the full-value estimates of all ``n`` users (with the other half of the
@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from ..data.items import ItemCodec, get_alphabet
-from ..errors import InputError
-from ..oracles import Histogram
-from .common.prefix_encoding import ValueSpace
-from .prefix_family import prefix_variant
-from .prefix_oracles import build_level_oracle
-from .prefix_search import THRESHOLD, SearchParameters
+from ...data.items import ItemCodec, get_alphabet
+from ...errors import InputError
+from ...oracles import Histogram
+from ..common.prefix_encoding import ValueSpace
+from .family import prefix_variant
+from .oracles import build_level_oracle
+from .search import THRESHOLD, SearchParameters
 from .selection_model import LevelCandidates, noise_threshold, survival
 
 _ITEM, _REST, _ABSENT = 1, 2, 3  # oracle keys standing for the item, the empty value and a value nobody holds

@@ -2,7 +2,7 @@
 
 [Wang19] §IV-C: under a Zipf assumption on the values and a limit on the
 number of frequency-oracle queries, choose the design whose predicted
-utility (eq. (4), :mod:`fedhh.protocols.pem_analysis`) is highest.  Each
+utility (eq. (4), :mod:`fedhh.protocols.prefix_search.pem_analysis`) is highest.  Each
 level's survival comes from the order-statistics model over every candidate
 by default; [Wang19]'s eq. (5) is printed beside it for the same design
 (``--model eq5`` optimizes with it).  The guarantee does not depend on the
@@ -14,10 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InputError
-from ..privacy.ldp import ldp_report
-from ..privacy.validation import check_positive_int, check_users
-from ..protocols.pem_analysis import (
+from ...errors import InputError
+from ...planning.commands import JSON_OPTION, Option, Options, PlanCommand, PlanTable
+from ...privacy.ldp import ldp_report
+from ...privacy.validation import check_positive_int, check_users
+from ..common.prefix_encoding import ValueSpace
+from ..registry import split_budget
+from .pem_analysis import (
     DEFAULT_DISTINCT_VALUES,
     DEFAULT_QUERY_LIMIT,
     DEFAULT_ZIPF_EXPONENT,
@@ -28,10 +31,7 @@ from ..protocols.pem_analysis import (
     optimize_pem,
     zipf_frequencies,
 )
-from ..protocols.common.prefix_encoding import ValueSpace
-from ..protocols.prefix_search import TOP_K, SearchParameters
-from ..protocols.registry import split_budget
-from .commands import JSON_OPTION, Option, Options, PlanCommand, PlanTable
+from .search import TOP_K, SearchParameters
 
 DEFAULT_ORACLE = "olh"
 MAX_VALUE_BITS = 1024  # the optimizer tries every (γ, g): its time grows with the square of m

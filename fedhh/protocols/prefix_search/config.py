@@ -2,7 +2,7 @@
 
 The variants of the family read the same keys and differ in their defaults
 (the ``auto`` values and ``segment_length = 0``), which each declares in its
-:class:`~fedhh.protocols.prefix_search.PrefixVariant`: PEM uses OLH, top-k
+:class:`~fedhh.protocols.prefix_search.search.PrefixVariant`: PEM uses OLH, top-k
 selection and the optimizer of [Wang19] §IV-C for γ, η and the group split;
 TreeHist uses its count sketch of Hadamard bits, threshold pruning and one
 unit per level from γ = 0.
@@ -14,16 +14,16 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from ..data.items import ItemCodec
-from ..oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
-from ..oracles.count_sketch_hadamard import auto_sketch_shape
-from ..oracles.registry import ORACLE_NAMES
-from ..postprocess import POSTPROCESSORS
-from ..schema import Key
-from .common.keys import TOP_K_KEY
-from .common.prefix_encoding import PrefixEncoding, ValueSpace
-from .prefix_oracles import AUTO
-from .prefix_search import ORACLE_PURPOSE, PrefixVariant, SearchParameters, level_shares, public_seed, uniform_segments
+from ...data.items import ItemCodec
+from ...oracles.count_sketch_hadamard import NAME as COUNT_SKETCH_HADAMARD
+from ...oracles.count_sketch_hadamard import auto_sketch_shape
+from ...oracles.registry import ORACLE_NAMES
+from ...postprocess import POSTPROCESSORS
+from ...schema import Key
+from ..common.keys import TOP_K_KEY
+from ..common.prefix_encoding import PrefixEncoding, ValueSpace
+from .oracles import AUTO
+from .search import ORACLE_PURPOSE, PrefixVariant, SearchParameters, level_shares, public_seed, uniform_segments
 
 # The [protocol] keys of a prefix search, declared once for both variants.
 PREFIX_KEYS: dict[str, Key] = {

@@ -12,18 +12,18 @@ the budget": each user sends one report, so each user's guarantee is ε.
 
 Interactively one group answers per round; in the one-shot collection all
 users report at once and the server runs the levels alone, with the same
-result for the same seed (see :mod:`fedhh.protocols.prefix_reports`).  With
+result for the same seed (see :mod:`fedhh.protocols.prefix_search.reports`).  With
 ``protocol.segment_length = 0`` the optimizer of [Wang19] §IV-C chooses γ,
-η and the group split (:mod:`fedhh.protocols.pem_analysis`).  All the rest
-is the family's (:mod:`fedhh.protocols.prefix_family`).
+η and the group split (:mod:`fedhh.protocols.prefix_search.pem_analysis`).  All the rest
+is the family's (:mod:`fedhh.protocols.prefix_search.family`).
 """
 
 from __future__ import annotations
 
-from ..privacy.ldp import BudgetRule
-from .prefix_family import prefix_search_spec
-from .prefix_search import TOP_K, PrefixSearchServer, PrefixVariant
-from .registry import register_protocol
+from ...privacy.ldp import BudgetRule
+from ..registry import register_protocol
+from .family import prefix_search_spec
+from .search import TOP_K, PrefixSearchServer, PrefixVariant
 
 PEM = PrefixVariant(
     name="pem",
@@ -37,9 +37,9 @@ PEM = PrefixVariant(
         "Wang et al., Locally Differentially Private Heavy Hitter Identification (PEM): "
         "users are partitioned into groups, one report per user",
     ),
-    planner="fedhh.planning.pem:plan_pem",
-    plan_command="fedhh.planning.pem:PEM_PLAN",
-    sizing="fedhh.planning.sizing:PEM_SIZING",
+    planner="fedhh.protocols.prefix_search.pem_plan:plan_pem",
+    plan_command="fedhh.protocols.prefix_search.pem_plan:PEM_PLAN",
+    sizing="fedhh.protocols.prefix_search.sizing:PEM_SIZING",
 )
 
 
