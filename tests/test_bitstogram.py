@@ -21,13 +21,11 @@ from fedhh.experiment import Experiment
 from fedhh.oracles import make_oracle
 from fedhh.oracles.histogram import Histogram
 from fedhh.protocols import plan
-from fedhh.protocols.bitstogram import (
-    BitstogramParameters,
-    BitstogramServer,
-    check_reply,
-    discovery_probability,
-    respond,
-)
+from fedhh.protocols.bitstogram.client import respond
+from fedhh.protocols.bitstogram.nodes import check_reply
+from fedhh.protocols.bitstogram.parameters import BitstogramParameters
+from fedhh.protocols.bitstogram.plan import discovery_probability
+from fedhh.protocols.bitstogram.server import BitstogramServer
 from fedhh.protocols.spec import InvalidReply
 
 from .helpers import flower_matches_fast, one_and_seven_shards, planted_runs

@@ -17,7 +17,10 @@ from fedhh.data.population import Shard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.protocols import plan
-from fedhh.protocols.mcm import MCMParameters, MCMServer, discovery_probability, mcm_parameters, respond
+from fedhh.protocols.mcm.client import respond
+from fedhh.protocols.mcm.parameters import MCMParameters, mcm_parameters
+from fedhh.protocols.mcm.plan import discovery_probability
+from fedhh.protocols.mcm.server import MCMServer
 
 from .helpers import flower_matches_fast, one_and_seven_shards, planted_runs
 

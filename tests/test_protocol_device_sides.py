@@ -32,13 +32,15 @@ from fedhh.data.population import Shard, Vocabulary
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols import PROTOCOLS
 from fedhh.protocols.base import ServerProtocol
-from fedhh.protocols.bitstogram import BitstogramRequest, BitstogramResponse, bit_positions
+from fedhh.protocols.bitstogram.messages import BitstogramRequest, BitstogramResponse
 from fedhh.protocols.common.prefix_encoding import PrefixEncoding
-from fedhh.protocols.mcm import MCMRequest, MCMResponse
+from fedhh.protocols.common.value_reports import bit_positions
+from fedhh.protocols.mcm.messages import MCMRequest, MCMResponse
 from fedhh.protocols.prefix_search.reports import user_levels
 from fedhh.protocols.rappor import BloomEncoder, RapporRequest, RapporResponse, user_cohorts, vocabulary_keys
 from fedhh.protocols.sfp import FragmentCodec, SFPRequest, SFPResponse, user_positions, vocabulary_values
-from fedhh.protocols.spm import SPMRequest, SPMResponse, segment_keys, segment_pairs, user_pairs
+from fedhh.protocols.spm.client import segment_keys, segment_pairs, user_pairs
+from fedhh.protocols.spm.messages import SPMRequest, SPMResponse
 from simulations.fast import drive
 from tests.test_oracle_device_spec import (
     FULL,

@@ -19,7 +19,10 @@ from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols import plan
 from fedhh.protocols.common.prefix_encoding import PrefixEncoding
-from fedhh.protocols.spm import SPMParameters, SPMServer, respond, segment_keys, stage_margins
+from fedhh.protocols.spm.client import respond, segment_keys
+from fedhh.protocols.spm.parameters import SPMParameters
+from fedhh.protocols.spm.plan import stage_margins
+from fedhh.protocols.spm.server import SPMServer
 
 from .helpers import flower_matches_fast, one_and_seven_shards, planted_runs
 

@@ -37,11 +37,8 @@ from ..oracles.base import index_bits
 
 if TYPE_CHECKING:
     from .base import ServerProtocol
-    from .bitstogram import BitstogramServer
-    from .mcm import MCMServer
     from .rappor import RapporServer
     from .sfp import SFPServer
-    from .spm import SPMServer
 
 
 @dataclass(frozen=True)
@@ -109,51 +106,6 @@ def sfp_bits(server: SFPServer) -> Communication:
         word_oracle = sketch(params.oracle, epsilons[1], 1 << 64, params.sketch_rows, params.sketch_width, seed)
         reports.append(SentReport(f"whole word ({params.oracle})", word_oracle.report_bits(), 1.0))
     return Communication(tuple(reports), sum(report.bits for report in reports))
-
-
-def bitstogram_bits(server: BitstogramServer) -> Communication:
-    """Bitstogram: the (channel, bit) pair of the user's bit position through Hashtogram, and the full value.
-
-    The bit report is the position (``ceil(log2 m)`` bits for ``m``-bit
-    values) and a Hashtogram report over the ``2T`` pairs (one row: a
-    Hadamard index of ``log2 2T`` bits and the randomised bit); the full
-    value goes through the ``R``-row Hashtogram of ``T`` buckets (row,
-    index, bit).
-    """
-    request = server.request
-    bits = index_bits(request.value_bits) + request.bit_oracle().report_bits()
-    final = request.final_oracle().report_bits()
-    reports = (SentReport("(channel, bit) pair with its bit position (hashtogram)", bits, 1.0),
-               SentReport("full value (hashtogram)", final, 1.0))
-    return Communication(reports, bits + final)
-
-
-def mcm_bits(server: MCMServer) -> Communication:
-    """MCM: the (channel, bit) pair of the user's bit position through OLH, and the full value through OLH.
-
-    Each OLH report is a 64-bit hash seed and a bucket of ``ceil(log2 g)``
-    bits (``g`` from the report's ε/2); the bit report also names the
-    position (``ceil(log2 m)`` bits).
-    """
-    bits = index_bits(server.params.value_bits) + server.bit_oracle.report_bits()
-    final = server.final_oracle.report_bits()
-    reports = (SentReport("(channel, bit) pair with its bit position (olh)", bits, 1.0),
-               SentReport("full value (olh)", final, 1.0))
-    return Communication(reports, bits + final)
-
-
-def spm_bits(server: SPMServer) -> Communication:
-    """SPM: the user's segment pair, and three OLH reports at ε/3 (segment α, segment β, whole value).
-
-    The pair is one of ``C(g, 2)`` (``ceil(log2 C(g, 2))`` bits); each OLH
-    report is a 64-bit seed and a bucket, its size set by ε/3 alone.  The
-    three rounds read the same reports, so they are sent once.
-    """
-    pairs = math.comb(server.params.segments, 2)
-    report = server.oracle.report_bits()
-    reports = (SentReport("segment pair", index_bits(pairs), 1.0),
-               SentReport("segment or whole-value report (olh)", report, 3.0))
-    return Communication(reports, index_bits(pairs) + 3 * report)
 
 
 def rappor_bits(server: RapporServer) -> Communication:

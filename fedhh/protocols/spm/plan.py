@@ -1,14 +1,37 @@
-"""``fedhh plan spm``: SPM's segments and budget split from (n, ε, m), and each frequency's margin at every stage."""
+"""``fedhh plan spm``: the segments and budget split from (n, ε, m), and each frequency's margin at every stage."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..privacy.ldp import ldp_report
-from ..protocols.spm import BUDGET, NAME, ORACLE, spm_parameters, stage_margins
-from .commands import Option, ldp_plan_command
-from .plan import PLAN_FREQUENCIES, check_frequencies
+from ...oracles import make_oracle
+from ...planning.commands import Option, ldp_plan_command
+from ...planning.plan import PLAN_FREQUENCIES, check_frequencies
+from ...privacy.ldp import ldp_report
+from .parameters import BUDGET, NAME, ORACLE, SPMParameters, spm_parameters
+
+
+def stage_margins(params: SPMParameters, frequency: float) -> dict[str, float]:
+    """How many standard deviations a value of population share ``frequency`` stands above an
+    absent one at each stage (OLH at ε/3; patterns and pairs shared with other values ignored).
+
+    Segments: ``2n/g`` reporters of each segment; pairs: ``n / C(g, 2)``
+    reporters of each pair, the joint estimator's variance per reporter being
+    about ``(q (1 - q))^2 / (p - q)^4``; final: all ``n``.
+    """
+    oracle = make_oracle(ORACLE, epsilon=params.epsilon / 3, domain=2)
+    p, q = oracle.p, oracle.q
+    n, g = params.n_users, params.segments
+    pairs = g * (g - 1) / 2
+    single = oracle.per_user_variance()[0]
+    segment_users, pair_users = 2 * n / g, n / pairs
+    return {
+        "segments": frequency * segment_users / math.sqrt(segment_users * single),
+        "pairs": frequency * pair_users / math.sqrt(pair_users * (q * (1 - q)) ** 2 / (p - q) ** 4),
+        "final": frequency * n / math.sqrt(n * single),
+    }
 
 
 def plan_spm(
