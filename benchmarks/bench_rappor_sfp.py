@@ -56,10 +56,10 @@ import numpy as np
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
-from fedhh.protocols.rappor import RapporParameters, RapporServer
-from fedhh.protocols.rappor import respond as rappor_respond
-from fedhh.protocols.sfp import SFPParameters, SFPServer
-from fedhh.protocols.sfp import respond as sfp_respond
+from fedhh.protocols.rappor.client import respond as rappor_respond
+from fedhh.protocols.rappor.server import RapporParameters, RapporServer
+from fedhh.protocols.sfp.client import respond as sfp_respond
+from fedhh.protocols.sfp.server import SFPParameters, SFPServer
 from simulations.fast import drive, run_fast
 
 PROTOCOLS = ("rappor", "sfp")

@@ -20,16 +20,11 @@ from fedhh.experiment import Experiment
 from fedhh.kernels.bernoulli_bytes import REFINEMENT_WORDS
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols import plan
-from fedhh.protocols.rappor import (
-    POPULATION_DICTIONARY_NOTE,
-    BloomEncoder,
-    RapporParameters,
-    RapporServer,
-    count_noise,
-    respond,
-    solve_normal,
-    vocabulary_keys,
-)
+from fedhh.protocols.rappor.analysis import count_noise
+from fedhh.protocols.rappor.client import respond
+from fedhh.protocols.rappor.encoding import BloomEncoder, vocabulary_keys
+from fedhh.protocols.rappor.parameters import POPULATION_DICTIONARY_NOTE
+from fedhh.protocols.rappor.server import RapporParameters, RapporServer, solve_normal
 from simulations.fast import drive, run_fast
 from tests.helpers import planted_runs
 

@@ -21,7 +21,9 @@ from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles.histogram import Histogram
 from fedhh.oracles.sketches import SketchReports
 from fedhh.protocols import plan
-from fedhh.protocols.sfp import SFPParameters, SFPServer, respond, vocabulary_values
+from fedhh.protocols.sfp.client import respond
+from fedhh.protocols.sfp.encoding import vocabulary_values
+from fedhh.protocols.sfp.server import SFPParameters, SFPServer
 from simulations.fast import drive, run_fast
 
 SMALL_RUN = [

@@ -15,7 +15,9 @@ from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles import make_oracle
 from fedhh.oracles.sketches import SketchOracle
 from fedhh.protocols.common.report_mode import SIGNIFICANT, TOP_K
-from fedhh.protocols.sfp import SFPParameters, SFPServer, best_first, median, respond
+from fedhh.protocols.sfp.analysis import best_first, median
+from fedhh.protocols.sfp.client import respond
+from fedhh.protocols.sfp.server import SFPParameters, SFPServer
 
 
 def assert_same_floats(actual: np.ndarray, expected: np.ndarray) -> None:

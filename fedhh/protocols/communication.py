@@ -37,8 +37,6 @@ from ..oracles.base import index_bits
 
 if TYPE_CHECKING:
     from .base import ServerProtocol
-    from .rappor import RapporServer
-    from .sfp import SFPServer
 
 
 @dataclass(frozen=True)
@@ -82,34 +80,3 @@ def derive_communication(reference: str, server: ServerProtocol) -> Communicatio
     from .spec import load_tool
 
     return load_tool(reference, "protocol.communication")(server)
-
-
-def sfp_bits(server: SFPServer) -> Communication:
-    """SFP: the fragment report (position, then fragment and word hash through the sketch) and the word report.
-
-    Every user sends its fragment position (``ceil(log2 P)`` bits) with its
-    sketch report of (fragment, 8-bit hash), and, with the word pass, the
-    sketch report of its whole value: a row index and the inner oracle's
-    report (OUE: the sketch's width in bits, Apple's CMS; HM(1): a Hadamard
-    index and a bit, HCMS).
-    """
-    from .sfp import HASH_VALUES, ORACLE_PURPOSE, sketch
-
-    params = server.params
-    epsilons = [epsilon for _, epsilon in server.split.parts]  # the fragment's, then the word pass's if any
-    seed = server.seeds[ORACLE_PURPOSE]
-    domain = server.fragments.fragment_values * HASH_VALUES
-    fragment_oracle = sketch(params.oracle, epsilons[0], domain, params.sketch_rows, params.sketch_width, seed)
-    fragment = index_bits(server.positions) + fragment_oracle.report_bits()
-    reports = [SentReport(f"fragment with its position ({params.oracle})", fragment, 1.0)]
-    if len(epsilons) > 1:
-        word_oracle = sketch(params.oracle, epsilons[1], 1 << 64, params.sketch_rows, params.sketch_width, seed)
-        reports.append(SentReport(f"whole word ({params.oracle})", word_oracle.report_bits(), 1.0))
-    return Communication(tuple(reports), sum(report.bits for report in reports))
-
-
-def rappor_bits(server: RapporServer) -> Communication:
-    """RAPPOR: the randomised Bloom filter, ``m`` bits (SUE on every bit), and the user's cohort."""
-    params = server.params
-    bits = params.bloom_bits + index_bits(params.cohorts)
-    return Communication((SentReport("randomised Bloom filter with its cohort", bits, 1.0),), bits)

@@ -1,20 +1,14 @@
-"""``fedhh plan rappor``: RAPPOR's bit probabilities, the noise of a count, and the count an item needs."""
+"""``fedhh plan rappor``: the bit probabilities, the noise of a count, and the count an item needs."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..privacy.ldp import ldp_report
-from ..privacy.validation import check_users
-from ..protocols.rappor import (
-    NAME,
-    bit_probabilities,
-    check_bloom_size,
-    count_noise,
-    rappor_split,
-    significance_level,
-)
-from .commands import Option, ldp_plan_command
+from ...planning.commands import Option, ldp_plan_command
+from ...privacy.ldp import ldp_report
+from ...privacy.validation import check_users
+from .analysis import bit_probabilities, check_bloom_size, count_noise, rappor_split, significance_level
+from .parameters import NAME
 
 
 def plan_rappor(

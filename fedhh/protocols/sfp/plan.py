@@ -1,4 +1,4 @@
-"""``fedhh plan sfp``: SFP's budget split, positions and the noise of its fragment and word counts."""
+"""``fedhh plan sfp``: the budget split, positions and the noise of the fragment and word counts."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import math
 from statistics import NormalDist
 from typing import Any
 
-from ..data.items import ItemCodec, get_alphabet
-from ..privacy.ldp import ldp_report
-from ..privacy.validation import check_users
-from ..protocols.sfp import NAME, fragment_pairs, fragment_positions, sfp_split, sketch_noise
-from .commands import Option, ldp_plan_command
+from ...data.items import ItemCodec, get_alphabet
+from ...planning.commands import Option, ldp_plan_command
+from ...privacy.ldp import ldp_report
+from ...privacy.validation import check_users
+from .analysis import fragment_pairs, fragment_positions, sfp_split, sketch_noise
+from .parameters import NAME
 
 
 def plan_sfp(
