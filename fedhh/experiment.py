@@ -24,7 +24,7 @@ from .kernels.randomness import KeyedRandomness
 from .metrics import Truth, utility_metrics
 from .privacy.report import PrivacyReport
 from .protocols import ClientFunction, Discovery, ProtocolResult, ServerProtocol, get_protocol
-from .protocols.communication import Communication, derive_communication
+from .protocols.communication import Communication
 from .resources import require_population_memory
 
 
@@ -127,7 +127,7 @@ class Experiment:
         self.privacy: PrivacyReport = self._fresh_server.privacy_report()
         # What one user sends, from the protocol's own parameters (None: the spec declares no derivation).
         self.communication: Communication | None = (
-            derive_communication(self.spec.communication, self._fresh_server) if self.spec.communication else None
+            self.spec.communication(self._fresh_server) if self.spec.communication else None
         )
 
     @property

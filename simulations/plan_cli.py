@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedhh.planning.commands import Option, PlanCommand, PlanTable
-from fedhh.protocols import PROTOCOLS, load_tool
+from fedhh.protocols import PROTOCOLS
 
 
 def add_plan_arguments(plan: argparse.ArgumentParser) -> None:
@@ -29,8 +29,8 @@ def add_plan_arguments(plan: argparse.ArgumentParser) -> None:
 def add_plan_parser(plans: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
     """Register ``plan NAME`` (protocol ``name``'s declared command) under the ``plan`` subcommands;
     its handler is the parser's ``func``."""
-    spec = PROTOCOLS[name]
-    command: PlanCommand = load_tool(spec.plan_command, f"the plan command of {name!r}")
+    command = PROTOCOLS[name].plan_command
+    assert command is not None, f"{name!r} declares no plan command"
     parser = plans.add_parser(name, help=command.help, description=command.description)
     add_options(parser, command.options)
     parser.set_defaults(func=functools.partial(print_plan, command))

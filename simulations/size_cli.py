@@ -32,7 +32,7 @@ from rich.table import Table
 
 from fedhh.config import load_config
 from fedhh.planning.sizing import SizeAnswer, Sizing, forbidden, required
-from fedhh.protocols import PROTOCOLS, load_tool
+from fedhh.protocols import PROTOCOLS
 
 from .plan_cli import add_options
 
@@ -42,8 +42,7 @@ DEFAULT_RECALL_TRIALS = 3
 def sizings() -> dict[str, Sizing]:
     """The registered protocols that can be sized, by name, in registration order."""
     return {
-        name: load_tool(spec.sizing, f"the sizing of {name!r}")
-        for name, spec in PROTOCOLS.items() if spec.sizing is not None
+        name: spec.sizing for name, spec in PROTOCOLS.items() if spec.sizing is not None
     }
 
 

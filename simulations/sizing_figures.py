@@ -36,7 +36,8 @@ from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols.common.prefix_encoding import ValueSpace
 from fedhh.protocols.prefix_search.pem import PEMServer
-from fedhh.protocols.prefix_search.pem_analysis import EQUATION_5, ORDER_STATISTICS, PEMDesign, UtilityModel
+from fedhh.protocols.prefix_search.pem_analysis import PEMDesign, UtilityModel
+from fedhh.protocols.prefix_search.pem_assumptions import EQUATION_5, ORDER_STATISTICS
 from fedhh.protocols.prefix_search.reports import respond
 from fedhh.protocols.prefix_search.search import SearchParameters
 from fedhh.protocols.prefix_search.sizing import size_pem, size_treehist

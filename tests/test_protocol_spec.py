@@ -43,7 +43,6 @@ from fedhh.protocols import (
     Response,
     RoundRecord,
     ServerProtocol,
-    load_tool,
     protocol_module,
     register_protocol,
 )
@@ -146,23 +145,6 @@ def check_counts(request: CountRequest, response: CountResponse, node: HeldUsers
         raise InvalidReply(f"CountResponse.counts: they add up to {int(response.counts.sum())} of {node.users} users")
 
 
-SPEC = register_protocol(
-    ProtocolSpec(
-        name="counting",
-        summary="exact item counts, for tests of the protocol seam (no privacy)",
-        build=lambda privacy, protocol, n_users, codec, seed: CountingServer(codec, n_users),
-        respond=respond,  # type: ignore[arg-type]
-        request_type=CountRequest,
-        response_type=CountResponse,
-        dropout_privacy="none to keep: the protocol has no guarantee",
-        check_reply=check_counts,  # type: ignore[arg-type]
-        planner=f"{__name__}:plan_counting",
-        plan_command=f"{__name__}:PLAN_COMMAND",
-        sizing=f"{__name__}:SIZING",
-    )
-)
-
-
 def plan_counting(n_users: int) -> dict[str, int]:
     """``fedhh plan counting``'s answer: the most items a run can publish."""
     return {"n_users": n_users, "most_items": n_users // MIN_COUNT}
@@ -183,6 +165,23 @@ def size_counting(args: argparse.Namespace, on_step: object) -> SizeAnswer:
 
 
 SIZING = Sizing("Counting", 1, (), size_counting, lambda args, answer: {})
+
+
+SPEC = register_protocol(
+    ProtocolSpec(
+        name="counting",
+        summary="exact item counts, for tests of the protocol seam (no privacy)",
+        build=lambda privacy, protocol, n_users, codec, seed: CountingServer(codec, n_users),
+        respond=respond,  # type: ignore[arg-type]
+        request_type=CountRequest,
+        response_type=CountResponse,
+        dropout_privacy="none to keep: the protocol has no guarantee",
+        check_reply=check_counts,  # type: ignore[arg-type]
+        planner=plan_counting,
+        plan_command=PLAN_COMMAND,
+        sizing=SIZING,
+    )
+)
 
 
 def truth_above(experiment: Experiment) -> dict[str, int]:
@@ -211,10 +210,10 @@ def test_the_spec_names_the_planner_and_the_budget_split() -> None:
     assert SPEC.budget is None and PROTOCOLS["treehist"].budget is not None
     with pytest.raises(ValueError, match=r"no LDP budget split for 'counting'; allowed: \[.*'pem'.*'treehist'.*\]"):
         split_budget("counting", 1.0)
-    for name, spec in PROTOCOLS.items():  # every built-in planner and sizing loads from its reference
+    for name, spec in PROTOCOLS.items():  # every built-in spec holds its planner (and sizing, where it has one)
         if name != "counting":
-            assert callable(load_tool(spec.planner, name)), name
-            assert spec.sizing is None or load_tool(spec.sizing, name).title
+            assert callable(spec.planner), name
+            assert spec.sizing is None or spec.sizing.title
     assert all(PROTOCOLS[name].sizing for name in ("triehh", "pem", "treehist"))
 
 

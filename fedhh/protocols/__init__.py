@@ -14,12 +14,13 @@ from .base import (
     ServerProtocol,
 )
 from .registry import PROTOCOLS, get_protocol, plan, protocol_module, register_protocol, split_budget
-from .spec import HeldUsers, InvalidReply, ProtocolSpec, load_tool
+from .spec import ContractText, HeldUsers, InvalidReply, ProtocolSpec
 
 from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp  # noqa: E402,F401  (registers the built-in protocols, in this order)
 
 __all__ = [
     "ClientFunction",
+    "ContractText",
     "Discovery",
     "HeldUsers",
     "InvalidReply",
@@ -31,7 +32,6 @@ __all__ = [
     "RoundRecord",
     "ServerProtocol",
     "get_protocol",
-    "load_tool",
     "plan",
     "protocol_module",
     "register_protocol",

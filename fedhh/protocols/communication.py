@@ -1,8 +1,8 @@
 """Users' bits sent: what one user of a protocol puts on the wire over a whole run, in a deployment.
 
 Every protocol's spec names its derivation (``ProtocolSpec.communication``,
-a ``"module:function"`` reference to one of the functions below); the
-function reads the protocol's own parameters from a freshly built server
+a function of its package's ``wire`` module); the function reads the
+protocol's own parameters from a freshly built server
 and asks each report's frequency oracle for its size
 (:meth:`fedhh.oracles.FrequencyOracle.report_bits`), so a new oracle or a
 new protocol declares its own cost and nothing here is keyed by a name.
@@ -31,12 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from ..oracles.base import index_bits
-
-if TYPE_CHECKING:
-    from .base import ServerProtocol
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -73,10 +68,3 @@ class Communication:
         if self.note:
             document["note"] = self.note
         return document
-
-
-def derive_communication(reference: str, server: ServerProtocol) -> Communication:
-    """The communication of ``server``'s run by its spec's derivation ``reference`` (``"module:function"``)."""
-    from .spec import load_tool
-
-    return load_tool(reference, "protocol.communication")(server)

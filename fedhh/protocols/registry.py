@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import InputError
 from ..privacy.ldp import BudgetSplit
 from ..schema import Key
-from .spec import ProtocolSpec, load_tool
+from .spec import ProtocolSpec
 
 PROTOCOLS: dict[str, ProtocolSpec] = {}
 _MODULES: dict[str, str] = {}  # protocol name -> the module that registered it
@@ -90,4 +90,4 @@ def plan(name: str, **target: Any) -> dict[str, Any]:
     if spec is None or spec.planner is None:
         allowed = sorted(other for other, declared in PROTOCOLS.items() if declared.planner is not None)
         raise InputError(f"protocol.name: no planner for {name!r}; allowed: {allowed}")
-    return load_tool(spec.planner, f"the planner of {name!r}")(**target)
+    return spec.planner(**target)

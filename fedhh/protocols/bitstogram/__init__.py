@@ -36,7 +36,9 @@ from .client import respond
 from .messages import BitstogramRequest, BitstogramResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import BUDGET, KEYS, NAME
+from .plan import BITSTOGRAM_PLAN, plan_bitstogram
 from .server import build_bitstogram
+from .wire import bitstogram_bits
 
 SPEC = register_protocol(
     ProtocolSpec(
@@ -52,8 +54,8 @@ SPEC = register_protocol(
         check_reply=check_reply,  # type: ignore[arg-type]
         describe_round=describe_round,
         budget=BUDGET,
-        planner="fedhh.protocols.bitstogram.plan:plan_bitstogram",
-        plan_command="fedhh.protocols.bitstogram.plan:BITSTOGRAM_PLAN",
-        communication="fedhh.protocols.bitstogram.wire:bitstogram_bits",
+        planner=plan_bitstogram,
+        plan_command=BITSTOGRAM_PLAN,
+        communication=bitstogram_bits,
     )
 )

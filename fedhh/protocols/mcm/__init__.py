@@ -32,7 +32,9 @@ from .client import respond
 from .messages import MCMRequest, MCMResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import BUDGET, KEYS, NAME
+from .plan import MCM_PLAN, plan_mcm
 from .server import build_mcm
+from .wire import mcm_bits
 
 SPEC = register_protocol(
     ProtocolSpec(
@@ -48,8 +50,8 @@ SPEC = register_protocol(
         check_reply=check_reply,  # type: ignore[arg-type]
         describe_round=describe_round,
         budget=BUDGET,
-        planner="fedhh.protocols.mcm.plan:plan_mcm",
-        plan_command="fedhh.protocols.mcm.plan:MCM_PLAN",
-        communication="fedhh.protocols.mcm.wire:mcm_bits",
+        planner=plan_mcm,
+        plan_command=MCM_PLAN,
+        communication=mcm_bits,
     )
 )

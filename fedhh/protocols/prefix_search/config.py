@@ -23,6 +23,7 @@ from ...schema import Key
 from ..common.keys import TOP_K_KEY
 from ..common.prefix_encoding import PrefixEncoding, ValueSpace
 from .oracles import AUTO
+from .pem_assumptions import DEFAULT_DISTINCT_VALUES, DEFAULT_ZIPF_EXPONENT
 from .search import ORACLE_PURPOSE, PrefixVariant, SearchParameters, level_shares, public_seed, uniform_segments
 
 # The [protocol] keys of a prefix search, declared once for both variants.
@@ -106,13 +107,7 @@ def optimized_design(
     takes up to a second to find.
     """
     # imported here: the analysis loads scipy, which devices importing this module never need
-    from .pem_analysis import (
-        DEFAULT_DISTINCT_VALUES,
-        DEFAULT_ZIPF_EXPONENT,
-        UtilityModel,
-        optimize_pem,
-        zipf_frequencies,
-    )
+    from .pem_analysis import UtilityModel, optimize_pem, zipf_frequencies
 
     model = UtilityModel(
         space, n_users, epsilon, top_k, oracle,

@@ -24,6 +24,7 @@ from .config import PREFIX_KEYS, search_parameters
 from .nodes import DROPOUT_PRIVACY, check_reply, describe_round, narrow, reply_budget
 from .reports import PrefixRequest, PrefixResponse, respond
 from .search import PrefixSearchServer, PrefixVariant
+from .wire import prefix_search_bits
 
 VARIANTS: dict[str, PrefixVariant] = {}  # the family's members by name, as their specs register them
 
@@ -57,7 +58,7 @@ def prefix_search_spec(server: type[PrefixSearchServer]) -> ProtocolSpec:
         planner=variant.planner,
         plan_command=variant.plan_command,
         sizing=variant.sizing,
-        communication="fedhh.protocols.prefix_search.wire:prefix_search_bits",
+        communication=prefix_search_bits,
     )
 
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 from ...privacy.ldp import BudgetRule
 from ..registry import register_protocol
 from .family import prefix_search_spec
+from .pem_plan import PEM_PLAN, plan_pem
 from .search import TOP_K, PrefixSearchServer, PrefixVariant
+from .sizing import PEM_SIZING
 
 PEM = PrefixVariant(
     name="pem",
@@ -37,9 +39,9 @@ PEM = PrefixVariant(
         "Wang et al., Locally Differentially Private Heavy Hitter Identification (PEM): "
         "users are partitioned into groups, one report per user",
     ),
-    planner="fedhh.protocols.prefix_search.pem_plan:plan_pem",
-    plan_command="fedhh.protocols.prefix_search.pem_plan:PEM_PLAN",
-    sizing="fedhh.protocols.prefix_search.sizing:PEM_SIZING",
+    planner=plan_pem,
+    plan_command=PEM_PLAN,
+    sizing=PEM_SIZING,
 )
 
 

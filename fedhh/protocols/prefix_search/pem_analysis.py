@@ -76,17 +76,13 @@ from ...oracles.registry import ORACLE_NAMES
 from ...privacy.validation import check_epsilon, check_positive_int, check_users
 from ..common.prefix_encoding import MAX_CANDIDATES, MAX_DOMAIN, ValueSpace
 from .oracles import build_level_oracle
+from .pem_assumptions import DEFAULT_QUERY_LIMIT, EQUATION_5, MODELS, ORDER_STATISTICS
 from .selection_model import LevelCandidates, survival
 
-DEFAULT_QUERY_LIMIT = 1 << 20  # [Wang19] §VI-A
-DEFAULT_ZIPF_EXPONENT = 1.0  # [Wang19] §IV-C: f_j ∝ 1/j
-DEFAULT_DISTINCT_VALUES = 10_000
 FIT_SCALES = (1_000_000, 2_000_000, 4_000_000)  # reporters at which the variance polynomial is fitted
 MIN_BRANCHING = 8  # candidates per kept prefix at every level, for eq. (5) to be trusted
 COMPETITORS_BELOW = 16  # values below the kept-th that the order-statistics model follows one by one
 TAIL_BINS = 12  # bins of the remaining values
-ORDER_STATISTICS, EQUATION_5 = "order-statistics", "eq5"
-MODELS: tuple[str, ...] = (ORDER_STATISTICS, EQUATION_5)
 SCREENED_DESIGNS = 6  # designs eq. (5) ranks best, compared by the order-statistics model
 _SHARE_STEPS = (0.2, 0.1, 0.05, 0.02)
 _TINY = 1e-300

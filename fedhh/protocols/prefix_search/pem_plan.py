@@ -20,16 +20,13 @@ from ...privacy.ldp import ldp_report
 from ...privacy.validation import check_positive_int, check_users
 from ..common.prefix_encoding import ValueSpace
 from ..registry import split_budget
-from .pem_analysis import (
+from .pem_assumptions import (
     DEFAULT_DISTINCT_VALUES,
     DEFAULT_QUERY_LIMIT,
     DEFAULT_ZIPF_EXPONENT,
     EQUATION_5,
     MODELS,
     ORDER_STATISTICS,
-    UtilityModel,
-    optimize_pem,
-    zipf_frequencies,
 )
 from .search import TOP_K, SearchParameters
 
@@ -60,6 +57,8 @@ def plan_pem(
 ) -> dict[str, Any]:
     """The optimizer's design for ``m = value_bits`` bit values, its predicted utility (under
     ``model``, and under eq. (5) for comparison) and its guarantee."""
+    from .pem_analysis import UtilityModel, optimize_pem, zipf_frequencies  # scipy: only when planning
+
     check_users(n_users)
     split = split_budget("pem", epsilon)
     check_positive_int(value_bits, "--bits", maximum=MAX_VALUE_BITS)

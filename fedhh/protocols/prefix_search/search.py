@@ -54,6 +54,8 @@ ORACLE_PURPOSE = "prefix.oracle"
 _POSITIVE_63 = (1 << 63) - 1
 
 if TYPE_CHECKING:
+    from ...planning.commands import PlanCommand, Planner
+    from ...planning.sizing import Sizing
     from ...postprocess import PostProcessor
 
 
@@ -196,9 +198,9 @@ class PrefixVariant:
     default_selection: str
     default_segment: int | None
     budget: BudgetRule  # how each user's ε is divided among its reports (one, or a level's and the full value's)
-    planner: str | None = None  # ProtocolSpec.planner
-    plan_command: str | None = None  # ProtocolSpec.plan_command
-    sizing: str | None = None  # ProtocolSpec.sizing
+    planner: Planner | None = None  # ProtocolSpec.planner
+    plan_command: PlanCommand | None = None  # ProtocolSpec.plan_command
+    sizing: Sizing | None = None  # ProtocolSpec.sizing
 
 
 class PrefixSearchServer(ServerProtocol):

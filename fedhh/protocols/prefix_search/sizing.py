@@ -21,8 +21,13 @@ from ...planning.commands import Option, Options
 from ...planning.sizing import OnStep, SizeAnswer, Sizing, check_share, size_by_analysis
 from ...privacy.validation import check_epsilon, check_positive_int
 from ..common.prefix_encoding import ValueSpace
-from .item_discovery import item_discovery
-from .pem_analysis import DEFAULT_DISTINCT_VALUES, DEFAULT_QUERY_LIMIT, DEFAULT_ZIPF_EXPONENT, MODELS, ORDER_STATISTICS
+from .pem_assumptions import (
+    DEFAULT_DISTINCT_VALUES,
+    DEFAULT_QUERY_LIMIT,
+    DEFAULT_ZIPF_EXPONENT,
+    MODELS,
+    ORDER_STATISTICS,
+)
 from .pem_plan import DEFAULT_ORACLE as PEM_ORACLE
 from .pem_plan import pem_search_parameters, plan_pem
 from .treehist_plan import treehist_design, treehist_options, treehist_parameters
@@ -41,6 +46,8 @@ def size_pem(
 ) -> SizeAnswer:
     """The population at which the design ``fedhh plan pem`` chooses (``design``: the options of
     :func:`plan_pem`) reports an item of share ``frequency`` with probability ``discovery``."""
+    from .item_discovery import item_discovery  # scipy: only when sizing
+
     check_share(frequency, "--frequency", upper_open=False)
     check_share(discovery, "--discovery")
     check_epsilon(epsilon, "--epsilon")
@@ -66,6 +73,8 @@ def size_treehist(
 ) -> SizeAnswer:
     """The population at which TreeHist (``design``: the options of :func:`treehist_parameters`)
     reports an item of share ``frequency`` with probability ``discovery``."""
+    from .item_discovery import item_discovery  # scipy: only when sizing
+
     check_share(frequency, "--frequency", upper_open=False)
     check_share(discovery, "--discovery")
     check_epsilon(epsilon, "--epsilon")

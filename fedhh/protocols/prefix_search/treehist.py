@@ -30,6 +30,8 @@ from ...privacy.ldp import BudgetRule
 from ..registry import register_protocol
 from .family import prefix_search_spec
 from .search import THRESHOLD, PrefixSearchServer, PrefixVariant
+from .sizing import TREEHIST_SIZING
+from .treehist_plan import TREEHIST_PLAN, plan_treehist
 
 PAPER_SEGMENT = 1  # one unit per level: the binary prefix tree for bit values
 
@@ -45,9 +47,9 @@ TREEHIST = PrefixVariant(
         "Bassily et al., Practical Locally Private Heavy Hitters (TreeHist); "
         "even split as in Cormode et al.'s survey",
     ),
-    planner="fedhh.protocols.prefix_search.treehist_plan:plan_treehist",
-    plan_command="fedhh.protocols.prefix_search.treehist_plan:TREEHIST_PLAN",
-    sizing="fedhh.protocols.prefix_search.sizing:TREEHIST_SIZING",
+    planner=plan_treehist,
+    plan_command=TREEHIST_PLAN,
+    sizing=TREEHIST_SIZING,
 )
 
 

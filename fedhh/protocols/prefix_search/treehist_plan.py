@@ -38,7 +38,6 @@ from ...privacy.ldp import ldp_report
 from ...privacy.validation import check_epsilon, check_positive_int
 from ..common.prefix_encoding import ValueSpace
 from ..registry import split_budget
-from .item_discovery import item_discovery
 from .search import THRESHOLD, SearchParameters, level_shares, uniform_segments
 
 DEFAULT_ORACLE = COUNT_SKETCH_HADAMARD
@@ -82,6 +81,8 @@ def treehist_parameters(
 def detectable_share(params: SearchParameters, space: ValueSpace, probability: float) -> float | None:
     """The smallest share (to 1%) of users an item needs to be reported with ``probability``
     (``None`` when even an item held by everyone is not)."""
+    from .item_discovery import item_discovery  # scipy: only when planning
+
     if item_discovery(params, space, 1.0).probability < probability:
         return None
     low, high = 1.0 / params.n_users, 1.0
@@ -98,6 +99,8 @@ def plan_treehist(
 ) -> dict[str, Any]:
     """TreeHist's parameters for the target (``design``: the options of :func:`treehist_parameters`),
     the guarantee, and what an item can expect (module docstring)."""
+    from .item_discovery import item_discovery  # scipy: only when planning
+
     params = treehist_parameters(n_users, epsilon, **design)
     value_bits = int(params.start_length + sum(params.segment_lengths))
     check_frequencies(frequencies)

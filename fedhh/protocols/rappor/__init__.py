@@ -61,7 +61,9 @@ from .client import respond
 from .messages import RapporRequest, RapporResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import NAME, RAPPOR_KEYS
+from .plan import RAPPOR_PLAN, plan_rappor
 from .server import build_rappor
+from .wire import rappor_bits
 
 SPEC = register_protocol(
     ProtocolSpec(
@@ -80,8 +82,8 @@ SPEC = register_protocol(
         check_reply=check_reply,  # type: ignore[arg-type]
         describe_round=describe_round,
         budget=rappor_budget(),
-        planner="fedhh.protocols.rappor.plan:plan_rappor",
-        plan_command="fedhh.protocols.rappor.plan:RAPPOR_PLAN",
-        communication="fedhh.protocols.rappor.wire:rappor_bits",
+        planner=plan_rappor,
+        plan_command=RAPPOR_PLAN,
+        communication=rappor_bits,
     )
 )

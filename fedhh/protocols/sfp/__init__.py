@@ -55,7 +55,9 @@ from .client import respond
 from .messages import SFPRequest, SFPResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import NAME, SFP_KEYS
+from .plan import SFP_PLAN, plan_sfp
 from .server import build_sfp
+from .wire import sfp_bits
 
 SPEC = register_protocol(
     ProtocolSpec(
@@ -74,8 +76,8 @@ SPEC = register_protocol(
         check_reply=check_reply,  # type: ignore[arg-type]
         describe_round=describe_round,
         budget=sfp_budget(),
-        planner="fedhh.protocols.sfp.plan:plan_sfp",
-        plan_command="fedhh.protocols.sfp.plan:SFP_PLAN",
-        communication="fedhh.protocols.sfp.wire:sfp_bits",
+        planner=plan_sfp,
+        plan_command=SFP_PLAN,
+        communication=sfp_bits,
     )
 )

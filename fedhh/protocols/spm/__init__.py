@@ -44,7 +44,9 @@ from .client import respond
 from .messages import SPMRequest, SPMResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import BUDGET, KEYS, NAME
+from .plan import SPM_PLAN, plan_spm
 from .server import build_spm
+from .wire import spm_bits
 
 SPEC = register_protocol(
     ProtocolSpec(
@@ -60,8 +62,8 @@ SPEC = register_protocol(
         check_reply=check_reply,  # type: ignore[arg-type]
         describe_round=describe_round,
         budget=BUDGET,
-        planner="fedhh.protocols.spm.plan:plan_spm",
-        plan_command="fedhh.protocols.spm.plan:SPM_PLAN",
-        communication="fedhh.protocols.spm.wire:spm_bits",
+        planner=plan_spm,
+        plan_command=SPM_PLAN,
+        communication=spm_bits,
     )
 )

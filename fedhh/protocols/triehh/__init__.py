@@ -24,7 +24,10 @@ from ..spec import ProtocolSpec
 from .client import respond
 from .messages import TrieHHRequest, TrieHHResponse
 from .nodes import DROPOUT_PRIVACY, TrieHHDense, check_reply, describe_round, narrow, reply_budget
+from .plan import TRIEHH_PLAN, plan_triehh
 from .server import TrieHHServer, build_triehh
+from .sizing import TRIEHH_SIZING
+from .wire import triehh_bits
 
 SPEC = register_protocol(
     ProtocolSpec(
@@ -40,10 +43,10 @@ SPEC = register_protocol(
         check_reply=check_reply,  # type: ignore[arg-type]
         describe_round=describe_round,
         dense=TrieHHDense,
-        planner="fedhh.protocols.triehh.plan:plan_triehh",
-        plan_command="fedhh.protocols.triehh.plan:TRIEHH_PLAN",
-        sizing="fedhh.protocols.triehh.sizing:TRIEHH_SIZING",
-        communication="fedhh.protocols.triehh.wire:triehh_bits",
+        planner=plan_triehh,
+        plan_command=TRIEHH_PLAN,
+        sizing=TRIEHH_SIZING,
+        communication=triehh_bits,
     )
 )
 

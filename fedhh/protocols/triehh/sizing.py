@@ -22,7 +22,17 @@ import numpy as np
 
 from ...errors import InputError
 from ...planning.commands import Option, Options
-from ...planning.sizing import MAX_USERS, PRECISION, OnStep, SizeAnswer, Sizing, bracket, check_share, forbidden, required
+from ...planning.sizing import (
+    MAX_USERS,
+    PRECISION,
+    OnStep,
+    SizeAnswer,
+    Sizing,
+    bracket,
+    check_share,
+    forbidden,
+    required,
+)
 from ...privacy.triehh import round_spend, triehh_batch_size, triehh_threshold
 from ...privacy.validation import check_delta, check_epsilon, check_positive_int
 from .plan import plan_triehh
