@@ -29,6 +29,7 @@ sends (``wire``), and its spec, registered here.
 
 from __future__ import annotations
 
+from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
 from ..spec import ProtocolSpec
@@ -57,5 +58,6 @@ SPEC = register_protocol(
         planner=plan_bitstogram,
         plan_command=BITSTOGRAM_PLAN,
         communication=bitstogram_bits,
+        contract=ITEM_CHOICE_CONTRACT,
     )
 )

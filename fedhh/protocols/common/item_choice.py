@@ -12,6 +12,15 @@ import numpy as np
 
 from ...data.population import Shard
 from ...kernels.randomness import RandomnessSource
+from ..spec import ContractText
+
+# What every device does with its items, as the message contract states it for device implementers.
+ITEM_CHOICE_RULE = (
+    "A user holding several items reports one of them, each with probability its share of the user's items, "
+    "drawn once per run (TrieHH: anew every round); a user holding none reports the empty value (all units 0), "
+    "so that taking part reveals nothing (TrieHH: it does not vote)."
+)
+ITEM_CHOICE_CONTRACT = ContractText(definitions=(ITEM_CHOICE_RULE,))
 
 
 def choose_items(

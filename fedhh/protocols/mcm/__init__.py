@@ -25,6 +25,7 @@ sends (``wire``), and its spec, registered here.
 
 from __future__ import annotations
 
+from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
 from ..spec import ProtocolSpec
@@ -53,5 +54,6 @@ SPEC = register_protocol(
         planner=plan_mcm,
         plan_command=MCM_PLAN,
         communication=mcm_bits,
+        contract=ITEM_CHOICE_CONTRACT,
     )
 )

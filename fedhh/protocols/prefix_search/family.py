@@ -21,6 +21,7 @@ from ...data.items import ItemCodec
 from ...errors import InputError
 from ..spec import ProtocolSpec
 from .config import PREFIX_KEYS, search_parameters
+from .contract import CONTRACT
 from .nodes import DROPOUT_PRIVACY, check_reply, describe_round, narrow, reply_budget
 from .reports import PrefixRequest, PrefixResponse, respond
 from .search import PrefixSearchServer, PrefixVariant
@@ -59,6 +60,7 @@ def prefix_search_spec(server: type[PrefixSearchServer]) -> ProtocolSpec:
         plan_command=variant.plan_command,
         sizing=variant.sizing,
         communication=prefix_search_bits,
+        contract=CONTRACT,
     )
 
 

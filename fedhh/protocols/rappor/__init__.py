@@ -54,6 +54,7 @@ statistics of its counts (``analysis``), public hashing and randomiser
 
 from __future__ import annotations
 
+from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..registry import register_protocol
 from ..spec import ProtocolSpec
 from .analysis import rappor_budget
@@ -85,5 +86,6 @@ SPEC = register_protocol(
         planner=plan_rappor,
         plan_command=RAPPOR_PLAN,
         communication=rappor_bits,
+        contract=ITEM_CHOICE_CONTRACT,
     )
 )

@@ -48,6 +48,7 @@ sends (``wire``), and its spec, registered here.
 
 from __future__ import annotations
 
+from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..registry import register_protocol
 from ..spec import ProtocolSpec
 from .analysis import sfp_budget
@@ -79,5 +80,6 @@ SPEC = register_protocol(
         planner=plan_sfp,
         plan_command=SFP_PLAN,
         communication=sfp_bits,
+        contract=ITEM_CHOICE_CONTRACT,
     )
 )

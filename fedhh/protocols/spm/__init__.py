@@ -37,6 +37,7 @@ sends (``wire``), and its spec, registered here.
 
 from __future__ import annotations
 
+from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
 from ..spec import ProtocolSpec
@@ -65,5 +66,6 @@ SPEC = register_protocol(
         planner=plan_spm,
         plan_command=SPM_PLAN,
         communication=spm_bits,
+        contract=ITEM_CHOICE_CONTRACT,
     )
 )

@@ -22,6 +22,7 @@ from __future__ import annotations
 from ..registry import register_protocol
 from ..spec import ProtocolSpec
 from .client import respond
+from .contract import CONTRACT
 from .messages import TrieHHRequest, TrieHHResponse
 from .nodes import DROPOUT_PRIVACY, TrieHHDense, check_reply, describe_round, narrow, reply_budget
 from .plan import TRIEHH_PLAN, plan_triehh
@@ -43,6 +44,7 @@ SPEC = register_protocol(
         check_reply=check_reply,  # type: ignore[arg-type]
         describe_round=describe_round,
         dense=TrieHHDense,
+        contract=CONTRACT,
         planner=plan_triehh,
         plan_command=TRIEHH_PLAN,
         sizing=TRIEHH_SIZING,
