@@ -22,7 +22,7 @@ from .parameters import ABSENT_REPORTED, NAME, ORACLE, BitstogramParameters, bit
 
 
 class BitstogramServer(ValueReportingServer):
-    """One round of reports, then channels decoded bit by bit and candidates estimated (module docstring)."""
+    """One round of reports, then channels decoded bit by bit and candidates estimated (the package docstring)."""
 
     name = NAME
     request_type = BitstogramRequest

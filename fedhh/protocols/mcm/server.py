@@ -20,7 +20,7 @@ from .parameters import BITS, BUDGET, FINAL, NAME, ORACLE, MCMParameters, mcm_pa
 
 
 class MCMServer(ValueReportingServer):
-    """Channels decoded bit by bit by majority, then the candidates' full values (module docstring)."""
+    """Channels decoded bit by bit by majority, then the candidates' full values (the package docstring)."""
 
     name = NAME
     request_type = MCMRequest

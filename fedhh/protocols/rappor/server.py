@@ -228,7 +228,7 @@ def read_dictionary(path: str, codec: ItemCodec) -> Vocabulary:
 
 
 def decode(encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.ndarray, at_least: int = 0) -> Regression:
-    """Bit estimates, screening, regression and the significance threshold (module docstring).
+    """Bit estimates, screening, regression and the significance threshold (the package docstring).
 
     ``at_least``: the best-scored candidates regressed whatever their score
     (``report = top_k``: the ``K`` the server must report); 0 keeps only those

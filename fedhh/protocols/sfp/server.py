@@ -138,7 +138,7 @@ class SFPServer(ServerProtocol):
         return order[: self.params.words_reported]
 
     def solve(self, response: SFPResponse) -> Puzzle:
-        """Fragments above the noise level, the puzzle, and the words' estimates (module docstring)."""
+        """Fragments above the noise level, the puzzle, and the words' estimates (the package docstring)."""
         oracle = self._request.fragment_oracle(self.codec)
         z = NormalDist().inv_cdf(1 - 1 / self.pairs)
         kept: list[np.ndarray] = []

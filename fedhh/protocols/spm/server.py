@@ -21,7 +21,7 @@ from .parameters import BUDGET, FINAL, MAX_CANDIDATES, NAME, ORACLE, PAIRS, SEGM
 
 
 class SPMServer(ValueReportingServer):
-    """Segments, then segment pairs, then the candidates' full values (module docstring)."""
+    """Segments, then segment pairs, then the candidates' full values (the package docstring)."""
 
     name = NAME
     request_type = SPMRequest
@@ -91,7 +91,7 @@ class SPMServer(ValueReportingServer):
         self._record_stage(SEGMENTS, response, patterns_kept=[int(p.size) for p in self._patterns])
 
     def pair_estimates(self, response: SPMResponse) -> dict[tuple[int, int], np.ndarray]:
-        """Unbiased population counts of every ``(x, y)`` in ``C_i x C_j``, per segment pair (module docstring)."""
+        """Unbiased population counts of every ``(x, y)`` in ``C_i x C_j``, per segment pair (the package docstring)."""
         p, q = self.oracle.p, self.oracle.q
         pairs = segment_pairs(self.params.segments)
         joints: dict[tuple[int, int], np.ndarray] = {}
