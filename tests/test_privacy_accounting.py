@@ -529,7 +529,7 @@ def plan_unplanned(n_users: int, epsilon: float) -> dict:
 def test_planners_are_found_through_the_protocol_specs(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match=r"protocol.name: no planner for 'unplanned'; allowed: \[.*'triehh'\]"):
         plan("unplanned", n_users=1000, epsilon=1.0)
-    spec = dataclasses.replace(PROTOCOLS["pem"], name="unplanned", planner=f"{__name__}:plan_unplanned")
+    spec = dataclasses.replace(PROTOCOLS["pem"], name="unplanned", planner=plan_unplanned)
     monkeypatch.setitem(PROTOCOLS, "unplanned", spec)  # removed again afterwards
     assert plan("unplanned", n_users=1000, epsilon=1.0) == {"protocol": "unplanned", "n_users": 1000}
     with pytest.raises(ValueError, match="already registered"):
