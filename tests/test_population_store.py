@@ -114,6 +114,20 @@ def test_cli_builds_in_parallel_and_runs_from_disk(tmp_path: Path) -> None:
     assert disk["population"]["source"] == "dataset"
 
 
+def test_cli_build_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "pop"
+    assert main(["population", "build", "--set", "population.users=5000", "--set", "population.vocabulary=300",
+                 "--output", str(folder), "--quiet", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    manifest = json.loads((folder / "population.json").read_text())
+    assert (document["users"], document["items"], document["shards"]) == (
+        5000, manifest["vocabulary"]["items"], len(manifest["shards"]))
+    assert sorted(Path(path).name for path in document["files"]) == sorted(
+        path.name for path in folder.iterdir() if path.is_file() and not path.name.startswith("."))
+    assert document["bytes"] > 0 and document["exit_status"] == 0
+    assert document["run_with"] == {"population.source": "dataset", "population.path": str(folder)}
+
+
 def _run_from(path: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> str:
     status = main(["run", "--set", "run.driver=fast", "--quiet", "--set", "population.source=dataset",
                    "--set", f"population.path={path}", "--output", str(tmp_path / "out")])
