@@ -213,3 +213,34 @@ def test_the_compiled_code_is_cached_for_the_next_process(tmp_path: Path) -> Non
     assert any((tmp_path / "numba").rglob("*.nbi")), "an index of the cached code was written"
     assert (second["hits"], second["misses"]) == (1, 0)
     assert first["counts"] == second["counts"]
+
+
+def test_without_a_writable_cache_folder_the_code_is_compiled_in_the_process(tmp_path: Path) -> None:
+    """fedhh's source folder and the user's home read-only (a private mount namespace; root
+    writes anywhere else) and no ``NUMBA_CACHE_DIR``: numba finds nowhere to cache and the
+    kernels are compiled for the process alone, with the same counts."""
+    home = tmp_path / "home"
+    home.mkdir()
+    source = Path(compiled_hashing_file()).parents[2]
+    script = tmp_path / "decode.py"
+    script.write_text(CACHED_DECODE + "print(type(compiled_hashing.count_local_hash_supports._cache).__name__)\n")
+    read_only = (f"mount --bind {source} {source} && mount -o remount,bind,ro {source} && "
+                 f"mount --bind {home} {home} && mount -o remount,bind,ro {home} && exec \"$0\" \"$@\"")
+    environment = {key: value for key, value in os.environ.items() if key != "NUMBA_CACHE_DIR"}
+    environment.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+    probe = subprocess.run(["unshare", "--mount", "sh", "-c", read_only, "true"], capture_output=True, env=environment)
+    if probe.returncode != 0:
+        pytest.skip(f"no private mount namespace here ({probe.stderr.decode().strip()[:200]})")
+    finished = subprocess.run(["unshare", "--mount", "sh", "-c", read_only, sys.executable, str(script)],
+                              capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    decoded, cache = finished.stdout.splitlines()
+    assert cache == "NullCache"
+    assert json.loads(decoded)["counts"] == json.loads(subprocess.run(
+        [sys.executable, "-c", CACHED_DECODE], capture_output=True, text=True, check=True, timeout=300).stdout)["counts"]
+
+
+def compiled_hashing_file() -> str:
+    import fedhh.oracles.compiled_hashing
+
+    return fedhh.oracles.compiled_hashing.__file__
