@@ -33,8 +33,8 @@ operations, so the same counts, several times faster.  ``FEDHH_NUMBA``
 chooses: unset or ``auto``, compiled for decodes that take numpy about
 70 ms or more (:data:`COMPILED_PAIRS`; a smaller one costs less in numpy
 than loading the compiled code, once per process); ``1``, compiled for
-every decode; ``0``, numpy only.  Without numba (it fails to import) every decode
-takes the numpy path.
+every decode; ``0``, numpy only.  Where numba fails to import, every
+decode takes the numpy path.
 """
 
 from __future__ import annotations
