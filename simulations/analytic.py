@@ -132,7 +132,7 @@ def pem_identification(server: PEMServer, shard: Shard, truth: Truth) -> dict[st
     from fedhh.protocols.pem_analysis import EQUATION_5, PEMDesign, UtilityModel
 
     params = server.params
-    empty = float(np.count_nonzero(np.diff(shard.item_offsets) == 0))
+    empty = float(shard.users_without_items)
     frequencies = np.append(truth.frequency, empty)
     order = np.lexsort((np.arange(frequencies.size), -frequencies))
     top_k = min(params.top_k, frequencies.size)

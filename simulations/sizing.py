@@ -27,7 +27,7 @@ from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.items import ItemCodec, get_alphabet
 from fedhh.metrics import recall_at_k
-from fedhh.population import Shard, Vocabulary
+from fedhh.population import Shard, SingleItemShard, Vocabulary
 from fedhh.planning.sizing import PRECISION, check_share
 from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh
 from fedhh.protocols import ServerProtocol
@@ -94,9 +94,9 @@ def planted_population(codec: ItemCodec, users: int, holders: int) -> tuple[Shar
         raise InputError(f"--verify: {users:,} users is more than the {MAX_SIMULATED_USERS:,} simulated in memory")
     item = planted_item(codec)
     vocabulary, ids = Vocabulary.encode([item], codec)
-    held = np.full(users, -1, dtype=np.int64)
+    held = np.full(users, -1, dtype=np.int32)  # 4 bytes a user (SingleItemShard)
     held[:holders] = ids[0]
-    return Shard.single_item(vocabulary, 0, held), item
+    return SingleItemShard(vocabulary, 0, held), item
 
 
 def verify_item(

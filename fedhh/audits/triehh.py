@@ -74,7 +74,7 @@ from scipy.stats import beta, hypergeom
 
 from ..errors import InputError
 from ..items import ItemCodec, get_alphabet
-from ..population import Shard, Vocabulary
+from ..population import Shard, SingleItemShard, Vocabulary
 from ..protocols.triehh import TrieHHServer, respond
 from ..randomness import KeyedRandomness
 from ..privacy.triehh import TrieHHParameters
@@ -421,9 +421,9 @@ def _target_population(params: TrieHHParameters, holders: int, with_target: bool
     vocabulary, ids = Vocabulary.encode([TARGET_SYMBOL * (params.max_rounds - 1)], codec)
     holding = holders + int(with_target)
     n_users = params.n_users + int(with_target)
-    items = np.full(n_users, -1, dtype=np.int64)
+    items = np.full(n_users, -1, dtype=np.int32)
     items[:holding] = ids[0]
-    return Shard.single_item(vocabulary, 0, items), codec
+    return SingleItemShard(vocabulary, 0, items), codec
 
 
 def run_trajectories(

@@ -44,7 +44,7 @@ from ..protocols.prefix_encoding import ValueSpace
 from .pem import pem_search_parameters, plan_pem
 from .plan import plan_triehh
 from .treehist import treehist_parameters
-from ..privacy.triehh import round_spend, triehh_batch_size, triehh_threshold
+from ..privacy.triehh import hypergeometric_survival, round_spend, triehh_batch_size, triehh_threshold
 from ..privacy.validation import check_delta, check_epsilon, check_positive_int
 
 MAX_USERS = 10**12  # beyond this, the answer is "not reachable"
@@ -117,15 +117,13 @@ class _TrieHHFamily:
 
     def rates(self, users: np.ndarray) -> np.ndarray:
         """The worst-case discovery rate at each population size (0 where the target cannot be met)."""
-        from scipy.stats import hypergeom
-
         users = np.asarray(users, dtype=np.int64)
         batch = self.batch_sizes(users)
         feasible = batch >= self.theta
         rate = np.zeros(users.shape)
         if feasible.any():
-            hit = hypergeom.sf(self.theta - 1, users[feasible], self.holders(users[feasible]), batch[feasible])
-            rate[feasible] = np.asarray(hit) ** self.max_rounds
+            hit = hypergeometric_survival(self.theta - 1, users[feasible], self.holders(users[feasible]), batch[feasible])
+            rate[feasible] = hit ** self.max_rounds
         return rate
 
     def step(self) -> int:
