@@ -3,7 +3,7 @@
     python benchmarks/bench_small_products.py [--repeats 9] [--burn]
 
 * BLAS threads (:mod:`fedhh.kernels.blas`): RAPPOR's normal-equation solve (Cholesky
-  factorisation, triangular inversion, two products; :func:`fedhh.protocols.rappor.solve_normal`'s
+  factorisation, triangular inversion, two products; :func:`fedhh.protocols.rappor.server.solve_normal`'s
   arithmetic) of random ``(n, n)`` normal matrices, n = 100, 300, 600, 1,024, with
   the BLAS libraries' default threads and inside :func:`fedhh.kernels.blas.single_blas_thread`,
   alternated call by call with a pause after each; wall and CPU time per solve.  Run it

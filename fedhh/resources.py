@@ -24,6 +24,7 @@ from pathlib import Path
 from .errors import InputError
 
 INDEX_BYTES = 8  # numpy int64: item ids, counts, offsets, symbols
+ITEM_ID_BYTES = 4  # int32: the item id of a user holding one item, in memory and in a loaded stored shard
 CGROUP_LIMIT_FILES = {"cgroup2": "memory.max", "cgroup": "memory.limit_in_bytes"}  # v2, v1
 PROCESS_LIMITS = (  # (what sets it, the resource, the /proc/self/status line of what is in use)
     ("the address-space limit (ulimit -v)", resource.RLIMIT_AS, "VmSize"),
@@ -152,12 +153,16 @@ def require_memory(n_bytes: int, what: str, remedy: str) -> None:
 
 
 def population_bytes(n_users: int, items_per_user: int) -> int:
-    """A population in CSR form: an offset per user, an item id and a count per item held."""
+    """A population in memory: one int32 item id per user when each holds one item
+    (:class:`fedhh.data.population.SingleItemShard`), else CSR form (an offset per user, an item id
+    and a count per item held)."""
+    if items_per_user == 1:
+        return n_users * ITEM_ID_BYTES
     return n_users * INDEX_BYTES * (1 + 2 * items_per_user)
 
 
 def require_population_memory(n_users: int, items_per_user: int) -> None:
-    per_user = INDEX_BYTES * (1 + 2 * items_per_user)
+    per_user = population_bytes(1, items_per_user)
     require_memory(
         population_bytes(n_users, items_per_user),
         f"population.users = {n_users:,}: the population ({per_user} bytes a user for "
@@ -166,15 +171,14 @@ def require_population_memory(n_users: int, items_per_user: int) -> None:
     )
 
 
-STORED_ITEM_BYTES = 4  # a dataset population's item id per user (int32), as a loaded shard holds it
 
 
 def require_dataset_memory(largest_shard_users: int) -> None:
     """A population on disk is never held whole: a process loads a stored shard at a time at
     least, so the largest one is what must fit (``fedhh.data.store``)."""
     require_memory(
-        largest_shard_users * STORED_ITEM_BYTES,
+        largest_shard_users * ITEM_ID_BYTES,
         f"population.path: the dataset's largest shard ({largest_shard_users:,} users, "
-        f"{STORED_ITEM_BYTES} bytes a user at least)",
+        f"{ITEM_ID_BYTES} bytes a user at least)",
         "build the population again with more shards (fedhh population build --shards)",
     )

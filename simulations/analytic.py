@@ -13,11 +13,24 @@
   order-statistics model of :mod:`fedhh.protocols.prefix_search.selection_model`, which
   refines [Wang19]'s eq. (5) near rank k).  :func:`pem_identification` is the one
   place that calls the model, so a better one can replace it there.
-* TreeHist: no closed form; nothing is predicted.
+  [Wang19]'s own eq. (5), which treats every value below the top k as
+  absent, is predicted beside it (:data:`EQ5`), so that a figure shows both.
+* TreeHist: the planner's model (``fedhh plan treehist``, ``fedhh size
+  treehist``, :func:`fedhh.protocols.prefix_search.item_discovery.item_discovery`) at the
+  run's own parameters: an item held by a share ``f`` of the users, alone
+  among users holding nothing, found level by level and reported by the
+  final pass.  Real words differ from that item both ways: other heavy
+  values compete for the places a level keeps (runs do worse), and a word's
+  prefixes are also the prefixes of other words, so its early levels are
+  easier (runs do better).
 
-Every prediction is a probability per item of the population's vocabulary
-(:func:`predicted_discovery`), from which a sweep derives expected recall
-and NCR.
+Every prediction is a probability per item of the population's vocabulary,
+one per model (:func:`predicted_discovery`: model column -> probabilities),
+from which a sweep derives expected recall and NCR, and, where the model
+gives it, F1 (:func:`expected_f1`: PEM reports its k values, so its F1
+follows from the expected hits; TrieHH reports every item above its
+threshold and TreeHist every survivor of its pruning, so neither model says
+how many items a run reports, and neither gives F1).
 """
 
 from __future__ import annotations
@@ -31,24 +44,71 @@ from fedhh.data.population import Shard
 from fedhh.metrics import Truth
 from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh, worst_case_discovery_rate
 from fedhh.protocols import ServerProtocol
+from fedhh.protocols.prefix_search.item_discovery import item_discovery
 from fedhh.protocols.prefix_search.pem import PEMServer
 from fedhh.protocols.prefix_search.search import TOP_K
+from fedhh.protocols.prefix_search.treehist import TreeHistServer
 from fedhh.protocols.triehh.server import TrieHHServer
+
+PREDICTED = "predicted"  # each protocol's own model: TrieHH's bound, PEM's order statistics, TreeHist's planner
+EQ5 = "predicted_eq5"  # PEM only: [Wang19]'s eq. (5)
+MODEL_COLUMNS = (PREDICTED, EQ5)
+MODEL_LABELS = {
+    (PREDICTED, "triehh"): "TrieHH worst-case bound (Prop. 1)",
+    (PREDICTED, "pem"): "PEM order-statistics model",
+    (EQ5, "pem"): "PEM [Wang19] eq. (5)",
+    (PREDICTED, "treehist"): "TreeHist planner's model",
+}
+TREEHIST_GRID = 49  # frequencies at which TreeHist's model is evaluated, interpolated between (log scale)
+
+
+def model_label(column: str, protocol: str) -> str:
+    """What a model column is, for a legend: the model's name for ``protocol``."""
+    return MODEL_LABELS.get((column, protocol), f"{protocol} {column.removeprefix('predicted').strip('_') or 'model'}")
 
 
 def predicted_discovery(
     server: ServerProtocol, shard: Shard, truth: Truth, items: np.ndarray
-) -> np.ndarray | None:
-    """For the vocabulary items ``items``, the probability the protocol's analysis gives that
-    this run finds each (``None`` where the protocol or the population has no analysis)."""
+) -> dict[str, np.ndarray]:
+    """For the vocabulary items ``items``, the probability each model of the protocol's analysis
+    gives that this run finds each: model column (:data:`MODEL_COLUMNS`) -> probabilities; empty
+    where the protocol or the population has no analysis."""
     if isinstance(server, TrieHHServer) and shard.one_item_per_user:
         params = server.params
-        return np.asarray(worst_case_discovery_rate(
+        return {PREDICTED: np.asarray(worst_case_discovery_rate(
             truth.holders[items], params.n_users, params.batch_size, params.theta, params.max_rounds
-        ), dtype=np.float64)
+        ), dtype=np.float64)}
     if isinstance(server, PEMServer) and server.params.selection == TOP_K:
-        return pem_identification(server, shard, truth)[items]
-    return None
+        return {column: found[items] for column, found in pem_identification(server, shard, truth).items()}
+    if isinstance(server, TreeHistServer):
+        return {PREDICTED: treehist_discovery(server, truth.frequency[items] / server.params.n_users)}
+    return {}
+
+
+def expected_f1(server: ServerProtocol, by_rank: np.ndarray, k: int) -> float | None:
+    """Expected F1 at ``k`` where the model gives it: PEM reports its ``top_k`` values, so F1 is
+    ``2 hits / (k + top_k)``, linear in the per-item probabilities; ``None`` for the others
+    (the module docstring says why)."""
+    if not isinstance(server, PEMServer):
+        return None
+    top = by_rank[:k]
+    return float(2 * top.sum() / (min(k, by_rank.size) + server.params.top_k)) if top.size else math.nan
+
+
+def treehist_discovery(server: TreeHistServer, shares: np.ndarray) -> np.ndarray:
+    """TreeHist's planner model at the run's parameters for items held by ``shares`` of the users,
+    evaluated on a log grid over their range and interpolated (the model is smooth in log f)."""
+    shares = np.asarray(shares, dtype=np.float64)
+    found = np.zeros(shares.size)
+    positive = shares > 0
+    if not positive.any():
+        return found
+    low, high = float(shares[positive].min()), float(shares[positive].max())
+    grid = np.geomspace(low, high, TREEHIST_GRID) if high > low else np.array([low])
+    space = server.encoding.space
+    rates = np.array([item_discovery(server.params, space, float(f), server.oracle_seed).probability for f in grid])
+    found[positive] = np.interp(np.log(shares[positive]), np.log(grid), rates)
+    return found
 
 
 def prediction_key(server: ServerProtocol) -> Hashable:
@@ -56,22 +116,23 @@ def prediction_key(server: ServerProtocol) -> Hashable:
     one population share their prediction (a sweep's trials at one grid point, for TrieHH)."""
     if isinstance(server, TrieHHServer):
         return ("triehh", server.params)
-    if isinstance(server, PEMServer):
-        return ("pem", server.params, server.level_epsilon, server.oracle_seed)
+    if isinstance(server, (PEMServer, TreeHistServer)):
+        return (server.name, server.params, server.level_epsilon, server.oracle_seed)
     return (server.name,)
 
 
-def pem_identification(server: PEMServer, shard: Shard, truth: Truth) -> np.ndarray:
-    """For every item, the product over levels of its chance to stay among the kept candidates
-    (the utility model's default, order statistics), for the run's design and true frequencies.
+def pem_identification(server: PEMServer, shard: Shard, truth: Truth) -> dict[str, np.ndarray]:
+    """For every item, the product over levels of its chance to stay among the kept candidates,
+    for the run's design and true frequencies: by the utility model's default, order statistics
+    (:data:`PREDICTED`), and by [Wang19]'s eq. (5) (:data:`EQ5`).
 
     Users holding no encodable item report the empty value, which competes for
     the candidates' places like any value, so it is part of the frequencies.
     """
-    from fedhh.protocols.prefix_search.pem_analysis import PEMDesign, UtilityModel
+    from fedhh.protocols.prefix_search.pem_analysis import EQUATION_5, PEMDesign, UtilityModel
 
     params = server.params
-    empty = float(np.count_nonzero(np.diff(shard.item_offsets) == 0))
+    empty = float(shard.users_without_items)
     frequencies = np.append(truth.frequency, empty)
     order = np.lexsort((np.arange(frequencies.size), -frequencies))
     top_k = min(params.top_k, frequencies.size)
@@ -80,9 +141,12 @@ def pem_identification(server: PEMServer, shard: Shard, truth: Truth) -> np.ndar
         frequencies, oracle_seed=server.oracle_seed,
     )
     design = PEMDesign(params.start_length, params.segment_lengths, params.shares, params.candidates_per_step)
-    found = np.zeros(frequencies.size)
-    found[order[:top_k]] = model.predict(design).overall
-    return found[:-1]
+    predictions = {}
+    for column, each in ((PREDICTED, model), (EQ5, model.with_model(EQUATION_5))):
+        found = np.zeros(frequencies.size)
+        found[order[:top_k]] = each.predict(design).overall
+        predictions[column] = found[:-1]
+    return predictions
 
 
 def triehh_rate(

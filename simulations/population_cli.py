@@ -24,6 +24,9 @@ def add_population_arguments(population: argparse.ArgumentParser) -> None:
                        help="stored shards (default: one per 4,194,304 users; for a file, also one per 4,194,304 rows)")
     build.add_argument("--workers", type=int, help="worker processes (default: the cores available)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.add_argument("--json", action="store_true",
+                       help="print a JSON summary on stdout (the folder, its files, users, items, shards, bytes) "
+                       "instead of the closing line")
     build.set_defaults(func=_build)
 
 
@@ -40,6 +43,19 @@ def _build(args: argparse.Namespace) -> int:
     with ResultsFolder.claim(args.output, overwrite=args.overwrite, field="--output") as output:
         manifest = build_population(config, output, args.shards, args.workers, show_progress=not args.quiet)
     disk = sum(entry.stat().st_size for entry in output.path.iterdir() if entry.is_file())
+    if args.json:
+        import json
+
+        files = sorted(str(entry) for entry in output.path.iterdir()
+                       if entry.is_file() and not entry.name.startswith("."))
+        print(json.dumps({
+            "folder": str(output.path), "files": files, "bytes": disk,
+            "users": manifest["users"], "items": manifest["vocabulary"]["items"], "shards": len(manifest["shards"]),
+            "seconds": manifest["build"]["seconds"],
+            "run_with": {"population.source": "dataset", "population.path": str(output.path)},
+            "exit_status": 0, "exit_meaning": "the population was built",
+        }, indent=2, ensure_ascii=False))
+        return 0
     Console().print(
         f"[bold]population[/] {manifest['users']:,} users, {manifest['vocabulary']['items']:,} items, "
         f"{len(manifest['shards'])} shards, {size_text(disk)} in {output.path} "

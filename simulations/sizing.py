@@ -24,7 +24,7 @@ import numpy as np
 
 from fedhh.config import FedhhConfig
 from fedhh.data.items import ItemCodec, get_alphabet
-from fedhh.data.population import Shard, Vocabulary
+from fedhh.data.population import Shard, SingleItemShard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
@@ -94,9 +94,9 @@ def planted_population(codec: ItemCodec, users: int, holders: int) -> tuple[Shar
         raise InputError(f"--verify: {users:,} users is more than the {MAX_SIMULATED_USERS:,} simulated in memory")
     item = planted_item(codec)
     vocabulary, ids = Vocabulary.encode([item], codec)
-    held = np.full(users, -1, dtype=np.int64)
+    held = np.full(users, -1, dtype=np.int32)  # 4 bytes a user (SingleItemShard)
     held[:holders] = ids[0]
-    return Shard.single_item(vocabulary, 0, held), item
+    return SingleItemShard(vocabulary, 0, held), item
 
 
 def verify_item(

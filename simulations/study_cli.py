@@ -17,12 +17,21 @@ full disk: run the same command again to resume); 130 after Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 EXIT_INTERRUPTED = 130
 EXIT_INCOMPLETE = 1
 EXIT_FAILED_TRIALS = 3
+SWEEP_EXITS = {  # --json: what each exit status of fedhh sweep means
+    0: "every trial of the grid ran without error",
+    EXIT_FAILED_TRIALS: "every trial ran and some failed: their errors are in the tables; --retry-failed runs them "
+                        "again",
+    EXIT_INCOMPLETE: "the sweep stopped before every trial ran; the same command resumes it",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C): the finished trials are kept; the same command resumes",
+}
 
 
 def add_sweep_arguments(sweep: argparse.ArgumentParser) -> None:
@@ -45,29 +54,62 @@ def add_sweep_arguments(sweep: argparse.ArgumentParser) -> None:
     sweep.add_argument("--csv", action="store_true", help="also write trials.csv and items.csv")
     sweep.add_argument("--retry-failed", action="store_true", help="run again the trials that failed before")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.add_argument("--json", action="store_true",
+                       help="print a JSON summary on stdout (tables written, trial counts, status, what the exit "
+                       "status means) instead of the closing lines")
     sweep.set_defaults(func=_sweep)
 
 
 def add_report_arguments(report: argparse.ArgumentParser) -> None:
     """The ``report`` subcommand's arguments; its handler is the parser's ``func``."""
     report.description = (
-        "Plot a metric against a swept key, with the mean and 95%% interval over trials and "
-        "the protocols' analytic predictions beside the simulated points. Special axes: --x k (recall of "
-        "the true top K against K) and --x frequency (discovery rate against the item's true frequency)."
+        "Plot a metric against a swept key: the mean over trials with its interval (Clopper-Pearson for "
+        "discovery rates over item-trials, bootstrap for per-trial metrics, the trials' range below 10 trials) "
+        "and the protocols' models beside the simulated points. Special axes: --x k (recall of the true top K "
+        "against K) and --x frequency (discovery rate against the item's true frequency). Every key the sweep "
+        "varies must be on an axis, fixed with --where or pooled with --pool: nothing is pooled silently."
     )
     report.add_argument("folder", help="a folder written by fedhh sweep")
     report.add_argument("--x", help="x axis: a swept key or a column, k, or frequency (default: the "
-                        "swept key with the most values)")
-    report.add_argument("--y", help="metric: a column of trials.parquet (recall_at_10, f1, ncr, ...), or "
-                        "discovery (share of the true top items found; see --frequency)")
-    report.add_argument("--hue", help="key drawn as one line per value (default: the next swept key)")
-    report.add_argument("--facet", help="key drawn as one panel per value (default: the next swept key)")
+                        "swept key with the most values; with --x, the other roles are only those given)")
+    report.add_argument("--y", help="metric: a column of trials.parquet (recall_at_10, f1, ncr, ...), "
+                        "recall@K for any K (from items.parquet), or discovery (share of the true top items "
+                        "found; see --frequency)")
+    report.add_argument("--hue", help="key drawn as one line per value (without --x: the next swept key)")
+    report.add_argument("--col", "--facet", dest="col",
+                        help="key drawn as one column of panels per value (--facet: the same)")
+    report.add_argument("--row", help="key drawn as one row of panels per value")
+    report.add_argument("--pool", action="append", default=[], metavar="KEY",
+                        help="pool the trials of every value of this swept key into each point (repeatable)")
+    report.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                        help="only the trials whose column KEY holds VALUE, read as a config value (repeatable: "
+                        "values of one key are alternatives, different keys all apply)")
     report.add_argument("--frequency", type=float,
                         help="with --y discovery: only items whose true frequency is within a factor "
                         "1.1 of this share of users")
+    report.add_argument("--bins", default="4", metavar="N|none",
+                        help="with --x frequency: bins per decade (default 4), or none: item by item")
     report.add_argument("--output", help="folder for the plots and summary.md, new, empty or an earlier report, "
                         "which is replaced (default: FOLDER/report)")
+    report.add_argument("--json", action="store_true",
+                        help="print a JSON summary on stdout (files and plots written, trials used) instead of "
+                        "one path a line")
     report.set_defaults(func=_report)
+
+
+def _bins(text: str) -> int | None:
+    """``--bins``: a whole number of bins per decade, or ``none``."""
+    from fedhh.errors import InputError
+
+    if text.strip().lower() == "none":
+        return None
+    try:
+        bins = int(text)
+    except ValueError:
+        bins = 0
+    if bins < 1:
+        raise InputError(f"--bins: a whole number of bins per decade >= 1, or none; got {text!r}")
+    return bins
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -91,8 +133,16 @@ def _sweep(args: argparse.Namespace) -> int:
         outcome = run_sweep(spec, output, args.workers, args.ray_address, args.csv,
                             show_progress=not args.quiet, retry_failed=args.retry_failed)
     except KeyboardInterrupt:
-        console.print(f"interrupted: the finished trials are in {escape(str(output))}; run the same command to resume")
+        if args.json:
+            _print_json({"folder": str(output), "status": "interrupted", **_exit(EXIT_INTERRUPTED)})
+        else:
+            console.print(f"interrupted: the finished trials are in {escape(str(output))}; run the same command to "
+                          "resume")
         return EXIT_INTERRUPTED
+    status = (EXIT_INCOMPLETE if outcome.status != "complete" else EXIT_FAILED_TRIALS if outcome.failed_total else 0)
+    if args.json:
+        _print_json(_sweep_summary(outcome, args.csv, status))
+        return status
     folder = escape(str(outcome.folder))
     console.print(
         f"[bold]sweep[/] {outcome.total} trials: {outcome.computed} run now ({outcome.failed} failed), "
@@ -118,11 +168,43 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep_summary(outcome: Any, csv: bool, status: int) -> dict[str, Any]:
+    """``fedhh sweep --json``: what the sweep wrote and did."""
+    folder = Path(outcome.folder)
+    tables = None if outcome.rows is None else {
+        "trials": str(folder / "trials.parquet"), "items": str(folder / "items.parquet"),
+        **({"trials_csv": str(folder / "trials.csv"), "items_csv": str(folder / "items.csv")} if csv else {}),
+    }
+    return {
+        "folder": str(folder),
+        "tables": tables,  # null: not rebuilt, the folder cannot be written
+        "rows": outcome.rows,
+        "trials": {"total": outcome.total, "run_now": outcome.computed, "failed_now": outcome.failed,
+                   "done_before": outcome.skipped, "not_run": outcome.not_run, "failed_in_tables": outcome.failed_total},
+        "errors": [{"error": error, "trials": count} for error, count in outcome.errors.most_common()],
+        "status": outcome.status,
+        "seconds": outcome.seconds,
+        **_exit(status),
+    }
+
+
+def _exit(status: int) -> dict[str, Any]:
+    return {"exit_status": status, "exit_meaning": SWEEP_EXITS[status]}
+
+
+def _print_json(document: dict[str, Any]) -> None:
+    print(json.dumps(document, indent=2, ensure_ascii=False))
+
+
 def _report(args: argparse.Namespace) -> int:
     from .sweep_report import write_report
 
-    written = write_report(args.folder, x=args.x, y=args.y, hue=args.hue, facet=args.facet,
-                           frequency=args.frequency, output=args.output)
-    for path in written:  # one file a line, for scripts
+    report = write_report(args.folder, x=args.x, y=args.y, hue=args.hue, row=args.row, col=args.col,
+                          pool=args.pool, where=args.where, frequency=args.frequency, bins=_bins(args.bins),
+                          output=args.output)
+    if args.json:
+        _print_json({**report.to_dict(), "exit_status": 0, "exit_meaning": "the report was written"})
+        return 0
+    for path in report.files:  # one file a line, for scripts
         print(path)
     return 0

@@ -1,22 +1,33 @@
 """``fedhh report``: plots and a Markdown summary of a sweep's tables.
 
-A plot shows a metric against one key (``--x``), one line per value of a
-second (``--hue``) and one panel per value of a third (``--facet``): the
-mean over the trials at each point with its 95% interval (Student t), and,
-in the same axes and colour, dashed, what the protocol's analysis predicts
-(:mod:`simulations.analytic`).  Keys left out of the three are pooled (the
-title says so).  Two axes come from the per-item table:
+A plot shows a metric (``--y``) against one key (``--x``), one line per
+value of a second (``--hue``) and one panel per value of a third and a
+fourth (``--col``, ``--row``): at each point the mean over the trials with
+its interval (:mod:`simulations.sweep_intervals` says which and why), and,
+in the same axes and colour, what each of the protocol's models predicts
+(:mod:`simulations.analytic`).  Nothing is pooled unless asked: every key
+the sweep varies must be on one of the plot's axes, fixed
+(``--where KEY=VALUE``) or pooled by name (``--pool KEY``), or the report is
+refused, naming it.  Without ``--x``, the axes are chosen: the key with the
+most values on x, then hue, columns and rows.  Two axes come from the
+per-item table:
 
 * ``--x k``: recall of the true top K against K ([Zhu20] Figs. 6, 8, 9);
-* ``--x frequency``: the share of items found against their true
-  frequency, items binned by quarter decades ([Zhu20] Figs. 5, 7; [Wang19]
-  Fig. 2), beside TrieHH's worst-case bound at the run's θ, m and L.
+* ``--x frequency``: the share of item-trials found against the items' true
+  frequency, in bins of ``--bins N`` per decade (default 4) or item by item
+  (``--bins none``) ([Zhu20] Figs. 5, 7; [Wang19] Fig. 2), beside TrieHH's
+  worst-case bound at the run's θ, m and L; ``summary.md`` adds, read item
+  by item, where the runs and each model reach 50% and 90%
+  (:mod:`simulations.sweep_crossings`).
 
 ``--y discovery`` is the share of the tracked true top items found, or, with
 ``--frequency F``, of the items whose true frequency is within a factor 1.1
-of F ([Zhu20] Fig. 3, beside the bound at F over the whole x range).
-Every plot is written as PNG and SVG with the numbers drawn in a CSV beside
-them; ``summary.md`` tables the mean of every headline metric per grid point.
+of F ([Zhu20] Fig. 3, beside the bound at F over the whole x range);
+``--y recall@K`` the share of the true top K found, for any K the items table
+reaches.  Every plot is written as PNG and SVG with its numbers in a CSV
+beside them (:mod:`simulations.sweep_figures`); ``summary.md`` tables every
+grid point: its privacy (ε spent, δ, and TrieHH's θ and m) and the mean and
+interval of each headline metric.
 
 A report goes into a folder of its own (by default ``DIR/report``), claimed
 as every fedhh output is (:class:`fedhh.results.ResultsFolder`): a new or
@@ -28,13 +39,11 @@ symbolic link) is refused before anything is drawn.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,125 +54,59 @@ from fedhh.errors import InputError
 from fedhh.experiment import item_codec
 from fedhh.results import OutputError, ResultsFolder
 
-from .analytic import triehh_bound, triehh_rate
-from .sweep_store import ITEMS_TABLE, MANIFEST, REPORT_FOLDER, TRIALS_TABLE
+from .analytic import PREDICTED, model_label, triehh_bound, triehh_rate
+from .sweep_crossings import LEVELS, model_crossing, simulated_crossing
+from .sweep_figures import label, number, render, value_text
+from .sweep_intervals import METHODS, RANGE, Interval, binomial, over_trials
+from .sweep_plots import BINS_PER_DECADE, FREQUENCY_AXIS, K_AXIS, Curve, ModelLine, Plot
+from .sweep_store import REPORT_FOLDER
+from .sweep_tables import DISCOVERY, RECALL_AT, SweepTables
 from .sweep_trial import RECALL_KS
 
 REPORT_KIND = "report"  # the kind its marker records: a later report replaces it
-K_AXIS, FREQUENCY_AXIS = "k", "frequency"
-DISCOVERY, RECALL = "discovery", "recall"
+RECALL = "recall"
 FREQUENCY_BAND = 1.1  # --frequency F selects items with true frequency in [F / 1.1, 1.1 F]
-BINS_PER_DECADE = 4
 DENSE = 120  # points of an analytic curve drawn over a continuous axis
-SIMULATED = "simulated: mean, 95% interval"
-MARKED = 30  # curves with at most this many points show a marker at each
 SUMMARY_METRICS = ("recall_at_10", "precision", "f1", "ncr", "discovered", "rounds", "user_bits", "server_s", "wall_s")
+PRIVACY_COLUMNS = ("epsilon", "delta", "param.theta", "param.batch_size")  # ε spent, δ, θ, m
 TRIEHH_CURVE_KEYS = ("population.users", "privacy.epsilon", "privacy.delta")
-LABELS = {
-    "population.users": "users n", "privacy.epsilon": "target ε", "privacy.delta": "target δ",
-    "population.words_per_user": "words per user", "protocol.unit_size": "unit size", "protocol.name": "protocol",
-    "protocol.top_k": "k (values reported)", "protocol.oracle": "oracle", "protocol.segment_length": "η", "epsilon": "ε", "delta": "δ", "n": "users n",
-    K_AXIS: "K (true top K)", FREQUENCY_AXIS: "true frequency (share of users)", DISCOVERY: "discovery rate",
-    RECALL: "recall of the true top K", "f1": "F1", "ncr": "NCR", "precision": "precision",
-    "wall_s": "seconds per trial", "user_bits": "bits a user sends", "user_bits_max": "most bits a user sends",
-    "server_s": "server seconds", "shards_s": "shards' seconds",
-}
 
 
-@dataclass
-class Curve:
-    """One line: the points of one hue value in one panel, with the analysis beside them."""
-
-    facet: Scalar | None
-    hue: Scalar | None
-    x: np.ndarray
-    mean: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    trials: np.ndarray
-    model_x: np.ndarray | None = None
-    model_y: np.ndarray | None = None
-
-
-@dataclass
-class Plot:
-    """What one figure shows."""
+@dataclass(frozen=True)
+class PlotRequest:
+    """The axes of one plot."""
 
     x: str
     y: str
-    hue: str | None
-    facet: str | None
-    curves: list[Curve]
-    pooled: list[str] = field(default_factory=list)
-    model_label: str = ""
-
-    @property
-    def stem(self) -> str:
-        name = f"{self.y}-vs-{self.x}" + (f"-by-{self.hue}" if self.hue else "") + (
-            f"-per-{self.facet}" if self.facet else "")
-        return re.sub(r"[^A-Za-z0-9_.=-]+", "_", name)
+    hue: str | None = None
+    row: str | None = None
+    col: str | None = None
 
 
-class SweepTables:
-    """A sweep folder's manifest and tables, read once."""
+@dataclass
+class Report:
+    """What :func:`write_report` wrote."""
 
-    def __init__(self, folder: str | Path) -> None:
-        import pyarrow.parquet as pq
+    folder: Path
+    files: list[Path]
+    plots: list[Plot]
+    trials: int  # successful trials behind the plots (after --where)
+    failed: int  # failed trials in the sweep's table
 
-        self.folder = Path(folder)
-        try:
-            self.manifest = json.loads((self.folder / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            raise InputError(f"folder: {str(self.folder)!r} holds no sweep ({MANIFEST}); run fedhh sweep first") from None
-        paths = {name: self.folder / f"{name}.parquet" for name in (TRIALS_TABLE, ITEMS_TABLE)}
-        missing = [str(path) for path in paths.values() if not path.is_file()]
-        if missing:
-            raise InputError(f"folder: {missing} missing; run the sweep again to rebuild its tables")
-        table = pq.read_table(paths[TRIALS_TABLE])
-        self.all_rows: dict[str, list[Any]] = table.to_pydict()
-        ok = [i for i, error in enumerate(self.all_rows.get("error", [])) if not error]
-        self.rows = {column: [values[i] for i in ok] for column, values in self.all_rows.items()}
-        self.count = len(ok)
-        items = pq.read_table(paths[ITEMS_TABLE])
-        keep = {key: i for i, key in enumerate(self.rows.get("trial_key", []))}
-        trial_of = np.array([keep.get(key, -1) for key in items.column("trial_key").to_pylist()], dtype=np.int64)
-        kept = trial_of >= 0
-        self.item_trial = trial_of[kept]
-        self.item_rank = items.column("true_rank").to_numpy()[kept]
-        self.item_frequency = items.column("true_frequency").to_numpy()[kept]
-        self.item_found = items.column("discovered").to_numpy(zero_copy_only=False)[kept].astype(np.float64)
-        predicted = items.column("predicted").to_numpy(zero_copy_only=False)
-        self.item_predicted = np.asarray(predicted, dtype=np.float64)[kept]
-
-    @property
-    def swept(self) -> list[str]:
-        """The axes that vary among the successful trials: each swept key, and each zipped
-        group as one axis of its varying keys joined by commas."""
-        zipped = [[key for key in group if key in self.rows] for group in self.manifest.get("zip", [])]
-        in_zip = {key for group in zipped for key in group}
-        axes = [key for key in self.manifest.get("swept_keys", []) if key in self.rows and key not in in_zip]
-        axes += [",".join(group) for group in zipped]
-        return [axis for axis in axes if len(set(self.column(axis))) > 1]
-
-    def column(self, name: str, flag: str = "column") -> list[Any]:
-        """A column's values; ``a,b`` names the pairs of columns ``a`` and ``b`` (a zipped axis)."""
-        parts = name.split(",")
-        for part in parts:
-            if part not in self.rows:
-                raise InputError(f"{flag} {part}: not a column of {TRIALS_TABLE}.parquet; allowed: {sorted(self.rows)}")
-        if len(parts) == 1:
-            return self.rows[name]
-        return list(zip(*(self.rows[part] for part in parts)))
-
-    def numeric(self, name: str, flag: str = "--y") -> np.ndarray:
-        values = self.column(name, flag)
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) or v is None for v in values):
-            raise InputError(f"{flag} {name}: not a numeric column; allowed: {self.numeric_columns()} or {DISCOVERY}")
-        return np.array([math.nan if v is None else float(v) for v in values])
-
-    def numeric_columns(self) -> list[str]:
-        return sorted(name for name, values in self.rows.items()
-                      if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values))
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "folder": str(self.folder),
+            "files": [str(path) for path in self.files],
+            "summary": str(self.folder / "summary.md"),
+            "trials": self.trials,
+            "failed_trials": self.failed,
+            "plots": [{
+                "name": plot.stem, "x": plot.x, "y": plot.y, "hue": plot.hue, "row": plot.row, "col": plot.col,
+                "pooled": plot.pooled, "where": plot.filters, "intervals": plot.methods,
+                "models": list(plot.model_labels),
+                "files": [str(self.folder / f"{plot.stem}.{kind}") for kind in ("png", "svg", "csv")],
+            } for plot in self.plots],
+        }
 
 
 def write_report(
@@ -171,20 +114,33 @@ def write_report(
     x: str | None = None,
     y: str | None = None,
     hue: str | None = None,
-    facet: str | None = None,
+    row: str | None = None,
+    col: str | None = None,
+    pool: Sequence[str] = (),
+    where: Sequence[str] = (),
     frequency: float | None = None,
+    bins: int | None = BINS_PER_DECADE,
     output: str | Path | None = None,
-) -> list[Path]:
+) -> Report:
     """Write the plots (PNG, SVG, CSV) and ``summary.md`` into the report folder (``output``,
-    by default ``folder/report``: see :func:`claim_report_folder`); the files written."""
-    tables = SweepTables(folder)
-    if tables.count == 0:
-        raise InputError(f"folder: {str(tables.folder)!r} has no successful trial to plot")
+    by default ``folder/report``: see :func:`claim_report_folder`)."""
+    every = SweepTables(folder)
+    if every.count == 0:
+        raise InputError(f"folder: {str(every.folder)!r} has no successful trial to plot")
     if frequency is not None and not (math.isfinite(frequency) and 0 < frequency <= 1):
         raise InputError(f"--frequency: a share of users in (0, 1], got {frequency!r}")
+    if bins is not None and (isinstance(bins, bool) or not isinstance(bins, int) or bins < 1):
+        raise InputError(f"--bins: a whole number of bins per decade >= 1, or none; got {bins!r}")
+    tables = every.where(where)
     names: list[str] = []
     with claim_report_folder(tables.folder, output) as report:
-        plots = [build_plot(tables, px, py, ph, pf, frequency) for px, py, ph, pf in plan_plots(tables, x, y, hue, facet)]
+        requests, pooled = plan_plots(tables, x, y, hue, row, col, pool)
+        if frequency is not None and not any(request.y == DISCOVERY and request.x != FREQUENCY_AXIS
+                                             for request in requests):
+            raise InputError("--frequency: selects the items of --y discovery against a key; not used by this plot")
+        if bins != BINS_PER_DECADE and not any(request.x == FREQUENCY_AXIS for request in requests):
+            raise InputError(f"--bins: the bins of --x {FREQUENCY_AXIS}; not used by this plot")
+        plots = [build_plot(tables, request, pooled, frequency, bins) for request in requests]
 
         def draw_all(staging: Path) -> None:
             for plot in plots:
@@ -192,7 +148,8 @@ def write_report(
             names.append(write_summary(tables, plots, staging).name)
 
         report.commit(None, [draw_all])
-    return [report.path / name for name in names]
+    failed = len(every.all_rows.get("trial_key", [])) - every.count
+    return Report(report.path, [report.path / name for name in names], plots, tables.count, failed)
 
 
 def claim_report_folder(sweep_folder: Path, output: str | Path | None) -> ResultsFolder:
@@ -220,84 +177,218 @@ def claim_report_folder(sweep_folder: Path, output: str | Path | None) -> Result
     return ResultsFolder.claim(destination, overwrite=True, field="--output", kind=REPORT_KIND)
 
 
+# -- which plots --------------------------------------------------------------------------------
+
+
 def plan_plots(
-    tables: SweepTables, x: str | None, y: str | None, hue: str | None, facet: str | None
-) -> list[tuple[str, str, str | None, str | None]]:
-    """Which plots to draw: the one asked for, or by default the headline metrics against the
-    most-valued swept key, recall against K and discovery against frequency."""
-    axes = sorted(tables.swept, key=lambda key: -len(set(tables.column(key))))
-    headline = f"recall_at_{max([k for k in RECALL_KS if k <= min(tables.column('top_k'))] or [RECALL_KS[0]])}"
+    tables: SweepTables,
+    x: str | None,
+    y: str | None,
+    hue: str | None = None,
+    row: str | None = None,
+    col: str | None = None,
+    pool: Sequence[str] = (),
+) -> tuple[list[PlotRequest], list[str]]:
+    """The plots to draw and the axes pooled on request.
 
-    def pick(taken: Sequence[str | None]) -> str | None:
-        """The next axis sharing no key with those taken (a zipped axis contains its keys)."""
-        used = {part for key in taken if key for part in key.split(",")}
-        return next((key for key in axes if not used & set(key.split(","))), None)
+    With ``--x``, the one plot asked for, its roles as given.  Without it,
+    the roles not given are filled with the swept axes not yet used, the one
+    with the most values first (x, then hue, columns, rows); with ``--y``
+    that one plot, else the headline metrics against that key, recall against
+    K and discovery against frequency.  Every plot must place every swept
+    axis not pooled (:func:`check_placed`).
+    """
+    pooled = [_pooled_axis(tables, key) for key in pool]
+    roles = {flag: _checked(tables, key, flag) for flag, key in (("--hue", hue), ("--row", row), ("--col", col))}
+    given = [key for key in roles.values() if key]
+    for key in pooled:
+        if _overlaps(key, [*given, *([x] if x else [])]):
+            raise InputError(f"--pool {key}: already an axis of the plot")
+    if x is not None:
+        x_axis = x if x in (K_AXIS, FREQUENCY_AXIS) else _checked(tables, x, "--x")
+        request = PlotRequest(x_axis, y or _default_y(tables, x_axis), roles["--hue"], roles["--row"], roles["--col"])
+        check_axes(tables, request)
+        check_placed(tables, request, pooled, explicit=True)
+        return [request], pooled
+    free = [axis for axis in sorted(tables.swept, key=lambda key: -len(set(tables.column(key))))
+            if axis not in pooled and not _overlaps(axis, given)]
 
-    if x is not None or y is not None:
-        chosen_x = x or pick([])
-        if chosen_x is None:
-            chosen_x = K_AXIS
-        chosen_y = y or (RECALL if chosen_x == K_AXIS else DISCOVERY if chosen_x == FREQUENCY_AXIS else headline)
-        chosen_hue = hue if hue is not None else pick([chosen_x])
-        chosen_facet = facet if facet is not None else pick([chosen_x, chosen_hue])
-        return [(chosen_x, chosen_y, chosen_hue, chosen_facet)]
-    plans: list[tuple[str, str, str | None, str | None]] = []
-    first = pick([])
-    if first is not None:
-        second = hue if hue is not None else pick([first])
-        third = facet if facet is not None else pick([first, second])
-        plans += [(first, metric, second, third) for metric in (headline, "f1", "ncr")]
-    item_hue = hue if hue is not None else first
-    item_facet = facet if facet is not None else pick([item_hue])
-    plans += [(K_AXIS, RECALL, item_hue, item_facet), (FREQUENCY_AXIS, DISCOVERY, item_hue, item_facet)]
-    return plans
+    def fill(first: str | None) -> PlotRequest:
+        """A plot with x ``first`` (or a special axis) and the roles not given filled in turn."""
+        taken = [first] if first else []
+        chosen: dict[str, str | None] = {}
+        for flag in ("--hue", "--col", "--row"):
+            chosen[flag] = roles[flag] or next((axis for axis in free if axis not in taken), None)
+            if chosen[flag] and not roles[flag]:
+                taken.append(chosen[flag])
+        return PlotRequest(first or "", "", chosen["--hue"], chosen["--row"], chosen["--col"])
+
+    first = free[0] if free else None
+    if y is not None:
+        x_axis = first or K_AXIS
+        base = fill(first)
+        requests = [PlotRequest(x_axis, y, base.hue, base.row, base.col)]
+    else:
+        requests = []
+        if first is not None:
+            base = fill(first)
+            requests += [PlotRequest(first, metric, base.hue, base.row, base.col)
+                         for metric in (_default_y(tables, first), "f1", "ncr")]
+        items = fill(None)
+        requests += [PlotRequest(K_AXIS, RECALL, items.hue, items.row, items.col),
+                     PlotRequest(FREQUENCY_AXIS, DISCOVERY, items.hue, items.row, items.col)]
+    for request in requests:
+        check_axes(tables, request)
+        check_placed(tables, request, pooled, explicit=False)
+    return requests, pooled
 
 
-def build_plot(
-    tables: SweepTables, x: str, y: str, hue: str | None, facet: str | None, frequency: float | None = None
-) -> Plot:
-    """The numbers of one plot (means, intervals, analysis), without drawing it."""
-    for flag, key in (("--hue", hue), ("--facet", facet)):
-        if key is not None:
-            tables.column(key, flag)
-            if key in (x, y):
-                raise InputError(f"{flag} {key}: already an axis of the plot")
+def _checked(tables: SweepTables, key: str | None, flag: str) -> str | None:
+    """``key`` if it names a column (or a zipped group: columns joined by commas)."""
+    if key is not None:
+        tables.column(key, flag)
+    return key
+
+
+def _default_y(tables: SweepTables, x: str) -> str:
+    if x == K_AXIS:
+        return RECALL
+    if x == FREQUENCY_AXIS:
+        return DISCOVERY
+    return f"recall_at_{max([k for k in RECALL_KS if k <= min(tables.column('top_k'))] or [RECALL_KS[0]])}"
+
+
+def _pooled_axis(tables: SweepTables, key: str) -> str:
+    swept = tables.swept
+    for axis in swept:
+        if key == axis or key in axis.split(","):
+            return axis
+    raise InputError(f"--pool {key}: not a key this sweep varies"
+                     + (f" among the trials --where keeps ({' '.join(tables.filters)})" if tables.filters else "")
+                     + f"; varied: {swept or 'none'}")
+
+
+def _typed(value: Any) -> str:
+    """A value as ``--where`` reads it back (20000, 4, pem)."""
+    return f"{value:g}" if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _overlaps(axis: str, keys: Sequence[str]) -> bool:
+    return bool(set(axis.split(",")) & {part for key in keys for part in key.split(",")})
+
+
+def check_axes(tables: SweepTables, request: PlotRequest) -> None:
+    """Refuse a metric that does not go with its x axis, or a key on two axes."""
+    x, y = request.x, request.y
     if x in (K_AXIS, FREQUENCY_AXIS):
         expected = RECALL if x == K_AXIS else DISCOVERY
         if y != expected:
             raise InputError(f"--y {y}: with --x {x} the metric is {expected!r}")
     else:
-        if not all(part in tables.rows for part in x.split(",")):
-            raise InputError(f"--x {x}: not a column of {TRIALS_TABLE}.parquet; allowed: {K_AXIS}, {FREQUENCY_AXIS} "
-                             f"or a column: {sorted(tables.rows)}")
+        tables.column(x, "--x")
         if y == RECALL:
-            raise InputError(f"--y {y}: recall against K needs --x {K_AXIS}; against a key use recall_at_K")
-    shown = {part for key in (x, hue, facet) if key for part in key.split(",")}
-    pooled = [key for key in tables.swept if not shown & set(key.split(","))]
-    groups = _groups(tables, facet, hue)
+            raise InputError(f"--y {y}: recall against K needs --x {K_AXIS}; against a key use recall@K")
+    taken = [x]
+    for flag, key in (("--hue", request.hue), ("--col", request.col), ("--row", request.row)):
+        if key is not None:
+            if _overlaps(key, taken):
+                raise InputError(f"{flag} {key}: already an axis of the plot")
+            taken.append(key)
+
+
+def check_placed(tables: SweepTables, request: PlotRequest, pooled: Sequence[str], explicit: bool) -> None:
+    """Refuse a plot whose points would mix trials of different values of a swept axis that is
+    not pooled by name: each such axis must take one value within each point of the plot."""
+    cells = _cells(tables, request)
+    mixed: dict[str, list[Any]] = {}
+    for axis in tables.swept:
+        if axis in pooled:
+            continue
+        values = tables.column(axis)
+        seen: dict[tuple[Any, ...], Any] = {}
+        for cell, value in zip(cells, values):
+            if seen.setdefault(cell, value) != value:
+                mixed[axis] = sorted(set(values), key=_sortable)
+                break
+    if not mixed:
+        return
+    named = "; ".join(f"{axis} ({', '.join(value_text(v) for v in values)})" for axis, values in mixed.items())
+    first = next(iter(mixed))
+    example = first.split(",")[0]
+    value = _typed(tables.column(example)[0])
+    hint = (f"put each on an axis (--hue, --col, --row), fix it (--where {example}={value}) or pool it by name "
+            f"(--pool {first})")
+    if explicit:
+        raise InputError(f"--x {request.x}: the plot would pool trials of different {named}; {hint}")
+    raise InputError(f"report: the sweep varies {named} beyond what one plot shows "
+                     f"(x, --hue, --col, --row); {hint}")
+
+
+# -- the numbers of one plot --------------------------------------------------------------------
+
+
+def build_plot(
+    tables: SweepTables,
+    request: PlotRequest,
+    pooled: Sequence[str] = (),
+    frequency: float | None = None,
+    bins: int | None = BINS_PER_DECADE,
+) -> Plot:
+    """The numbers of one plot (means, intervals, models), without drawing it."""
+    x, y = request.x, request.y
+    check_axes(tables, request)
+    groups = _groups(tables, request)
+    plot = Plot(x, y, request.hue, request.row, request.col, [], _pooled_within(tables, request, pooled),
+                list(tables.filters), bins if x == FREQUENCY_AXIS else BINS_PER_DECADE)
     if x == K_AXIS:
-        curves, label = _recall_by_k(tables, groups)
+        plot.curves = _recall_by_k(tables, groups)
     elif x == FREQUENCY_AXIS:
-        curves, label = _discovery_by_frequency(tables, groups)
+        plot.curves = _discovery_by_frequency(tables, groups, bins)
+        plot.crossings = _crossings(tables, groups, plot.curves)
     else:
-        curves, label = _metric_by_key(tables, groups, x, y, frequency)
-    return Plot(x, y, hue, facet, curves, pooled, label)
+        plot.curves = _metric_by_key(tables, groups, x, y, frequency)
+    return plot
 
 
-Group = tuple[Scalar | None, Scalar | None, np.ndarray]
+def _pooled_within(tables: SweepTables, request: PlotRequest, pooled: Sequence[str]) -> list[str]:
+    """The pooled axes that do vary within some point of this plot."""
+    cells = _cells(tables, request)
+    within = []
+    for axis in pooled:
+        seen: dict[tuple[Any, ...], Any] = {}
+        if any(seen.setdefault(cell, value) != value for cell, value in zip(cells, tables.column(axis))):
+            within.append(axis)
+    return within
 
 
-def _groups(tables: SweepTables, facet: str | None, hue: str | None) -> list[Group]:
-    """(facet value, hue value, row indices) in sorted order of the values."""
-    facets = tables.column(facet, "--facet") if facet else [None] * tables.count
-    hues = tables.column(hue, "--hue") if hue else [None] * tables.count
-    keys = sorted({(f, h) for f, h in zip(facets, hues)}, key=lambda pair: (_sortable(pair[0]), _sortable(pair[1])))
-    return [(f, h, np.array([i for i in range(tables.count) if facets[i] == f and hues[i] == h])) for f, h in keys]
+def _cells(tables: SweepTables, request: PlotRequest) -> list[tuple[Any, ...]]:
+    """Per trial, the values that place it in the plot: its x (unless k or frequency), hue, column, row."""
+    shown = [key for key in (request.x, request.hue, request.col, request.row)
+             if key and key not in (K_AXIS, FREQUENCY_AXIS)]
+    return list(zip(*(tables.column(key) for key in shown))) if shown else [()] * tables.count
+
+
+Group = tuple[Scalar | None, Scalar | None, Scalar | None, np.ndarray]  # row, col, hue values and trial indices
+
+
+def _groups(tables: SweepTables, request: PlotRequest) -> list[Group]:
+    """(row, col, hue values, trial indices) in sorted order of the values."""
+    def values(key: str | None, flag: str) -> list[Any]:
+        return tables.column(key, flag) if key else [None] * tables.count
+
+    rows, cols, hues = values(request.row, "--row"), values(request.col, "--col"), values(request.hue, "--hue")
+    keys = sorted(set(zip(rows, cols, hues)), key=lambda cell: tuple(_sortable(part) for part in cell))
+    members: dict[tuple[Any, ...], list[int]] = {}
+    for i, cell in enumerate(zip(rows, cols, hues)):
+        members.setdefault(cell, []).append(i)
+    return [(r, c, h, np.array(members[(r, c, h)], dtype=np.int64)) for r, c, h in keys]
 
 
 def _sortable(value: Any) -> tuple[Any, ...]:
     if isinstance(value, tuple):
         return tuple(_sortable(part) for part in value)
+    if value is None:
+        return (2, "")
     return (0, value) if isinstance(value, (int, float)) else (1, str(value))
 
 
@@ -307,53 +398,6 @@ def _objects(values: Sequence[Any]) -> np.ndarray:
     for i, value in enumerate(values):
         array[i] = value
     return array
-
-
-def mean_interval(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per column of ``values`` (trials x points, NaN where absent): mean, 95% Student-t
-    interval and the number of trials."""
-    import warnings
-
-    from scipy.stats import t as student
-
-    count = np.sum(~np.isnan(values), axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # points with fewer than two trials get no interval
-        mean = np.nanmean(np.where(count > 0, values, 0.0), axis=0) if values.size else np.zeros(0)
-        mean = np.where(count > 0, mean, np.nan)
-        spread = np.nanstd(values, axis=0, ddof=1) if values.shape[0] > 1 else np.zeros(values.shape[1])
-        half = np.where(count > 1, student.ppf(0.975, np.maximum(count - 1, 1)) * spread / np.sqrt(count), 0.0)
-    return mean, mean - half, mean + half, count
-
-
-def _metric_by_key(
-    tables: SweepTables, groups: list[Group], x: str, y: str, frequency: float | None
-) -> tuple[list[Curve], str]:
-    xs = tables.column(x, "--x")
-    if y == DISCOVERY:
-        values = _discovery_per_trial(tables, frequency)
-        predicted = _discovery_per_trial(tables, frequency, predicted=True)
-    else:
-        values = tables.numeric(y)
-        model = f"predicted_{y}"
-        predicted = tables.numeric(model) if model in tables.rows else np.full(tables.count, np.nan)
-    curves, labels = [], set()
-    for facet, hue, rows in groups:
-        points = sorted({xs[i] for i in rows}, key=_sortable)
-        matrix = _by_point(rows, xs, points, values)
-        mean, low, high, count = mean_interval(matrix)
-        curve = Curve(facet, hue, _objects(points), mean, low, high, count)
-        dense = _triehh_dense(tables, rows, x, points, frequency) if y == DISCOVERY and frequency else None
-        if dense is not None:
-            curve.model_x, curve.model_y = dense
-            labels.add(f"TrieHH worst-case bound at frequency {frequency:g} (Prop. 1)")
-        else:
-            model_mean = mean_interval(_by_point(rows, xs, points, predicted))[0]
-            if not np.all(np.isnan(model_mean)):
-                curve.model_x, curve.model_y = curve.x, model_mean
-                labels.add(_model_label(tables, rows))
-        curves.append(curve)
-    return curves, "; ".join(sorted(labels))
 
 
 def _by_point(rows: np.ndarray, xs: list[Any], points: list[Any], values: np.ndarray) -> np.ndarray:
@@ -366,95 +410,229 @@ def _by_point(rows: np.ndarray, xs: list[Any], points: list[Any], values: np.nda
     return matrix
 
 
-def _discovery_per_trial(tables: SweepTables, frequency: float | None, predicted: bool = False) -> np.ndarray:
-    """Per trial, the share of its tracked items found (or predicted), within the frequency band if given."""
+def _samples(matrix: np.ndarray) -> list[np.ndarray]:
+    return [column[~np.isnan(column)] for column in matrix.T]
+
+
+def _model_means(matrix: np.ndarray) -> np.ndarray:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a point without the model: NaN
+        return np.nanmean(matrix, axis=0) if matrix.size else np.full(matrix.shape[1], np.nan)
+
+
+def _protocol(tables: SweepTables, rows: Sequence[int] | np.ndarray) -> str:
+    names = sorted({str(tables.rows["protocol"][i]) for i in rows})
+    return names[0] if len(names) == 1 else "/".join(names)
+
+
+def _model_lines(column: str, x: np.ndarray, at_points: np.ndarray, protocols: Sequence[str]) -> list[ModelLine]:
+    """A model's prediction at a curve's points, one line per protocol among the points (a curve
+    across protocols, such as one against ``protocol.name``, shows each protocol's own model)."""
+    lines = []
+    for protocol in dict.fromkeys(protocols):
+        mine = np.array([p == protocol for p in protocols])
+        values = np.where(mine, at_points, np.nan)
+        if not np.all(np.isnan(values)):
+            lines.append(ModelLine(column, model_label(column, protocol), x, values, values))
+    return lines
+
+
+def _metric_by_key(
+    tables: SweepTables, groups: list[Group], x: str, y: str, frequency: float | None
+) -> list[Curve]:
+    xs = tables.column(x, "--x")
+    recall_k = RECALL_AT.fullmatch(y)
+    if y == DISCOVERY:
+        return _discovery_by_key(tables, groups, x, frequency)
+    models: dict[str, np.ndarray] = {}
+    if recall_k:
+        k = int(recall_k.group(1))
+        tables.check_recall_depth(k)
+        values = tables.recall_at(k)
+        models = {column: tables.recall_at(k, column) for column in tables.item_models}
+    else:
+        values = tables.numeric(y)
+        for column in (PREDICTED, "predicted_eq5"):
+            name = f"{column}_{y}"
+            if name in tables.rows:
+                models[column] = tables.numeric(name)
+    curves = []
+    for row, col, hue, rows in groups:
+        points = sorted({xs[i] for i in rows}, key=_sortable)
+        matrix = _by_point(rows, xs, points, values)
+        keep = ~np.all(np.isnan(matrix), axis=0)
+        points = [p for p, k in zip(points, keep) if k]
+        matrix = matrix[:, keep]
+        curve = Curve(row, col, hue, _objects(points), over_trials(matrix), _samples(matrix))
+        protocols = [_protocol(tables, [i for i in rows if xs[i] == point]) for point in points]
+        for column, predicted in models.items():
+            at_points = _model_means(_by_point(rows, xs, points, predicted))
+            curve.models += _model_lines(column, curve.x, at_points, protocols)
+        curves.append(curve)
+    return curves
+
+
+def _discovery_by_key(tables: SweepTables, groups: list[Group], x: str, frequency: float | None) -> list[Curve]:
+    """Per point, the share of the item-trials found (within the frequency band if given), with its
+    binomial interval; TrieHH's bound at exactly ``frequency`` drawn over the whole x range."""
+    xs = tables.column(x, "--x")
     chosen = np.ones(tables.item_trial.size, dtype=bool)
     if frequency is not None:
-        chosen = (tables.item_frequency >= frequency / FREQUENCY_BAND) & (tables.item_frequency <= frequency * FREQUENCY_BAND)
-    weights = tables.item_predicted if predicted else tables.item_found
-    total = np.bincount(tables.item_trial[chosen], minlength=tables.count)
-    found = np.bincount(tables.item_trial[chosen], weights=weights[chosen], minlength=tables.count)
-    with np.errstate(invalid="ignore"):
-        return np.where(total > 0, found / np.maximum(total, 1), np.nan)
+        chosen = ((tables.item_frequency >= frequency / FREQUENCY_BAND)
+                  & (tables.item_frequency <= frequency * FREQUENCY_BAND))
+    trial = tables.item_trial[chosen]
+    tried = np.bincount(trial, minlength=tables.count).astype(np.float64)
+    found = np.bincount(trial, weights=tables.item_found[chosen], minlength=tables.count)
+    predicted = {column: np.bincount(trial, weights=values[chosen], minlength=tables.count)
+                 for column, values in tables.item_models.items()}
+    curves = []
+    for row, col, hue, rows in groups:
+        points = [p for p in sorted({xs[i] for i in rows}, key=_sortable)
+                  if tried[[i for i in rows if xs[i] == p]].sum() > 0]
+        members = [np.array([i for i in rows if xs[i] == point]) for point in points]
+        n_tried = np.array([tried[m].sum() for m in members])
+        n_found = np.array([found[m].sum() for m in members])
+        interval = binomial(n_found, n_tried, np.array([m.size for m in members]))
+        curve = Curve(row, col, hue, _objects(points), interval,
+                      extra={"found": n_found.astype(np.int64), "item_trials": n_tried.astype(np.int64)})
+        protocols = [_protocol(tables, m) for m in members]
+        for column, sums in predicted.items():
+            at_points = np.array([sums[m].sum() for m in members]) / np.maximum(n_tried, 1)
+            lines = _model_lines(column, curve.x, at_points, protocols)
+            if frequency is not None and column == PREDICTED and x in TRIEHH_CURVE_KEYS and len(lines) == 1:
+                dense = _triehh_dense(tables, rows, x, points, frequency)
+                if dense is not None:
+                    lines[0].x, lines[0].y = dense
+                    lines[0].label = f"TrieHH worst-case bound at frequency {frequency:g} (Prop. 1)"
+            curve.models += lines
+        curves.append(curve)
+    return curves
 
 
-def _recall_by_k(tables: SweepTables, groups: list[Group]) -> tuple[list[Curve], str]:
-    curves, labels = [], set()
-    for facet, hue, rows in groups:
-        found, model = _item_matrix(tables, rows)
+def _recall_by_k(tables: SweepTables, groups: list[Group]) -> list[Curve]:
+    curves = []
+    for row, col, hue, rows in groups:
+        found, models = _item_matrix(tables, rows)
         ks = np.arange(1, found.shape[1] + 1)
         recall = np.cumsum(found, axis=1) / ks
-        mean, low, high, count = mean_interval(recall)
-        curve = Curve(facet, hue, ks, mean, low, high, count)
-        if not np.all(np.isnan(model)):
-            curve.model_x, curve.model_y = ks, np.nanmean(np.cumsum(model, axis=1) / ks, axis=0)
-            labels.add(_model_label(tables, rows))
+        curve = Curve(row, col, hue, ks, over_trials(recall), _samples(recall))
+        protocols = [_protocol(tables, rows)] * ks.size
+        for column, model in models.items():
+            curve.models += _model_lines(column, ks, _model_means(np.cumsum(model, axis=1) / ks), protocols)
         curves.append(curve)
-    return curves, "; ".join(sorted(labels))
+    return curves
 
 
-def _item_matrix(tables: SweepTables, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Trials x ranks: found (0/1) and predicted, over the ranks every trial of ``rows`` tracked."""
+def _item_matrix(tables: SweepTables, rows: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Trials x ranks: found (0/1) and each model's prediction, over the ranks every trial of ``rows`` tracked."""
     chosen = np.isin(tables.item_trial, rows)
     trial, rank = tables.item_trial[chosen], tables.item_rank[chosen]
     depth = int(min(np.bincount(trial, minlength=tables.count)[rows])) if rows.size else 0
     index = np.searchsorted(rows, trial)
-    found = np.full((rows.size, depth), np.nan)
-    model = np.full((rows.size, depth), np.nan)
     inside = rank <= depth
-    found[index[inside], rank[inside] - 1] = tables.item_found[chosen][inside]
-    model[index[inside], rank[inside] - 1] = tables.item_predicted[chosen][inside]
-    return found, model
+
+    def matrix(values: np.ndarray) -> np.ndarray:
+        result = np.full((rows.size, depth), np.nan)
+        result[index[inside], rank[inside] - 1] = values[chosen][inside]
+        return result
+
+    return matrix(tables.item_found), {column: matrix(values) for column, values in tables.item_models.items()}
 
 
-def _discovery_by_frequency(tables: SweepTables, groups: list[Group]) -> tuple[list[Curve], str]:
+def _discovery_by_frequency(tables: SweepTables, groups: list[Group], bins: int | None) -> list[Curve]:
+    """The share of item-trials found against true frequency: per bin of ``bins`` per decade, or per
+    item (and frequency: with a population per trial, an item's frequency changes), each with its
+    binomial interval."""
     frequency = tables.item_frequency
     positive = frequency > 0
-    low_edge = math.floor(math.log10(frequency[positive].min()) * BINS_PER_DECADE)
-    high_edge = math.ceil(math.log10(frequency[positive].max()) * BINS_PER_DECADE) + 1
-    edges = 10.0 ** (np.arange(low_edge, high_edge + 1) / BINS_PER_DECADE)
-    bins = np.clip(np.searchsorted(edges, frequency, side="right") - 1, 0, edges.size - 2)
-    curves, labels = [], set()
-    for facet, hue, rows in groups:
+    if not positive.any():
+        raise InputError(f"--x {FREQUENCY_AXIS}: no item with a positive frequency in the items table")
+    if bins is not None:
+        low_edge = math.floor(math.log10(frequency[positive].min()) * bins)
+        high_edge = math.ceil(math.log10(frequency[positive].max()) * bins) + 1
+        edges = 10.0 ** (np.arange(low_edge, high_edge + 1) / bins)
+        cell_of = np.clip(np.searchsorted(edges, frequency, side="right") - 1, 0, edges.size - 2)
+    curves = []
+    for row, col, hue, rows in groups:
         chosen = np.isin(tables.item_trial, rows) & positive
-        trial = np.searchsorted(rows, tables.item_trial[chosen])
-        cell = trial * (edges.size - 1) + bins[chosen]
-        size = rows.size * (edges.size - 1)
-        total = np.bincount(cell, minlength=size).reshape(rows.size, -1)
+        if bins is None:
+            keys = list(zip(tables.item_name[chosen].tolist(), frequency[chosen].tolist()))
+            distinct = sorted(set(keys), key=lambda key: (key[1], key[0]))
+            position = {key: j for j, key in enumerate(distinct)}
+            cell = np.array([position[key] for key in keys], dtype=np.int64)
+            size = len(distinct)
+        else:
+            cell, size = cell_of[chosen], edges.size - 1
+        tried = np.bincount(cell, minlength=size).astype(np.float64)
+        found = np.bincount(cell, weights=tables.item_found[chosen], minlength=size)
+        pairs = np.unique(cell * tables.count + tables.item_trial[chosen])  # (point, trial) pairs
+        trials = np.bincount(pairs // tables.count, minlength=size)
+        used = tried > 0
         with np.errstate(invalid="ignore", divide="ignore"):
-            rate = np.bincount(cell, weights=tables.item_found[chosen], minlength=size).reshape(rows.size, -1) / total
-            centre = np.exp(np.bincount(bins[chosen], weights=np.log(frequency[chosen]), minlength=edges.size - 1)
-                            / np.bincount(bins[chosen], minlength=edges.size - 1))
-            model = np.bincount(cell, weights=tables.item_predicted[chosen], minlength=size).reshape(rows.size, -1) / total
-        used = total.sum(axis=0) > 0
-        mean, low, high, count = mean_interval(np.where(total > 0, rate, np.nan)[:, used])
-        curve = Curve(facet, hue, centre[used], mean, low, high, count)
-        dense_x = np.geomspace(edges[used.argmax()], edges[np.flatnonzero(used)[-1] + 1], DENSE)
-        dense = _triehh_at_frequencies(tables, rows, dense_x)
-        if dense is not None:
-            curve.model_x, curve.model_y = dense_x, dense
-            labels.add("TrieHH worst-case bound (Prop. 1, one item per user)")
-        elif not np.all(np.isnan(model[:, used])):
-            curve.model_x, curve.model_y = centre[used], np.nanmean(model[:, used], axis=0)
-            labels.add(_model_label(tables, rows))
+            centre = np.exp(np.bincount(cell, weights=np.log(frequency[chosen]), minlength=size) / tried)
+        interval = binomial(found[used], tried[used], trials[used])
+        curve = Curve(row, col, hue, centre[used], interval,
+                      extra={"found": found[used].astype(np.int64), "item_trials": tried[used].astype(np.int64)})
+        if bins is None:
+            curve.extra["item"] = _objects([distinct[j][0] for j in np.flatnonzero(used)])
+        else:
+            curve.extra["bin_low"], curve.extra["bin_high"] = edges[:-1][used], edges[1:][used]
+        protocols = [_protocol(tables, rows)] * curve.x.size
+        for column, values in tables.item_models.items():
+            with np.errstate(invalid="ignore", divide="ignore"):
+                at_points = (np.bincount(cell, weights=values[chosen], minlength=size) / tried)[used]
+            lines = _model_lines(column, curve.x, at_points, protocols)
+            if not lines:
+                continue
+            line = lines[0]
+            if column == PREDICTED:
+                low = edges[np.flatnonzero(used)[0]] if bins is not None else float(curve.x.min())
+                high = edges[np.flatnonzero(used)[-1] + 1] if bins is not None else float(curve.x.max())
+                dense_x = np.geomspace(low, high, DENSE)
+                dense = _triehh_at_frequencies(tables, rows, dense_x)
+                if dense is not None:
+                    line.x, line.y = dense_x, dense
+                    line.label = "TrieHH worst-case bound (Prop. 1, one item per user)"
+            curve.models.append(line)
         curves.append(curve)
-    return curves, "; ".join(sorted(labels))
+    return curves
+
+
+def _crossings(tables: SweepTables, groups: list[Group], curves: list[Curve]) -> list[dict[str, Any]]:
+    """Per curve, the frequencies at which the item-trials (logistic fit) and each model reach each
+    level of :data:`LEVELS` (:mod:`simulations.sweep_crossings`)."""
+    found: list[dict[str, Any]] = []
+    for (row, col, hue, rows), curve in zip(groups, curves):
+        chosen = np.isin(tables.item_trial, rows) & (tables.item_frequency > 0)
+        frequency = tables.item_frequency[chosen]
+        entry: dict[str, Any] = {"row": row, "col": col, "hue": hue, "simulated": {}, "models": {}}
+        for level in LEVELS:
+            entry["simulated"][level] = simulated_crossing(frequency, tables.item_found[chosen], level)
+        for line in curve.models:
+            entry["models"][line.label] = {level: model_crossing(frequency, tables.item_models[line.column][chosen],
+                                                                 level) for level in LEVELS}
+        found.append(entry)
+    return found
 
 
 def _single_triehh_setting(tables: SweepTables, rows: np.ndarray) -> dict[str, Any] | None:
     """The one TrieHH setting (one item per user) shared by ``rows``, or None."""
+    missing = [None] * tables.count
     settings = {
-        (tables.rows["protocol"][i], tables.rows.get("param.theta", [None] * tables.count)[i],
-         tables.rows.get("param.batch_size", [None] * tables.count)[i],
-         tables.rows.get("param.max_rounds", [None] * tables.count)[i], tables.rows["n"][i])
+        (tables.rows["protocol"][i], tables.rows.get("param.theta", missing)[i],
+         tables.rows.get("param.batch_size", missing)[i], tables.rows.get("param.max_rounds", missing)[i],
+         tables.rows["n"][i])
         for i in rows
     }
     if len(settings) != 1:
         return None
     protocol, theta, batch, rounds, n_users = settings.pop()
+    if protocol != "triehh" or theta is None:
+        return None
     configs = {tables.rows["config"][i] for i in rows}
-    words = {json.loads(text)["population"]["words_per_user"] for text in configs}
-    if protocol != "triehh" or words != {1} or theta is None:
+    if {json.loads(text)["population"]["words_per_user"] for text in configs} != {1}:
         return None
     return {"theta": theta, "batch_size": batch, "max_rounds": rounds, "n_users": n_users}
 
@@ -471,7 +649,7 @@ def _triehh_dense(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Proposition 1 at ``frequency`` over the whole range of ``x`` (n, ε or δ), the other
     settings those of the group's trials (TrieHH, one item per user)."""
-    if x not in TRIEHH_CURVE_KEYS or not all(isinstance(p, (int, float)) for p in points):
+    if not all(isinstance(p, (int, float)) for p in points):
         return None
     settings = []
     for text in {tables.rows["config"][i] for i in rows}:
@@ -482,7 +660,7 @@ def _triehh_dense(
                          "privacy.epsilon": config["privacy"]["epsilon"], "privacy.delta": config["privacy"]["delta"],
                          "rounds": item_codec(build_config(config)).max_rounds})
     if len({tuple(v for k, v in setting.items() if k != x) for setting in settings}) != 1:
-        return None  # the curve would mix settings that the plot pools
+        return None  # the curve would mix settings
     fixed = settings[0]
     low, high = float(min(points)), float(max(points))
     grid = np.geomspace(low, high, DENSE) if low > 0 and high / low >= 10 else np.linspace(low, high, DENSE)
@@ -494,187 +672,41 @@ def _triehh_dense(
     return grid, np.array(values)
 
 
-MODEL_LABELS = {"triehh": "TrieHH worst-case bound (Prop. 1)", "pem": "PEM analysis (order-statistics model)"}
-
-
-def _model_label(tables: SweepTables, rows: np.ndarray) -> str:
-    """What the dashed lines are, from the protocols of the rows that carry a prediction."""
-    predicted = tables.rows.get("predicted_ncr", [None] * tables.count)
-    protocols = sorted({tables.rows["protocol"][i] for i in rows if predicted[i] is not None})
-    return "; ".join(MODEL_LABELS.get(protocol, f"{protocol} analysis") for protocol in protocols)
-
-
-# -- drawing ---------------------------------------------------------------------------------
-
-
-def render(plot: Plot, folder: Path) -> list[Path]:
-    """Draw ``plot`` into ``folder`` as PNG and SVG, with its numbers as CSV; the files written."""
-    figure = draw(plot)
-    paths = [folder / f"{plot.stem}.{kind}" for kind in ("png", "svg")]
-    for path in paths:
-        figure.savefig(path, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(figure)
-    data = folder / f"{plot.stem}.csv"
-    with open(data, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow([plot.facet or "facet", plot.hue or "hue", plot.x, f"mean {plot.y}", "low 95%", "high 95%",
-                         "trials"])
-        for curve in plot.curves:
-            for j in range(curve.x.size):
-                writer.writerow([_cell(curve.facet), _cell(curve.hue), _cell(curve.x[j]), curve.mean[j], curve.low[j],
-                                 curve.high[j], int(curve.trials[j])])
-    return [*paths, data]
-
-
-def draw(plot: Plot) -> Any:
-    """The matplotlib figure of ``plot``: one panel per facet value, one colour per hue value."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    facets = list(dict.fromkeys(curve.facet for curve in plot.curves))
-    hues = list(dict.fromkeys(curve.hue for curve in plot.curves))
-    columns = min(len(facets), 3)
-    rows = math.ceil(len(facets) / columns)
-    from matplotlib.ticker import NullLocator
-
-    figure, grid = plt.subplots(rows, columns, figsize=(4.6 * columns + 1.2, 3.6 * rows), dpi=110,
-                                squeeze=False, sharey=True)
-    colours = plt.get_cmap("viridis" if len(hues) > 6 else "tab10")
-    categorical = not all(isinstance(v, (int, float, np.integer, np.floating)) for c in plot.curves for v in c.x)
-    categories = list(dict.fromkeys(v for c in plot.curves for v in c.x)) if categorical else []
-    # an interval of a share (recall, discovery, F1, ...) is drawn within [0, 1]; the CSV keeps it whole
-    shares = all(0 <= v <= 1 for c in plot.curves for v in c.mean if np.isfinite(v))
-    for panel, facet in enumerate(facets):
-        axes = grid[panel // columns][panel % columns]
-        for curve in (c for c in plot.curves if c.facet == facet):
-            index = hues.index(curve.hue)
-            colour = colours(index / max(len(hues) - 1, 1)) if len(hues) > 6 else colours(index % 10)
-            x = np.array([categories.index(v) for v in curve.x]) if categorical else curve.x.astype(float)
-            name = _value(curve.hue) if plot.hue else SIMULATED
-            axes.plot(x, curve.mean, "o-" if x.size <= MARKED else "-", color=colour, ms=3.5, lw=1.4, label=name)
-            low, high = (np.clip(curve.low, 0, 1), np.clip(curve.high, 0, 1)) if shares else (curve.low, curve.high)
-            axes.fill_between(x, low, high, color=colour, alpha=0.18, lw=0)
-            if curve.model_x is not None and curve.model_y is not None:
-                model_x = (np.array([categories.index(v) for v in curve.model_x]) if categorical
-                           else np.asarray(curve.model_x, dtype=float))
-                axes.plot(model_x, curve.model_y, "--", color=colour, lw=1.2)
-        points = sorted({float(v) for c in plot.curves for v in c.x}) if not categorical else []
-        if categorical:
-            axes.set_xticks(range(len(categories)), [_value(v) for v in categories])
-        elif _spans_decades(points):
-            axes.set_xscale("log")
-        if points and len(points) <= MARKED // 3 and plot.x != FREQUENCY_AXIS:  # few swept values: label each
-            axes.set_xticks(points, [_compact(v) for v in points])
-            axes.xaxis.set_minor_locator(NullLocator())
-        if _spans_decades([v for c in plot.curves for v in c.mean if np.isfinite(v)], factor=100):
-            axes.set_yscale("log")
-        if plot.facet:
-            axes.set_title(f"{_label(plot.facet)} = {_value(facet)}", fontsize=10)
-        axes.set_xlabel(_label(plot.x))
-        axes.grid(True, which="both", alpha=0.25)
-    for panel in range(len(facets), rows * columns):
-        grid[panel // columns][panel % columns].set_visible(False)
-    grid[0][0].set_ylabel(_label(plot.y))
-    legend: dict[str, Any] = {}
-    for axes in figure.axes:
-        for handle, name in zip(*axes.get_legend_handles_labels()):
-            legend.setdefault(name, handle)
-    handles = list(legend.values())
-    from matplotlib.lines import Line2D
-
-    if plot.hue:
-        handles.append(Line2D([], [], color="0.3", marker="o", ms=3.5, label=SIMULATED))
-    if plot.model_label:
-        handles.append(Line2D([], [], color="0.3", ls="--", label=plot.model_label))
-    figure.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False,
-                  title=_label(plot.hue) or None, title_fontsize=8, alignment="left")
-    title = f"{_label(plot.y)} against {_label(plot.x)}"
-    if plot.pooled:
-        title += f" (pooled over {', '.join(plot.pooled)})"
-    figure.suptitle(title, fontsize=11)
-    figure.tight_layout()
-    return figure
-
-
-def _spans_decades(values: Sequence[Any], factor: float = 10) -> bool:
-    numbers = [float(v) for v in values if isinstance(v, (int, float, np.integer, np.floating))]
-    return bool(numbers) and min(numbers) > 0 and max(numbers) / min(numbers) >= factor
-
-
-def _cell(value: Any) -> Any:
-    return " / ".join(map(str, value)) if isinstance(value, tuple) else value
-
-
-def _label(key: str | None) -> str:
-    if key is None:
-        return ""
-    if "," in key:
-        return " / ".join(_label(part) for part in key.split(","))
-    match = re.fullmatch(r"(predicted_)?recall_at_(\d+)", key)
-    if match:
-        return f"recall@{match.group(2)}"
-    return LABELS.get(key, key)
-
-
-def _compact(value: float) -> str:
-    """A tick label: 20k, 1.5M, 0.5, 64."""
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:g}{suffix}"
-    return f"{value:g}"
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, tuple):
-        return " / ".join(_value(part) for part in value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
-
-
 # -- summary ---------------------------------------------------------------------------------
 
 
 def write_summary(tables: SweepTables, plots: Sequence[Plot], folder: Path) -> Path:
-    """``summary.md``: the sweep, its plots, the mean of each headline metric per grid point, failures."""
+    """``summary.md``: the sweep, its plots, each grid point's privacy and headline metrics
+    (mean and interval), where discovery reaches 50% and 90%, the failures."""
     manifest = tables.manifest
     rows = tables.all_rows
     total = len(rows.get("trial_key", []))
-    failed = total - tables.count
+    failed = total - len([e for e in rows.get("error", []) if not e])
     swept = manifest.get("swept_keys", [])
+    redraw = manifest.get("redraw_population", False)
     lines = [
         f"# Sweep report: {Path(manifest.get('sweep_file', '')).name}",
         "",
         f"{total} trials at {manifest.get('points')} grid points ({manifest.get('trials_per_point')} per point), "
         f"{failed} failed; swept: {', '.join(f'`{key}`' for key in swept) or 'nothing'}. "
-        f"Means over trials with their 95% Student-t interval.",
+        + ("Each trial drew its own population (`sweep.redraw_population = true`), so the intervals cover the "
+           "population's variability too." if redraw else
+           "The trials of a grid point share one population, drawn once with the point's `run.seed`: the "
+           "intervals cover the protocol's randomness on that population, not the population's variability "
+           "(`sweep.redraw_population = true` redraws it per trial)."),
+        "",
+        "Means over trials. Intervals: " + "; ".join(f"`{method}`: {text}" for method, text in METHODS.items())
+        + ". In the table, `0.43 [0.38, 0.47]` is a mean and its interval, `0.43 (0.38–0.47)` a mean and the "
+        "range of the trials, one number what every trial gave.",
         "",
     ]
+    if tables.filters:
+        lines += [f"Only the {tables.count} successful trials with {', '.join(f'`{f}`' for f in tables.filters)}.", ""]
     for plot in plots:
-        lines += [f"![{plot.stem}]({plot.stem}.png)", ""]
-    metrics = [m for m in SUMMARY_METRICS if m in tables.rows]
-    header = [*swept, "trials", "failed", *(_label(m) for m in metrics)]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    points = sorted(set(rows.get("point", [])))
-    for point in points:
-        members = [i for i, p in enumerate(rows["point"]) if p == point]
-        good = [i for i in members if not rows["error"][i]]
-        cells = [_value(rows[key][members[0]]) if key in rows else "" for key in swept]
-        cells += [str(len(members)), str(len(members) - len(good))]
-        for metric in metrics:
-            values = np.array([float(rows[metric][i]) for i in good], dtype=float)
-            if not values.size:
-                cells.append("")
-                continue
-            mean, low, high, _ = mean_interval(values[:, None])
-            cells.append(f"{mean[0]:.3g} ± {(high[0] - mean[0]):.2g}" if values.size > 1 else f"{mean[0]:.3g}")
-        lines.append("| " + " | ".join(cells) + " |")
+        lines += [f"![{plot.stem}]({plot.stem}.png)", "", _caption(plot), ""]
+    lines += _point_table(tables, swept)
+    for plot in plots:
+        lines += _crossing_table(plot)
     errors: dict[str, int] = {}
     for error in rows.get("error", []):
         if error:
@@ -685,3 +717,84 @@ def write_summary(tables: SweepTables, plots: Sequence[Plot], folder: Path) -> P
     path = folder / "summary.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def _caption(plot: Plot) -> str:
+    parts = [f"*{label(plot.y)} against {label(plot.x)}*"]
+    if plot.x == FREQUENCY_AXIS:
+        parts.append("item by item" if plot.bins is None else f"{plot.bins} bins per decade")
+    parts.append("intervals: " + ", ".join(f"`{method}`" for method in plot.methods))
+    if plot.model_labels:
+        parts.append("models: " + ", ".join(plot.model_labels))
+    if plot.pooled:
+        parts.append("pooled over " + ", ".join(f"`{key}`" for key in plot.pooled))
+    if plot.filters:
+        parts.append("where " + ", ".join(f"`{text}`" for text in plot.filters))
+    return "; ".join(parts) + "."
+
+
+def _point_table(tables: SweepTables, swept: Sequence[str]) -> list[str]:
+    """One row per grid point of the trials kept: swept values, trials, privacy, metrics."""
+    rows = tables.rows
+    all_rows = tables.all_rows
+    privacy = [c for c in PRIVACY_COLUMNS if c in rows and any(v is not None for v in rows[c])]
+    metrics = [m for m in SUMMARY_METRICS if m in rows]
+    names = {"epsilon": "ε spent", "delta": "δ", "param.theta": "θ", "param.batch_size": "m"}
+    header = [*swept, "trials", "failed", *(names[c] for c in privacy), "interval", *(label(m) for m in metrics)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    failed_at: dict[Any, int] = {}
+    for point, error in zip(all_rows.get("point", []), all_rows.get("error", [])):
+        failed_at[point] = failed_at.get(point, 0) + bool(error)
+    for point in sorted(set(rows.get("point", []))):
+        members = [i for i, p in enumerate(rows["point"]) if p == point]
+        cells = [value_text(rows[key][members[0]]) if key in rows else "" for key in swept]
+        cells += [str(len(members)), str(failed_at.get(point, 0))]
+        for column in privacy:
+            values = sorted({rows[column][i] for i in members if rows[column][i] is not None})
+            cells.append(" – ".join(number(v) for v in (values[0], values[-1])) if len(values) > 1
+                         else number(values[0]) if values else "")
+        matrix = np.array([[np.nan if rows[m][i] is None else float(rows[m][i]) for m in metrics] for i in members])
+        interval = over_trials(matrix)
+        cells.append(next((m for m in interval.method.tolist() if m), ""))
+        cells += [_mean_and_interval(interval, j) for j in range(len(metrics))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _mean_and_interval(interval: Interval, j: int) -> str:
+    """``0.43 [0.38, 0.47]`` (an interval), ``0.43 (0.38–0.47)`` (the range of the trials); one
+    number when every trial gave it; blank without data."""
+    if not np.isfinite(interval.mean[j]):
+        return ""
+    mean, low, high = (number(v) for v in (interval.mean[j], interval.low[j], interval.high[j]))
+    if low == mean == high:
+        return mean
+    return f"{mean} ({low}–{high})" if interval.method[j] == RANGE else f"{mean} [{low}, {high}]"
+
+
+def _crossing_table(plot: Plot) -> list[str]:
+    """Where each curve of a frequency plot reaches 50% and 90%: runs, models, and their ratio."""
+    if not plot.crossings:
+        return []
+    lines = ["", f"## Where discovery reaches {' and '.join(f'{level:.0%}' for level in LEVELS)} "
+             f"({plot.stem})", "",
+             "Read item by item, without bins: the runs by a logistic fit of found on log frequency over the "
+             "item-trials, a model from its per-item probabilities (made monotone, interpolated); the ratio is the "
+             "model's frequency over the runs'.", ""]
+    keys = [key for key in (plot.row, plot.col, plot.hue) if key]
+    header = [*keys, "level", "runs", "model", "model's frequency", "ratio"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for entry in plot.crossings:
+        where = [value_text(entry[role]) for role, key in (("row", plot.row), ("col", plot.col), ("hue", plot.hue))
+                 if key]
+        for level in LEVELS:
+            simulated = entry["simulated"][level]
+            models = entry["models"] or {"": {level: None}}
+            for name, crossing in models.items():
+                model = crossing[level]
+                ratio = number(model / simulated) if model and simulated else ""
+                runs = number(simulated) if simulated else "not reached"
+                cells = [*where, f"{level:.0%}", runs, name, number(model) if model else "", ratio]
+                lines.append("| " + " | ".join(cells) + " |")
+    return lines
+

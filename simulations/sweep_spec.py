@@ -9,6 +9,7 @@ A sweep is TOML::
     [sweep]
     trials = 10                       # runs per grid point
     items = 500                       # true top items whose discovery each trial records
+    redraw_population = false         # true: each trial draws its own population
     "population.users" = [10_000, 100_000, 1_000_000]
     "privacy.epsilon" = [1, 2, 4, 8]
 
@@ -32,7 +33,12 @@ Trials: point ``p``'s trial ``i`` runs with the seed derived from the
 point's ``run.seed`` and ``i``; its population is drawn once with the
 point's ``run.seed`` itself and shared by every trial of the point (and by
 every point with the same population), as in the papers' Monte Carlo runs
-over one fixed data set.  Sweeps run on the fast driver in process (the
+over one fixed data set.  With ``redraw_population = true`` each trial
+draws its own population with its own seed instead (the trial is then
+exactly ``fedhh run`` with that seed), so that the spread over trials, and
+the intervals of a report, cover the population's variability too; the
+flag is part of each trial's key, so a sweep resumed after flipping it runs
+the trials again, and one flipped back finds them done.  Sweeps run on the fast driver in process (the
 transport changes no result), so the transport keys are not swept.
 """
 
@@ -65,7 +71,7 @@ from fedhh.resources import require_population_memory
 DEFAULT_TRIALS = 1
 DEFAULT_ITEMS = 500
 DEFAULT_MAX_TRIALS = 100_000  # trials a sweep may run without --max-trials (grid points x trials per point)
-RESERVED = ("trials", "items", "zip")
+RESERVED = ("trials", "items", "redraw_population", "zip")
 # A sweep runs every trial on the fast driver in one process: these keys choose a
 # transport (which changes no result) or charge a real deployment's privacy ledger.
 FIXED_KEYS: dict[str, Scalar] = {"run.driver": "fast", "run.backend": "inprocess", "run.shards": 1}
@@ -122,6 +128,7 @@ class SweepSpec:
     zipped: list[dict[str, list[Scalar]]] = field(default_factory=list)
     trials: int = DEFAULT_TRIALS
     items: int = DEFAULT_ITEMS
+    redraw_population: bool = False
 
     @property
     def point_count(self) -> int:
@@ -161,12 +168,17 @@ class SweepSpec:
                 config = self.base.with_overrides(values)
             except ConfigError as error:
                 raise SweepError(f"{where}: {error}") from None
-            population_seed = int(config["run"]["seed"])
+            point_seed = int(config["run"]["seed"])
             for index in range(self.trials):
-                trial_config = config.with_overrides({**FIXED_KEYS, "run.seed": trial_seed(population_seed, index)})
-                key = _digest({"config": trial_config.to_dict(), "population_seed": population_seed,
-                               "items": self.items})
-                trials.append(Trial(key, point, index, dict(values), trial_config, population_seed, self.items))
+                seed = trial_seed(point_seed, index)
+                trial_config = config.with_overrides({**FIXED_KEYS, "run.seed": seed})
+                population_seed = seed if self.redraw_population else point_seed
+                identity: dict[str, Any] = {"config": trial_config.to_dict(), "population_seed": population_seed,
+                                            "items": self.items}
+                if self.redraw_population:  # absent when false: the keys of shared-population sweeps never change
+                    identity["redraw_population"] = True
+                trials.append(Trial(_digest(identity), point, index, dict(values), trial_config, population_seed,
+                                    self.items))
         _check_distinct(trials, points)
         return trials
 
@@ -218,6 +230,9 @@ def load_sweep(path: str | Path, max_trials: int = DEFAULT_MAX_TRIALS) -> SweepS
         )
     trials = _count(sweep.get("trials", DEFAULT_TRIALS), "sweep.trials")
     items = _count(sweep.get("items", DEFAULT_ITEMS), "sweep.items")
+    redraw = sweep.get("redraw_population", False)
+    if not isinstance(redraw, bool):
+        raise SweepError(f"sweep.redraw_population: expected true or false, got {redraw!r}")
     axes = {key: _axis(key, values, max_trials) for key, values in sweep.items() if key not in RESERVED}
     zipped = [_zip_group(group, index, max_trials) for index, group in enumerate(_zip_groups(sweep.get("zip")))]
     seen = set(axes)
@@ -226,7 +241,7 @@ def load_sweep(path: str | Path, max_trials: int = DEFAULT_MAX_TRIALS) -> SweepS
             if key in seen:
                 raise SweepError(f"sweep: {key} is swept twice (in [sweep] and [sweep.zip], or in two zip groups)")
             seen.add(key)
-    spec = SweepSpec(file.resolve(), text, base_path, base_text, base, axes, zipped, trials, items)
+    spec = SweepSpec(file.resolve(), text, base_path, base_text, base, axes, zipped, trials, items, redraw)
     if spec.trial_count > max_trials:
         raise SweepError(
             f"sweep: {spec.point_count:,} grid points x {trials:,} trials per point = {spec.trial_count:,} trials, "

@@ -143,12 +143,20 @@ class SweepFolder:
     # -- tables ---------------------------------------------------------------------------
 
     def write_tables(self, trials: Sequence[Trial], csv: bool) -> int:
-        """Rebuild the tables from the finished trials of the grid, in grid order; the row count."""
+        """Rebuild the tables from the finished trials of the grid, in grid order; the row count.
+
+        A trial written by an earlier run of a sweep file since extended (a
+        new axis, more values) keeps its results, and takes its place in the
+        grid as it is now: its point, index and swept values."""
         import pyarrow as pa
 
         done = self.finished()
-        records = [self.read_record(trial.key) for trial in trials if trial.key in done]
-        rows = table_from_rows([record.row for record in records])
+        found = [(trial, self.read_record(trial.key)) for trial in trials if trial.key in done]
+        records = [record for _, record in found]
+        rows = table_from_rows([{"trial_key": trial.key, "point": trial.point, "trial": trial.index, **trial.values,
+                                 **{column: value for column, value in record.row.items()
+                                    if column not in ("trial_key", "point", "trial", *trial.values)}}
+                                for trial, record in found])
         items = {column: [value for record in records for value in record.items.get(column, [])]
                  for column in ITEM_COLUMNS}
         schema = pa.schema([(column, pa.type_for_alias(kind)) for column, kind in ITEM_COLUMNS.items()])
@@ -162,8 +170,13 @@ class SweepFolder:
     # -- manifest -------------------------------------------------------------------------
 
     def start_run(self, executor: str, workers: int, todo: int, skipped: int) -> dict[str, Any]:
-        """Record in the manifest that a run of the sweep starts; the run's entry, to finish later."""
+        """Record in the manifest that a run of the sweep starts; the run's entry, to finish later.
+
+        The sweep file may have changed since the folder's first run (a grid
+        extended, ``redraw_population`` flipped): the manifest describes the
+        sweep as it is now, as the tables rebuilt at the end will."""
         manifest = self.read_manifest() or self._new_manifest()
+        manifest.update(self._sweep_fields())
         run = {
             "started": _now(), "ended": None, "status": "running", "executor": executor, "workers": workers,
             "to_run": todo, "skipped": skipped, "computed": 0, "failed": 0,
@@ -187,10 +200,10 @@ class SweepFolder:
         except (OSError, ValueError):
             return None
 
-    def _new_manifest(self) -> dict[str, Any]:
+    def _sweep_fields(self) -> dict[str, Any]:
+        """What the manifest says of the sweep file itself."""
         spec = self.spec
         return {
-            "format": FORMAT,
             "sweep_file": str(spec.path),
             "sweep_text": spec.text,
             "base_file": str(spec.base_path) if spec.base_path else None,
@@ -200,8 +213,15 @@ class SweepFolder:
             "zip": spec.zipped,
             "trials_per_point": spec.trials,
             "items": spec.items,
+            "redraw_population": spec.redraw_population,
             "points": spec.point_count,
             "trials": spec.trial_count,
+        }
+
+    def _new_manifest(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            **self._sweep_fields(),
             "status": "running",
             "rows": 0,
             "runs": [],

@@ -27,7 +27,7 @@ from fedhh.metrics import Truth, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
 from fedhh.protocols import ProtocolResult, ServerProtocol
 from fedhh.run_clock import RunClock
 
-from .analytic import expected_ncr, expected_recall, predicted_discovery, prediction_key
+from .analytic import EQ5, PREDICTED, expected_f1, expected_ncr, expected_recall, predicted_discovery, prediction_key
 from .fast import drive
 from .sweep_spec import Trial
 
@@ -36,7 +36,8 @@ RECALL_KS = (1, 5, 10, 25, 50, 100, 250)
 TIMING_COLUMNS = ("wall_s", "population_s", "server_s", "shards_s")
 # The items table: column -> pyarrow type name (cells may be null where noted in docs/sweeps.md).
 ITEM_COLUMNS = {"trial_key": "string", "item": "string", "true_rank": "int64", "true_frequency": "double",
-                "true_count": "int64", "discovered": "bool", "estimated_count": "double", "predicted": "double"}
+                "true_count": "int64", "discovered": "bool", "estimated_count": "double", PREDICTED: "double",
+                EQ5: "double"}
 
 
 @dataclass
@@ -67,7 +68,7 @@ class Population:
     source: PopulationSource
     shard: Shard
     truth: Truth | None = None
-    predictions: dict[Hashable, np.ndarray | None] = field(default_factory=dict)  # by prediction_key
+    predictions: dict[Hashable, dict[str, np.ndarray]] = field(default_factory=dict)  # by prediction_key
 
     def ensure_truth(self, experiment: Experiment) -> float:
         """Take the truth from the first experiment run on this population; the seconds it took."""
@@ -188,10 +189,13 @@ def _outcome(
     memo = (prediction_key(server), tracked.size)
     if memo not in population.predictions:
         population.predictions[memo] = predicted_discovery(server, population.shard, truth, tracked)
-    predicted = population.predictions[memo]
-    if predicted is not None:
-        row.update({f"predicted_recall_at_{k}": expected_recall(predicted, k) for k in RECALL_KS})
-        row["predicted_ncr"] = expected_ncr(predicted, top_k)
+    predictions = population.predictions[memo]
+    for column, predicted in predictions.items():  # each model's expectations: predicted_ncr, predicted_eq5_ncr, ...
+        row.update({f"{column}_recall_at_{k}": expected_recall(predicted, k) for k in RECALL_KS})
+        row[f"{column}_ncr"] = expected_ncr(predicted, top_k)
+        f1 = expected_f1(server, predicted, top_k)
+        if f1 is not None:
+            row[f"{column}_f1"] = f1
     shown = tracked[: trial.items]
     estimates = {found.item: found.estimated_count for found in result.discoveries}
     names = [truth.items[i] for i in shown.tolist()]
@@ -203,7 +207,8 @@ def _outcome(
         "true_count": truth.holders[shown].astype(np.int64).tolist(),
         "discovered": [name in discovered for name in names],
         "estimated_count": [estimates.get(name) for name in names],
-        "predicted": predicted[: len(names)].tolist() if predicted is not None else [None] * len(names),
+        **{column: predictions[column][: len(names)].tolist() if column in predictions else [None] * len(names)
+           for column in (PREDICTED, EQ5)},
     }
     return row, items
 

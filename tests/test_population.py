@@ -12,9 +12,12 @@ import pyarrow.parquet
 import pytest
 
 from fedhh.data.items import ALPHABETS, ItemCodec, ItemError, get_alphabet
-from fedhh.data.population import PopulationCounts, shard_bounds
-from fedhh.data.sources import FileSource, WordfreqSource, ZipfSource, read_user_items, wordfreq_candidates
+from fedhh.data.population import PopulationCounts, Shard, SingleItemShard, shard_bounds
+from fedhh.data.sources import (
+    DRAW_CHUNK_USERS, POPULATION_PURPOSE, FileSource, WordfreqSource, ZipfSource, read_user_items, wordfreq_candidates,
+)
 from fedhh.errors import InputError
+from fedhh.kernels.randomness import UserRandom, derive_key
 
 from .helpers import lowercase_codec
 
@@ -38,6 +41,32 @@ def test_wordfreq_shards_equal_slices_of_the_whole(words_per_user: int) -> None:
         np.testing.assert_array_equal(shard.item_ids, expected.item_ids)
         np.testing.assert_array_equal(shard.item_counts, expected.item_counts)
     assert whole.item_counts.sum() <= 5000 * words_per_user
+
+
+def test_one_word_a_user_is_held_as_one_int32_item_id_a_user() -> None:
+    """A sampled population of one word a user is built as :class:`SingleItemShard` (4 bytes a
+    user), drawn a chunk of users at a time: every range, across the chunks' edges, holds the
+    items the user-keyed draw gives its users, and the CSR view and the counts are those of
+    the CSR form built from the same items."""
+    n_users = 2 * DRAW_CHUNK_USERS + 5
+    source = WordfreqSource(n_users, "en", 3_000, 1, lowercase_codec(4), seed=4)  # longer words: no item
+    whole = source.build_all()
+    assert isinstance(whole, SingleItemShard) and whole.item_of_user.dtype == np.int32
+    assert not {"item_offsets", "item_ids", "item_counts"} & set(whole.__dict__)
+    draws = UserRandom(derive_key(4, POPULATION_PURPOSE), np.arange(n_users)).random()
+    picked = source._candidate_item[np.minimum(source._pick(draws), source._candidate_item.size - 1)]
+    np.testing.assert_array_equal(whole.item_of_user, picked)
+    assert (picked < 0).any() and (picked >= 0).any()  # users holding nothing, and holders
+    for start, stop in [(0, 1), (DRAW_CHUNK_USERS - 3, DRAW_CHUNK_USERS + 2), (7, n_users), (n_users - 1, n_users)]:
+        np.testing.assert_array_equal(source.build_users(start, stop).item_of_user, picked[start:stop])
+    csr = Shard.single_item(source.vocabulary, 0, picked)
+    for name in ("item_offsets", "item_ids", "item_counts"):
+        np.testing.assert_array_equal(getattr(whole, name), getattr(csr, name))
+    counts, expected = whole.counts(), csr.counts()
+    assert (counts.users, counts.users_without_items) == (expected.users, expected.users_without_items)
+    np.testing.assert_array_equal(counts.holders, expected.holders)
+    np.testing.assert_array_equal(counts.weight_units, expected.weight_units)
+    assert whole.users_without_items == csr.users_without_items == int((picked < 0).sum())
 
 
 def test_wordfreq_population_follows_the_real_frequency_list() -> None:

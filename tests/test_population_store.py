@@ -114,6 +114,20 @@ def test_cli_builds_in_parallel_and_runs_from_disk(tmp_path: Path) -> None:
     assert disk["population"]["source"] == "dataset"
 
 
+def test_cli_build_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "pop"
+    assert main(["population", "build", "--set", "population.users=5000", "--set", "population.vocabulary=300",
+                 "--output", str(folder), "--quiet", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    manifest = json.loads((folder / "population.json").read_text())
+    assert (document["users"], document["items"], document["shards"]) == (
+        5000, manifest["vocabulary"]["items"], len(manifest["shards"]))
+    assert sorted(Path(path).name for path in document["files"]) == sorted(
+        path.name for path in folder.iterdir() if path.is_file() and not path.name.startswith("."))
+    assert document["bytes"] > 0 and document["exit_status"] == 0
+    assert document["run_with"] == {"population.source": "dataset", "population.path": str(folder)}
+
+
 def _run_from(path: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> str:
     status = main(["run", "--set", "run.driver=fast", "--quiet", "--set", "population.source=dataset",
                    "--set", f"population.path={path}", "--output", str(tmp_path / "out")])
@@ -188,11 +202,11 @@ LIMITED_RUN = textwrap.dedent("""
     import resource, sys
     from fedhh.config import build_config
     from fedhh.experiment import Experiment
-    from fedhh.resources import ResourceError, population_bytes
+    from fedhh.resources import ResourceError
     from simulations.fast import run_fast
     import pyarrow.parquet, wordfreq  # the libraries either population loads, before the limit
 
-    source, n, checked = sys.argv[1], int(sys.argv[2]), sys.argv[4]
+    source, n, checked, bytes_per_user = sys.argv[1], int(sys.argv[2]), sys.argv[4], int(sys.argv[5])
     population = {"source": "dataset", "path": sys.argv[3]} if source == "dataset" else {"users": n, "vocabulary": 20000}
     config = build_config({"population": population, "run": {"driver": "fast", "shards": 8, "seed": 3}})
     # "before": the vocabulary and the privacy solve before the limit; "after": the memory check under it
@@ -203,8 +217,8 @@ LIMITED_RUN = textwrap.dedent("""
             if line.startswith("VmSize:"):
                 return int(line.split()[1]) * 1024
 
-    # half of what fedhh itself counts for this population held in memory, on top of what is in use now
-    limit = address_space() + population_bytes(n, 1) // 2
+    # bytes_per_user for each user on top of what is in use now
+    limit = address_space() + n * bytes_per_user
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
         run = run_fast(experiment or Experiment(config), 8, "inprocess")
@@ -217,32 +231,33 @@ LIMITED_RUN = textwrap.dedent("""
     # pyarrow imports pandas, where it is installed, on its first to_numpy (about 100 MB of address space)
     print("pandas imported" if "pandas" in sys.modules else "pandas not imported", len(run.result.discoveries))
 """)
+LIMITED_BYTES = 16  # a user's share of the limit: two thirds of the CSR form's 24 bytes (an int64 offset, id, count)
 
 
-def test_a_run_from_disk_completes_under_a_memory_limit_the_in_memory_population_exceeds(tmp_path: Path) -> None:
+def test_one_item_a_user_runs_in_a_fraction_of_the_csr_form_from_disk_or_memory(tmp_path: Path) -> None:
+    """6,000,000 users of one item each, under an address-space limit (RLIMIT_AS) of two thirds
+    of what their CSR form takes: the run from disk and the run generated in memory both
+    complete (each holds an int32 item id a user); the memory check counts those 4 bytes a user
+    and refuses the in-memory population under half of them, naming the limit."""
     users = 6_000_000
     folder = tmp_path / "pop"
     with ResultsFolder.claim(folder) as output:
         build_population(config_of({"users": users, "vocabulary": 20_000}, seed=3), output, shards=3, workers=1)
     env = {**os.environ, "MALLOC_ARENA_MAX": "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}
 
-    def limited(source: str, checked: str = "before") -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", LIMITED_RUN, source, str(users), str(folder), checked],
-                              capture_output=True, text=True, env=env, timeout=300)
+    def limited(source: str, checked: str, bytes_per_user: int = LIMITED_BYTES) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", LIMITED_RUN, source, str(users), str(folder), checked,
+                               str(bytes_per_user)], capture_output=True, text=True, env=env, timeout=300)
 
-    from_disk = limited("dataset")
-    assert from_disk.returncode == 0, from_disk.stderr[-2000:]
-    assert int(from_disk.stdout.split()[-1]) > 100
-    assert "pandas not imported" in from_disk.stdout  # what a run reads holds with pandas installed or not
-    in_memory = limited("wordfreq")  # the same run, generated in memory, under the same kind of limit
-    assert in_memory.returncode == 3 and "out of memory" in in_memory.stdout, in_memory.stderr[-2000:]
-    # Checked under the limit (ulimit -v), the memory check lets the run from disk through and refuses
-    # the one in memory before it starts, naming the limit.
-    checked = limited("dataset", "after")
-    assert checked.returncode == 0 and "pandas not imported" in checked.stdout, checked.stderr[-2000:]
-    refused = limited("wordfreq", "after")
+    for source in ("dataset", "wordfreq"):
+        for checked in ("before", "after"):  # the memory check outside and under the limit
+            finished = limited(source, checked)
+            assert finished.returncode == 0, (source, checked, finished.stdout[-2000:], finished.stderr[-2000:])
+            assert int(finished.stdout.split()[-1]) > 100
+            assert "pandas not imported" in finished.stdout  # what a run reads holds with pandas installed or not
+    refused = limited("wordfreq", "after", bytes_per_user=2)
     assert refused.returncode == 4, refused.stderr[-2000:]
-    assert "population.users = 6,000,000" in refused.stdout
+    assert "population.users = 6,000,000: the population (4 bytes a user" in refused.stdout
     assert "(the address-space limit (ulimit -v))" in refused.stdout
 
 
@@ -254,10 +269,10 @@ def test_the_memory_check_counts_a_stored_shard_not_the_population(
     population = {**SMALL, "vocabulary": 1_000}
     folder = build(tmp_path, population, stored_shards=3)  # 10,000 users a shard: 40 KB loaded
     # above what encoding the vocabulary holds at once (its rows, and its characters and symbols
-    # while they are computed: about 290 KB for 1,000 words), below 30,000 users x 24 bytes held in memory
+    # while they are computed: about 290 KB for 1,000 words), below 300,000 users x 4 bytes held in memory
     monkeypatch.setattr(resources, "memory_limit", lambda: 600_000)
-    with pytest.raises(resources.ResourceError, match="population.users = 30,000"):
-        Experiment(config_of(population))
+    with pytest.raises(resources.ResourceError, match=r"population.users = 300,000: the population \(4 bytes a user"):
+        Experiment(config_of({**population, "users": 300_000}))
     assert Experiment(config_of({"source": "dataset", "path": str(folder)})).n_users == SMALL["users"]
     with pytest.raises(resources.ResourceError, match="the dataset's largest shard .200,000 users"):
         resources.require_dataset_memory(200_000)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from fedhh.errors import InputError
 from fedhh.privacy.triehh import (
     PrivacyTargetError,
     TrieHHParameters,
+    hypergeometric_survival,
     solve_triehh,
     triehh_delta,
     triehh_epsilon,
@@ -119,3 +121,23 @@ def test_the_refusal_names_the_failing_numbers() -> None:
     with pytest.raises(PrivacyTargetError) as error:
         solve_triehh(1000, 1.0, 1e-12, 10)
     assert "θ = 15" in str(error.value) and "m = " in str(error.value)
+
+
+def test_the_hypergeometric_survival_is_scipy_stats_bit_for_bit() -> None:
+    """Random populations up to 10^12 users, with holders, draws and thresholds at and beyond
+    both ends of the support (where scipy.stats sets 1 or 0 itself), as arrays and as numbers."""
+    from scipy.stats import hypergeom
+
+    generator = np.random.default_rng(8)
+    cases = [(0, 1, 0, 1), (0, 1, 1, 1), (-1, 5, 2, 2), (4, 5, 5, 5), (5, 5, 5, 5), (0, 5, 5, 5), (2, 10, 7, 6),
+             (9, 10**6, 0, 1000), (9, 10**6, 10**6, 1000), (14, 10**9, 3_000, 10**7), (14, 10**12, 10**5, 10**9)]
+    for total in [1, 2, 10, 1000, 10**6, 10**8, 10**9, 5 * 10**9, 10**12]:
+        for _ in range(100):
+            successes = int(generator.integers(0, total + 1)) if generator.random() < 0.5 else min(total, int(generator.integers(0, 100)))
+            draws = int(generator.integers(0, total + 1)) if generator.random() < 0.5 else min(total, int(generator.integers(0, 10**6)))
+            cases.append((int(generator.integers(-2, 50)), total, successes, draws))
+    k, total, successes, draws = (np.array(column) for column in zip(*cases))
+    expected = hypergeom.sf(k, total, successes, draws)
+    assert 0 < np.mean((expected > 0) & (expected < 1)) < 1
+    np.testing.assert_array_equal(hypergeometric_survival(k, total, successes, draws), expected)
+    assert hypergeometric_survival(14, 10**6, 200, 21_978) == hypergeom.sf(14, 10**6, 200, 21_978)

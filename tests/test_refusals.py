@@ -82,7 +82,7 @@ def test_an_oversized_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFi
         (["population.users=500", "run.shards=600"], "run.shards: 600 shards for a population of 500 users"),
         (
             ["population.users=1000000000000"],
-            "population.users = 1,000,000,000,000: the population (24 bytes a user",
+            "population.users = 1,000,000,000,000: the population (4 bytes a user",
         ),
         (
             ["population.vocabulary=100000", "population.item_length=5", "protocol.max_length=1000000"],

@@ -18,7 +18,7 @@ import pytest
 from simulations.cli import COMMANDS, build_parser, named_command
 
 # Each costs 0.2-1 s at import on the project's machines.
-HEAVY = ("flwr", "ray", "scipy.stats", "matplotlib", "pandas", "pyarrow", "dp_accounting")
+HEAVY = ("flwr", "ray", "scipy.stats", "matplotlib", "pandas", "pyarrow", "dp_accounting", "numba")
 # ``fedhh --help`` needs only argparse: not even numpy, scipy or rich (together ~0.5 s under load).
 NOT_FOR_HELP = (*HEAVY, "numpy", "scipy", "rich", "wordfreq")
 
@@ -58,6 +58,20 @@ def test_a_fast_run_loads_no_package_it_does_not_use(tmp_path: Path) -> None:
     code = f"import contextlib, io\nfrom simulations.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n    assert main({argv!r}) == 0"
     assert loaded_after(code, (*HEAVY, "scipy")) == []
     assert (tmp_path / "run" / "discovery.png").stat().st_size > 0
+
+
+def test_a_sweep_s_trials_load_no_scipy_stats(tmp_path: Path) -> None:
+    """TrieHH trials with their predicted discovery (hypergeometric tails): neither scipy.stats
+    nor anything else the trials do not use, in the process that runs them (``--workers 1``)."""
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('[population]\nsource = "zipf"\nusers = 5000\nvocabulary = 500\nitem_length = 4\n'
+                     '[protocol]\nmax_length = 4\n[sweep]\ntrials = 2\n"privacy.epsilon" = [2, 4]\n')
+    argv = ["sweep", str(sweep), "--output", str(tmp_path / "out"), "--workers", "1", "--quiet"]
+    code = f"import contextlib, io\nfrom simulations.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n    assert main({argv!r}) == 0"
+    assert loaded_after(code, ("flwr", "ray", "scipy.stats", "matplotlib", "dp_accounting", "numba")) == []
+    import pyarrow.parquet
+
+    assert pyarrow.parquet.read_table(tmp_path / "out" / "items.parquet").column("predicted").null_count == 0
 
 
 def test_help_of_the_program_lists_every_command() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,8 +21,9 @@ from simulations.cli import main
 from simulations.deployment import descendants
 from simulations.fast import run_fast
 from simulations.sweep import plan_chunks
-from simulations.sweep_report import SweepTables, write_summary
+from simulations.sweep_report import write_summary
 from simulations.sweep_spec import load_sweep
+from simulations.sweep_tables import SweepTables
 from simulations.sweep_trial import RECALL_KS, TIMING_COLUMNS
 
 TINY = """
@@ -106,8 +108,11 @@ def test_trials_table_holds_each_runs_costs(tiny: tuple[Path, Path], tmp_path: P
         assert row["param.max_rounds"] == 7 and row["user_bits_max"] == 5 * 28
         assert row["user_bits"] == pytest.approx(row["param.batch_size"] / row["n"] * 5 * 28)
         assert 0 < row["server_s"] < row["wall_s"] and 0 < row["shards_s"] < row["wall_s"]
-    header = write_summary(SweepTables(output), [], tmp_path).read_text(encoding="utf-8").splitlines()[4]
+    lines = write_summary(SweepTables(output), [], tmp_path).read_text(encoding="utf-8").splitlines()
+    header = next(line for line in lines if line.startswith("| population.users |"))
     assert "bits a user sends" in header and "server seconds" in header
+    for column in ("ε spent", "δ", "θ", "m", "interval"):
+        assert f"| {column} |" in header, column
 
 
 def test_trial_metrics_equal_a_direct_run(tiny: tuple[Path, Path]) -> None:
@@ -438,3 +443,108 @@ def test_a_sweep_stopped_by_a_full_disk_keeps_its_trials_and_resumes(
     assert all((output / "trials" / name).stat().st_mtime_ns == stamp for name, stamp in kept.items())
     assert json.loads((output / "sweep.json").read_text())["runs"][-1]["computed"] == 5
     assert results(output) == results(reference)
+
+
+def test_summary_lists_each_points_privacy_without_float_noise(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    """ε spent, δ, θ and m of each grid point, as the trials' table holds them, in a few digits."""
+    _, output = tiny
+    rows = pq.read_table(output / "trials.parquet").to_pylist()
+    lines = write_summary(SweepTables(output), [], tmp_path).read_text(encoding="utf-8").splitlines()
+    header = next(line for line in lines if line.startswith("| population.users |")).split(" | ")
+    table = [line.split(" | ") for line in lines if line.startswith("| 20,000 |") or line.startswith("| 40,000 |")]
+    assert len(table) == 4
+    for cells in table:
+        point = next(r for r in rows if f"{r['population.users']:,}" == cells[0].strip("| ")
+                     and f"{r['privacy.epsilon']:g}" == cells[1])
+        cell = dict(zip(header, cells))
+        assert cell["θ"] == str(point["param.theta"]) and cell["m"] == f"{point['param.batch_size']:,}"
+        assert float(cell["ε spent"]) == pytest.approx(point["epsilon"], rel=5e-3)
+        assert float(cell["δ"]) == pytest.approx(point["delta"], rel=5e-3)
+        assert cell["interval"] == "range"  # two trials: no interval, their range
+    text = "\n".join(lines)
+    assert not re.search(r"e-1[0-9]", text.replace(f"{rows[0]['delta']:.3g}", "")), "float noise"
+
+
+REDRAWN = TINY.replace("trials = 2", "trials = 3\nredraw_population = true")
+
+
+def test_redraw_population_gives_each_trial_its_own_population_and_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = write(tmp_path, "redrawn.toml", REDRAWN)
+    output = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 0
+    rows = results(output)
+    assert len(rows) == 12 and all(row["population_seed"] == row["seed"] for row in rows)
+    items = results(output, "items")
+    for point in range(4):
+        keys = [row["trial_key"] for row in rows if row["point"] == point]
+        counts = [tuple((i["item"], i["true_count"]) for i in items if i["trial_key"] == key) for key in keys]
+        assert len(set(counts)) == 3, "each trial of a point draws its own population"
+    trial = load_sweep(sweep).expand()[4]  # a trial is `fedhh run` with its seed: the same population
+    fresh = make_source(trial.config["population"], Experiment(trial.config).codec, trial.seed)
+    drawn = {i["item"]: i["true_count"] for i in items if i["trial_key"] == trial.key}
+    truth = Experiment(trial.config, source=fresh).truth(fresh.build_all().counts())
+    assert drawn == {truth.items[i]: int(truth.holders[i]) for i in truth.order[: len(drawn)].tolist()}
+    assert json.loads((output / "sweep.json").read_text())["redraw_population"] is True
+    assert main(["sweep", str(sweep), "--output", str(output), "--quiet"]) == 0
+    assert "0 run now" in capsys.readouterr().err
+    write(tmp_path, "redrawn.toml", REDRAWN.replace("redraw_population = true", "redraw_population = false"))
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 0
+    assert "12 run now" in capsys.readouterr().err, "the flag is part of each trial's key"
+    shared = results(output)
+    assert {row["population_seed"] for row in shared} == {load_sweep(sweep).base["run"]["seed"]}
+    assert json.loads((output / "sweep.json").read_text())["redraw_population"] is False
+    write(tmp_path, "redrawn.toml", REDRAWN)
+    assert main(["sweep", str(sweep), "--output", str(output), "--quiet"]) == 0
+    assert "0 run now" in capsys.readouterr().err
+    assert results(output) == rows
+
+
+def test_shared_population_trials_keep_their_keys(tiny: tuple[Path, Path]) -> None:
+    """Without redraw_population the trial keys are those of sweeps written before the flag existed."""
+    sweep, _ = tiny
+    trials = load_sweep(sweep).expand()
+    assert trials[0].key == "c4deba209788e83fd8dc" and trials[0].population_seed == trials[1].population_seed
+
+
+def test_bad_redraw_population_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write(tmp_path, "bad.toml", TINY.replace("trials = 2", "trials = 2\nredraw_population = 1"))
+    assert main(["sweep", str(sweep), "--output", str(tmp_path / "never"), "--quiet"]) == 2
+    assert "sweep.redraw_population: expected true or false, got 1" in capsys.readouterr().err
+
+
+def test_json_summary_of_a_sweep(tiny: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    sweep, output = tiny
+    assert main(["sweep", str(sweep), "--output", str(output), "--quiet", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["exit_status"] == 0 and document["exit_meaning"] == "every trial of the grid ran without error"
+    assert document["trials"] == {"total": 8, "run_now": 0, "failed_now": 0, "done_before": 8, "not_run": 0,
+                                  "failed_in_tables": 0}
+    assert document["tables"]["trials"] == str(output / "trials.parquet") and document["rows"] == 8
+    assert document["status"] == "complete" and document["errors"] == []
+
+
+def test_an_extended_grid_reuses_its_trials_in_their_new_places(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new axis whose first value is the base's: the trials already run are reused, and the tables
+    give them their new point and the new axis' value (not an empty cell)."""
+    small = TINY.replace('"population.users" = [20_000, 40_000]\n', "").replace("[population]\n",
+                                                                              "[population]\nusers = 20_000\n")
+    sweep = write(tmp_path, "grown.toml", small)
+    output = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 0
+    before = {row["trial_key"]: row for row in results(output)}
+    write(tmp_path, "grown.toml", small.replace('"privacy.epsilon" = [4, 8]',
+                                                '"privacy.epsilon" = [4, 8]\n"population.users" = [20_000, 40_000]'))
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 0
+    assert "4 run now" in capsys.readouterr().err
+    rows = results(output)
+    assert len(rows) == 8 and all(row["population.users"] in (20_000, 40_000) for row in rows)
+    for row in rows:
+        expected_point = [4.0, 8.0].index(row["privacy.epsilon"]) * 2 + [20_000, 40_000].index(row["population.users"])
+        assert row["point"] == expected_point
+        if row["trial_key"] in before:
+            assert row["population.users"] == 20_000 and row["f1"] == before[row["trial_key"]]["f1"]
+    assert json.loads((output / "sweep.json").read_text())["swept_keys"] == ["privacy.epsilon", "population.users"]

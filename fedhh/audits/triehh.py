@@ -73,7 +73,7 @@ import numpy as np
 from scipy.stats import beta, hypergeom
 
 from ..data.items import ItemCodec, get_alphabet
-from ..data.population import Shard, Vocabulary
+from ..data.population import Shard, SingleItemShard, Vocabulary
 from ..errors import InputError
 from ..kernels.randomness import KeyedRandomness
 from ..privacy.triehh import TrieHHParameters
@@ -422,9 +422,9 @@ def _target_population(params: TrieHHParameters, holders: int, with_target: bool
     vocabulary, ids = Vocabulary.encode([TARGET_SYMBOL * (params.max_rounds - 1)], codec)
     holding = holders + int(with_target)
     n_users = params.n_users + int(with_target)
-    items = np.full(n_users, -1, dtype=np.int64)
+    items = np.full(n_users, -1, dtype=np.int32)
     items[:holding] = ids[0]
-    return Shard.single_item(vocabulary, 0, items), codec
+    return SingleItemShard(vocabulary, 0, items), codec
 
 
 def run_trajectories(

@@ -26,12 +26,15 @@ from ..kernels.randomness import UserRandom, derive_key
 from ..kernels.sampling import InverseCdf
 from . import cache
 from .items import ALPHABETS, EncodingReport, ItemCodec, ItemError
-from .population import PopulationCounts, PopulationSource, Shard, Vocabulary
+from .population import PopulationCounts, PopulationSource, Shard, SingleItemShard, Vocabulary
 from .store import MANIFEST, cached_dataset_source
 from .table_errors import CSV_BLOCK_BYTES, check_columns, check_csv_rows, check_utf8, unreadable
 
 POPULATION_PURPOSE = "population.items"
 ZIPF_STRINGS_PURPOSE = "population.zipf_strings"
+
+
+DRAW_CHUNK_USERS = 1 << 18  # users whose items are drawn at once: the draw's temporary arrays stay a few MB
 
 
 BeforeEncoding = Callable[[int], None]  # called with the number of users before a vocabulary is encoded
@@ -79,15 +82,27 @@ class SampledSource(PopulationSource):
         return resized
 
     def build_users(self, start: int, stop: int) -> Shard:
-        draws = UserRandom(derive_key(self.seed, POPULATION_PURPOSE), np.arange(start, stop))
-        picks = []
-        for _ in range(self.words_per_user):
-            candidate = self._pick(draws.random())
-            picks.append(self._candidate_item[np.minimum(candidate, self._candidate_item.size - 1)])
         if self.words_per_user == 1:
-            return Shard.single_item(self.vocabulary, start, picks[0])
+            return SingleItemShard(self.vocabulary, start, self._single_items(start, stop))
+        picks = self._draw_items(start, stop)
         local_users = np.tile(np.arange(stop - start), self.words_per_user)
         return Shard.from_pairs(self.vocabulary, start, stop - start, local_users, np.concatenate(picks))
+
+    def _draw_items(self, start: int, stop: int) -> list[np.ndarray]:
+        """Item ids of users ``[start, stop)``, one array per word a user draws (``-1``: a
+        candidate the codec dropped)."""
+        draws = UserRandom(derive_key(self.seed, POPULATION_PURPOSE), np.arange(start, stop))
+        return [self._candidate_item[np.minimum(self._pick(draws.random()), self._candidate_item.size - 1)]
+                for _ in range(self.words_per_user)]
+
+    def _single_items(self, start: int, stop: int) -> np.ndarray:
+        """Each user's one item id (``-1`` for none) as one array of 4 bytes a user, drawn a chunk
+        of users at a time so that the draw's 8-byte temporaries never span the whole range."""
+        items = np.empty(stop - start, dtype=np.int32 if self.vocabulary.size < 1 << 31 else np.int64)
+        for first in range(start, stop, DRAW_CHUNK_USERS):
+            last = min(first + DRAW_CHUNK_USERS, stop)
+            items[first - start : last - start] = self._draw_items(first, last)[0]
+        return items
 
     def _base_description(self) -> dict[str, Any]:
         return {

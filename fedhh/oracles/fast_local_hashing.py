@@ -34,13 +34,14 @@ from fedhh.kernels.randomness import derive_key, splitmix64
 
 from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_kind, check_lengths, check_positive_int, index_bits
 from .device_spec import DeviceSpec
-from .hashing import MAX_RANGE, expand_seeds, hash_expanded, hash_keys, map_blocks, mix_keys, slices
+from .hashing import MAX_RANGE, compiled_kernels, expand_seeds, hash_expanded, hash_keys, map_blocks, mix_keys, slices
 from .histogram import Histogram
 from .local_hashing import optimal_range
 from .sampling import RandomSource, check_rng_batch, randomized_response
 
 _BLOCK_ENTRIES = 1 << 17  # (function, candidate) hashes per numpy pass: 1 MB, in cache
 _CANDIDATES_PER_TASK = 2048
+COMPILED_HASHES = 1 << 24  # (function, candidate) hashes from which a decode is compiled: about 70 ms in numpy
 MAX_HASH_FUNCTIONS = 1 << 20
 
 
@@ -160,7 +161,16 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
         mixed = mix_keys(self._values(candidates, "candidates"))
         cells = statistics.table.ravel()
         parts = slices(mixed.shape[0], _CANDIDATES_PER_TASK)
-        blocks = map_blocks(lambda part: self._support_block(cells, mixed[part]), parts, self.hash_functions * mixed.shape[0])
+        work = self.hash_functions * mixed.shape[0]
+        kernels = compiled_kernels(work, COMPILED_HASHES)
+        if kernels is None:
+            blocks = map_blocks(lambda part: self._support_block(cells, mixed[part]), parts, work)
+        else:
+            cells, g = np.ascontiguousarray(cells, dtype=np.int64), np.uint64(self.g)
+            blocks = map_blocks(
+                lambda part: kernels.sum_table_at_buckets(cells, self.multipliers, self.offsets, g, mixed[part]),
+                parts, work,
+            )
         return Support(np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64), statistics.n_users)
 
     def _support_block(self, cells: np.ndarray, keys: np.ndarray) -> np.ndarray:

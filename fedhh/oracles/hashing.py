@@ -26,13 +26,24 @@ start_y) mod 2**w < width_y``.  OLH's server must test every (report,
 candidate) pair, so its family uses 32-bit words: a multiply, an add and a
 compare per pair at half the memory traffic of 64-bit words, which is about
 twice as fast (see :func:`count_supports`).
+
+Large decodes run compiled loops instead of numpy passes
+(:mod:`fedhh.oracles.compiled_hashing`, with numba): the same integer
+operations, so the same counts, several times faster.  ``FEDHH_NUMBA``
+chooses: unset or ``auto``, compiled for decodes that take numpy about
+70 ms or more (:data:`COMPILED_PAIRS`; a smaller one costs less in numpy
+than loading the compiled code, once per process); ``1``, compiled for
+every decode; ``0``, numpy only.  Where numba fails to import, every
+decode takes the numpy path.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 
 import numpy as np
 
@@ -46,6 +57,9 @@ _WIDE_TASK = 8192  # candidates per task of a wide decode
 _NARROW_TASK = 1 << 16  # reports per task of a narrow decode
 _THREADED_WORK = 1 << 24  # decodes this large are split over the cores
 MAX_RANGE = 1 << 31
+NUMBA_VARIABLE = "FEDHH_NUMBA"
+NUMBA_SETTINGS = ("auto", "1", "0")
+COMPILED_PAIRS = 1 << 28  # (report, candidate) pairs from which an OLH decode is compiled: about 70 ms in numpy
 
 
 def mix_keys(keys: np.ndarray) -> np.ndarray:
@@ -135,13 +149,38 @@ def count_supports(seeds: np.ndarray, buckets: np.ndarray, g: int, candidates: n
     pairs = multipliers.size * keys.size
     if pairs == 0:
         return np.zeros(keys.size, dtype=np.int64)
+    kernels = compiled_kernels(pairs, COMPILED_PAIRS)
+    count_wide = _count_wide if kernels is None else kernels.count_local_hash_supports
+    count_narrow = _count_narrow if kernels is None else kernels.count_local_hash_supports
     if keys.size >= _WIDE:  # tasks: blocks of candidates against every report
         parts = slices(keys.size, _WIDE_TASK)
-        return np.concatenate(map_blocks(lambda part: _count_wide(*reports, keys[part]), parts, pairs))
+        return np.concatenate(map_blocks(lambda part: count_wide(*reports, keys[part]), parts, pairs))
     # tasks: blocks of reports against every candidate
     parts = slices(multipliers.size, _NARROW_TASK)
-    results = map_blocks(lambda part: _count_narrow(*(column[part] for column in reports), keys), parts, pairs)
+    results = map_blocks(lambda part: count_narrow(*(column[part] for column in reports), keys), parts, pairs)
     return np.sum(results, axis=0, dtype=np.int64)
+
+
+def compiled_kernels(work: int, threshold: int) -> ModuleType | None:
+    """:mod:`fedhh.oracles.compiled_hashing` for a decode of ``work`` evaluations, or ``None``
+    for the numpy path, as ``FEDHH_NUMBA`` chooses (see the module docstring); ``auto``
+    compiles from ``threshold`` evaluations on."""
+    value = os.environ.get(NUMBA_VARIABLE, "")
+    setting = value.strip().lower() or "auto"
+    if setting not in NUMBA_SETTINGS:
+        raise InputError(f"{NUMBA_VARIABLE} must be one of {', '.join(NUMBA_SETTINGS)} (or unset), got {value!r}")
+    if setting == "0" or (setting == "auto" and work < threshold):
+        return None
+    return _import_compiled()
+
+
+@functools.cache
+def _import_compiled() -> ModuleType | None:
+    try:
+        from . import compiled_hashing
+    except ImportError:  # numba missing, or refusing this numpy: the numpy path gives the same counts
+        return None
+    return compiled_hashing
 
 
 def slices(size: int, step: int) -> list[slice]:

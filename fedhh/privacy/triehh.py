@@ -282,7 +282,26 @@ def worst_case_discovery_rate(
     Each round is a hypergeometric draw of m of n with ``holders`` successes;
     the item needs >= θ of them in every one of its ``length`` rounds.
     """
-    from scipy.stats import hypergeom  # imported here: it costs ~0.5 s, and every device imports this module
+    return hypergeometric_survival(theta - 1, n_users, np.asarray(holders), batch_size) ** length
 
-    p_round = hypergeom.sf(theta - 1, n_users, np.asarray(holders), batch_size)
-    return np.asarray(p_round) ** length
+
+def hypergeometric_survival(
+    k: np.ndarray | int, total: np.ndarray | int, successes: np.ndarray | int, draws: np.ndarray | int
+) -> np.ndarray:
+    """``P[X > k]`` for ``X`` the successes among ``draws`` drawn without replacement from
+    ``total`` of which ``successes`` succeed (broadcasting): ``scipy.stats.hypergeom.sf(k,
+    total, successes, draws)`` bit for bit, from the Boost function scipy.stats evaluates it
+    with (a ufunc of scipy.special), and 1 below the support, 0 from its top, as scipy.stats
+    sets them.  Without scipy.stats's import: about 0.5 s a process, most of a small sweep's
+    time in each of its workers (and every device imports this module)."""
+    try:
+        from scipy.special._ufuncs import _hypergeom_sf
+    except ImportError:  # a scipy without it (the ufunc is not public)
+        from scipy.stats import hypergeom
+
+        return np.asarray(hypergeom.sf(k, total, successes, draws), dtype=np.float64)
+    k, total, successes, draws = np.broadcast_arrays(*(np.asarray(a, dtype=np.int64) for a in (k, total, successes, draws)))
+    survival = np.where(k < np.maximum(draws - (total - successes), 0), 1.0, 0.0)
+    inside = (k >= draws - (total - successes)) & (k >= 0) & (k < np.minimum(successes, draws))
+    survival[inside] = _hypergeom_sf(k[inside], successes[inside], draws[inside], total[inside])
+    return survival

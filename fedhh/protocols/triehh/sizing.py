@@ -33,7 +33,7 @@ from ...planning.sizing import (
     forbidden,
     required,
 )
-from ...privacy.triehh import round_spend, triehh_batch_size, triehh_threshold
+from ...privacy.triehh import hypergeometric_survival, round_spend, triehh_batch_size, triehh_threshold
 from ...privacy.validation import check_delta, check_epsilon, check_positive_int
 from .plan import plan_triehh
 
@@ -69,15 +69,13 @@ class _TrieHHFamily:
 
     def rates(self, users: np.ndarray) -> np.ndarray:
         """The worst-case discovery rate at each population size (0 where the target cannot be met)."""
-        from scipy.stats import hypergeom
-
         users = np.asarray(users, dtype=np.int64)
         batch = self.batch_sizes(users)
         feasible = batch >= self.theta
         rate = np.zeros(users.shape)
         if feasible.any():
-            hit = hypergeom.sf(self.theta - 1, users[feasible], self.holders(users[feasible]), batch[feasible])
-            rate[feasible] = np.asarray(hit) ** self.max_rounds
+            hit = hypergeometric_survival(self.theta - 1, users[feasible], self.holders(users[feasible]), batch[feasible])
+            rate[feasible] = hit ** self.max_rounds
         return rate
 
     def step(self) -> int:
