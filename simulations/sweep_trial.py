@@ -25,7 +25,7 @@ from fedhh.data.sources import SampledSource, make_source
 from fedhh.experiment import Experiment, item_codec
 from fedhh.metrics import Truth, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
 from fedhh.protocols import ProtocolResult, ServerProtocol
-from fedhh.run_clock import RunClock
+from strategies.run_clock import RunClock
 
 from .analytic import EQ5, PREDICTED, expected_f1, expected_ncr, expected_recall, predicted_discovery, prediction_key
 from .fast import drive

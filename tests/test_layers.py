@@ -65,7 +65,7 @@ def test_a_layer_imports_nothing_above_it(package: str, above: tuple[str, ...]) 
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernels", ("fedhh.kernels.*",)),  # keyed randomness, samplers, Bernoulli bits, BLAS
     ("basics", ("fedhh", "fedhh.errors", "fedhh.schema", "fedhh.resources", "fedhh.results", "fedhh.metrics",
-                "fedhh.interrupts", "fedhh.run_clock")),
+                "fedhh.interrupts")),
     ("data", ("fedhh.data.*",)),  # items, users and shards, sources, the population store
     ("oracles", ("fedhh.oracles.*", "fedhh.postprocess")),  # frequency oracles and their post-processing
     ("privacy", ("fedhh.privacy.*",)),  # accounting
