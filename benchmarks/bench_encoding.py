@@ -28,9 +28,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed encodings per case (default 5)")
     args = parser.parse_args()
     os.environ.setdefault("FEDHH_CACHE_DIR", tempfile.mkdtemp())  # never the user's cache
-    from fedhh.items import ItemCodec, get_alphabet
-    from fedhh.population import Vocabulary
-    from fedhh.sources import wordfreq_candidates
+    from fedhh.data.items import ItemCodec, get_alphabet
+    from fedhh.data.population import Vocabulary
+    from fedhh.data.sources import wordfreq_candidates
 
     words = wordfreq_candidates("en", max(case[0] for case in CASES), "lowercase")[0]
     print("| words | unit | max_length | rows MiB | counted MiB | peak MiB | median ms |")

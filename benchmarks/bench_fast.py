@@ -7,7 +7,7 @@ Targets (issue 14, speed of the whole run):
   bincount over the vocabulary's prefix ids, the trie check, the
   threshold), at n = 10^6 and 10^7, measured side by side in one process.
   The floor samples with the protocol's own sampler
-  (``fedhh.sampling.uniform_subset``: O(m log m)); the floor of earlier
+  (``fedhh.kernels.sampling.uniform_subset``: O(m log m)); the floor of earlier
   results, which sampled with ``Generator.choice(n, m, replace=False)``
   (numpy's O(n) path at these rates), is reported next to it.  The
   in-process cases are timed again in this process's CPU seconds
@@ -48,9 +48,9 @@ import numpy as np
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
 from fedhh.config import load_config  # noqa: E402
+from fedhh.data.prefixes import rows_in  # noqa: E402
 from fedhh.experiment import Experiment  # noqa: E402
-from fedhh.prefixes import rows_in  # noqa: E402
-from fedhh.protocols.triehh import SAMPLE_PURPOSE, round_sample  # noqa: E402
+from fedhh.protocols.triehh.server import SAMPLE_PURPOSE, round_sample  # noqa: E402
 from simulations.fast import InProcessShards, RayShards, drive, run_fast  # noqa: E402
 from simulations.ray_runtime import ray_runtime  # noqa: E402
 

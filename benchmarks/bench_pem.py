@@ -57,11 +57,11 @@ import numpy as np
 
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
-from fedhh.protocols.pem import PEMServer
-from fedhh.protocols.prefix_encoding import PrefixEncoding
-from fedhh.protocols.prefix_reports import respond
-from fedhh.protocols.prefix_search import SearchParameters, level_shares, uniform_segments
-from fedhh.randomness import KeyedRandomness
+from fedhh.kernels.randomness import KeyedRandomness
+from fedhh.protocols.common.prefix_encoding import PrefixEncoding
+from fedhh.protocols.prefix_search.pem import PEMServer
+from fedhh.protocols.prefix_search.reports import respond
+from fedhh.protocols.prefix_search.search import SearchParameters, level_shares, uniform_segments
 from simulations.fast import drive, run_fast
 
 BITS_64 = "64-bit values"
@@ -162,7 +162,8 @@ def full_scale(label: str, args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------- part 2: the same 16-bit data
 def reference_pem(bit_strings: list[str], epsilon: float, top_k: int, seed: int) -> dict[str, Any]:
     """pure-ldp's PEM (default OLH) on the subsample, timed stage by stage."""
-    from pure_ldp.heavy_hitters.prefix_extending import PEMClient, PEMServer as ReferenceServer
+    from pure_ldp.heavy_hitters.prefix_extending import PEMClient
+    from pure_ldp.heavy_hitters.prefix_extending import PEMServer as ReferenceServer
 
     random.seed(seed)
     np.random.seed(seed % (1 << 32))

@@ -16,8 +16,14 @@ import os
 import statistics
 import time
 
-from fedhh.protocols.pem_analysis import EQUATION_5, ORDER_STATISTICS, UtilityModel, optimize_pem, zipf_frequencies
-from fedhh.protocols.prefix_encoding import ValueSpace
+from fedhh.protocols.common.prefix_encoding import ValueSpace
+from fedhh.protocols.prefix_search.pem_analysis import (
+    EQUATION_5,
+    ORDER_STATISTICS,
+    UtilityModel,
+    optimize_pem,
+    zipf_frequencies,
+)
 
 CASES = (  # (n, ε, k, bits, oracle)
     (50_000, 2.0, 8, 64, "olh"),

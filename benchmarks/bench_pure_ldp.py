@@ -91,9 +91,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rappor_sfp import TOP, _numpy1_zeros, f1, reference_rappor, true_top  # noqa: E402
 
 from fedhh.config import load_config  # noqa: E402
+from fedhh.data.population import Shard  # noqa: E402
 from fedhh.experiment import Experiment  # noqa: E402
-from fedhh.population import Shard  # noqa: E402
-from fedhh.randomness import KeyedRandomness  # noqa: E402
+from fedhh.kernels.randomness import KeyedRandomness  # noqa: E402
 from simulations.fast import drive  # noqa: E402
 
 PROTOCOLS = ("rappor", "sfp", "treehist")
@@ -313,6 +313,7 @@ def main() -> None:
     import pure_ldp.frequency_oracles.rappor  # noqa: F401
     import pure_ldp.heavy_hitters.apple_sfp  # noqa: F401
     import pure_ldp.heavy_hitters.treehistogram  # noqa: F401
+
     # fedhh's servers import scipy's linear algebra lazily: imported here too, not in a timed run (its
     # import also wakes OpenBLAS's threads, which then spin for ~50 ms of CPU into the next runs)
     import scipy.linalg  # noqa: F401

@@ -55,11 +55,11 @@ import numpy as np
 
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
-from fedhh.protocols.rappor import RapporParameters, RapporServer
-from fedhh.protocols.rappor import respond as rappor_respond
-from fedhh.protocols.sfp import SFPParameters, SFPServer
-from fedhh.protocols.sfp import respond as sfp_respond
-from fedhh.randomness import KeyedRandomness
+from fedhh.kernels.randomness import KeyedRandomness
+from fedhh.protocols.rappor.client import respond as rappor_respond
+from fedhh.protocols.rappor.server import RapporParameters, RapporServer
+from fedhh.protocols.sfp.client import respond as sfp_respond
+from fedhh.protocols.sfp.server import SFPParameters, SFPServer
 from simulations.fast import drive, run_fast
 
 PROTOCOLS = ("rappor", "sfp")
@@ -189,7 +189,8 @@ def compare_rappor(args: argparse.Namespace) -> dict[str, Any]:
 
 def reference_sfp(words: list[str], seed: int, hadamard: bool) -> tuple[float, list[str]]:
     from pure_ldp.frequency_oracles.apple_cms import CMSClient, CMSServer
-    from pure_ldp.heavy_hitters.apple_sfp import SFPClient, SFPServer as ReferenceServer
+    from pure_ldp.heavy_hitters.apple_sfp import SFPClient
+    from pure_ldp.heavy_hitters.apple_sfp import SFPServer as ReferenceServer
 
     random.seed(seed)
     np.random.seed(seed)

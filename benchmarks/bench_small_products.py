@@ -2,10 +2,10 @@
 
     python benchmarks/bench_small_products.py [--repeats 9] [--burn]
 
-* BLAS threads (:mod:`fedhh.blas`): RAPPOR's normal-equation solve (Cholesky
-  factorisation, triangular inversion, two products; :func:`fedhh.protocols.rappor.solve_normal`'s
+* BLAS threads (:mod:`fedhh.kernels.blas`): RAPPOR's normal-equation solve (Cholesky
+  factorisation, triangular inversion, two products; :func:`fedhh.protocols.rappor.server.solve_normal`'s
   arithmetic) of random ``(n, n)`` normal matrices, n = 100, 300, 600, 1,024, with
-  the BLAS libraries' default threads and inside :func:`fedhh.blas.single_blas_thread`,
+  the BLAS libraries' default threads and inside :func:`fedhh.kernels.blas.single_blas_thread`,
   alternated call by call with a pause after each; wall and CPU time per solve.  Run it
   on an idle machine and beside a CPU-bound process (``--burn``): the default threads
   then share a core with it.
@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-import scipy.linalg  # loaded before the limit, so that it covers scipy's own BLAS (fedhh.blas)
+import scipy.linalg  # loaded before the limit, so that it covers scipy's own BLAS (fedhh.kernels.blas)
 
-from fedhh.blas import single_blas_thread
+from fedhh.kernels.blas import single_blas_thread
 from fedhh.oracles.hashing import expand_seeds, hash_expanded, mix_keys
 
 SPIN_S = 0.2  # pause after each solve: OpenBLAS's threads spin for up to ~0.1 s after a threaded call

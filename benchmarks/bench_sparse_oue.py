@@ -11,7 +11,7 @@ positions x 16 sketch rows; the word sketch has 16).  Timed, CPU and wall, media
 ``--repeats`` passes over ``--users`` users (each pass under its own seed, the first pass
 untimed to warm the scratch arrays):
 
-* ``walk``: :func:`fedhh.sparse_bernoulli.grid_set_bits` consumed without counting;
+* ``walk``: :func:`fedhh.kernels.sparse_bernoulli.grid_set_bits` consumed without counting;
 * ``counts``: the whole grouped call (own bits, walk, counting, statistics).
 
 ns a set bit divides by the set bits the walk yields in that pass.  Runs against whatever
@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 
 import fedhh
+from fedhh.kernels.randomness import RangeRandom, derive_key
+from fedhh.kernels.sparse_bernoulli import grid_set_bits
 from fedhh.oracles import make_oracle
-from fedhh.randomness import RangeRandom, derive_key
-from fedhh.sparse_bernoulli import grid_set_bits
 
 
 def timed(function) -> tuple[float, float, object]:

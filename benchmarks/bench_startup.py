@@ -14,7 +14,7 @@ its largest child (the plot process).  The CPU seconds of each run (user
 and system, of the process and the plot process) are reported too: on a
 shared machine other jobs inflate the wall time, far less the CPU time.
 
-fedhh's cache folder (``FEDHH_CACHE_DIR``, :mod:`fedhh.cache`: wordfreq's
+fedhh's cache folder (``FEDHH_CACHE_DIR``, :mod:`fedhh.data.cache`: wordfreq's
 filtered list) is a fresh temporary folder for each tree, filled by that
 tree's first (warm-up) run, whose time is reported as the cold-cache run;
 the medians are of runs with the cache filled, as every run after a

@@ -2,7 +2,7 @@
 
 For each number of rows, a CSV of ``user,item`` rows (users in random
 order, several rows each) is written once; then, each in a fresh process,
-the streamed build (:mod:`fedhh.streamed_table`, the whole build: pass,
+the streamed build (:mod:`fedhh.data.streamed_table`, the whole build: pass,
 shards, vocabulary, manifest) and the whole-file reading that preceded it
 (``FileSource``: parsing only, no shard written).  Reported per process:
 wall time, peak RSS (``VmHWM``) and peak address space (``VmPeak``) beyond
@@ -32,7 +32,7 @@ MEASURE = textwrap.dedent("""
     from fedhh.config import build_config
     from fedhh.experiment import item_codec
     from fedhh.results import ResultsFolder
-    from fedhh.sources import FileSource
+    from fedhh.data.sources import FileSource
     from simulations.population_build import build_population
     import pyarrow.csv, pyarrow.compute
 

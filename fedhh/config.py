@@ -15,44 +15,12 @@ import math
 import os
 import stat
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-
-Scalar = bool | int | float | str
-
-
-class ConfigError(InputError):
-    """A malformed or out-of-range configuration value."""
-
-
-@dataclass(frozen=True)
-class Key:
-    """The declared type, default and constraint of one config key."""
-
-    type: type
-    default: Scalar
-    help: str
-    choices: tuple[str, ...] | None = None
-    check: Callable[[Any], bool] | None = None
-    constraint: str = ""
-
-    def validate(self, name: str, value: Any) -> Scalar:
-        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
-            raise ConfigError(
-                f"{name}: expected {self.type.__name__}, got {type(value).__name__} {value!r}"
-            )
-        if self.choices is not None and value not in self.choices:
-            raise ConfigError(f"{name}: got {value!r}; allowed values: {list(self.choices)}")
-        if self.check is not None and not self.check(value):
-            raise ConfigError(f"{name}: got {value!r}; must be {self.constraint}")
-        return value
-
+from .schema import ConfigError, Key, Scalar
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; anything this large is not one
 

@@ -16,16 +16,16 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .communication import Communication, derive_communication
 from .config import FedhhConfig
-from .items import ItemCodec, get_alphabet
+from .data.items import ItemCodec, get_alphabet
+from .data.population import PopulationCounts, PopulationSource, Shard, check_shard_count
+from .data.sources import make_source, sampled_candidates
+from .kernels.randomness import KeyedRandomness
 from .metrics import Truth, utility_metrics
-from .population import PopulationCounts, Shard, check_shard_count
 from .privacy.report import PrivacyReport
 from .protocols import ClientFunction, Discovery, ProtocolResult, ServerProtocol, get_protocol
-from .randomness import KeyedRandomness
+from .protocols.communication import Communication
 from .resources import require_population_memory
-from .sources import PopulationSource, make_source, sampled_candidates
 
 
 def item_codec(config: FedhhConfig) -> ItemCodec:
@@ -127,7 +127,7 @@ class Experiment:
         self.privacy: PrivacyReport = self._fresh_server.privacy_report()
         # What one user sends, from the protocol's own parameters (None: the spec declares no derivation).
         self.communication: Communication | None = (
-            derive_communication(self.spec.communication, self._fresh_server) if self.spec.communication else None
+            self.spec.communication(self._fresh_server) if self.spec.communication else None
         )
 
     @property
@@ -192,7 +192,7 @@ class Experiment:
         counts: PopulationCounts | None = None,
     ) -> dict[str, Any]:
         """The result document: discovery, privacy, parameters, trace, the bits a user sends
-        (``communication``, :mod:`fedhh.communication`), and (with
+        (``communication``, :mod:`fedhh.protocols.communication`), and (with
         ``run.evaluation``) the evaluation against the truth, taken from the
         ``counts`` of the shards the driver built if it has them (:meth:`whole_counts`)."""
         document = {

@@ -154,7 +154,7 @@ def require_memory(n_bytes: int, what: str, remedy: str) -> None:
 
 def population_bytes(n_users: int, items_per_user: int) -> int:
     """A population in memory: one int32 item id per user when each holds one item
-    (:class:`fedhh.population.SingleItemShard`), else CSR form (an offset per user, an item id
+    (:class:`fedhh.data.population.SingleItemShard`), else CSR form (an offset per user, an item id
     and a count per item held)."""
     if items_per_user == 1:
         return n_users * ITEM_ID_BYTES
@@ -175,7 +175,7 @@ def require_population_memory(n_users: int, items_per_user: int) -> None:
 
 def require_dataset_memory(largest_shard_users: int) -> None:
     """A population on disk is never held whole: a process loads a stored shard at a time at
-    least, so the largest one is what must fit (``fedhh.population_store``)."""
+    least, so the largest one is what must fit (``fedhh.data.store``)."""
     require_memory(
         largest_shard_users * ITEM_ID_BYTES,
         f"population.path: the dataset's largest shard ({largest_shard_users:,} users, "

@@ -10,13 +10,13 @@
 * PEM: the identification probability of each value, from the run's own
   design (γ, η, group split, candidates kept) evaluated on the population's
   true frequencies by the utility model of ``fedhh plan pem`` (the
-  order-statistics model of :mod:`fedhh.protocols.selection_model`, which
+  order-statistics model of :mod:`fedhh.protocols.prefix_search.selection_model`, which
   refines [Wang19]'s eq. (5) near rank k).  :func:`pem_identification` is the one
   place that calls the model, so a better one can replace it there.
   [Wang19]'s own eq. (5), which treats every value below the top k as
   absent, is predicted beside it (:data:`EQ5`), so that a figure shows both.
 * TreeHist: the planner's model (``fedhh plan treehist``, ``fedhh size
-  treehist``, :func:`fedhh.protocols.item_discovery.item_discovery`) at the
+  treehist``, :func:`fedhh.protocols.prefix_search.item_discovery.item_discovery`) at the
   run's own parameters: an item held by a share ``f`` of the users, alone
   among users holding nothing, found level by level and reported by the
   final pass.  Real words differ from that item both ways: other heavy
@@ -40,15 +40,15 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from fedhh.data.population import Shard
 from fedhh.metrics import Truth
-from fedhh.population import Shard
 from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh, worst_case_discovery_rate
 from fedhh.protocols import ServerProtocol
-from fedhh.protocols.item_discovery import item_discovery
-from fedhh.protocols.pem import PEMServer
-from fedhh.protocols.prefix_search import TOP_K
-from fedhh.protocols.treehist import TreeHistServer
-from fedhh.protocols.triehh import TrieHHServer
+from fedhh.protocols.prefix_search.item_discovery import item_discovery
+from fedhh.protocols.prefix_search.pem import PEMServer
+from fedhh.protocols.prefix_search.search import TOP_K
+from fedhh.protocols.prefix_search.treehist import TreeHistServer
+from fedhh.protocols.triehh.server import TrieHHServer
 
 PREDICTED = "predicted"  # each protocol's own model: TrieHH's bound, PEM's order statistics, TreeHist's planner
 EQ5 = "predicted_eq5"  # PEM only: [Wang19]'s eq. (5)
@@ -129,7 +129,7 @@ def pem_identification(server: PEMServer, shard: Shard, truth: Truth) -> dict[st
     Users holding no encodable item report the empty value, which competes for
     the candidates' places like any value, so it is part of the frequencies.
     """
-    from fedhh.protocols.pem_analysis import EQUATION_5, PEMDesign, UtilityModel
+    from fedhh.protocols.prefix_search.pem_analysis import EQUATION_5, PEMDesign, UtilityModel
 
     params = server.params
     empty = float(shard.users_without_items)

@@ -112,27 +112,26 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 
 def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
-    from fedhh.planning.plan import add_plan_parsers
+    from .plan_cli import add_plan_arguments
 
-    add_plan_parsers(plan)
+    add_plan_arguments(plan)
 
 
 def _add_size_arguments(size: argparse.ArgumentParser) -> None:
-    from fedhh.planning.sizing_cli import add_size_arguments
-
+    from .size_cli import add_size_arguments
     from .sizing import size_by_recall, verify_item  # the runs behind --verify and --recall
 
     add_size_arguments(size, verify_item=verify_item, size_by_recall=size_by_recall)
 
 
 def _add_oracles_arguments(oracles: argparse.ArgumentParser) -> None:
-    from fedhh.oracles.cli import add_oracles_arguments
+    from .oracle_cli import add_oracles_arguments
 
     add_oracles_arguments(oracles)
 
 
 def _add_audit_arguments(audit: argparse.ArgumentParser) -> None:
-    from fedhh.audits.cli import add_audit_arguments
+    from .audit_cli import add_audit_arguments
 
     add_audit_arguments(audit)
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fedhh.config import FedhhConfig
+from fedhh.data.population import PopulationCounts, Shard, check_shard_count
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.population import PopulationCounts, Shard, check_shard_count
 from fedhh.protocols import ProtocolResult, Request, Response, ServerProtocol
-from fedhh.run_clock import RunClock
+from strategies.run_clock import RunClock
 
 from .placement import dataset_placement
 from .progress import RoundProgress

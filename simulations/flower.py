@@ -46,15 +46,16 @@ from typing import Any
 from flwr.simulation import run_simulation
 
 from fedhh.config import FedhhConfig
+from fedhh.data.population import PopulationSource
+from fedhh.data.sources import SampledSource
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.interrupts import stop_requested
 from fedhh.privacy.charge import check_budget
+from fedhh.protocols import protocol_module
 from fedhh.results import ResultsFolder
-from fedhh.sources import PopulationSource, SampledSource
 from strategies.base import LOGGER
 from strategies.client_app import make_client_app
-from fedhh.protocols import protocol_module
 from strategies.plugins import PROTOCOL_MODULE
 from strategies.server_app import PROGRESS, RUN_ID, PreparedRun, StopHandle, make_server_app
 

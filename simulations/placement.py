@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedhh.config import FedhhConfig
+from fedhh.data.population import shard_bounds
 from fedhh.errors import InputError
-from fedhh.population import shard_bounds
 
 HOLDINGS_VARIABLE = "FEDHH_POPULATIONS"  # on a node: the population folders it holds, os.pathsep-separated
 FIELD = "population.path"
@@ -61,7 +61,7 @@ def _held_on_this_node(run_folder: str, manifest: dict[str, Any]) -> tuple[str, 
     shards present there (the folder the run names, then the node's declared ones)."""
     import ray
 
-    from fedhh.population_store import VOCABULARY_FILE, PopulationStore
+    from fedhh.data.store import VOCABULARY_FILE, PopulationStore
 
     declared = [folder for folder in os.environ.get(HOLDINGS_VARIABLE, "").split(os.pathsep) if folder]
     held = []
@@ -166,7 +166,7 @@ def whole_population_holders(config: FedhhConfig) -> list[Placement] | None:
 def _placed(config: FedhhConfig, num_shards: int) -> tuple[list[Placement] | None, list[Holding], int]:
     """:func:`place_shards` for ``config``'s population on disk, with the holdings and the number of
     stored shards it was placed from."""
-    from fedhh.population_store import PopulationStore
+    from fedhh.data.store import PopulationStore
 
     folder = os.path.abspath(config["population"]["path"])  # the nodes' workers do not share this directory
     store = PopulationStore(folder)

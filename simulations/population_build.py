@@ -7,12 +7,12 @@ staging folder and return only its true counts, so no process ever holds
 more than one stored shard of users.  The parent adds the counts up,
 writes the vocabulary with them and the manifest, and commits the folder
 (:class:`fedhh.results.ResultsFolder`: complete or absent, never over
-anything fedhh did not write).  The format is :mod:`fedhh.population_store`.
+anything fedhh did not write).  The format is :mod:`fedhh.data.store`.
 
 Sampled sources draw each user from (seed, user id), so the stored
 population is exactly the one a run of the same config generates in
 memory.  A user's CSV or Parquet file is read a record batch at a time and
-spilled into the staging folder by user (:mod:`fedhh.streamed_table`),
+spilled into the staging folder by user (:mod:`fedhh.data.streamed_table`),
 then written a shard at a time from the parent process; a text file is
 read whole.
 """
@@ -31,10 +31,9 @@ from typing import Any
 
 from fedhh import __version__
 from fedhh.config import FedhhConfig, config_from_flat
-from fedhh.errors import InputError
-from fedhh.experiment import item_codec
-from fedhh.population import PopulationCounts, check_shard_count, shard_bounds
-from fedhh.population_store import (
+from fedhh.data.population import PopulationCounts, PopulationSource, check_shard_count, shard_bounds
+from fedhh.data.sources import make_source
+from fedhh.data.store import (
     FORMAT,
     MANIFEST,
     VERSION,
@@ -44,9 +43,10 @@ from fedhh.population_store import (
     write_shard,
     write_vocabulary,
 )
+from fedhh.data.streamed_table import STREAMED_SUFFIXES, StreamedTableSource
+from fedhh.errors import InputError
+from fedhh.experiment import item_codec
 from fedhh.results import ResultsFolder
-from fedhh.sources import PopulationSource, make_source
-from fedhh.streamed_table import STREAMED_SUFFIXES, StreamedTableSource
 
 DEFAULT_SHARD_USERS = 1 << 22  # users per stored shard by default: about 16 MiB of one-item users in memory
 DEFAULT_SHARD_ROWS = 1 << 22  # a file's rows per stored shard by default: its (user, item) pairs, 64 MiB

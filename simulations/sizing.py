@@ -23,21 +23,21 @@ from typing import Any
 import numpy as np
 
 from fedhh.config import FedhhConfig
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, SingleItemShard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.items import ItemCodec, get_alphabet
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.metrics import recall_at_k
-from fedhh.population import Shard, SingleItemShard, Vocabulary
 from fedhh.planning.sizing import PRECISION, check_share
 from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh
 from fedhh.protocols import ServerProtocol
-from fedhh.protocols.pem import PEMServer
-from fedhh.protocols.prefix_reports import respond as prefix_respond
-from fedhh.protocols.prefix_search import SearchParameters
-from fedhh.protocols.treehist import TreeHistServer
-from fedhh.protocols.triehh import TrieHHServer
-from fedhh.protocols.triehh import respond as triehh_respond
-from fedhh.randomness import KeyedRandomness
+from fedhh.protocols.prefix_search.pem import PEMServer
+from fedhh.protocols.prefix_search.reports import respond as prefix_respond
+from fedhh.protocols.prefix_search.search import SearchParameters
+from fedhh.protocols.prefix_search.treehist import TreeHistServer
+from fedhh.protocols.triehh.client import respond as triehh_respond
+from fedhh.protocols.triehh.server import TrieHHServer
 
 from .fast import drive, run_fast
 
@@ -133,7 +133,7 @@ def verify_item(
     else:
         if search is None:
             raise ValueError(f"verify_item: {protocol} needs its search parameters")
-        from fedhh.protocols.item_discovery import bits_codec
+        from fedhh.protocols.prefix_search.item_discovery import bits_codec
 
         codec = bits_codec(int(sum(search.segment_lengths) + search.start_length))
         server_class = PEMServer if protocol == "pem" else TreeHistServer

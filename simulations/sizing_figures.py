@@ -33,13 +33,15 @@ import numpy as np
 from fedhh.config import load_config
 from fedhh.errors import InputError, one_line
 from fedhh.experiment import Experiment
-from fedhh.planning.sizing import size_pem, size_treehist, size_triehh
-from fedhh.protocols.pem import PEMServer
-from fedhh.protocols.pem_analysis import EQUATION_5, ORDER_STATISTICS, PEMDesign, UtilityModel
-from fedhh.protocols.prefix_encoding import ValueSpace
-from fedhh.protocols.prefix_reports import respond
-from fedhh.protocols.prefix_search import SearchParameters
-from fedhh.randomness import KeyedRandomness
+from fedhh.kernels.randomness import KeyedRandomness
+from fedhh.protocols.common.prefix_encoding import ValueSpace
+from fedhh.protocols.prefix_search.pem import PEMServer
+from fedhh.protocols.prefix_search.pem_analysis import PEMDesign, UtilityModel
+from fedhh.protocols.prefix_search.pem_assumptions import EQUATION_5, ORDER_STATISTICS
+from fedhh.protocols.prefix_search.reports import respond
+from fedhh.protocols.prefix_search.search import SearchParameters
+from fedhh.protocols.prefix_search.sizing import size_pem, size_treehist
+from fedhh.protocols.triehh.sizing import size_triehh
 from fedhh.results import ResultsFolder, to_json
 
 from .fast import drive

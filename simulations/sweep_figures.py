@@ -28,7 +28,7 @@ from .sweep_intervals import METHODS, RANGE
 from .sweep_tables import DISCOVERY, RECALL_AT
 
 if TYPE_CHECKING:
-    from .sweep_report import Plot
+    from .sweep_plots import Plot
 
 MARKED = 30  # curves with at most this many points show a marker at each
 WRAP = 3  # panels per line when only --col splits them

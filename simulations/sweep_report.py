@@ -42,9 +42,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,79 +58,18 @@ from .analytic import PREDICTED, model_label, triehh_bound, triehh_rate
 from .sweep_crossings import LEVELS, model_crossing, simulated_crossing
 from .sweep_figures import label, number, render, value_text
 from .sweep_intervals import METHODS, RANGE, Interval, binomial, over_trials
+from .sweep_plots import BINS_PER_DECADE, FREQUENCY_AXIS, K_AXIS, Curve, ModelLine, Plot
 from .sweep_store import REPORT_FOLDER
 from .sweep_tables import DISCOVERY, RECALL_AT, SweepTables
 from .sweep_trial import RECALL_KS
 
 REPORT_KIND = "report"  # the kind its marker records: a later report replaces it
-K_AXIS, FREQUENCY_AXIS = "k", "frequency"
 RECALL = "recall"
 FREQUENCY_BAND = 1.1  # --frequency F selects items with true frequency in [F / 1.1, 1.1 F]
-BINS_PER_DECADE = 4
 DENSE = 120  # points of an analytic curve drawn over a continuous axis
 SUMMARY_METRICS = ("recall_at_10", "precision", "f1", "ncr", "discovered", "rounds", "user_bits", "server_s", "wall_s")
 PRIVACY_COLUMNS = ("epsilon", "delta", "param.theta", "param.batch_size")  # ε spent, δ, θ, m
 TRIEHH_CURVE_KEYS = ("population.users", "privacy.epsilon", "privacy.delta")
-
-
-@dataclass
-class ModelLine:
-    """What one model predicts for a curve: drawn at ``x``, and at the curve's own points (the CSV)."""
-
-    column: str  # the model's column (decides its line style)
-    label: str
-    x: np.ndarray
-    y: np.ndarray
-    at_points: np.ndarray
-
-
-@dataclass
-class Curve:
-    """One line: the points of one hue value in one panel, with the models beside them."""
-
-    row: Scalar | None
-    col: Scalar | None
-    hue: Scalar | None
-    x: np.ndarray
-    interval: Interval
-    samples: list[np.ndarray] = field(default_factory=list)  # per point, its trials' values (per-trial metrics)
-    models: list[ModelLine] = field(default_factory=list)
-    extra: dict[str, np.ndarray] = field(default_factory=dict)  # CSV-only columns (item-trials found, bin edges)
-
-
-@dataclass
-class Plot:
-    """What one figure shows."""
-
-    x: str
-    y: str
-    hue: str | None
-    row: str | None
-    col: str | None
-    curves: list[Curve]
-    pooled: list[str] = field(default_factory=list)
-    filters: list[str] = field(default_factory=list)
-    bins: int | None = BINS_PER_DECADE  # --x frequency: bins per decade; None: item by item
-    crossings: list[dict[str, Any]] = field(default_factory=list)  # --x frequency: where 50% and 90% are reached
-
-    @property
-    def stem(self) -> str:
-        y = re.sub(r"recall@(\d+)", r"recall-at-\1", self.y)
-        name = (f"{y}-vs-{self.x}" + (f"-by-{self.hue}" if self.hue else "") + (f"-per-{self.col}" if self.col else "")
-                + (f"-per-{self.row}" if self.row else "")
-                + ("-unbinned" if self.x == FREQUENCY_AXIS and self.bins is None else ""))
-        return re.sub(r"[^A-Za-z0-9_.=-]+", "_", name)
-
-    @property
-    def methods(self) -> list[str]:
-        """The interval methods of its points, in the order of :data:`METHODS`."""
-        present = {m for curve in self.curves for m in curve.interval.method.tolist() if m}
-        return [method for method in METHODS if method in present]
-
-    @property
-    def model_labels(self) -> dict[str, str]:
-        """Legend label -> model column, for every model drawn."""
-        return {line.label: line.column for curve in self.curves for line in curve.models}
 
 
 @dataclass(frozen=True)

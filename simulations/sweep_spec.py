@@ -60,13 +60,13 @@ from typing import Any
 import numpy as np
 
 from fedhh.config import ConfigError, FedhhConfig, Scalar, build_config, file_kind, read_config_text, schema
+from fedhh.data.sources import make_source, sampled_candidates
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
+from fedhh.kernels.randomness import derive_key
 from fedhh.privacy.triehh import PrivacyTargetError
 from fedhh.protocols import get_protocol
-from fedhh.randomness import derive_key
 from fedhh.resources import require_population_memory
-from fedhh.sources import make_source, sampled_candidates
 
 DEFAULT_TRIALS = 1
 DEFAULT_ITEMS = 500
@@ -337,7 +337,7 @@ def check_points(trials: Sequence[Trial]) -> None:
       a population on disk is opened as a run opens it;
     * the memory its population needs (:mod:`fedhh.resources`) and, for a
       sampled population, the memory encoding its candidates takes
-      (:meth:`fedhh.items.ItemCodec.require_memory_to_encode`), as a run
+      (:meth:`fedhh.data.items.ItemCodec.require_memory_to_encode`), as a run
       checks them: a point of 10^12 users is refused with the numbers
       instead of failing in every trial;
     * its privacy target, solved as a run solves it: any error in the

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from fedhh.data.population import PopulationSource, Shard
+from fedhh.data.sources import SampledSource, make_source
 from fedhh.experiment import Experiment, item_codec
 from fedhh.metrics import Truth, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
-from fedhh.population import Shard
 from fedhh.protocols import ProtocolResult, ServerProtocol
-from fedhh.run_clock import RunClock
-from fedhh.sources import PopulationSource, SampledSource, make_source
+from strategies.run_clock import RunClock
 
 from .analytic import EQ5, PREDICTED, expected_f1, expected_ncr, expected_recall, predicted_discovery, prediction_key
 from .fast import drive
@@ -216,7 +216,7 @@ def _outcome(
 def _costs(experiment: Experiment, clock: RunClock) -> dict[str, Any]:
     """The run's costs: the server's own time (aggregation and decoding) and the shards'
     (the users' reports and what a shard sums for the server, :class:`RunClock`), and the
-    bits one user sends over the run, on average and at most (:mod:`fedhh.communication`;
+    bits one user sends over the run, on average and at most (:mod:`fedhh.protocols.communication`;
     empty for a protocol that declares no derivation)."""
     communication = experiment.communication
     return {

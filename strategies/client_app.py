@@ -49,12 +49,12 @@ from flwr.clientapp.typing import Mod
 from flwr.compat.common import recorddict_compat as compat
 
 from fedhh.config import MAX_SHARDS, FedhhConfig, Scalar, config_from_flat
+from fedhh.data.population import PopulationSource, Shard, check_shard_count
+from fedhh.data.sources import make_source
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
-from fedhh.population import Shard, check_shard_count
+from fedhh.kernels.randomness import KeyedRandomness, RandomnessSource, SecureRandomness
 from fedhh.protocols import ClientFunction, ProtocolSpec, Request, Response, get_protocol
-from fedhh.randomness import KeyedRandomness, RandomnessSource, SecureRandomness
-from fedhh.sources import PopulationSource, make_source
 
 from .codec import codec_for, notice_of
 from .devices import device_of, device_shard

@@ -6,8 +6,10 @@ drift from the code: the envelope comes from :mod:`strategies.codec` and
 :mod:`strategies.shards`, every field table from the message dataclasses of
 the registered protocols (their wire declarations, ``fedhh.protocols.messages``,
 and the comment on each field's line), what users do from each protocol's
-``respond`` docstring, the item encodings from the docstrings of the modules
-that implement them, and every registered oracle's device side (hashing,
+``respond`` docstring, what each protocol adds for device implementers (its
+spec's :class:`fedhh.protocols.ContractText`: definitions, sections such as
+the item and value encodings, notes on oracle rounds), and every registered
+oracle's device side (hashing,
 randomizer, statistics) from the ``device_spec`` its class declares
 (:mod:`fedhh.oracles.device_spec`).  The prose of those declarations is
 checked by devices written from it: ``tests/test_oracle_device_spec.py`` and
@@ -22,14 +24,14 @@ import re
 import sys
 import typing
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from fedhh import items
 from fedhh.oracles import device_spec
 from fedhh.oracles.base import FLAT_CELLS_LIMIT
 from fedhh.oracles.registry import ORACLE_BUILDERS, make_oracle
-from fedhh.protocols import PROTOCOLS
+from fedhh.protocols import PROTOCOLS, ContractText
 from fedhh.protocols.messages import message_layout
 from fedhh.protocols.registry import protocol_module
 
@@ -147,43 +149,40 @@ def _declaring_class(cls: type) -> type:
     return next(klass for klass in cls.__mro__ if "device_spec" in vars(klass))
 
 
-def alphabet_lines() -> list[str]:
-    """One line per public alphabet: its characters in index order, as byte ranges."""
-    lines = []
-    for name, alphabet in items.ALPHABETS.items():
-        codes = list(alphabet.characters)
-        runs: list[tuple[int, int]] = []
-        for code in codes:
-            if runs and code == runs[-1][1] + 1:
-                runs[-1] = (runs[-1][0], code)
-            else:
-                runs.append((code, code))
-        mark = "0x" if alphabet.byte_level else "U+00"
-        ranges = ", ".join(f"{mark}{low:02X}..{mark}{high:02X}" if high > low else f"{mark}{low:02X}" for low, high in runs)
-        unit = "UTF-8 bytes" if alphabet.byte_level else "characters (code points)"
-        lines.append(f"* `{name}`: {alphabet.size} {unit}: {ranges}")
-    return lines
+def contract_texts() -> list[ContractText]:
+    """What fedhh's own protocols add to the contract, each text once (a family shares one), in
+    registration order; a protocol registered from outside fedhh documents itself."""
+    texts: list[ContractText] = []
+    for name, spec in PROTOCOLS.items():
+        if spec.contract is not None and not protocol_module(name) and all(spec.contract is not t for t in texts):
+            texts.append(spec.contract)
+    return texts
 
 
-def definitions_section() -> list[str]:
-    """The functions the protocols' and oracles' device sides are written with."""
+def _once(parts: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(parts))
+
+
+def definitions_section(texts: Sequence[ContractText]) -> list[str]:
+    """The functions the protocols' and oracles' device sides are written with, and what the
+    protocols add to them."""
+    added = "".join(f" {sentence}" for sentence in _once(s for text in texts for s in text.definitions))
     return [
         "## Definitions",
         "",
         "The device sides below are written with these (`fedhh.oracles.device_spec`). Arithmetic is on "
-        "unsigned 64-bit integers (`mod 2^64`) unless stated otherwise; `E = e^ε`. A user holding several "
-        "items reports one of them, each with probability its share of the user's items, drawn once per run "
-        "(TrieHH: anew every round); a user holding none reports the empty value (all units 0), so that "
-        "taking part reveals nothing (TrieHH: it does not vote).",
+        "unsigned 64-bit integers (`mod 2^64`) unless stated otherwise; `E = e^ε`." + added,
         "",
         device_spec.DEFINITIONS,
         "",
     ]
 
 
-def oracle_sections() -> list[str]:
+def oracle_sections(texts: Sequence[ContractText]) -> list[str]:
     """Every registered oracle's device side: its names and options, its report's fields (from a
-    report it makes), and its declared :class:`fedhh.oracles.device_spec.DeviceSpec`."""
+    report it makes), and its declared :class:`fedhh.oracles.device_spec.DeviceSpec`; the
+    protocols' notes on how they send oracle statistics join the introduction."""
+    notes = "".join(f"; {note}" for note in _once(n for text in texts for n in text.oracle_notes))
     by_spec: dict[type, list[str]] = defaultdict(list)
     examples: dict[str, object] = {}
     for name in sorted(ORACLE_BUILDERS):
@@ -196,9 +195,7 @@ def oracle_sections() -> list[str]:
         "A node answers an oracle round with the sum over its reporting users of the oracle's *flat "
         f"statistics* when the oracle has a flat form of at most `FLAT_CELLS_LIMIT` = {FLAT_CELLS_LIMIT} "
         "cells (`counts` = the cells, `reporters` = the report counts), else with the *support counts* of "
-        "the request's candidates (`counts`, flat in row-major order, and `reporters`); a PEM or TreeHist "
-        "round with `cms` also sends the support counts when they are fewer than the flat cells (see "
-        "\"Answering a PEM or TreeHist level round\"). Both are sums over "
+        f"the request's candidates (`counts`, flat in row-major order, and `reporters`){notes}. Both are sums over "
         "reports, so a node adds up its users'; the server adds up the nodes'. Definitions are above; `v` is the user's value (an "
         "integer key in `[0, d)`), `n` the number of reports, `C` the number of candidates. A report's "
         "fields, in the order below (a field of shape `(w,)` gives `w` columns), are also the columns that "
@@ -232,9 +229,8 @@ def oracle_sections() -> list[str]:
 
 def render() -> str:
     """The whole contract as Markdown."""
-    from fedhh.protocols import prefix_encoding
-
     version = version_text()
+    texts = contract_texts()
     parts = [
         f"# The fedhh message contract, version {version}",
         "",
@@ -296,9 +292,9 @@ def render() -> str:
         _message_section("Request", ShardQuery),
         _message_section("Reply", ShardInfo),
         "The server admits the nodes whose shards split the users `0..n-1` exactly as "
-        "`fedhh.population.shard_bounds` does (a device is shard `u` of `n` for its user id `u`).",
+        "`fedhh.data.population.shard_bounds` does (a device is shard `u` of `n` for its user id `u`).",
         "",
-        *definitions_section(),
+        *definitions_section(texts),
         "## Protocols",
         "",
     ]
@@ -317,60 +313,10 @@ def render() -> str:
             _indented_quote(inspect.cleandoc(spec.respond.__doc__ or "")),
             "",
         ]
-    parts += [
-        "## Items as symbols",
-        "",
-        "How a device turns its string into the symbols that TrieHH's prefixes hold "
-        "(`fedhh.items`; the alphabet, unit size and maximum length are the run's public "
-        "`protocol.alphabet`, `protocol.unit_size` and `protocol.max_length`):",
-        "",
-        _docstring(items),
-        "",
-        "The alphabets (`fedhh.items.ALPHABETS`), a character's index being its 1-based position:",
-        "",
-        *alphabet_lines(),
-        "",
-        "## Values as bits or symbols (PEM, TreeHist)",
-        "",
-        _docstring(prefix_encoding),
-        "",
-        "## Answering a PEM or TreeHist level round",
-        "",
-        "In mode `level` a request asks the users whose level is `level`, and only a node holding some of "
-        "them receives it. Levels are public: user `u`'s level is the `i` with `level_bounds[i] <= U(u) < "
-        "level_bounds[i+1]` (clipped to `0..levels-1`), where `U(u) = public_uniform(partition_seed, u)` "
-        "(see Definitions). "
-        "Each asked user takes its value's first `lengths[level]` units (a user without an item: the empty "
-        "value, all units 0) and its key: the units' integer value, most significant unit first, when "
-        "`B^length <= 2^64` (`B` = 2 for bits), else fedhh's 64-bit hash of the units "
-        "(`key_rows`, see Definitions). It reports the key through the oracle `oracle` at ε = `epsilon`.",
-        "",
-        "The reply: `sampled_users` = `responding_users` = the number of asked users the node holds "
-        "(the server recomputes it from the levels and refuses any other number). For `olh` and `blh`, "
-        "whose statistics are the reports themselves, `counts[j]` is how many of the node's reports "
-        "support `candidates[j]` (the report's hash of the candidate is its reported bucket) and "
-        "`reporters` = `[number of reports]`; since the node counts the supports itself, it may use any "
-        "hash family, drawn fresh per report from its own randomness (OLH: `g = round(e^ε) + 1` buckets, "
-        "the true bucket kept with probability `e^ε / (e^ε + g - 1)`, otherwise another bucket uniformly). "
-        "For the other oracles `counts` and `reporters` are the oracle's flat statistics (or, for an oracle "
-        "without a flat form that small, its support counts), which the server decodes with fedhh's public "
-        "hash functions seeded by `oracle_seed`: see the next section for every oracle's randomizer, hashing "
-        "and statistics. Except for `cms` (a sketch of unary rows): when the request has fewer candidates "
-        "than the sketch's width (its support counts, `k C`, are then fewer than its flat cells, `k m`), "
-        "`counts` and `reporters` are the candidates' support counts (`counts[j C + i]` the row-`j` reports "
-        "with the bit of row `j`'s symbol of `candidates[i]` set, `reporters[j]` the row-`j` reports), "
-        "which are all the server reads of the flat cells. In mode `final` (TreeHist) every user of the node reports its whole value's key "
-        "(all units, whatever `lengths` says) at ε = `final_epsilon`, and the node answers the same way. The oracle of a level is the one `oracle` names at ε = `epsilon` "
-        "over `d = min(B^length, 2^64)` values, with option `seed` = `oracle_seed`, and `rows` = "
-        "`sketch_rows` and `width` = `sketch_width` when these are not 0, for the oracles that take "
-        "these options (`fedhh.protocols.prefix_oracles.build_level_oracle`); every other option keeps "
-        "its default. In mode `collect` a node sends, for each of its users (every level's), the row `[level, the level report's "
-        "columns..., the full-value report's columns...]` (the latter only when `final_epsilon > 0`), every "
-        "column as uint64, as `report_rows` (the distinct rows, sorted) with `report_counts` (how many users "
-        "sent each).",
-        "",
-        *oracle_sections(),
-    ]
+    for text in texts:
+        for title, body in text.sections() if text.sections is not None else []:
+            parts += [f"## {title}", "", body, ""]
+    parts += oracle_sections(texts)
     return "\n".join(parts).rstrip() + "\n"
 
 

@@ -16,7 +16,7 @@ device.  Its node config says who it is and where its data lives::
 The items are encoded with the run's public codec (``[protocol]``), so a
 device and the server agree on symbols without the server ever seeing the
 data, and reports draw from the operating system's secure randomness
-(``fedhh.randomness.SecureRandomness``), never from the run's public seed.
+(``fedhh.kernels.randomness.SecureRandomness``), never from the run's public seed.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from fedhh.data.items import ItemCodec
+from fedhh.data.population import Shard, Vocabulary
+from fedhh.data.sources import read_user_items
 from fedhh.errors import InputError
-from fedhh.items import ItemCodec
-from fedhh.population import Shard, Vocabulary
-from fedhh.sources import read_user_items
 
 USER_ID = "user-id"
 DATA_FILE = "data-file"

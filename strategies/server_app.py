@@ -59,8 +59,8 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat
+from fedhh.data.items import ItemCodec
 from fedhh.experiment import Experiment, item_codec, run_record
-from fedhh.items import ItemCodec
 from fedhh.privacy.charge import charge_run
 from fedhh.protocols import ProtocolResult, get_protocol
 from fedhh.protocols.spec import ProtocolSpec

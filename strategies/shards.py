@@ -4,7 +4,7 @@ Responses are additive, so a node that is duplicated or built from another
 population would silently change the discovery rather than fail.  Before
 round 1 the strategy asks every node for its :class:`ShardInfo` and admits
 the nodes into a :class:`Federation`, using the same shard split
-(``fedhh.population.shard_bounds``) as the fast driver:
+(``fedhh.data.population.shard_bounds``) as the fast driver:
 
 * ``shards`` federations (virtual users, population config known to every
   node): the nodes must cover the users ``0..n-1`` exactly once; anything
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from fedhh.data.population import shard_bounds
 from fedhh.errors import InputError
-from fedhh.population import shard_bounds
 from fedhh.protocols.messages import scalar_field
 
 from .codec import MessageCodec

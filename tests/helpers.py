@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedhh.items import ItemCodec, get_alphabet
-from fedhh.population import Shard, Vocabulary
-from fedhh.randomness import KeyedRandomness
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
+from fedhh.kernels.randomness import KeyedRandomness
 
 
 def lowercase_codec(max_length: int = 8, unit_size: int = 1) -> ItemCodec:

@@ -9,14 +9,14 @@ import bisect
 import numpy as np
 import pytest
 
-from fedhh.bernoulli_bytes import (
+from fedhh.kernels.bernoulli_bytes import (
     REFINED_FROM,
     REFINEMENT_WORDS,
     BernoulliBytes,
     _inversion,
     byte_probabilities,
 )
-from fedhh.protocols.rappor import BloomEncoder
+from fedhh.protocols.rappor.encoding import BloomEncoder
 
 RAPPOR_T_Q = int(BloomEncoder(4.0, 64, 2, 32, 0).thresholds[1])  # the benchmark's q' = T_q / 2^32
 THRESHOLDS = [RAPPOR_T_Q, 3_000_000_000, 1 << 31, 12_345, 1, (1 << 32) - 1, 0, 1 << 32]

@@ -12,23 +12,22 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from fedhh.audits.ldp import audit_oracle
 from fedhh.config import ConfigError, load_config
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.items import ItemCodec, get_alphabet
 from fedhh.oracles import make_oracle
 from fedhh.oracles.histogram import Histogram
-from fedhh.population import Shard, Vocabulary
-from fedhh.audits.ldp import audit_oracle
-from fedhh.planning.plan import plan
-from fedhh.protocols.bitstogram import (
-    BitstogramParameters,
-    BitstogramServer,
-    check_reply,
-    discovery_probability,
-    respond,
-)
+from fedhh.protocols import plan
+from fedhh.protocols.bitstogram.client import respond
+from fedhh.protocols.bitstogram.nodes import check_reply
+from fedhh.protocols.bitstogram.parameters import BitstogramParameters
+from fedhh.protocols.bitstogram.plan import discovery_probability
+from fedhh.protocols.bitstogram.server import BitstogramServer
 from fedhh.protocols.spec import InvalidReply
+
 from .helpers import flower_matches_fast, one_and_seven_shards, planted_runs
 
 SMALL_RUN = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import scipy.linalg  # noqa: F401 -- loaded first, so its own OpenBLAS is among those limited
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from fedhh.blas import single_blas_thread
+from fedhh.kernels.blas import single_blas_thread
 
 
 def blas_threads() -> dict[str, int]:

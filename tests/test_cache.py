@@ -14,15 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedhh import cache
-from fedhh.sources import _candidates_key, _select_candidates, wordfreq_candidates
+from fedhh.data import cache
+from fedhh.data.sources import _candidates_key, _select_candidates, wordfreq_candidates
 
 PARAMETERS = ("en", 2_000, "lowercase")
 
 # A fresh process: the candidates, whether wordfreq was imported, digests of both lists.
 READ_BACK = """
 import hashlib, json, sys
-from fedhh.sources import wordfreq_candidates
+from fedhh.data.sources import wordfreq_candidates
 words, frequencies = wordfreq_candidates("en", 2000, "lowercase")
 print(json.dumps({"wordfreq_imported": "wordfreq" in sys.modules,
                   "words": hashlib.sha256("\\n".join(words).encode()).hexdigest(),
@@ -138,8 +138,8 @@ def test_texts_round_trip_and_a_separator_is_refused() -> None:
 
 
 def test_a_wordfreq_vocabulary_is_read_back_as_it_was_encoded(cache_folder: Path) -> None:
-    from fedhh.items import ItemCodec, get_alphabet
-    from fedhh.sources import WordfreqSource
+    from fedhh.data.items import ItemCodec, get_alphabet
+    from fedhh.data.sources import WordfreqSource
 
     codec = ItemCodec(get_alphabet("lowercase"), 2, 6, overlong="truncate")  # merged rows: items are decoded
     encoded = WordfreqSource(5_000, "en", 2_000, 1, codec, 0)
@@ -160,8 +160,8 @@ def test_a_wordfreq_vocabulary_is_read_back_as_it_was_encoded(cache_folder: Path
 def test_a_later_source_takes_its_vocabulary_from_the_entry(cache_folder: Path) -> None:
     """The entry is what a later source reads (here an entry fedhh wrote, then rewritten through
     the cache with marked items, so that reading it shows)."""
-    from fedhh.items import ItemCodec, get_alphabet
-    from fedhh.sources import WordfreqSource
+    from fedhh.data.items import ItemCodec, get_alphabet
+    from fedhh.data.sources import WordfreqSource
 
     codec = ItemCodec(get_alphabet("lowercase"), 1, 10)
     encoded = WordfreqSource(100, "en", 2_000, 1, codec, 0)

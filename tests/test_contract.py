@@ -23,7 +23,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
-from fedhh.protocols.triehh import TrieHHResponse
+from fedhh.protocols.triehh.messages import TrieHHResponse
 from simulations.fast import run_fast
 from strategies.client_app import make_client_app
 from strategies.codec import (

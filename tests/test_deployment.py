@@ -28,15 +28,14 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 from flwr.serverapp import Grid, ServerApp
 
 from fedhh.config import FedhhConfig, load_config
-from fedhh.experiment import Experiment
+from fedhh.experiment import Experiment, item_codec
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols import ProtocolResult
-from fedhh.protocols.triehh import round_sample
-from fedhh.randomness import KeyedRandomness
+from fedhh.protocols.registry import protocol_names
+from fedhh.protocols.triehh.nodes import TrieHHDense, sampled_of
+from fedhh.protocols.triehh.server import round_sample
 from simulations.deployment import LocalDeployment
 from simulations.fast import run_fast
-from fedhh.experiment import item_codec
-from fedhh.protocols.registry import protocol_names
-from fedhh.protocols.triehh import TrieHHDense, sampled_of
 from strategies.devices import device_of, device_shard
 from strategies.participation import PARTICIPATION_KEYS
 from strategies.shards import SHARD_INFO_CODEC, ShardInfo, admit
@@ -215,7 +214,7 @@ def test_device_federation_matches_simulation(deployment: LocalDeployment, tmp_p
 
 
 def test_device_node_reads_one_users_data(tmp_path: Path) -> None:
-    from fedhh.randomness import SecureRandomness
+    from fedhh.kernels.randomness import SecureRandomness
     from strategies.client_app import node_data
 
     _, files = write_devices(tmp_path / "data", {3, 5})

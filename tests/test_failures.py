@@ -29,18 +29,18 @@ from flwr.app import Array, Context, Message
 from flwr.clientapp import ClientApp
 
 from fedhh.config import FedhhConfig, load_config
+from fedhh.data.population import shard_bounds
+from fedhh.data.prefixes import rows_in
 from fedhh.experiment import Experiment
-from fedhh.population import shard_bounds
-from fedhh.protocols.triehh import TrieHHRequest, TrieHHResponse, round_sample
-from fedhh.randomness import KeyedRandomness
-from fedhh.prefixes import rows_in
+from fedhh.kernels.randomness import KeyedRandomness
+from fedhh.protocols.triehh.messages import TrieHHRequest, TrieHHResponse
+from fedhh.protocols.triehh.server import round_sample
 from simulations.deployment import LocalDeployment
 from simulations.fast import RayShards, drive, run_fast
 from simulations.ray_runtime import ray_runtime
 from strategies.base import LOGGER
 from strategies.client_app import make_client_app
-from strategies.codec import ARRAYS_RECORD
-from strategies.codec import codec_for
+from strategies.codec import ARRAYS_RECORD, codec_for
 
 # Three rounds at most (items of two letters), two items per user.
 SHORT = [

@@ -36,7 +36,7 @@ from fedhh.experiment import Experiment
 from fedhh.privacy.ledger import Ledger
 from fedhh.protocols import PROTOCOLS, get_protocol
 from fedhh.protocols.registry import protocol_keys, protocol_names
-from fedhh.protocols.triehh import TrieHHRequest, TrieHHResponse
+from fedhh.protocols.triehh.messages import TrieHHRequest, TrieHHResponse
 from simulations.fast import run_fast
 from simulations.flower import run_flower_simulation
 from strategies.client_app import shard_of
@@ -483,7 +483,7 @@ def test_codec_declaration_must_match_the_dataclass() -> None:
 
 
 def shard_infos(n: int, count: int) -> dict[int, ShardInfo]:
-    from fedhh.population import shard_bounds
+    from fedhh.data.population import shard_bounds
 
     infos = {}
     for index in range(count):

@@ -10,12 +10,12 @@ import math
 import numpy as np
 import pytest
 
+from fedhh.kernels.randomness import KeyedRandomness, UserRandom
 from fedhh.oracles import hadamard_mechanism, make_oracle, walsh_hadamard
 from fedhh.oracles.base import Support, stable_order
 from fedhh.oracles.histogram import Histogram
 from fedhh.oracles.sketches import SketchOracle
 from fedhh.oracles.walsh_hadamard import fwht, hadamard_parity
-from fedhh.randomness import KeyedRandomness, UserRandom
 
 
 def butterflies(values: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedhh.items import EOS, PAD, ItemCodec, ItemError, get_alphabet
+from fedhh.data.items import EOS, PAD, ItemCodec, ItemError, get_alphabet
 
 
 def codec(alphabet: str = "lowercase", unit: int = 1, length: int = 10, **policies: str) -> ItemCodec:

@@ -10,14 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedhh.audits.ldp import audit_oracle
 from fedhh.config import ConfigError, load_config
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.items import ItemCodec, get_alphabet
-from fedhh.population import Shard, Vocabulary
-from fedhh.audits.ldp import audit_oracle
-from fedhh.planning.plan import plan
-from fedhh.protocols.mcm import MCMParameters, MCMServer, discovery_probability, mcm_parameters, respond
+from fedhh.protocols import plan
+from fedhh.protocols.mcm.client import respond
+from fedhh.protocols.mcm.parameters import MCMParameters, mcm_parameters
+from fedhh.protocols.mcm.plan import discovery_probability
+from fedhh.protocols.mcm.server import MCMServer
+
 from .helpers import flower_matches_fast, one_and_seven_shards, planted_runs
 
 SMALL_RUN = [

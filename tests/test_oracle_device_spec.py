@@ -34,13 +34,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fedhh.kernels.randomness import UserRandom
 from fedhh.oracles import FrequencyOracle, Histogram, make_oracle
 from fedhh.oracles.base import FLAT_CELLS_LIMIT
 from fedhh.oracles.hashing import hash_keys, local_hash
 from fedhh.oracles.keys import key_rows
 from fedhh.oracles.registry import ORACLE_NAMES
-from fedhh.protocols.report_table import from_table
-from fedhh.randomness import UserRandom
+from fedhh.protocols.prefix_search.report_table import from_table
 
 U64 = np.uint64
 ALL_ONES = U64(0xFFFFFFFFFFFFFFFF)

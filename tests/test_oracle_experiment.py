@@ -14,8 +14,8 @@ import pytest
 
 from fedhh.errors import InputError
 from fedhh.oracles import make_oracle
-from fedhh.oracles.cli import add_oracles_arguments
 from fedhh.oracles.experiment import EXPERIMENT_ORACLES, run_oracle_experiment, zipf_counts
+from simulations.oracle_cli import add_oracles_arguments
 
 Z = 5.0
 

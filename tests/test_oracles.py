@@ -18,6 +18,7 @@ import pytest
 from scipy import stats
 
 from fedhh.errors import InputError
+from fedhh.kernels.randomness import GRID_USERS, KeyedRandomness, UserRandom, derive_key
 from fedhh.oracles import Histogram, hadamard_mechanism, hadamard_response, key_items, key_rows, make_oracle
 from fedhh.oracles.base import FrequencyOracle
 from fedhh.oracles.direct import DirectEncoding, DirectReports
@@ -29,7 +30,6 @@ from fedhh.oracles.local_hashing import LocalHashing, LocalHashReports
 from fedhh.oracles.registry import ORACLE_NAMES
 from fedhh.oracles.unary import SPARSE_MAX_Q, UnaryEncoding, UnaryReports
 from fedhh.oracles.walsh_hadamard import fwht, hadamard_signs, signed_sums
-from fedhh.randomness import GRID_USERS, KeyedRandomness, UserRandom, derive_key
 
 Z = 5.0  # standard errors allowed in every statistical comparison
 
@@ -364,7 +364,7 @@ def test_sparse_counts_are_the_walks_bits_with_each_users_own_bit(domain: int, m
     leading 32-bit uniform below ``T_p``), summed per group -- with short pieces, so pieces and
     blocks cut through the users (a domain of a power of two, another, and the smallest: one slot
     a user)."""
-    from fedhh import sparse_bernoulli
+    from fedhh.kernels import sparse_bernoulli
 
     monkeypatch.setattr(sparse_bernoulli, "MAX_DRAW", 97)
     users, n_groups, first = 2 * GRID_USERS + 77, 3, GRID_USERS - 500
@@ -372,7 +372,7 @@ def test_sparse_counts_are_the_walks_bits_with_each_users_own_bit(domain: int, m
     values = np.random.default_rng(3).integers(0, domain, users).astype(np.uint64)
     groups = np.random.default_rng(4).integers(-1, n_groups, users)
     key = derive_key(9, "exact", 1)
-    from fedhh.randomness import RangeRandom
+    from fedhh.kernels.randomness import RangeRandom
 
     sampled = oracle.randomize_aggregate_groups(values, groups, n_groups, RangeRandom(key, first, users))
     reference = RangeRandom(key, first, users)

@@ -13,19 +13,19 @@ import pytest
 
 from fedhh.config import ConfigError, load_config, schema
 from fedhh.experiment import Experiment
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles.registry import ORACLE_NAMES
 from fedhh.postprocess import POSTPROCESSORS
-from fedhh.planning.pem import add_pem_plan_parser
-from fedhh.planning.plan import plan
-from fedhh.protocols.pem import PEMServer
-from fedhh.protocols.pem_analysis import PEMDesign, UtilityModel, optimize_pem, zipf_frequencies
-from fedhh.protocols.prefix_encoding import PrefixEncoding, ValueSpace
-from fedhh.protocols.prefix_oracles import answers_with_support, decode_counts
-from fedhh.protocols.prefix_reports import respond
-from fedhh.protocols.prefix_search import SearchParameters, level_shares, uniform_segments
-from fedhh.randomness import KeyedRandomness
+from fedhh.protocols import plan
+from fedhh.protocols.common.prefix_encoding import PrefixEncoding, ValueSpace
+from fedhh.protocols.prefix_search.oracles import answers_with_support, decode_counts
+from fedhh.protocols.prefix_search.pem import PEMServer
+from fedhh.protocols.prefix_search.pem_analysis import PEMDesign, UtilityModel, optimize_pem, zipf_frequencies
+from fedhh.protocols.prefix_search.reports import respond
+from fedhh.protocols.prefix_search.search import SearchParameters, level_shares, uniform_segments
 from simulations.cli import main
 from simulations.fast import drive, run_fast
+from simulations.plan_cli import add_plan_parser
 
 from .helpers import lowercase_codec, population_of
 
@@ -258,7 +258,7 @@ def test_plan_pem_prints_the_design_and_prediction(capsys: pytest.CaptureFixture
     assert 0 < planned["predicted_f1"] <= planned["predicted_ncr"] <= 1
     assert planned["privacy"]["epsilon"] == 4.0 and planned["privacy"]["delta"] == 0.0
     parser = argparse.ArgumentParser()
-    add_pem_plan_parser(parser.add_subparsers())
+    add_plan_parser(parser.add_subparsers(), "pem")
     args = parser.parse_args(["pem", "--users", "1000000", "--epsilon", "4", "--oracle", "flh", "--json"])
     assert args.func(args) == 0
     assert json.loads(capsys.readouterr().out)["segment_lengths"] == planned["segment_lengths"]

@@ -9,8 +9,10 @@ import pytest
 
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
-from fedhh.protocols.pem import PEMServer
-from fedhh.protocols.pem_analysis import (
+from fedhh.kernels.randomness import KeyedRandomness
+from fedhh.protocols.common.prefix_encoding import ValueSpace
+from fedhh.protocols.prefix_search.pem import PEMServer
+from fedhh.protocols.prefix_search.pem_analysis import (
     DEFAULT_QUERY_LIMIT,
     EQUATION_5,
     ORDER_STATISTICS,
@@ -20,10 +22,8 @@ from fedhh.protocols.pem_analysis import (
     optimize_pem,
     zipf_frequencies,
 )
-from fedhh.protocols.prefix_encoding import ValueSpace
-from fedhh.protocols.prefix_reports import respond
-from fedhh.protocols.prefix_search import SearchParameters
-from fedhh.randomness import KeyedRandomness
+from fedhh.protocols.prefix_search.reports import respond
+from fedhh.protocols.prefix_search.search import SearchParameters
 from simulations.cli import main
 from simulations.fast import drive
 

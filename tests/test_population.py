@@ -11,13 +11,13 @@ import pyarrow.csv
 import pyarrow.parquet
 import pytest
 
-from fedhh.errors import InputError
-from fedhh.items import ALPHABETS, ItemCodec, ItemError, get_alphabet
-from fedhh.population import PopulationCounts, Shard, SingleItemShard, shard_bounds
-from fedhh.randomness import UserRandom, derive_key
-from fedhh.sources import (
+from fedhh.data.items import ALPHABETS, ItemCodec, ItemError, get_alphabet
+from fedhh.data.population import PopulationCounts, Shard, SingleItemShard, shard_bounds
+from fedhh.data.sources import (
     DRAW_CHUNK_USERS, POPULATION_PURPOSE, FileSource, WordfreqSource, ZipfSource, read_user_items, wordfreq_candidates,
 )
+from fedhh.errors import InputError
+from fedhh.kernels.randomness import UserRandom, derive_key
 
 from .helpers import lowercase_codec
 
@@ -288,7 +288,7 @@ def test_counts_of_shards_add_up_to_the_counts_of_the_whole(words_per_user: int,
     whole = source.build_all()
     expected = whole.counts()
     from_shards = PopulationCounts.combine(source.build_shard(i, 7).counts() for i in range(7))
-    monkeypatch.setattr("fedhh.sources.TRUTH_CHUNK_USERS", 1000)
+    monkeypatch.setattr("fedhh.data.population.TRUTH_CHUNK_USERS", 1000)
     for counts in (from_shards, source.population_counts()):
         assert counts.users == expected.users == 20_000
         np.testing.assert_array_equal(counts.weight_units, expected.weight_units)
@@ -323,7 +323,7 @@ def test_the_encoding_memory_check_counts_what_encoding_holds(
     2 times it: a run that passed the check could be killed by the kernel."""
     import tracemalloc
 
-    from fedhh.population import Vocabulary
+    from fedhh.data.population import Vocabulary
 
     rng = np.random.default_rng(unit_size)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
@@ -342,8 +342,8 @@ def test_the_encoding_memory_check_counts_what_encoding_holds(
 
 def test_distinct_rows_are_numpy_s_unique_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Finding the distinct rows a bounded chunk at a time gives what ``np.unique`` gives."""
-    from fedhh import population
-    from fedhh.prefixes import row_keys
+    from fedhh.data import population
+    from fedhh.data.prefixes import row_keys
 
     monkeypatch.setattr(population, "DISTINCT_CHUNK_BYTES", 64)  # two rows of 4 symbols a chunk
     rng = np.random.default_rng(5)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from fedhh.config import build_config
+from fedhh.data.population import SingleItemShard
 from fedhh.experiment import Experiment
-from fedhh.population import SingleItemShard
 from fedhh.results import ResultsFolder
 from simulations.cli import main
 from simulations.fast import run_fast

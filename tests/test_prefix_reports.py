@@ -13,15 +13,27 @@ import pytest
 
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
-from fedhh.protocols import prefix_reports
+from fedhh.kernels.randomness import GRID_USERS, UserRandom
 from fedhh.oracles.histogram import Histogram
 from fedhh.oracles.unary import SPARSE_MAX_Q
-from fedhh.protocols.prefix_encoding import PrefixEncoding
-from fedhh.protocols.prefix_nodes import asked_oracle, check_reply
-from fedhh.protocols.prefix_oracles import answers_with_support, counts_size, decode_counts, level_draws_from_ranges
-from fedhh.protocols.prefix_reports import PrefixRequest, PrefixResponse, held_items, range_levels, respond, user_levels
+from fedhh.protocols.prefix_search import reports as prefix_reports
+from fedhh.protocols.common.prefix_encoding import PrefixEncoding
+from fedhh.protocols.prefix_search.nodes import asked_oracle, check_reply
+from fedhh.protocols.prefix_search.oracles import (
+    answers_with_support,
+    counts_size,
+    decode_counts,
+    level_draws_from_ranges,
+)
+from fedhh.protocols.prefix_search.reports import (
+    PrefixRequest,
+    PrefixResponse,
+    held_items,
+    range_levels,
+    respond,
+    user_levels,
+)
 from fedhh.protocols.spec import InvalidReply
-from fedhh.randomness import GRID_USERS, UserRandom
 
 RUN = [
     'protocol.name="treehist"', 'population.source="zipf"', "population.users=12000", "population.vocabulary=500",

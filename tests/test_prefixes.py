@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedhh.items import PAD
-from fedhh.population import Vocabulary
-from fedhh.prefixes import PrefixIndex, row_keys, rows_in
+from fedhh.data.items import PAD
+from fedhh.data.population import Vocabulary
+from fedhh.data.prefixes import PrefixIndex, row_keys, rows_in
 
 from .helpers import lowercase_codec
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -26,10 +26,10 @@ from fedhh.privacy import ledger as ledger_module
 from fedhh.privacy.composition import advanced_composition, compose
 from fedhh.privacy.ldp import BudgetRule, ldp_report
 from fedhh.privacy.ledger import BudgetExceededError, Ledger, LedgerError
-from fedhh.planning.plan import markdown_table, plan, triehh_table
 from fedhh.privacy.report import PrivacyReport
 from fedhh.privacy.triehh import TrieHHParameters, solve_triehh
-from fedhh.protocols import PROTOCOLS, register_protocol, split_budget
+from fedhh.protocols import PROTOCOLS, plan, register_protocol, split_budget
+from fedhh.protocols.triehh.plan import markdown_table, triehh_table
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -529,7 +529,7 @@ def plan_unplanned(n_users: int, epsilon: float) -> dict:
 def test_planners_are_found_through_the_protocol_specs(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match=r"protocol.name: no planner for 'unplanned'; allowed: \[.*'triehh'\]"):
         plan("unplanned", n_users=1000, epsilon=1.0)
-    spec = dataclasses.replace(PROTOCOLS["pem"], name="unplanned", planner=f"{__name__}:plan_unplanned")
+    spec = dataclasses.replace(PROTOCOLS["pem"], name="unplanned", planner=plan_unplanned)
     monkeypatch.setitem(PROTOCOLS, "unplanned", spec)  # removed again afterwards
     assert plan("unplanned", n_users=1000, epsilon=1.0) == {"protocol": "unplanned", "n_users": 1000}
     with pytest.raises(ValueError, match="already registered"):

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedhh.errors import InputError
 from fedhh.audits.triehh import (
     audit_round,
     audit_run,
@@ -25,10 +24,12 @@ from fedhh.audits.triehh import (
     round_guarantee,
     simulate_runs,
 )
-from fedhh.audits.cli import add_audit_arguments
+from fedhh.errors import InputError
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.privacy.triehh import TrieHHParameters, solve_triehh, triehh_delta, triehh_epsilon
-from fedhh.protocols.triehh import TrieHHServer, respond
-from fedhh.randomness import KeyedRandomness
+from fedhh.protocols.triehh.client import respond
+from fedhh.protocols.triehh.server import TrieHHServer
+from simulations.audit_cli import add_audit_arguments
 
 from .helpers import lowercase_codec, population_of
 
@@ -267,8 +268,8 @@ def test_local_hashing_is_audited_exactly_given_the_hash_function(name: str, lab
 
 
 def test_conditional_audit_catches_a_leaky_bucket_and_a_value_dependent_seed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fedhh.oracles.local_hashing import LocalHashing
     from fedhh.audits.ldp import audit_oracle
+    from fedhh.oracles.local_hashing import LocalHashing
 
     honest = LocalHashing.report_probabilities
     leaky_init = LocalHashing.__init__

@@ -27,18 +27,22 @@ import numpy as np
 import pytest
 
 from fedhh.config import load_config
-from fedhh.items import ItemCodec, get_alphabet
-from fedhh.population import Shard, Vocabulary
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols import PROTOCOLS
 from fedhh.protocols.base import ServerProtocol
-from fedhh.protocols.bitstogram import BitstogramRequest, BitstogramResponse, bit_positions
-from fedhh.protocols.mcm import MCMRequest, MCMResponse
-from fedhh.protocols.prefix_encoding import PrefixEncoding
-from fedhh.protocols.prefix_reports import user_levels
-from fedhh.protocols.rappor import BloomEncoder, RapporRequest, RapporResponse, user_cohorts, vocabulary_keys
-from fedhh.protocols.sfp import FragmentCodec, SFPRequest, SFPResponse, user_positions, vocabulary_values
-from fedhh.protocols.spm import SPMRequest, SPMResponse, segment_keys, segment_pairs, user_pairs
-from fedhh.randomness import KeyedRandomness
+from fedhh.protocols.bitstogram.messages import BitstogramRequest, BitstogramResponse
+from fedhh.protocols.common.prefix_encoding import PrefixEncoding
+from fedhh.protocols.common.value_reports import bit_positions
+from fedhh.protocols.mcm.messages import MCMRequest, MCMResponse
+from fedhh.protocols.prefix_search.reports import user_levels
+from fedhh.protocols.rappor.encoding import BloomEncoder, user_cohorts, vocabulary_keys
+from fedhh.protocols.rappor.messages import RapporRequest, RapporResponse
+from fedhh.protocols.sfp.encoding import FragmentCodec, user_positions, vocabulary_values
+from fedhh.protocols.sfp.messages import SFPRequest, SFPResponse
+from fedhh.protocols.spm.client import segment_keys, segment_pairs, user_pairs
+from fedhh.protocols.spm.messages import SPMRequest, SPMResponse
 from simulations.fast import drive
 from tests.test_oracle_device_spec import (
     FULL,

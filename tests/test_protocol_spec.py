@@ -24,12 +24,13 @@ import numpy as np
 import pytest
 
 from fedhh.config import BASE_SCHEMA, ConfigError, load_config, schema
+from fedhh.data.items import ItemCodec
+from fedhh.data.population import Shard
+from fedhh.data.prefixes import sum_histograms
 from fedhh.experiment import Experiment
-from fedhh.items import ItemCodec
-from fedhh.planning.sizing import SizeAnswer
-from fedhh.planning.sizing_cli import Sizing
-from fedhh.population import Shard
-from fedhh.prefixes import sum_histograms
+from fedhh.kernels.randomness import RandomnessSource
+from fedhh.planning.commands import Option, PlanCommand
+from fedhh.planning.sizing import SizeAnswer, Sizing
 from fedhh.privacy.report import NO_GUARANTEE, PrivacyReport
 from fedhh.protocols import (
     PROTOCOLS,
@@ -42,14 +43,12 @@ from fedhh.protocols import (
     Response,
     RoundRecord,
     ServerProtocol,
-    load_tool,
     protocol_module,
     register_protocol,
 )
+from fedhh.protocols.common.item_choice import choose_items
 from fedhh.protocols.messages import array_field
 from fedhh.protocols.registry import protocol_keys
-from fedhh.protocols.triehh import choose_items
-from fedhh.randomness import RandomnessSource
 from simulations.fast import run_fast
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,33 +145,14 @@ def check_counts(request: CountRequest, response: CountResponse, node: HeldUsers
         raise InvalidReply(f"CountResponse.counts: they add up to {int(response.counts.sum())} of {node.users} users")
 
 
-SPEC = register_protocol(
-    ProtocolSpec(
-        name="counting",
-        summary="exact item counts, for tests of the protocol seam (no privacy)",
-        build=lambda privacy, protocol, n_users, codec, seed: CountingServer(codec, n_users),
-        respond=respond,  # type: ignore[arg-type]
-        request_type=CountRequest,
-        response_type=CountResponse,
-        dropout_privacy="none to keep: the protocol has no guarantee",
-        check_reply=check_counts,  # type: ignore[arg-type]
-        planner=f"{__name__}:plan_counting",
-        plan_command=f"{__name__}:add_counting_plan_parser",
-        sizing=f"{__name__}:SIZING",
-    )
-)
-
-
 def plan_counting(n_users: int) -> dict[str, int]:
     """``fedhh plan counting``'s answer: the most items a run can publish."""
     return {"n_users": n_users, "most_items": n_users // MIN_COUNT}
 
 
-def add_counting_plan_parser(plans: argparse._SubParsersAction) -> None:
-    """``fedhh plan counting --users N``: prints :func:`plan_counting`'s answer as JSON."""
-    parser = plans.add_parser("counting", help="the most items a counting run can publish")
-    parser.add_argument("--users", type=int, required=True)
-    parser.set_defaults(func=lambda args: print(json.dumps(plan_counting(args.users))) or 0)
+# ``fedhh plan counting --users N``: prints :func:`plan_counting`'s answer as JSON.
+PLAN_COMMAND = PlanCommand("the most items a counting run can publish", (Option("--users", type=int, required=True),),
+                           lambda args: plan_counting(args.users))
 
 
 def size_counting(args: argparse.Namespace, on_step: object) -> SizeAnswer:
@@ -184,7 +164,24 @@ def size_counting(args: argparse.Namespace, on_step: object) -> SizeAnswer:
                       "smallest n holding MIN_COUNT holders", {"min_count": MIN_COUNT})
 
 
-SIZING = Sizing("Counting", 1, lambda parser: None, size_counting, lambda args, answer: {})
+SIZING = Sizing("Counting", 1, (), size_counting, lambda args, answer: {})
+
+
+SPEC = register_protocol(
+    ProtocolSpec(
+        name="counting",
+        summary="exact item counts, for tests of the protocol seam (no privacy)",
+        build=lambda privacy, protocol, n_users, codec, seed: CountingServer(codec, n_users),
+        respond=respond,  # type: ignore[arg-type]
+        request_type=CountRequest,
+        response_type=CountResponse,
+        dropout_privacy="none to keep: the protocol has no guarantee",
+        check_reply=check_counts,  # type: ignore[arg-type]
+        planner=plan_counting,
+        plan_command=PLAN_COMMAND,
+        sizing=SIZING,
+    )
+)
 
 
 def truth_above(experiment: Experiment) -> dict[str, int]:
@@ -207,17 +204,16 @@ def test_the_spec_alone_makes_a_protocol_selectable() -> None:
 def test_the_spec_names_the_planner_and_the_budget_split() -> None:
     """The planner is found through the spec alone; an LDP protocol's budget split is its spec's, and
     a protocol without one (no LDP reports) has none to split."""
-    from fedhh.planning.plan import plan
-    from fedhh.protocols import split_budget
+    from fedhh.protocols import plan, split_budget
 
     assert plan("counting", n_users=1000) == {"n_users": 1000, "most_items": 1000 // MIN_COUNT}
     assert SPEC.budget is None and PROTOCOLS["treehist"].budget is not None
     with pytest.raises(ValueError, match=r"no LDP budget split for 'counting'; allowed: \[.*'pem'.*'treehist'.*\]"):
         split_budget("counting", 1.0)
-    for name, spec in PROTOCOLS.items():  # every built-in planner and sizing loads from its reference
+    for name, spec in PROTOCOLS.items():  # every built-in spec holds its planner (and sizing, where it has one)
         if name != "counting":
-            assert callable(load_tool(spec.planner, name)), name
-            assert spec.sizing is None or load_tool(spec.sizing, name).title
+            assert callable(spec.planner), name
+            assert spec.sizing is None or spec.sizing.title
     assert all(PROTOCOLS[name].sizing for name in ("triehh", "pem", "treehist"))
 
 

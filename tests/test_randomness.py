@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedhh.randomness import (
+from fedhh.kernels.randomness import (
     GRID_USERS,
     KeyedRandomness,
     OsRandom,

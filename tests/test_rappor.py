@@ -11,25 +11,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedhh.audits.ldp import audit_reports
 from fedhh.config import ConfigError, load_config
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.items import ItemCodec, get_alphabet
-from fedhh.population import Shard, Vocabulary
-from fedhh.audits.ldp import audit_reports
-from fedhh.planning.plan import plan
-from fedhh.protocols.rappor import (
-    POPULATION_DICTIONARY_NOTE,
-    BloomEncoder,
-    RapporParameters,
-    RapporServer,
-    count_noise,
-    respond,
-    solve_normal,
-    vocabulary_keys,
-)
-from fedhh.bernoulli_bytes import REFINEMENT_WORDS
-from fedhh.randomness import KeyedRandomness
+from fedhh.kernels.bernoulli_bytes import REFINEMENT_WORDS
+from fedhh.kernels.randomness import KeyedRandomness
+from fedhh.protocols import plan
+from fedhh.protocols.rappor.analysis import count_noise
+from fedhh.protocols.rappor.client import respond
+from fedhh.protocols.rappor.encoding import BloomEncoder, vocabulary_keys
+from fedhh.protocols.rappor.parameters import POPULATION_DICTIONARY_NOTE
+from fedhh.protocols.rappor.server import RapporParameters, RapporServer, solve_normal
 from simulations.fast import drive, run_fast
 from tests.helpers import planted_runs
 

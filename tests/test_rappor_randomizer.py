@@ -7,24 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedhh.items import ItemCodec, get_alphabet
-from fedhh.population import Shard, Vocabulary
-from fedhh.bernoulli_bytes import REFINED_FROM
-from fedhh.packed_counts import group_bit_counts
-from fedhh.protocols import rappor
-from fedhh.protocols.rappor import (
-    REFINE_PURPOSE,
-    REPORT_PURPOSE,
-    BloomEncoder,
-    RapporParameters,
-    RapporRequest,
-    RapporServer,
-    cached_pair_positions,
-    decode,
-    respond,
-    vocabulary_keys,
-)
-from fedhh.randomness import KeyedRandomness
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
+from fedhh.kernels.bernoulli_bytes import REFINED_FROM
+from fedhh.kernels.packed_counts import group_bit_counts
+from fedhh.kernels.randomness import KeyedRandomness
+from fedhh.protocols.rappor import encoding as rappor_encoding
+from fedhh.protocols.rappor.client import respond
+from fedhh.protocols.rappor.encoding import BloomEncoder, cached_pair_positions, vocabulary_keys
+from fedhh.protocols.rappor.messages import RapporRequest
+from fedhh.protocols.rappor.parameters import REFINE_PURPOSE, REPORT_PURPOSE
+from fedhh.protocols.rappor.server import RapporParameters, RapporServer, decode
 
 CODEC = ItemCodec(get_alphabet("lowercase"), 1, 4)
 
@@ -120,7 +113,7 @@ def test_the_server_decodes_the_same_with_or_without_the_shards_hashed_pairs() -
     keys = vocabulary_keys(vocabulary)
     assert cached_pair_positions(request.encoder(), keys) is not None
     reused = decode(request.encoder(), response, keys, at_least=10)
-    rappor._PAIR_CACHE.clear()
+    rappor_encoding._PAIR_CACHE.clear()
     fresh = decode(request.encoder(), response, keys, at_least=10)
     for field in ("candidates", "estimates", "errors"):
         assert np.array_equal(getattr(reused, field), getattr(fresh, field))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedhh.sampling import InverseCdf, uniform_subset
+from fedhh.kernels.sampling import InverseCdf, uniform_subset
 
 P_MIN = 1e-4  # a fixed-seed test that passes is far above this; the biased samplers are far below
 

@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from fedhh.scratch import borrowed
+from fedhh.kernels.scratch import borrowed
 
 
 def test_a_released_array_is_lent_again_and_a_nested_borrow_gets_its_own() -> None:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy.special import ndtri
 
-from fedhh.protocols.pem_analysis import value_entries, zipf_frequencies
-from fedhh.protocols.selection_model import LevelCandidates, noise_threshold, survival
+from fedhh.protocols.prefix_search.pem_analysis import value_entries, zipf_frequencies
+from fedhh.protocols.prefix_search.selection_model import LevelCandidates, noise_threshold, survival
 
 DRAWS = 20_000
 APPROXIMATION = 0.02  # the refined normal approximation and 12 quadrature nodes, measured below 0.015

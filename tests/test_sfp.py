@@ -11,17 +11,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedhh.audits.ldp import audit_reports
 from fedhh.config import ConfigError, load_config
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.items import ItemCodec, get_alphabet
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles.histogram import Histogram
 from fedhh.oracles.sketches import SketchReports
-from fedhh.population import Shard, Vocabulary
-from fedhh.audits.ldp import audit_reports
-from fedhh.planning.plan import plan
-from fedhh.protocols.sfp import SFPParameters, SFPServer, respond, vocabulary_values
-from fedhh.randomness import KeyedRandomness
+from fedhh.protocols import plan
+from fedhh.protocols.sfp.client import respond
+from fedhh.protocols.sfp.encoding import vocabulary_values
+from fedhh.protocols.sfp.server import SFPParameters, SFPServer
 from simulations.fast import drive, run_fast
 
 SMALL_RUN = [

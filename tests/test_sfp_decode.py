@@ -9,13 +9,15 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from fedhh.items import ItemCodec, get_alphabet
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles import make_oracle
 from fedhh.oracles.sketches import SketchOracle
-from fedhh.population import Shard, Vocabulary
-from fedhh.protocols.report_mode import SIGNIFICANT, TOP_K
-from fedhh.protocols.sfp import SFPParameters, SFPServer, best_first, median, respond
-from fedhh.randomness import KeyedRandomness
+from fedhh.protocols.common.report_mode import SIGNIFICANT, TOP_K
+from fedhh.protocols.sfp.analysis import best_first, median
+from fedhh.protocols.sfp.client import respond
+from fedhh.protocols.sfp.server import SFPParameters, SFPServer
 
 
 def assert_same_floats(actual: np.ndarray, expected: np.ndarray) -> None:

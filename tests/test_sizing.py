@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from fedhh.config import load_config
-from fedhh.planning.plan import plan_triehh
-from fedhh.planning.sizing import _TrieHHFamily, size_treehist, size_triehh
-from fedhh.planning.treehist import plan_treehist, treehist_parameters
 from fedhh.privacy.triehh import PrivacyTargetError
-from fedhh.protocols.item_discovery import item_discovery
-from fedhh.protocols.prefix_encoding import ValueSpace
+from fedhh.protocols.common.prefix_encoding import ValueSpace
+from fedhh.protocols.prefix_search.item_discovery import item_discovery
+from fedhh.protocols.prefix_search.sizing import size_treehist
+from fedhh.protocols.prefix_search.treehist_plan import plan_treehist, treehist_parameters
+from fedhh.protocols.triehh.plan import plan_triehh
+from fedhh.protocols.triehh.sizing import _TrieHHFamily, size_triehh
 from simulations.cli import main
 from simulations.sizing import planted_population, size_by_recall, verify_item
-
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -110,8 +110,8 @@ def test_runs_at_the_answer_find_the_item_as_often_as_asked() -> None:
 
 
 def test_planted_population_holds_one_item_that_shares_no_first_bit() -> None:
-    from fedhh.protocols.item_discovery import bits_codec
-    from fedhh.protocols.prefix_encoding import PrefixEncoding
+    from fedhh.protocols.common.prefix_encoding import PrefixEncoding
+    from fedhh.protocols.prefix_search.item_discovery import bits_codec
 
     for bits in (40, 35, 14):
         codec = bits_codec(bits)

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles import Histogram, key_items, make_oracle
 from fedhh.oracles.direct import DirectReports
 from fedhh.oracles.sketches import SketchOracle, SketchReports
 from fedhh.oracles.unary import SPARSE_MAX_Q, UnaryReports
-from fedhh.randomness import KeyedRandomness
 
 Z = 5.0
 

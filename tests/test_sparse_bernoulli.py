@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedhh import sparse_bernoulli
-from fedhh.randomness import GRID_USERS, KeyedRandomness, RangeRandom, derive_key
-from fedhh.sparse_bernoulli import grid_set_bits
+from fedhh.kernels import sparse_bernoulli
+from fedhh.kernels.randomness import GRID_USERS, KeyedRandomness, RangeRandom, derive_key
+from fedhh.kernels.sparse_bernoulli import grid_set_bits
 
 Z = 5.0  # standard errors allowed in every statistical comparison
 Q = 214_748_365 / 2**32  # a realised 32-bit probability near 0.05

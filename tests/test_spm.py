@@ -10,16 +10,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedhh.audits.ldp import audit_oracle
 from fedhh.config import ConfigError, load_config
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.items import ItemCodec, get_alphabet
-from fedhh.population import Shard, Vocabulary
-from fedhh.audits.ldp import audit_oracle
-from fedhh.protocols.prefix_encoding import PrefixEncoding
-from fedhh.planning.plan import plan
-from fedhh.protocols.spm import SPMParameters, SPMServer, respond, segment_keys, stage_margins
-from fedhh.randomness import KeyedRandomness
+from fedhh.kernels.randomness import KeyedRandomness
+from fedhh.protocols import plan
+from fedhh.protocols.common.prefix_encoding import PrefixEncoding
+from fedhh.protocols.spm.client import respond, segment_keys
+from fedhh.protocols.spm.parameters import SPMParameters
+from fedhh.protocols.spm.plan import stage_margins
+from fedhh.protocols.spm.server import SPMServer
+
 from .helpers import flower_matches_fast, one_and_seven_shards, planted_runs
 
 SMALL_RUN = [

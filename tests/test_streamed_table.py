@@ -1,5 +1,5 @@
 """``fedhh population build`` from a user's own CSV or Parquet file, read a record batch at a time
-(:mod:`fedhh.streamed_table`): the same bytes as reading the file whole, in bounded memory."""
+(:mod:`fedhh.data.streamed_table`): the same bytes as reading the file whole, in bounded memory."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ import pyarrow.csv
 import pyarrow.parquet as pq
 import pytest
 
-import fedhh.streamed_table as streamed
+import fedhh.data.streamed_table as streamed
 from fedhh.config import build_config
+from fedhh.data.sources import FileSource
+from fedhh.data.store import write_shard, write_vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
-from fedhh.population_store import write_shard, write_vocabulary
 from fedhh.results import ResultsFolder
-from fedhh.sources import FileSource
 from simulations.population_build import build_population
 
 WORDS = ["apple", "banana", "cherry", "date", "fig", "grape", "kiwi", "lemon", "mango", "olive"]
@@ -175,7 +175,7 @@ LIMITED_BUILD = textwrap.dedent("""
     from fedhh.config import build_config
     from fedhh.experiment import item_codec
     from fedhh.results import ResultsFolder
-    from fedhh.sources import FileSource
+    from fedhh.data.sources import FileSource
     from simulations.population_build import build_population
     import pyarrow.csv, pyarrow.compute  # what either reading loads, before the limit
 

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from fedhh.data.sources import make_source
 from fedhh.experiment import Experiment
-from fedhh.sources import make_source
 from simulations.cli import main
 from simulations.deployment import descendants
 from simulations.fast import run_fast

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 from fedhh.config import load_config
+from fedhh.data.population import shard_bounds
 from fedhh.experiment import Experiment
 from fedhh.oracles import Histogram, make_oracle
-from fedhh.population import shard_bounds
 from fedhh.protocols import ProtocolResult
 from simulations.deployment import LocalDeployment
 from simulations.fast import run_fast

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 
 from fedhh.config import load_config
+from fedhh.data.items import ItemCodec, get_alphabet
+from fedhh.data.population import Shard, Vocabulary
 from fedhh.experiment import Experiment
-from fedhh.items import ItemCodec, get_alphabet
-from fedhh.population import Shard, Vocabulary
+from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles import Histogram
 from fedhh.oracles.count_sketch_hadamard import CountSketchHadamard, auto_sketch_shape
-from fedhh.protocols.prefix_encoding import PrefixEncoding
-from fedhh.protocols.prefix_reports import respond
-from fedhh.protocols.prefix_search import SearchParameters, level_shares
-from fedhh.protocols.treehist import TreeHistServer
-from fedhh.randomness import KeyedRandomness
+from fedhh.protocols.common.prefix_encoding import PrefixEncoding
+from fedhh.protocols.prefix_search.reports import respond
+from fedhh.protocols.prefix_search.search import SearchParameters, level_shares
+from fedhh.protocols.prefix_search.treehist import TreeHistServer
 from simulations.fast import drive, run_fast
 from tests.helpers import flower_matches_fast, one_and_seven_shards, planted_runs
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from fedhh.config import load_config
+from fedhh.data.population import PopulationCounts
 from fedhh.experiment import Experiment
-from fedhh.population import PopulationCounts
 from simulations.fast import run_fast
 
 RUN = [

@@ -72,12 +72,13 @@ from typing import Any, Literal
 import numpy as np
 from scipy.stats import beta, hypergeom
 
+from ..data.items import ItemCodec, get_alphabet
+from ..data.population import Shard, SingleItemShard, Vocabulary
 from ..errors import InputError
-from ..items import ItemCodec, get_alphabet
-from ..population import Shard, SingleItemShard, Vocabulary
-from ..protocols.triehh import TrieHHServer, respond
-from ..randomness import KeyedRandomness
+from ..kernels.randomness import KeyedRandomness
 from ..privacy.triehh import TrieHHParameters
+from ..protocols.triehh.client import respond
+from ..protocols.triehh.server import TrieHHServer
 
 DEFAULT_CONFIDENCE = 0.95
 Observable = Literal["trie", "server"]

@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import InputError
-from ..randomness import derive_key, splitmix64
+from ..kernels.randomness import derive_key, splitmix64
 from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support, check_kind, check_lengths, check_positive_int, index_bits
 from .device_spec import DeviceSpec
 from .hashing import MAX_RANGE, expand_seeds, hash_expanded, mix_keys

@@ -57,6 +57,6 @@ uniform over the `k - 1` others.
 popcount(r AND c) mod 2` (1 where `H[r, c] = -1`).
 * Public per-user draws (the same on every device and on the server, so they reveal nothing): \
 `public_uniform(seed, u) = (splitmix64(splitmix64(u XOR seed)) >> 11) / 2^53` for the global user id \
-`u` (the first draw of `fedhh.randomness.UserRandom`), and `public_index(seed, u, k) = \
+`u` (the first draw of `fedhh.kernels.randomness.UserRandom`), and `public_index(seed, u, k) = \
 floor(k public_uniform(seed, u))`, uniform in `[0, k)`.
 * "Uniform" draws are the device's own private randomness, independent of its value."""

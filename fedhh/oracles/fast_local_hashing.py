@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedhh.randomness import derive_key, splitmix64
+from fedhh.kernels.randomness import derive_key, splitmix64
 
 from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_kind, check_lengths, check_positive_int, index_bits
 from .device_spec import DeviceSpec

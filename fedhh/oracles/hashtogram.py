@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..randomness import derive_key, splitmix64
+from ..kernels.randomness import derive_key, splitmix64
 from .base import (
     FLAT_CELLS_LIMIT,
     FrequencyOracle,

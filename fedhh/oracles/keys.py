@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedhh.randomness import purpose_key, splitmix64
+from fedhh.kernels.randomness import purpose_key, splitmix64
 
 _ITEM_STREAM = purpose_key("fedhh.oracles.item-key")
 _ROW_STREAM = purpose_key("fedhh.oracles.row-key")

@@ -1,8 +1,8 @@
 """The only draws the client side makes: uniform floats, bounded integers and raw words.
 
 Every randomiser takes ``rng``: a ``numpy.random.Generator``, a
-:class:`fedhh.randomness.UserRandom` or :class:`fedhh.randomness.RangeRandom`
-(simulation) or an :class:`fedhh.randomness.OsRandom` (a device).  The
+:class:`fedhh.kernels.randomness.UserRandom` or :class:`fedhh.kernels.randomness.RangeRandom`
+(simulation) or an :class:`fedhh.kernels.randomness.OsRandom` (a device).  The
 simulation's kinds key each draw by (user, call number), so a randomiser must
 make the *same sequence of calls* whatever the shard holds: each call draws one value (or one
 fixed-width row) per user, and no call count may depend on the data or on the
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedhh.randomness import OsRandom, RangeRandom, UserRandom
+from fedhh.kernels.randomness import OsRandom, RangeRandom, UserRandom
 
 RandomSource = np.random.Generator | UserRandom | RangeRandom | OsRandom
 

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import numpy as np
 
 from fedhh.errors import InputError
-from fedhh.randomness import derive_key, splitmix64
+from fedhh.kernels.randomness import derive_key, splitmix64
 
 from .base import (
     FLAT_CELLS_LIMIT,
@@ -235,7 +235,7 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         the columns ``i >= |S_j|``, read by no candidate, are dropped.  Candidates sharing a
         symbol in a row read the same column, as they read the same cell of the full row.  The
         law is exact (the 32-bit thresholds, hence ``p'`` and ``q'``, depend on ε alone), up to the
-        sparse sampler's 53-bit truncation (:mod:`fedhh.sparse_bernoulli`); the sample differs
+        sparse sampler's 53-bit truncation (:mod:`fedhh.kernels.sparse_bernoulli`); the sample differs
         from :meth:`randomize_aggregate`'s, which draws all ``m`` columns.
 
         Sharding: the draws are a function of each user's global id and the call sequence

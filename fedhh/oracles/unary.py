@@ -30,9 +30,9 @@ Two client paths give the same statistics (the per-value support counts):
   independently per ``v``, which is what is sampled, in ``O(n + d)``.
   It is the same distribution, not the same sample.
 * ``randomize_aggregate`` (and ``randomize_aggregate_groups``) with a
-  :class:`fedhh.randomness.RangeRandom` and ``q' <=``
+  :class:`fedhh.kernels.randomness.RangeRandom` and ``q' <=``
   :data:`SPARSE_MAX_Q`: the counts of the set bits only
-  (:mod:`fedhh.sparse_bernoulli`), one call on the rng.  A user holding
+  (:mod:`fedhh.kernels.sparse_bernoulli`), one call on the rng.  A user holding
   ``v`` has ``d - 1`` "other" slots, an independent Bernoulli(``q'``) row
   walked by geometric gaps over a keyed grid, and slot ``c`` is its bit
   at column ``(v + 1 + c) mod d`` -- a bijection from the slots onto the
@@ -61,8 +61,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..randomness import GRID_USERS, RangeRandom
-from ..sparse_bernoulli import grid_pieces, row_divider
+from ..kernels.randomness import GRID_USERS, RangeRandom
+from ..kernels.sparse_bernoulli import grid_pieces, row_divider
 from .base import FLAT_CELLS_LIMIT, PureOracle, Support, check_groups, check_kind, check_lengths, group_members
 from .device_spec import DeviceSpec
 from .sampling import RandomSource, check_rng_batch, random_words

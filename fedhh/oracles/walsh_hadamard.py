@@ -11,7 +11,7 @@ import functools
 
 import numpy as np
 
-from ..blas import single_blas_thread
+from ..kernels.blas import single_blas_thread
 
 _PAIR_BLOCK = 1 << 20
 _KRONECKER_MAX = 1 << 12  # longest transform done as two matrix products (sides of at most 64): from 2^13 on

@@ -1,163 +1,24 @@
-"""``fedhh plan``: protocol parameters and expected utility from a privacy target.
+"""What the protocols' planners share (``fedhh plan NAME``).
 
 A planner takes a population size and a privacy target and returns a plain
 dict (JSON-ready): the derived parameters, the guarantee they carry, and
 what a run can be expected to find.  A protocol names its planner on its
 spec (``ProtocolSpec.planner``), so a protocol that lands later brings its
-own and :func:`plan` finds it there; nothing here needs to change.
-
-This module also generates the table of TrieHH parameters in
-``docs/privacy.md`` (:func:`triehh_table`, :func:`markdown_table`).
+own and :func:`fedhh.protocols.plan` finds it there; nothing here needs to
+change.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ..errors import InputError
-from ..protocols import PROTOCOLS, load_tool
-from ..privacy.triehh import PrivacyTargetError, solve_triehh, worst_case_discovery_rate
 
-Planner = Callable[..., dict[str, Any]]
+PLAN_FREQUENCIES = (0.0005, 0.001, 0.002, 0.005, 0.01)  # the item shares a plan reports a discovery rate for
 
-PLAN_FREQUENCIES = (0.0005, 0.001, 0.002, 0.005, 0.01)
 
 def check_frequencies(frequencies: Sequence[float]) -> None:
     """A plan's item shares must be in (0, 1]."""
     for frequency in frequencies:
         if not 0 < frequency <= 1:
             raise InputError(f"frequencies: each must be in (0, 1], got {frequency!r}")
-
-
-def plan(protocol: str, **target: Any) -> dict[str, Any]:
-    """The plan of ``protocol`` for ``target`` (keyword arguments of the planner its spec names)."""
-    spec = PROTOCOLS.get(protocol)
-    if spec is None or spec.planner is None:
-        allowed = sorted(name for name, other in PROTOCOLS.items() if other.planner is not None)
-        raise InputError(f"protocol.name: no planner for {protocol!r}; allowed: {allowed}")
-    planner: Planner = load_tool(spec.planner, f"the planner of {protocol!r}")
-    return planner(**target)
-
-
-def plan_triehh(
-    n_users: int,
-    epsilon: float,
-    delta: float,
-    max_rounds: int,
-    frequencies: Sequence[float] = PLAN_FREQUENCIES,
-) -> dict[str, Any]:
-    """θ and m for the target, the guarantee, and the worst-case discovery rate
-    of an item at each population frequency (Proposition 1: an item sharing
-    no prefix with any other, of the longest length L; real data does better).
-    """
-    params = solve_triehh(n_users, epsilon, delta, max_rounds)
-    check_frequencies(frequencies)
-    holders = [round(f * n_users) for f in frequencies]
-    rates = worst_case_discovery_rate(holders, n_users, params.batch_size, params.theta, max_rounds)
-    report = params.report()
-    return {
-        "protocol": "triehh",
-        "n_users": n_users,
-        "max_rounds": max_rounds,
-        "theta": params.theta,
-        "batch_size": params.batch_size,
-        "sampling_rate": params.sampling_rate,
-        "epsilon": params.epsilon,
-        "delta": params.delta,
-        "epsilon_per_round": params.epsilon / max_rounds,
-        "model": report.model,
-        "privacy": report.to_dict(),
-        "worst_case_discovery_rate": {f"{f:g}": float(r) for f, r in zip(frequencies, rates, strict=True)},
-    }
-
-
-
-def add_triehh_plan_parser(plans: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``plan triehh`` under the ``plan`` subcommands; its handler is the parser's ``func``."""
-    triehh = plans.add_parser("triehh", help="θ and batch size m from (n, ε, δ, L)")
-    triehh.add_argument("--users", type=int, required=True, help="population size n")
-    triehh.add_argument("--epsilon", type=float, required=True, help="target ε > 0")
-    triehh.add_argument("--delta", type=float, required=True, help="target δ in (0, 1)")
-    triehh.add_argument("--max-rounds", type=int, required=True,
-                        help="L: rounds, i.e. symbols of the longest item plus the end symbol")
-    triehh.add_argument("--json", action="store_true")
-    triehh.set_defaults(func=print_triehh_plan)
-    return triehh
-
-
-def print_triehh_plan(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    planned = plan_triehh(n_users=args.users, epsilon=args.epsilon, delta=args.delta, max_rounds=args.max_rounds)
-    if args.json:
-        print(json.dumps(planned, indent=2))
-        return 0
-    table = Table(title=f"TrieHH plan: n = {args.users:,}, L = {args.max_rounds} rounds")
-    table.add_column("quantity")
-    table.add_column("value", justify="right")
-    table.add_row("threshold θ", str(planned["theta"]))
-    table.add_row("batch size m", f"{planned['batch_size']:,}")
-    table.add_row("sampling rate m/n", f"{planned['sampling_rate']:.4g}")
-    table.add_row("ε (guaranteed)", f"{planned['epsilon']:.6g}")
-    table.add_row("δ (guaranteed)", f"{planned['delta']:.3g}")
-    for frequency, rate in planned["worst_case_discovery_rate"].items():
-        table.add_row(f"worst-case discovery, frequency {frequency}", f"{rate:.3f}")
-    console = Console()
-    console.print(table)
-    console.print(f"model: {planned['model']}")
-    return 0
-
-
-def add_plan_parsers(plan: argparse.ArgumentParser) -> None:
-    """``fedhh plan NAME`` for every registered protocol whose spec names a plan command."""
-    plans = plan.add_subparsers(dest="protocol", required=True)
-    for name, spec in PROTOCOLS.items():
-        if spec.plan_command is not None:
-            load_tool(spec.plan_command, f"the plan command of {name!r}")(plans)
-
-
-def triehh_table(
-    n_values: Sequence[int], epsilons: Sequence[float], delta: float, max_rounds: int, frequency: float = 0.001
-) -> list[dict[str, Any]]:
-    """One row per (n, ε): θ, m, the guarantee actually met, and the worst-case
-    discovery rate at ``frequency``; targets the solver refuses get ``None``s."""
-    rows = []
-    for n_users in n_values:
-        for epsilon in epsilons:
-            try:
-                planned = plan_triehh(n_users, epsilon, delta, max_rounds, (frequency,))
-            except PrivacyTargetError:
-                rows.append({"n_users": n_users, "target_epsilon": epsilon, "theta": None, "batch_size": None,
-                             "epsilon": None, "delta": None, "discovery": None})
-                continue
-            rows.append({
-                "n_users": n_users,
-                "target_epsilon": epsilon,
-                "theta": planned["theta"],
-                "batch_size": planned["batch_size"],
-                "epsilon": planned["epsilon"],
-                "delta": planned["delta"],
-                "discovery": planned["worst_case_discovery_rate"][f"{frequency:g}"],
-            })
-    return rows
-
-
-def markdown_table(rows: Sequence[dict[str, Any]], frequency: float = 0.001) -> str:
-    """``triehh_table`` rows as the Markdown table of ``docs/privacy.md``."""
-    lines = [
-        f"| n | target ε | θ | m | ε met | δ met | worst-case discovery at f = {frequency:g} |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        if row["theta"] is None:
-            lines.append(f"| {row['n_users']:,} | {row['target_epsilon']:g} | refused: m < θ | | | | |")
-            continue
-        lines.append(
-            f"| {row['n_users']:,} | {row['target_epsilon']:g} | {row['theta']} | {row['batch_size']:,} | "
-            f"{row['epsilon']:.4f} | {row['delta']:.2e} | {row['discovery']:.3f} |"
-        )
-    return "\n".join(lines)

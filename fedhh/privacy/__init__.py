@@ -1,7 +1,7 @@
 """Privacy accounting: the guarantee of a run, its composition over runs, and the ledger.
 
-Below the protocols (they report with it) and above nothing but the basics:
-no module here imports a protocol.  The tools that use protocols and
-accounting together -- planners, sizing, audits -- sit above both, in
-:mod:`fedhh.planning` and :mod:`fedhh.audits`.
+Below the protocols (they report with it) and above nothing but the basics
+and the oracles: no module here imports a protocol.  The protocols'
+planners and sizing (in their packages) and the audits (:mod:`fedhh.audits`)
+use protocols and accounting together.
 """

@@ -1,7 +1,13 @@
 """Heavy-hitter protocols: server state machines, client response functions, one spec each.
 
-Importing the package registers the built-in protocols (each module
-registers its own :class:`ProtocolSpec`), in the order their names are listed.
+This package holds what every protocol shares -- the contract (``base``),
+the wire declarations of messages (``messages``), the spec (``spec``), the
+registry (``registry``), the bits a user sends (``communication``) and the
+helpers several families share (``common``) -- and one package per
+protocol or family (``triehh``, ``prefix_search`` for PEM and TreeHist,
+``bitstogram``, ``spm``, ``mcm``, ``rappor``, ``sfp``).  Importing it
+registers the built-in protocols (each package registers its own
+:class:`ProtocolSpec`), in the order their names are listed.
 """
 
 from .base import (
@@ -13,13 +19,16 @@ from .base import (
     RoundRecord,
     ServerProtocol,
 )
-from .registry import PROTOCOLS, get_protocol, protocol_module, register_protocol, split_budget
-from .spec import HeldUsers, InvalidReply, ProtocolSpec, load_tool
+from .registry import PROTOCOLS, get_protocol, plan, protocol_module, register_protocol, split_budget
+from .spec import ContractText, HeldUsers, InvalidReply, ProtocolSpec
 
-from . import triehh, pem, treehist, bitstogram, spm, mcm, rappor, sfp  # noqa: E402,F401  (registers the built-in protocols, in this order)
+# isort: off
+from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp  # noqa: E402,F401  (registers them, in this order)
+# isort: on
 
 __all__ = [
     "ClientFunction",
+    "ContractText",
     "Discovery",
     "HeldUsers",
     "InvalidReply",
@@ -31,7 +40,7 @@ __all__ = [
     "RoundRecord",
     "ServerProtocol",
     "get_protocol",
-    "load_tool",
+    "plan",
     "protocol_module",
     "register_protocol",
     "split_budget",

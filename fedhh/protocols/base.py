@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from ..population import Shard, Vocabulary
+from ..data.population import Shard, Vocabulary
+from ..kernels.randomness import RandomnessSource
 from ..privacy.report import PrivacyReport
-from ..randomness import RandomnessSource
 from .messages import scalar_field
 
 ResponseT = TypeVar("ResponseT", bound="Response")

@@ -12,10 +12,11 @@ every process knows the same protocols.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-from ..config import Key
 from ..errors import InputError
 from ..privacy.ldp import BudgetSplit
+from ..schema import Key
 from .spec import ProtocolSpec
 
 PROTOCOLS: dict[str, ProtocolSpec] = {}
@@ -72,7 +73,6 @@ def protocol_names(builtin_only: bool = False) -> tuple[str, ...]:
     return tuple(name for name in PROTOCOLS if not builtin_only or not protocol_module(name))
 
 
-
 def split_budget(name: str, epsilon: float) -> BudgetSplit:
     """The per-report budgets of LDP protocol ``name`` for a per-user total ``epsilon``,
     by the rule its spec declares (``ProtocolSpec.budget``)."""
@@ -81,3 +81,13 @@ def split_budget(name: str, epsilon: float) -> BudgetSplit:
         allowed = sorted(other for other, declared in PROTOCOLS.items() if declared.budget is not None)
         raise InputError(f"protocol.name: no LDP budget split for {name!r}; allowed: {allowed}")
     return spec.budget.split(name, epsilon)
+
+
+def plan(name: str, **target: Any) -> dict[str, Any]:
+    """The plan of protocol ``name`` for ``target`` (keyword arguments of the planner its spec names:
+    ``ProtocolSpec.planner``, behind ``fedhh plan NAME``)."""
+    spec = PROTOCOLS.get(name)
+    if spec is None or spec.planner is None:
+        allowed = sorted(other for other, declared in PROTOCOLS.items() if declared.planner is not None)
+        raise InputError(f"protocol.name: no planner for {name!r}; allowed: {allowed}")
+    return spec.planner(**target)

@@ -22,12 +22,12 @@ A protocol is registered once, with one :class:`ProtocolSpec`
 * optionally, for an ε-LDP protocol, how each user's ε is divided among
   the reports the user sends (``budget``, read by the privacy report and
   :func:`fedhh.protocols.registry.split_budget`);
-* optionally, the tools above the protocols that serve it: its planner
-  (``planner``, behind ``fedhh plan NAME``) and its sizing (``sizing``,
-  behind ``fedhh size NAME``), and the derivation of the bits one user
-  sends over a run (``communication``, :mod:`fedhh.communication`), named
-  as ``"module:attribute"`` references so that the protocol imports none
-  of them and they load only when asked for (:func:`load_tool`).
+* optionally, the tools that serve it, each a part of its package: its
+  planner (``planner``) and the command behind ``fedhh plan NAME``
+  (``plan_command``), its sizing (``sizing``, behind ``fedhh size NAME``),
+  the derivation of the bits one user sends over a run (``communication``,
+  :mod:`fedhh.protocols.communication`), and what it adds to the message
+  contract for device implementers (``contract``, :class:`ContractText`).
 
 Nothing here knows a transport: ``strategies/`` carries any registered spec
 over Flower, ``simulations/fast.py`` over Ray or in process.
@@ -35,20 +35,21 @@ over Flower, ``simulations/fast.py`` over Ray or in process.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..errors import InputError
 from ..privacy.ldp import BudgetRule
 from .base import ClientFunction, Request, Response, RoundRecord, ServerProtocol
 
 if TYPE_CHECKING:
-    from ..config import Key
-    from ..items import ItemCodec
+    from ..data.items import ItemCodec
+    from ..planning.commands import PlanCommand, Planner
+    from ..planning.sizing import Sizing
+    from ..schema import Key
+    from .communication import Communication
 
 Section = Mapping[str, Any]
 # (privacy section, protocol section, n_users, item codec, seed) -> the run's server
@@ -110,6 +111,20 @@ def list_round_values(record: RoundRecord) -> str:
 
 
 @dataclass(frozen=True)
+class ContractText:
+    """What a protocol adds to the message contract (``docs/messages.md``, :mod:`strategies.contract`)
+    beyond its messages' declarations and its ``respond`` docstring, in Markdown.
+
+    Protocols of one family share one text, which the contract writes once;
+    a sentence or a section that several texts hold is written once too.
+    """
+
+    definitions: tuple[str, ...] = ()  # sentences added to the contract's Definitions
+    sections: Callable[[], list[tuple[str, str]]] | None = None  # (title, body) sections after the protocols'
+    oracle_notes: tuple[str, ...] = ()  # clauses added to the introduction of the oracles' device sides
+
+
+@dataclass(frozen=True)
 class ProtocolSpec:
     """One protocol, as every driver and transport sees it (see the module docstring)."""
 
@@ -127,32 +142,17 @@ class ProtocolSpec:
     describe_round: Callable[[RoundRecord], str] = list_round_values
     dense: Callable[[ItemCodec], DenseLayout] | None = None  # None: no secure aggregation
     budget: BudgetRule | None = None  # ε-LDP protocols: each user's ε among its reports
-    planner: str | None = None  # "module:function": plan(**target) -> dict, behind `fedhh plan NAME`
-    plan_command: str | None = None  # "module:function": adds `fedhh plan NAME` to the plan subparsers
-    sizing: str | None = None  # "module:attribute": its sizing tool (fedhh.planning.sizing.Sizing), `fedhh size NAME`
-    communication: str | None = None  # "module:function": (fresh server) -> fedhh.communication.Communication
+    planner: Planner | None = None  # plan(**target) -> dict (fedhh.protocols.plan)
+    plan_command: PlanCommand | None = None  # `fedhh plan NAME`
+    sizing: Sizing | None = None  # `fedhh size NAME`
+    communication: Callable[[ServerProtocol], Communication] | None = None  # from its fresh server
+    contract: ContractText | None = None  # its prose in the message contract beyond its messages
 
     def build_server(
         self, privacy: Section, n_users: int, codec: ItemCodec, seed: int, protocol: Section | None = None
     ) -> ServerProtocol:
         """The server of one run; ``protocol`` is the config's ``[protocol]`` section
-        (its documented defaults when not given)."""
+        (the defaults of this protocol's own keys when not given)."""
         if protocol is None:
-            from ..config import schema
-
-            protocol = {key: spec.default for key, spec in schema()["protocol"].items()}
+            protocol = {name: key.default for name, key in self.keys.items()}
         return self.build(privacy, protocol, n_users, codec, seed)
-
-
-def load_tool(reference: str, field: str) -> Any:
-    """The object a ``"module:attribute"`` reference of a spec names, imported now.
-
-    A spec names its tools by reference because they sit above the protocols
-    (they import them): a protocol module importing its planner would invert
-    the layers, and every device would pay for the planner's imports.
-    """
-    module, _, attribute = reference.partition(":")
-    try:
-        return getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError) as error:
-        raise InputError(f"{field}: cannot load {reference!r} ({error})") from None

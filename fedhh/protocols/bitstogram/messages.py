@@ -1,0 +1,61 @@
+"""Bitstogram's messages: the one round's request (public seeds and sizes) and the summed oracle statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...oracles.hashtogram import Hashtogram
+from ..base import Request, Response
+from ..messages import array_field, scalar_field
+
+
+@dataclass(frozen=True)
+class BitstogramRequest(Request):
+    """The one round: every public parameter a device needs to send its two reports."""
+
+    value_bits: int = scalar_field(minimum=1)  # m: bits of a value
+    buckets: int = scalar_field(minimum=2)  # T: channels, and the width of both Hashtogram oracles
+    rows: int = scalar_field(minimum=1)  # R: hash rows of the whole-value Hashtogram
+    bit_epsilon: float = scalar_field(minimum=0.0)  # ε of the (channel, bit) report
+    final_epsilon: float = scalar_field(minimum=0.0)  # ε of the whole-value report
+    channel_seed: int  # σ of the channel hash
+    partition_seed: int  # public seed of the users' bit positions
+    oracle_seed: int  # seed of both Hashtogram oracles
+
+    def bit_oracle(self) -> Hashtogram:
+        """The oracle of the (channel, bit) pairs: ``2T`` values, not hashed."""
+        return Hashtogram(self.bit_epsilon, 2 * self.buckets, rows=1, width=2 * self.buckets, seed=self.oracle_seed)
+
+    def final_oracle(self) -> Hashtogram:
+        """The oracle of whole values: ``R`` hashed rows of ``T`` buckets, median over rows ([Bassily17])."""
+        return Hashtogram(self.final_epsilon, 1 << 64, rows=self.rows, width=self.buckets, seed=self.oracle_seed,
+                          estimator="median")
+
+
+@dataclass(frozen=True)
+class BitstogramResponse(Response):
+    """A shard's summed oracle statistics: per bit position, and of the whole values; additive."""
+
+    bit_sums: np.ndarray = array_field("int64", ("B", "P"), minimum=None)  # [position, 2T] signed sums
+    bit_users: np.ndarray = array_field("int64", ("B",))  # reports per position
+    final_sums: np.ndarray = array_field("int64", ("F",), minimum=None)  # [R x T] signed sums, flat
+    final_users: np.ndarray = array_field("int64", ("R",))  # reports per row
+
+    @classmethod
+    def combine(cls, responses: Sequence[BitstogramResponse]) -> BitstogramResponse:
+        if not responses:
+            raise ValueError("combine needs at least one response")
+        if len({(r.round, r.bit_sums.shape, r.final_sums.shape) for r in responses}) != 1:
+            raise ValueError("cannot combine responses of different rounds or shapes")
+        return cls(
+            round=responses[0].round,
+            sampled_users=sum(r.sampled_users for r in responses),
+            responding_users=sum(r.responding_users for r in responses),
+            bit_sums=np.sum([r.bit_sums for r in responses], axis=0, dtype=np.int64),
+            bit_users=np.sum([r.bit_users for r in responses], axis=0, dtype=np.int64),
+            final_sums=np.sum([r.final_sums for r in responses], axis=0, dtype=np.int64),
+            final_users=np.sum([r.final_users for r in responses], axis=0, dtype=np.int64),
+        )

@@ -1,0 +1,56 @@
+"""RAPPOR's messages: the one round's request (the public encoding) and the summed Bloom-filter bit counts."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..base import Request, Response
+from ..messages import array_field, scalar_field
+from .encoding import BloomEncoder
+
+
+@dataclass(frozen=True)
+class RapporRequest(Request):
+    """Send your randomised Bloom filter (every public parameter a device needs)."""
+
+    epsilon: float = scalar_field(minimum=0.0)  # ε of the whole report (each bit: ε / 2h)
+    bloom_bits: int = scalar_field(minimum=2)  # m: bits of a Bloom filter
+    bloom_hashes: int = scalar_field(minimum=1)  # h: bits set per item
+    cohorts: int = scalar_field(minimum=1)  # C: cohorts, each with its own h hash functions
+    cohort_seed: int  # public seed of the users' cohorts
+    hash_seed: int  # σ_i = splitmix64(hash_seed + i) names hash i = c h + j
+
+    def encoder(self) -> BloomEncoder:
+        return _encoder(self.epsilon, self.bloom_bits, self.bloom_hashes, self.cohorts, self.hash_seed)
+
+
+@functools.lru_cache(maxsize=2)
+def _encoder(epsilon: float, bloom_bits: int, bloom_hashes: int, cohorts: int, hash_seed: int) -> BloomEncoder:
+    """One encoder per round and process: its hash functions are expanded once for every shard."""
+    return BloomEncoder(epsilon, bloom_bits, bloom_hashes, cohorts, hash_seed)
+
+
+@dataclass(frozen=True)
+class RapporResponse(Response):
+    """Per cohort, how many reports have each bit set (cohort-major), and how many reports there are."""
+
+    ones: np.ndarray = array_field("int64", ("B",))  # [cohort, bit]: reports with the bit set, cohort-major
+    reporters: np.ndarray = array_field("int64", ("C",))  # reports per cohort
+
+    @classmethod
+    def combine(cls, responses: Sequence[RapporResponse]) -> RapporResponse:
+        if not responses:
+            raise ValueError("combine needs at least one response")
+        if len({(r.round, r.ones.shape, r.reporters.shape) for r in responses}) != 1:
+            raise ValueError("cannot combine RAPPOR responses of different rounds or shapes")
+        return cls(
+            round=responses[0].round,
+            sampled_users=sum(r.sampled_users for r in responses),
+            responding_users=sum(r.responding_users for r in responses),
+            ones=np.sum([r.ones for r in responses], axis=0, dtype=np.int64),
+            reporters=np.sum([r.reporters for r in responses], axis=0, dtype=np.int64),
+        )
