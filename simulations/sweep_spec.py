@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from fedhh.config import ConfigError, FedhhConfig, Scalar, build_config, file_kind, read_config_text, schema
-from fedhh.data.sources import make_source, sampled_candidates
+from fedhh.data.sources import held_items_per_user, make_source, sampled_candidates
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
 from fedhh.kernels.randomness import derive_key
@@ -376,12 +376,13 @@ def _check_point(config: FedhhConfig, seed: int, solved: set[str]) -> None:
         users = source.n_users
     else:
         users = int(population["users"])
-        drawn_from = {key: value for key, value in population.items() if key not in ("users", "words_per_user")}
+        drawn_from = {key: value for key, value in population.items()
+                      if key not in ("users", "words_per_user", "concentration", "per_user")}
         vocabulary = _digest({"candidates": drawn_from, "codec": codec.describe(), "seed": seed})
         if vocabulary not in solved:  # one encoding check per vocabulary: drawing zipf's takes a while
             codec.require_memory_to_encode(sampled_candidates(population, codec, seed) or [])
             solved.add(vocabulary)
-        require_population_memory(users, words)
+        require_population_memory(users, held_items_per_user(population, codec))
     target = _digest({"protocol": config["protocol"], "privacy": config["privacy"], "users": users,
                       "codec": codec.describe()})
     if target in solved:
