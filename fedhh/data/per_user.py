@@ -38,18 +38,26 @@ def tie_break_words(key: np.uint64, users: np.ndarray, items: np.ndarray) -> np.
 
 def most_frequent_items(shard: Shard, key: np.uint64) -> np.ndarray:
     """Each local user's most frequent item id (``-1`` for a user holding nothing), ties broken by
-    :func:`tie_break_words` under ``key``: one pass over the shard's entries, no loop over users."""
+    :func:`tie_break_words` under ``key``: one pass over the shard's entries, no loop over users.
+
+    Each entry scores its count in the high 32 bits and the top 32 bits of its tie word in the
+    low ones (a user's count of one item is below 2^32 in any population fedhh can hold), so a
+    user's highest score is its most frequent item, ties going to the larger tie word; equal
+    scores (a tie of 32-bit words, about one chance in 4·10^9) go to the smaller item id.
+    """
     dtype = np.int32 if shard.vocabulary.size < 1 << 31 else np.int64
     if shard.one_item_per_user:
         return shard.item_of_user.astype(dtype, copy=False)
     held = np.diff(shard.item_offsets)
-    owner = np.repeat(np.arange(shard.n_users), held)
-    ties = tie_break_words(key, shard.first_user + owner, shard.item_ids)
-    # Sorted by user, then count, then tie word: each user's last entry is its most frequent item.
-    order = np.lexsort((ties, shard.item_counts, owner))
     holders = np.flatnonzero(held)
+    owner = np.repeat(np.arange(shard.n_users), held)
+    score = tie_break_words(key, shard.first_user + owner, shard.item_ids) >> np.uint64(32)
+    score |= np.asarray(shard.item_counts).astype(np.uint64) << np.uint64(32)
+    starts = shard.item_offsets[holders]
+    best = np.maximum.reduceat(score, starts) if starts.size else score[:0]
+    winners = np.flatnonzero(score == np.repeat(best, held[holders]))
     items = np.full(shard.n_users, -1, dtype=dtype)
-    items[holders] = shard.item_ids[order[shard.item_offsets[holders + 1] - 1]]
+    items[holders] = shard.item_ids[winners[np.searchsorted(winners, starts)]]
     return items
 
 
