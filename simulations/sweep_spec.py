@@ -80,6 +80,9 @@ NOT_SWEPT = (
     "privacy.ledger", "privacy.max_epsilon",
 )
 TRIAL_SEED_PURPOSE = "sweep.trial"
+# Config keys added after sweeps were first written: at their defaults they change no result, so
+# they stay out of a trial's key there, and re-running an earlier sweep finds its trials again.
+LATER_KEYS = ("population.concentration", "population.per_user", "population.exponential_rate")
 
 
 class SweepError(InputError):
@@ -173,7 +176,7 @@ class SweepSpec:
                 seed = trial_seed(point_seed, index)
                 trial_config = config.with_overrides({**FIXED_KEYS, "run.seed": seed})
                 population_seed = seed if self.redraw_population else point_seed
-                identity: dict[str, Any] = {"config": trial_config.to_dict(), "population_seed": population_seed,
+                identity: dict[str, Any] = {"config": _identity(trial_config), "population_seed": population_seed,
                                             "items": self.items}
                 if self.redraw_population:  # absent when false: the keys of shared-population sweeps never change
                     identity["redraw_population"] = True
@@ -181,6 +184,17 @@ class SweepSpec:
                                     self.items))
         _check_distinct(trials, points)
         return trials
+
+
+def _identity(config: FedhhConfig) -> dict[str, dict[str, Scalar]]:
+    """The config as a trial's key reads it: every key but those of :data:`LATER_KEYS` at their defaults."""
+    sections = config.to_dict()
+    known = schema()
+    for dotted in LATER_KEYS:
+        section, _, key = dotted.partition(".")
+        if sections[section][key] == known[section][key].default:
+            del sections[section][key]
+    return sections
 
 
 def trial_seed(seed: int, index: int) -> int:

@@ -27,7 +27,7 @@ from .population import PopulationSource, Shard, SingleItemShard
 
 PER_USER = ("all", "mode")
 MODE_TIES_PURPOSE = "population.mode_ties"
-REDUCE_CHUNK_USERS = 1 << 18  # users reduced at once: a chunk's items in CSR form stay a few tens of MB
+REDUCE_CHUNK_USERS = 1 << 18  # users built and reduced at once: a chunk's words exist at once, not all
 
 
 def tie_break_words(key: np.uint64, users: np.ndarray, items: np.ndarray) -> np.ndarray:

@@ -79,12 +79,13 @@ def polya_urn_words(
 def holding_probability(law: np.ndarray, words_per_user: int, concentration: float) -> np.ndarray:
     """``P(N_i >= 1)`` for every candidate ``i`` of ``law``: the chance that a user holds it (``α = 0``:
     independent draws)."""
-    law = np.asarray(law, dtype=np.float64)
-    if concentration == 0:
-        return -np.expm1(words_per_user * np.log1p(-np.minimum(law, 1.0)))
-    log_none = np.zeros_like(law)
-    for j in range(words_per_user):
-        log_none += np.log1p(-concentration * law / (concentration + j))
+    law = np.minimum(np.asarray(law, dtype=np.float64), 1.0)
+    with np.errstate(divide="ignore"):  # a candidate of probability 1: log(0), held by every user
+        if concentration == 0:
+            return -np.expm1(words_per_user * np.log1p(-law))
+        log_none = np.zeros_like(law)
+        for j in range(words_per_user):
+            log_none += np.log1p(-concentration * law / (concentration + j))
     return -np.expm1(log_none)
 
 
