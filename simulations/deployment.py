@@ -10,8 +10,9 @@ simulation finds and survives nodes that crash or stall; people use it
 spreading it over machines (``docs/deployment.md``).
 
 Every process is started in its own process group, so stopping it stops
-what it spawned too (Flower 1.41's SuperNode starts a ``flower-superexec``
-that starts one ``flwr-clientapp`` process per message).
+what it spawned too (Flower's SuperNode, 1.41 and 1.42, starts a
+``flower-superexec`` that starts one ``flwr-clientapp`` process per
+message).
 
 SuperNodes start fast by default (``docs/deployment.md``, "Time per
 round"): each is Flower's SuperNode with its idle poll capped at

@@ -3,7 +3,7 @@
 This is the deployment-faithful transport: the same ServerApp and ClientApp
 that ``flwr run`` loads, with every request and response encoded into
 Flower records and scheduled by Flower's simulation engine onto Ray actors;
-one virtual SuperNode per shard of users.  Flower 1.41's in-process entry
+one virtual SuperNode per shard of users.  Flower's in-process entry
 point is ``flwr.simulation.run_simulation`` (deprecated in favour of
 ``flwr run``, which needs a SuperLink process, but still supported); it
 gives the apps no run config, so the experiment's config is bound into

@@ -25,7 +25,7 @@ from fedhh.privacy.ledger import BudgetExceededError, Ledger
 from simulations.deployment import main as deploy
 from strategies.server_app import run_on_grid
 
-# Items of one letter: two rounds (a SuperNode of Flower 1.41 starts a process per message, seconds each here).
+# Items of one letter: two rounds (a SuperNode of Flower 1.41 or 1.42 starts a process per message, seconds each here).
 TINY = [
     'population.source="zipf"', "population.users=4000", "population.vocabulary=10", "population.item_length=1",
     "protocol.max_length=1", "privacy.epsilon=6.0", "privacy.delta=1e-6",
