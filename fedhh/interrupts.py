@@ -17,11 +17,19 @@ its Python objects, and Ray ends the process at the next one released).
 Inside :func:`stop_deferred` the first signal does not raise: it asks the
 block to end early (the block's own ``on_stop``) and is raised as
 :class:`Interrupted` when the block ends.
+
+Python runs a signal's handler in the main thread between two bytecodes,
+wherever they are: also inside a ``__del__`` method or a weak reference's
+callback (the import system runs some while modules load), where an
+exception cannot propagate and is dropped.  An :class:`Interrupted` dropped
+there would lose the stop, and later signals would only be noted; so it is
+sent again a moment later, to be raised where it can be.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -30,6 +38,7 @@ from types import FrameType
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+RESEND_DELAY = 0.05  # seconds before a stop signal whose exception Python dropped is sent again
 
 
 class Interrupted(KeyboardInterrupt):
@@ -79,6 +88,22 @@ class _Handler:
         for on_stop in reversed(self.deferring):
             on_stop()
 
+    def dropped(self, unraisable: Any) -> bool:
+        """Whether ``unraisable`` (what ``sys.unraisablehook`` gets) is the stop this handler raised, in a place
+        that dropped it; if so, the signal is sent again in a moment, to be raised again."""
+        stop = unraisable.exc_value
+        if not isinstance(stop, Interrupted) or stop.signum != self.received or self.pending is not None:
+            return False
+        self.received = None
+        resend = threading.Timer(RESEND_DELAY, self._resend, (stop.signum,))
+        resend.daemon = True
+        resend.start()
+        return True
+
+    def _resend(self, signum: int) -> None:
+        if self in _ACTIVE and self.received is None:
+            os.kill(os.getpid(), signum)
+
 
 _ACTIVE: list[_Handler] = []  # the handler of the innermost interruptible() block, if any
 
@@ -91,11 +116,19 @@ def interruptible() -> Iterator[None]:
         return
     handler = _Handler()
     previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    previous_hook = sys.unraisablehook
+
+    def unraisable(report: Any) -> None:
+        if not handler.dropped(report):
+            previous_hook(report)
+
+    sys.unraisablehook = unraisable
     _ACTIVE.append(handler)
     try:
         yield
     finally:
         _ACTIVE.remove(handler)
+        sys.unraisablehook = previous_hook
         for signum, action in previous.items():
             signal.signal(signum, action)
         _STOPPING.clear()

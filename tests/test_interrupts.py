@@ -248,6 +248,24 @@ def test_later_signals_are_noted_and_only_the_first_is_raised(capsys: pytest.Cap
     assert "SIGTERM received; still stopping" in capsys.readouterr().err
 
 
+class SignalledWhileDropped:
+    """An object whose ``__del__`` receives the signal: Python drops an exception raised there."""
+
+    def __del__(self) -> None:
+        deliver(signal.SIGINT)
+
+
+def test_a_stop_raised_where_python_drops_exceptions_is_raised_again(capsys: pytest.CaptureFixture[str]) -> None:
+    reached = []
+    with pytest.raises(Interrupted) as raised, interruptible():
+        SignalledWhileDropped()  # deleted at once: the handler runs inside __del__
+        reached.append(True)
+        for _ in range(2000):  # the signal comes again within RESEND_DELAY
+            time.sleep(0.001)
+    assert reached == [True] and raised.value.signum == signal.SIGINT
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
 def test_without_a_signal_the_block_runs_as_it_is_and_the_handlers_come_back() -> None:
     saved = stop_handlers()
     with stop_deferred():  # outside interruptible(): it installs its own handlers for the block
