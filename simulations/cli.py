@@ -35,7 +35,7 @@ from typing import NamedTuple
 from fedhh import __version__
 from fedhh.config import FedhhConfig, load_config
 from fedhh.errors import InputError, one_line
-from fedhh.interrupts import exit_status, interruptible
+from .interrupts import exit_status, interruptible
 from fedhh.results import ResultsFolder, to_json
 
 EXIT_FAILURE = 1

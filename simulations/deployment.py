@@ -52,7 +52,7 @@ from typing import IO
 
 from fedhh.config import FedhhConfig, Scalar, parse_override
 from fedhh.errors import InputError, one_line
-from fedhh.interrupts import exit_status, interruptible
+from .interrupts import exit_status, interruptible
 
 from .processes import descendants, processes
 from .supernode import IDLE_POLL

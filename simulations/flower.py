@@ -23,14 +23,14 @@ deprecated); unless ``verbose`` is set only their errors are shown, while
 fedhh's own round lines stay visible.  Ray is shut down afterwards if this
 call started it, so a run leaves no Ray processes behind.
 
-An interruption (Ctrl-C, SIGTERM: ``fedhh.interrupts``) must not cut
+An interruption (Ctrl-C, SIGTERM: ``simulations.interrupts``) must not cut
 Flower's engine short.  The engine runs in the main thread and, however it
 ends, shuts Ray down itself.  Interrupted while it waits for its worker
 threads, it shuts Ray down under those still waiting in ``ray.get`` for a
 ClientApp actor, which may then wait forever; interrupted inside that
 shutdown, it leaves Ray's driver half torn down, and Ray ends the process
 (exit status 1) the next time a Ray object is released.  So the signal is
-deferred for the length of the engine (``fedhh.interrupts.stop_deferred``):
+deferred for the length of the engine (``simulations.interrupts.stop_deferred``):
 it tells the ServerApp to stop (its waits for nodes end within a poll
 interval, and it returns without a result), the engine then ends as it
 does after any run, its workers finishing their current message and its
@@ -60,7 +60,7 @@ from fedhh.data.population import PopulationSource
 from fedhh.data.sources import SampledSource
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.interrupts import restore_stop_handlers, stop_deferred, stop_handlers, stop_requested
+from .interrupts import restore_stop_handlers, stop_deferred, stop_handlers, stop_requested
 from fedhh.privacy.charge import check_budget
 from fedhh.protocols import protocol_module
 from fedhh.results import ResultsFolder

@@ -8,7 +8,7 @@ run leaves no Ray processes behind.  A Ray that was already running (a
 cluster named by ``RAY_ADDRESS``, a caller's own session) is left as it is.
 
 ``ray.init`` replaces the process's SIGTERM handler with its own
-``sys.exit``; the handlers installed before (``fedhh.interrupts``) are put
+``sys.exit``; the handlers installed before (``simulations.interrupts``) are put
 back after it, so SIGTERM stops a run the same way as Ctrl-C.  Ray's C++
 failure-signal handler (its stack trace of a crash) is turned off, here and
 in the Ray processes started from here (``RAY_DISABLE_FAILURE_SIGNAL_HANDLER``,
@@ -22,7 +22,7 @@ The shutdown runs whenever Ray was started here, also after a ``ray.init``
 cut short by a signal (Ray may then have processes and a connected driver
 without calling itself initialised; ``ray.shutdown`` undoes both), and a
 stop signal arriving while it runs is held until it has finished
-(``fedhh.interrupts.stop_deferred``): a shutdown stopped half-way leaves
+(``simulations.interrupts.stop_deferred``): a shutdown stopped half-way leaves
 Ray's driver torn down underneath its Python objects, and Ray ends the
 process (exit status 1) at the next one released.
 A Ray stopped while it was still starting up can leave its raylet's agents
@@ -58,7 +58,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fedhh.errors import InputError
-from fedhh.interrupts import Interrupted, restore_stop_handlers, stop_deferred, stop_handlers
+from .interrupts import Interrupted, restore_stop_handlers, stop_deferred, stop_handlers
 
 from .processes import descendant_identities, stop_leftovers
 

@@ -16,7 +16,7 @@ of exiting 130.  Where the signal lands is made exact here: the run's
 result writer, which runs while the engine stops, sends it once the main
 thread is inside Ray's core-worker shutdown.
 
-The unit tests below check :func:`fedhh.interrupts.stop_deferred` with
+The unit tests below check :func:`simulations.interrupts.stop_deferred` with
 signals sent to this process.
 """
 
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from fedhh.interrupts import Interrupted, exit_status, interruptible, stop_deferred, stop_handlers, stop_requested
+from simulations.interrupts import Interrupted, exit_status, interruptible, stop_deferred, stop_handlers, stop_requested
 from fedhh.results import marked_files
 from simulations.processes import descendant_identities, still_running
 
@@ -143,7 +143,7 @@ SIGNAL_IN_RAY_SHUTDOWN = """
 import gc, linecache, os, signal, sys, threading, time
 import ray
 from fedhh.config import load_config
-from fedhh.interrupts import exit_status, interruptible
+from simulations.interrupts import exit_status, interruptible
 from simulations.flower import run_flower_simulation
 from simulations.ray_runtime import ray_runtime, run_init_args
 
