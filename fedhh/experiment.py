@@ -19,7 +19,7 @@ from . import __version__
 from .config import FedhhConfig
 from .data.items import ItemCodec, get_alphabet
 from .data.population import PopulationCounts, PopulationSource, Shard, check_shard_count
-from .data.sources import make_source, sampled_candidates
+from .data.sources import held_items_per_user, make_source, sampled_candidates
 from .kernels.randomness import KeyedRandomness
 from .metrics import Truth, utility_metrics
 from .privacy.report import PrivacyReport
@@ -53,7 +53,7 @@ def check_needs(config: FedhhConfig) -> None:
         return
     codec.require_memory_to_encode(candidates)
     n_users = int(population["users"])
-    require_population_memory(n_users, int(population["words_per_user"]))
+    require_population_memory(n_users, held_items_per_user(population, codec))
     check_shard_count(n_users, int(config["run"]["shards"]))
     get_protocol(config["protocol"]["name"]).build_server(
         config["privacy"], n_users, codec, seed, protocol=config["protocol"]
@@ -142,7 +142,7 @@ class Experiment:
     def _check_size(self, n_users: int) -> None:
         """What depends on the population size alone, before a sampled source encodes its vocabulary:
         the population's memory, the shard count, and the privacy target (:meth:`_solve`)."""
-        require_population_memory(n_users, int(self.config["population"]["words_per_user"]))
+        require_population_memory(n_users, held_items_per_user(self.config["population"], self.codec))
         check_shard_count(n_users, int(self.config["run"]["shards"]))
         self._solve(n_users)
 

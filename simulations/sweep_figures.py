@@ -37,6 +37,7 @@ SHARES = {DISCOVERY, "recall", "precision", "f1", "ncr"}  # metrics in [0, 1]: n
 LABELS = {
     "population.users": "users n", "privacy.epsilon": "target ε", "privacy.delta": "target δ",
     "population.words_per_user": "words per user", "protocol.unit_size": "unit size", "protocol.name": "protocol",
+    "population.per_user": "words a user keeps", "population.concentration": "concentration α (0: independent)",
     "protocol.top_k": "k (values reported)", "protocol.oracle": "oracle", "protocol.segment_length": "η",
     "population.path": "population", "epsilon": "ε", "delta": "δ", "n": "users n",
     "k": "K (true top K)", "frequency": "true frequency (share of users)", DISCOVERY: "discovery rate",

@@ -617,6 +617,13 @@ def _crossings(tables: SweepTables, groups: list[Group], curves: list[Curve]) ->
     return found
 
 
+def one_item_per_user(population: dict[str, Any]) -> bool:
+    """Whether every user of a sweep's population holds one item (what TrieHH's Proposition 1 assumes):
+    one word each, or each user's most frequent word alone (tables written before ``per_user`` existed
+    have every user's words)."""
+    return population["words_per_user"] == 1 or population.get("per_user", "all") == "mode"
+
+
 def _single_triehh_setting(tables: SweepTables, rows: np.ndarray) -> dict[str, Any] | None:
     """The one TrieHH setting (one item per user) shared by ``rows``, or None."""
     missing = [None] * tables.count
@@ -632,7 +639,7 @@ def _single_triehh_setting(tables: SweepTables, rows: np.ndarray) -> dict[str, A
     if protocol != "triehh" or theta is None:
         return None
     configs = {tables.rows["config"][i] for i in rows}
-    if {json.loads(text)["population"]["words_per_user"] for text in configs} != {1}:
+    if not all(one_item_per_user(json.loads(text)["population"]) for text in configs):
         return None
     return {"theta": theta, "batch_size": batch, "max_rounds": rounds, "n_users": n_users}
 
@@ -654,7 +661,7 @@ def _triehh_dense(
     settings = []
     for text in {tables.rows["config"][i] for i in rows}:
         config = json.loads(text)
-        if config["protocol"]["name"] != "triehh" or config["population"]["words_per_user"] != 1:
+        if config["protocol"]["name"] != "triehh" or not one_item_per_user(config["population"]):
             return None
         settings.append({"population.users": config["population"]["users"],
                          "privacy.epsilon": config["privacy"]["epsilon"], "privacy.delta": config["privacy"]["delta"],
