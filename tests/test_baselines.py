@@ -213,3 +213,13 @@ def test_baselines_give_one_result_for_any_sharding_and_on_flower(name: str, tmp
     assert len(one_and_seven_shards(settings)) == 20
     found, rounds = flower_matches_fast([*settings, 'run.driver="flower"'], tmp_path / "out")
     assert len(found) == 20 and rounds == 1
+
+
+def test_fedhh_audit_central_prints_the_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "central", "--users", "20", "--epsilon", "1", "--delta", "0.02", "--trials", "50000",
+                 "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["privacy"]["model"].startswith("central") and document["audit"]["violated"] is False
+    assert 0.8 < document["audit"]["epsilon_lower"] <= 1.0 and document["audit"]["delta_lower"] <= 0.02
+    assert main(["audit", "central", "--users", "20", "--epsilon", "1", "--delta", "0.5"]) == 2
+    assert "privacy.delta: δ = 0.5 is not below 1/n" in capsys.readouterr().err
