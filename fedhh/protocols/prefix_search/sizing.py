@@ -1,16 +1,16 @@
 """``fedhh size pem`` and ``fedhh size treehist``: the population in which an item of a given share is found.
 
-* **PEM**: the design ``fedhh plan pem`` chooses for ``n``, and the item's
-  chance to survive every level by the order-statistics model
-  (:mod:`fedhh.protocols.prefix_search.item_discovery`);
+* **PEM**: the best, at each ``n``, of the designs ``fedhh plan pem``
+  considers, by the item's chance to survive every level under the
+  order-statistics model (:mod:`fedhh.protocols.prefix_search.item_discovery`);
 * **TreeHist**: the levels ``fedhh plan treehist`` describes, the same model
   with threshold pruning and the final full-value pass.
 
-PEM's optimizer chooses its design for F1 over a Zipf population, and
-changes it with ``n``; sized through the optimizer, the answer jumped
-where the design changed (13,047 users at ε = 2.5, 690,871 at ε = 2 for
-one example).  So PEM's sizing searches over the designs themselves: every
-design the optimizer considers (:func:`~fedhh.protocols.prefix_search.pem_analysis.candidate_designs`,
+PEM's optimizer chooses its design for F1 over a Zipf population, not for
+one item, and changes it with ``n``; sized through the optimizer's design,
+the answer would sit where the design changes and jump with ε.  So PEM's
+sizing searches over the designs themselves: every design the optimizer
+considers (:func:`~fedhh.protocols.prefix_search.pem_analysis.candidate_designs`,
 within the query limit), and at each ``n`` the best of them for the item;
 the answer is the smallest ``n`` at which some design reaches the target
 (bisection over ``log n`` to 1%, :func:`fedhh.planning.sizing.size_by_analysis`),
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
 from ...planning.commands import Option, Options
@@ -41,6 +41,9 @@ from .pem_plan import DEFAULT_ORACLE as PEM_ORACLE
 from .pem_plan import pem_search_parameters, plan_pem
 from .search import TOP_K, SearchParameters
 from .treehist_plan import treehist_design, treehist_options, treehist_parameters
+
+if TYPE_CHECKING:
+    from .pem_analysis import PEMDesign
 
 COLLISION_ORACLES = ("flh", "cms", "hcms", "count-mean", "count-median", "count-min", "count-sketch")
 PEM_DEFINITION = (
@@ -76,7 +79,7 @@ def size_pem(
                          f"{value_bits} bits with {kept} candidates per step")
     plan_pem(1 << 20, epsilon, **design)  # refuses the options plan_pem refuses (ε no oracle takes, ...)
 
-    def search(users: int, chosen: Any) -> SearchParameters:
+    def search(users: int, chosen: PEMDesign) -> SearchParameters:
         return SearchParameters("pem", users, epsilon, "bits", chosen.start_length, tuple(chosen.segment_lengths),
                                 tuple(chosen.shares), options["oracle"], kept, top_k, TOP_K)
 
