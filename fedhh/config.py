@@ -27,7 +27,7 @@ MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; anything this lar
 # Shards are the unit of transport: each costs a fixed time per round (a
 # SuperNode's messages, an actor call).  Flower simulations are run with
 # thousands of SuperNodes (2,048 measured, benchmarks/RESULTS.md); beyond
-# that Flower 1.41's in-memory engine, which scans every message in flight
+# the in-memory engine of Flower 1.41 and 1.42, which scans every message in flight
 # for every node it polls, makes a round cost O(nodes^2): at 4,096 nodes
 # about 4x the 2,048-node round, at 10^5 (a typo for users) hours.
 MAX_SHARDS = 4096
