@@ -74,6 +74,7 @@ BASE_SCHEMA: dict[str, dict[str, Key]] = {
         "backend": Key(str, "auto", "fast driver backend (auto: Ray when RAY_ADDRESS names a cluster, else in-process)", ("auto", "inprocess", "ray")),
         "shards": Key(int, 8, "shards of users (Flower SuperNodes or Ray actors)", check=lambda v: 1 <= v <= MAX_SHARDS, constraint=f"in 1..{MAX_SHARDS:,} (and at most the number of users)"),
         "top_k": Key(int, 100, "K of the true top-K used by precision, F1 and NCR", check=lambda v: v >= 1, constraint=">= 1"),
+        "cap_to_top_k": Key(bool, False, "report at most run.top_k discoveries, the protocol's best by its own estimated counts (TrieHH: votes), so that protocols reporting everything above a threshold compare at a fixed K; recorded in the result's cap_to_top_k"),
         "evaluation": Key(bool, True, "write the exact ground truth (true counts and ranks, metrics) into the result's evaluation section; false for real data, which no guarantee covers there"),
         "federation": Key(str, "shards", "what each Flower SuperNode holds: a shard of the configured population, or one device user's own data (devices: n = population.users)", ("shards", "devices")),
         "round_timeout": Key(float, 120.0, "seconds a Flower round waits for replies; a node without a valid reply by then is counted late and its users' answers are lost", check=_positive, constraint="a finite number > 0"),

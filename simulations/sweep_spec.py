@@ -82,7 +82,9 @@ NOT_SWEPT = (
 TRIAL_SEED_PURPOSE = "sweep.trial"
 # Config keys added after sweeps were first written: at their defaults they change no result, so
 # they stay out of a trial's key there, and re-running an earlier sweep finds its trials again.
-LATER_KEYS = ("population.concentration", "population.per_user", "population.exponential_rate")
+LATER_KEYS = (
+    "population.concentration", "population.per_user", "population.exponential_rate", "run.cap_to_top_k", "protocol.noise",
+)
 
 
 class SweepError(InputError):
