@@ -29,7 +29,7 @@ class Truth:
     order: np.ndarray  # item ids by decreasing frequency (ties: lower id first)
 
     @classmethod
-    def from_counts(cls, items: list[str], frequency: np.ndarray, holders: np.ndarray) -> "Truth":
+    def from_counts(cls, items: list[str], frequency: np.ndarray, holders: np.ndarray) -> Truth:
         order = np.lexsort((np.arange(len(items)), -frequency))
         return cls(items, frequency, holders, order)
 

@@ -77,7 +77,7 @@ def cgroup_memory_limit() -> int | None:
         return None
     own: dict[str, str] = {}  # file system type -> the process's group in that hierarchy
     for line in groups:
-        hierarchy, controllers, group = (line.split(":", 2) + ["", ""])[:3]
+        hierarchy, controllers, group = [*line.split(":", 2), "", ""][:3]
         if hierarchy == "0" and not controllers:
             own["cgroup2"] = group
         elif "memory" in controllers.split(","):

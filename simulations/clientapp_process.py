@@ -109,7 +109,10 @@ class ClientAppProcess:
             # the same error reply flwr-clientapp sends: the server counts the node as failed
             code, reason = ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"{type(error)}:<'{error}'>"
             if isinstance(error, LoadClientAppError):
-                code, reason = ErrorCode.LOAD_CLIENT_APP_EXCEPTION, "An exception was raised when attempting to load `ClientApp`"
+                code, reason = (
+                    ErrorCode.LOAD_CLIENT_APP_EXCEPTION,
+                    "An exception was raised when attempting to load `ClientApp`",
+                )
             details = reason
             if message is not None:
                 reply = Message(Error(code=code, reason=reason), reply_to=message)

@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from fedhh.config import FedhhConfig
 from fedhh.data.population import PopulationCounts, Shard, check_shard_count
@@ -138,7 +138,7 @@ class RayShards:
     """
 
     MAX_RESTARTS = 3  # per actor and run; a shard that keeps dying fails the run
-    INIT_ARGS: dict[str, Any] = {"log_to_driver": False, "configure_logging": False, "logging_level": "ERROR"}
+    INIT_ARGS: ClassVar[dict[str, Any]] = {"log_to_driver": False, "configure_logging": False, "logging_level": "ERROR"}
 
     def __init__(self, config: FedhhConfig, num_shards: int) -> None:
         """Start one actor per shard; Ray must be running (:func:`~simulations.ray_runtime.ray_runtime`)."""

@@ -146,7 +146,9 @@ def run_flower_simulation(
         init_args = run_init_args(num_cpus, verbose)
         backend_config = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": init_args}
         with _quiet_unless(verbose), ray_runtime(**init_args):
-            population = SharedPopulation.put(experiment.source) if isinstance(experiment.source, SampledSource) else None
+            population = (
+                SharedPopulation.put(experiment.source) if isinstance(experiment.source, SampledSource) else None
+            )
             try:
                 run_simulation(
                     server_app=make_server_app(run_config, stop, prepared, progress=RoundProgress),
@@ -193,7 +195,7 @@ class _Writing(threading.Thread):
     def run(self) -> None:
         try:
             self._path = self._write()
-        except BaseException as error:  # noqa: BLE001  (raised by result(), in the driver's thread)
+        except BaseException as error:  # raised by result(), in the driver's thread
             self._error = error
 
     def result(self) -> Path | None:
@@ -221,7 +223,7 @@ class SharedPopulation:
     ref: Any = field(compare=False)  # ray.ObjectRef
 
     @classmethod
-    def put(cls, source: PopulationSource) -> "SharedPopulation":
+    def put(cls, source: PopulationSource) -> SharedPopulation:
         import ray
 
         ref = ray.put(source)

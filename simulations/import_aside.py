@@ -27,7 +27,7 @@ class ImportAside(threading.Thread):
     def run(self) -> None:
         try:
             self._module = importlib.import_module(self._name)
-        except BaseException as error:  # noqa: BLE001  (raised by module(), in the thread that needs it)
+        except BaseException as error:  # raised by module(), in the thread that needs it
             self._error = error
 
     def module(self) -> ModuleType:

@@ -78,7 +78,9 @@ def _source(flat_config: tuple[tuple[str, Any], ...]) -> PopulationSource:
     return make_source(config["population"], item_codec(config), int(config["run"]["seed"]))
 
 
-def _build_shard(flat_config: tuple[tuple[str, Any], ...], index: int, num_shards: int, staging: str) -> PopulationCounts:
+def _build_shard(
+    flat_config: tuple[tuple[str, Any], ...], index: int, num_shards: int, staging: str
+) -> PopulationCounts:
     """Build stored shard ``index`` into ``staging``; return its true counts (all that goes back)."""
     source = _source(flat_config)
     shard = source.build_shard(index, num_shards)
@@ -129,7 +131,9 @@ def build_population(
         source: PopulationSource = StreamedTableSource(population["path"], codec, staging)  # one pass, spilled
     else:
         source = make_source(population, codec, int(config["run"]["seed"]))  # the vocabulary; checks the config
-    num_shards = stored_shard_count(source.n_users, shards, source.rows if isinstance(source, StreamedTableSource) else 0)
+    num_shards = stored_shard_count(
+        source.n_users, shards, source.rows if isinstance(source, StreamedTableSource) else 0
+    )
     workers = min(workers or default_workers(), num_shards)
     flat = tuple(sorted(config.to_flat().items()))
     from .progress import task_progress

@@ -35,7 +35,7 @@ class RoundProgress:
             )
             self._task = self._progress.add_task("", total=server.max_rounds)
 
-    def __enter__(self) -> "RoundProgress":
+    def __enter__(self) -> RoundProgress:
         if self._progress is not None:
             self._progress.start()
         return self

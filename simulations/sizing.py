@@ -122,7 +122,9 @@ def verify_item(
             raise ValueError("verify_item: TrieHH needs its privacy target (ε, δ, L)")
         epsilon, delta, max_rounds = privacy
         if max_rounds < 2:
-            raise InputError(f"--max-rounds: --verify needs an item of at least one character, so L >= 2, got {max_rounds}")
+            raise InputError(
+                f"--max-rounds: --verify needs an item of at least one character, so L >= 2, got {max_rounds}"
+            )
         codec = ItemCodec(get_alphabet("lowercase"), 1, max_rounds - 1)
         params = solve_triehh(users, epsilon, delta, max_rounds)
 
@@ -147,7 +149,7 @@ def verify_item(
     for trial in range(trials):
         run_seed = seed + trial
         randomness = KeyedRandomness(run_seed)
-        result = drive(server(run_seed), lambda request: [respond(request, shard, randomness)])
+        result = drive(server(run_seed), lambda request, randomness=randomness: [respond(request, shard, randomness)])
         found += any(discovery.item == item for discovery in result.discoveries)
         if progress is not None:
             progress(trial + 1, trials)

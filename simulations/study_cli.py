@@ -146,7 +146,8 @@ def _sweep(args: argparse.Namespace) -> int:
     folder = escape(str(outcome.folder))
     console.print(
         f"[bold]sweep[/] {outcome.total} trials: {outcome.computed} run now ({outcome.failed} failed), "
-        f"{outcome.skipped} done before, {outcome.not_run} not run; {outcome.seconds:.1f} s; {escape(one_line(outcome.status))}"
+        f"{outcome.skipped} done before, {outcome.not_run} not run; {outcome.seconds:.1f} s; "
+        f"{escape(one_line(outcome.status))}"
     )
     if outcome.rows is None:
         console.print("[bold]tables[/] not rebuilt: the folder cannot be written")
@@ -179,8 +180,14 @@ def _sweep_summary(outcome: Any, csv: bool, status: int) -> dict[str, Any]:
         "folder": str(folder),
         "tables": tables,  # null: not rebuilt, the folder cannot be written
         "rows": outcome.rows,
-        "trials": {"total": outcome.total, "run_now": outcome.computed, "failed_now": outcome.failed,
-                   "done_before": outcome.skipped, "not_run": outcome.not_run, "failed_in_tables": outcome.failed_total},
+        "trials": {
+            "total": outcome.total,
+            "run_now": outcome.computed,
+            "failed_now": outcome.failed,
+            "done_before": outcome.skipped,
+            "not_run": outcome.not_run,
+            "failed_in_tables": outcome.failed_total,
+        },
         "errors": [{"error": error, "trials": count} for error, count in outcome.errors.most_common()],
         "status": outcome.status,
         "seconds": outcome.seconds,

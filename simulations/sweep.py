@@ -22,6 +22,7 @@ disk); the tables are rebuilt at the end, also after Ctrl-C.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import math
 import multiprocessing
@@ -32,7 +33,6 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent import futures
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -40,7 +40,12 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import (
-    BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 
 from fedhh.errors import InputError
@@ -283,7 +288,7 @@ class SweepProgress:
             note = f"({skipped} done before)" if skipped else ""
             self._task = self._progress.add_task(note, total=total, failures=0)
 
-    def __enter__(self) -> "SweepProgress":
+    def __enter__(self) -> SweepProgress:
         if self._progress is not None:
             self._progress.start()
         return self
@@ -319,7 +324,9 @@ def run_sweep(
     started = time.perf_counter()
     trials = spec.expand()
     with SweepFolder.claim(output, spec) as folder:
-        executor = make_executor(workers or default_workers(), ray_address)  # a cluster that cannot be reached writes nothing
+        executor = make_executor(
+            workers or default_workers(), ray_address
+        )  # a cluster that cannot be reached writes nothing
         try:
             executor.place(trials)  # nor does a population on disk that no node of the cluster holds
         except BaseException:

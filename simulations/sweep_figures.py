@@ -168,7 +168,9 @@ def draw(plot: Plot) -> Any:
     handles = list(legend.values()) if plot.hue else []
     grey = "0.3"
     if unbinned:
-        handles.append(Line2D([], [], color=grey, marker="o", ls="", ms=3, label="each item: share of its trials found"))
+        handles.append(
+            Line2D([], [], color=grey, marker="o", ls="", ms=3, label="each item: share of its trials found")
+        )
     else:
         handles.append(Line2D([], [], color=grey, marker="o", ms=3.5, label="simulated: mean over trials"))
         for method in plot.methods:

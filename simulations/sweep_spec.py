@@ -401,7 +401,9 @@ def _check_population_path(path: str, source: str) -> None:
     except FileNotFoundError:
         raise InputError(f"population.path: {path!r} does not exist") from None
     except (OSError, ValueError) as error:
-        raise InputError(f"population.path: cannot read {path!r} ({getattr(error, 'strerror', None) or error})") from None
+        raise InputError(
+            f"population.path: cannot read {path!r} ({getattr(error, 'strerror', None) or error})"
+        ) from None
     if source == "file" and not stat.S_ISREG(mode):
         raise InputError(f"population.path: {path!r} is {file_kind(mode)}, not a regular file")
 

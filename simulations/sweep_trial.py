@@ -56,7 +56,7 @@ class TrialRecord:
         return {"key": self.key, "row": self.row, "items": self.items}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrialRecord":
+    def from_dict(cls, data: dict[str, Any]) -> TrialRecord:
         return cls(str(data["key"]), dict(data["row"]), dict(data["items"]))
 
 

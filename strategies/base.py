@@ -90,7 +90,7 @@ class _PendingRound:
 class RoundDisplay(Protocol):
     """What shows a run's rounds as they are absorbed (e.g. ``simulations.progress.RoundProgress``)."""
 
-    def __enter__(self) -> "RoundDisplay": ...
+    def __enter__(self) -> RoundDisplay: ...
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
@@ -121,7 +121,7 @@ class RoundAggregation(Protocol):
 
     label: str  # for the strategy's summary line
 
-    def run_round(self, strategy: "ProtocolStrategy", server_round: int, grid: Grid) -> MetricRecord | None:
+    def run_round(self, strategy: ProtocolStrategy, server_round: int, grid: Grid) -> MetricRecord | None:
         """Ask the round's nodes, absorb the sum of what came back, return the round's metrics."""
 
 
@@ -130,7 +130,7 @@ class PlainAggregation:
 
     label = "replies checked one by one"
 
-    def run_round(self, strategy: "ProtocolStrategy", server_round: int, grid: Grid) -> MetricRecord | None:
+    def run_round(self, strategy: ProtocolStrategy, server_round: int, grid: Grid) -> MetricRecord | None:
         messages = strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid)
         replies, pushed = exchange(grid, list(messages), strategy.round_timeout, strategy.stop)
         strategy.count_undelivered(pushed)
@@ -265,7 +265,11 @@ class ProtocolStrategy(Strategy):
                 participation.failed.append(shard.shard_index)
                 participation.reasons[shard.shard_index] = last_line(reply.error.reason)
                 LOGGER.warning(
-                    "round %d: shard %d (node %d) failed: %s", server_round, shard.shard_index, node, last_line(reply.error.reason)
+                    "round %d: shard %d (node %d) failed: %s",
+                    server_round,
+                    shard.shard_index,
+                    node,
+                    last_line(reply.error.reason),
                 )
                 continue
             try:
@@ -275,14 +279,22 @@ class ProtocolStrategy(Strategy):
                 participation.reasons[shard.shard_index] = str(error)
                 self._notices[node] = f"round {server_round}: the server refused your reply: {error}"
                 LOGGER.warning(
-                    "round %d: rejected the reply of shard %d (node %d): %s", server_round, shard.shard_index, node, error
+                    "round %d: rejected the reply of shard %d (node %d): %s",
+                    server_round,
+                    shard.shard_index,
+                    node,
+                    error,
                 )
         for node in pending.asked:
             if node not in seen:
                 shard = self.federation.members[node].shard_index
                 participation.late.append(shard)
                 LOGGER.warning(
-                    "round %d: no reply from shard %d (node %d) within %g s", server_round, shard, node, self.round_timeout
+                    "round %d: no reply from shard %d (node %d) within %g s",
+                    server_round,
+                    shard,
+                    node,
+                    self.round_timeout,
                 )
         participation.answered = len(responses)
         return None, self.absorb_round(server_round, responses, participation)
@@ -442,7 +454,12 @@ class ProtocolStrategy(Strategy):
         if not nodes:
             raise FederationError(f"no device connected within run.connect_timeout = {self.connect_timeout:g} s")
         messages = [
-            Message(content=SHARD_QUERY_CODEC.encode(ShardQuery()), dst_node_id=node, message_type=SHARD_INFO_MESSAGE, group_id="shards")
+            Message(
+                content=SHARD_QUERY_CODEC.encode(ShardQuery()),
+                dst_node_id=node,
+                message_type=SHARD_INFO_MESSAGE,
+                group_id="shards",
+            )
             for node in nodes
         ]
         # Each node builds its shard now: on a loaded machine that takes long, but as long as
@@ -469,7 +486,7 @@ class ProtocolStrategy(Strategy):
         if problems and self.federation_kind == SHARDS:
             raise FederationError("shard query: " + "; ".join(problems[node] for node in sorted(problems)))
         self.federation = admit(infos, self.n_users, self.num_shards, self.federation_kind)
-        for node, problem in sorted({**problems, **self.federation.refused}.items()):
+        for _node, problem in sorted({**problems, **self.federation.refused}.items()):
             LOGGER.warning("left out of the federation: %s", problem)
         LOGGER.info(
             "%d node(s) admitted, holding %d of %d users",

@@ -220,7 +220,9 @@ class _OneRound(LegacyStrategy):
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list[Any]:
         return []
 
-    def aggregate_evaluate(self, server_round: int, results: list[Any], failures: list[Any]) -> tuple[None, dict[str, Any]]:
+    def aggregate_evaluate(
+        self, server_round: int, results: list[Any], failures: list[Any]
+    ) -> tuple[None, dict[str, Any]]:
         return None, {}
 
     def evaluate(self, server_round: int, parameters: Parameters) -> None:

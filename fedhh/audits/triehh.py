@@ -106,7 +106,7 @@ class Estimate:
     lower: float
     upper: float
 
-    def complement(self) -> "Estimate":
+    def complement(self) -> Estimate:
         return Estimate(1.0 - self.mean, 1.0 - self.upper, 1.0 - self.lower)
 
 
@@ -309,7 +309,7 @@ class _Sampler:
     weights: np.ndarray
 
     @classmethod
-    def build(cls, params: TrieHHParameters, holders: int, with_target: bool) -> "_Sampler":
+    def build(cls, params: TrieHHParameters, holders: int, with_target: bool) -> _Sampler:
         n_users = params.n_users + int(with_target)
         proposal = proposal_holders(params, holders) + int(with_target)
         holders += int(with_target)
@@ -487,7 +487,9 @@ def audit_run(
     if observe not in OBSERVABLES:
         raise InputError(f"observe: got {observe!r}; allowed: {list(OBSERVABLES)}")
     if params.max_rounds < 2:
-        raise InputError(f"max_rounds: the run audit needs an item of >= 1 symbol, i.e. L >= 2, got {params.max_rounds}")
+        raise InputError(
+            f"max_rounds: the run audit needs an item of >= 1 symbol, i.e. L >= 2, got {params.max_rounds}"
+        )
     started = time.perf_counter()
     swept = run_holders(params, delta, observe) if holders is None else _check_holders(holders, params)
     events = []
@@ -566,7 +568,11 @@ def _exact_best_depth_event(params: TrieHHParameters, holders: int, delta: float
     for depth in range(1, params.max_rounds + 1):
         reach, reach_with = p_without**depth, p_with**depth
         for favoured, more, less in ((True, reach_with, reach), (False, 1 - reach, 1 - reach_with)):
-            score = math.log((more - delta) / less) if more > delta and less > 0 else (math.inf if more > delta else -math.inf)
+            score = (
+                math.log((more - delta) / less)
+                if more > delta and less > 0
+                else (math.inf if more > delta else -math.inf)
+            )
             if score > best[0]:
                 best = (score, depth, favoured)
     return best[1], best[2]
@@ -585,7 +591,7 @@ def _trials_needed(
         if mean <= 0 or not reached_favoured:
             return None
         moments.append((mean, float(terms.var(ddof=1)), bound))
-    (p_less, var_less, bound_less), (p_more, var_more, bound_more) = moments
+    (p_less, _, _), (p_more, _, _) = moments
     target = 0.5 * math.log(max(p_more - delta, 1e-300) / p_less)
     if target <= 0:
         return None
@@ -599,7 +605,9 @@ def _trials_needed(
     return None
 
 
-def _threshold_events(without: np.ndarray, with_: np.ndarray) -> list[tuple[str, Callable[[np.ndarray], np.ndarray], bool]]:
+def _threshold_events(
+    without: np.ndarray, with_: np.ndarray
+) -> list[tuple[str, Callable[[np.ndarray], np.ndarray], bool]]:
     """Candidate events "outcome >= t" (D' favoured) and "outcome < t" (D favoured)."""
     values = np.unique(np.concatenate([without, with_]))
     events = []

@@ -73,7 +73,7 @@ class SampledSource(PopulationSource):
         """The candidates' vocabulary and each candidate's item id (:meth:`Vocabulary.encode`)."""
         return Vocabulary.encode(candidates, codec)
 
-    def with_users(self, n_users: int) -> "SampledSource":
+    def with_users(self, n_users: int) -> SampledSource:
         """The same distribution over the same encoded vocabulary for ``n_users`` users (sweeps
         over the population size encode the vocabulary and index its prefixes once); the first
         ``min(n, n')`` users are the same in both."""
@@ -178,7 +178,12 @@ def _vocabulary_from_arrays(arrays: dict[str, np.ndarray], codec: ItemCodec) -> 
     """The vocabulary :func:`_vocabulary_arrays` stored (``ValueError`` if they do not fit together)."""
     rows, key_order = arrays["rows"], arrays["key_order"]
     items = cache.array_to_texts(arrays["items"], int(rows.shape[0]))
-    if rows.dtype != np.int64 or rows.ndim != 2 or rows.shape[1] != codec.max_rounds or key_order.shape != rows.shape[:1]:
+    if (
+        rows.dtype != np.int64
+        or rows.ndim != 2
+        or rows.shape[1] != codec.max_rounds
+        or key_order.shape != rows.shape[:1]
+    ):
         raise ValueError("a cached vocabulary's arrays do not fit its codec")
     kept, overlong, truncated, unknown = (int(count) for count in arrays["encoding"].tolist())
     return Vocabulary(items, rows, codec, EncodingReport(kept, overlong, truncated, unknown), key_order=key_order)
@@ -338,7 +343,7 @@ class FileSource(PopulationSource):
         if not items:
             raise InputError(f"population.path: {path!r} has no items")
         user_index, self.n_users = factorize([str(user) for user in users])
-        item_index, distinct_count = factorize(items)
+        item_index, _ = factorize(items)
         distinct = list(dict.fromkeys(items))
         try:
             self.vocabulary, candidate_item = Vocabulary.encode(distinct, codec)

@@ -189,7 +189,12 @@ def _walk(
 
 
 def _block_positions(
-    stream: np.random.Generator, length: int, probability: float, uniforms: np.ndarray, steps: np.ndarray, line: np.ndarray
+    stream: np.random.Generator,
+    length: int,
+    probability: float,
+    uniforms: np.ndarray,
+    steps: np.ndarray,
+    line: np.ndarray,
 ) -> Iterator[np.ndarray]:
     """Ascending positions below ``length`` of the 1s on a block's line walked with ``stream``
     (module docstring), in pieces of at most :data:`MAX_DRAW` (the stream is read in order, so

@@ -114,7 +114,9 @@ def check_groups(groups: Any, n_users: int, n_groups: Any) -> np.ndarray:
         )
     array = array.astype(np.int64, copy=False)
     if array.size and (int(array.min()) < -1 or int(array.max()) >= n_groups):
-        raise InputError(f"groups must be in [-1, {n_groups}), got values from {int(array.min())} to {int(array.max())}")
+        raise InputError(
+            f"groups must be in [-1, {n_groups}), got values from {int(array.min())} to {int(array.max())}"
+        )
     return array
 
 

@@ -107,7 +107,9 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
         with np.errstate(over="ignore"):
             self.function_seeds = splitmix64(base + np.arange(self.hash_functions, dtype=np.uint64))
         self.multipliers, self.offsets = expand_seeds(self.function_seeds)
-        self._row_starts = np.arange(self.hash_functions, dtype=np.uint64) * np.uint64(self.g)  # row j of the flat table
+        self._row_starts = np.arange(self.hash_functions, dtype=np.uint64) * np.uint64(
+            self.g
+        )  # row j of the flat table
         e = math.exp(self.epsilon)
         self.keep_probability = e / (e + self.g - 1)
         self.p = self.keep_probability

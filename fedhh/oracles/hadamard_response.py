@@ -30,6 +30,7 @@ block: ``O(n + K log b)``, the cheapest of all the oracles.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -170,7 +171,7 @@ class HadamardResponse(HistogramFlatForm, FrequencyOracle[HadamardResponseReport
         starts = np.flatnonzero(np.r_[True, sorted_blocks[1:] != sorted_blocks[:-1]]) if blocks.size else []
         bounds = np.r_[starts, blocks.size].astype(np.intp)
         shift = np.uint64(self.block_bits)
-        for first, last in zip(bounds[:-1], bounds[1:], strict=True):
+        for first, last in itertools.pairwise(bounds):
             block = sorted_blocks[first]
             low = block << shift
             lo = np.searchsorted(outputs.keys, low, side="left")

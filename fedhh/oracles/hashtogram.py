@@ -93,7 +93,8 @@ class HashtogramReports:
 
 @dataclass(frozen=True)
 class HashtogramStatistics:
-    """``sums[r, s]``: signed sum of the bits reported in row ``r`` at index ``s``; ``users[r]``: reports of row ``r``."""
+    """``sums[r, s]``: signed sum of the bits reported in row ``r`` at index ``s``;
+    ``users[r]``: reports of row ``r``."""
 
     sums: np.ndarray
     users: np.ndarray
@@ -173,18 +174,24 @@ class Hashtogram(FrequencyOracle[HashtogramReports, HashtogramStatistics]):
     def aggregate(self, reports: HashtogramReports) -> HashtogramStatistics:
         check_kind(self.name, reports, HashtogramReports, "reports")
         if len(reports) and (int(reports.rows.max()) >= self.rows or int(reports.indices.max()) >= self.width):
-            raise ValueError(f"{self.name}: reports must have rows in [0, {self.rows}) and indices in [0, {self.width})")
+            raise ValueError(
+                f"{self.name}: reports must have rows in [0, {self.rows}) and indices in [0, {self.width})"
+            )
         cells = reports.rows.astype(np.int64) * self.width + reports.indices
         signs = 1 - 2 * reports.negative.astype(np.int64)
         sums = np.bincount(cells, weights=signs, minlength=self.rows * self.width)
         users = np.bincount(reports.rows, minlength=self.rows)
-        return HashtogramStatistics(np.rint(sums).astype(np.int64).reshape(self.rows, self.width), users.astype(np.int64))
+        return HashtogramStatistics(
+            np.rint(sums).astype(np.int64).reshape(self.rows, self.width), users.astype(np.int64)
+        )
 
     def support(self, statistics: HashtogramStatistics, candidates: np.ndarray) -> Support:
         """``(W Z_r)[h_r(v)]`` for every row and candidate, shaped ``(rows, candidates)``."""
         check_kind(self.name, statistics, HashtogramStatistics, "statistics")
         if statistics.sums.shape != (self.rows, self.width):
-            raise ValueError(f"{self.name}: statistics.sums must have shape {(self.rows, self.width)}, got {statistics.sums.shape}")
+            raise ValueError(
+                f"{self.name}: statistics.sums must have shape {(self.rows, self.width)}, got {statistics.sums.shape}"
+            )
         candidates = self._values(candidates, "candidates")
         columns = fwht(statistics.sums)
         index = np.arange(self.rows)[:, None]
@@ -200,7 +207,10 @@ class Hashtogram(FrequencyOracle[HashtogramReports, HashtogramStatistics]):
 
     def estimate_support(self, support: Support) -> np.ndarray:
         if support.counts.ndim != 2 or support.counts.shape[0] != self.rows:
-            raise ValueError(f"{self.name}: support.counts must have shape (rows={self.rows}, candidates), got {support.counts.shape}")
+            raise ValueError(
+                f"{self.name}: support.counts must have shape (rows={self.rows}, candidates), "
+                f"got {support.counts.shape}"
+            )
         reports = float(np.sum(support.n_users))
         if self.estimator == "median":
             per_row = support.counts * (self.rows / self.bias)
@@ -241,6 +251,8 @@ class Hashtogram(FrequencyOracle[HashtogramReports, HashtogramStatistics]):
         return (n_users / self.bias**2 - counts - (n_users - counts) * t**2 + colliding) / (1 - t) ** 2
 
     def report_probabilities(self, value: int, reports: HashtogramReports) -> np.ndarray:
-        honest = hadamard_parity(reports.indices.astype(np.uint64), self.buckets(reports.rows.astype(np.intp), np.uint64(value)))
+        honest = hadamard_parity(
+            reports.indices.astype(np.uint64), self.buckets(reports.rows.astype(np.intp), np.uint64(value))
+        )
         chosen = np.where(honest == reports.negative.astype(bool), self.keep_probability, 1 - self.keep_probability)
         return chosen / (self.rows * self.width)

@@ -33,8 +33,8 @@ from .direct import DirectEncoding
 from .fast_local_hashing import FastLocalHashing
 from .hadamard_mechanism import HadamardMechanism
 from .hadamard_response import HadamardResponse
-from .hashtogram import Hashtogram
 from .hashing import MAX_RANGE
+from .hashtogram import Hashtogram
 from .local_hashing import BinaryLocalHashing, OptimisedLocalHashing
 from .sketches import SketchOracle
 from .unary import OptimisedUnaryEncoding, SymmetricUnaryEncoding

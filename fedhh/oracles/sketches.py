@@ -213,7 +213,9 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         inner = self.inner.randomize_aggregate_groups(
             self.symbols(rows, values), inner_groups, int(n_groups) * self.rows, rng
         )
-        return [SketchStatistics(tuple(inner[group * self.rows : (group + 1) * self.rows])) for group in range(n_groups)]
+        return [
+            SketchStatistics(tuple(inner[group * self.rows : (group + 1) * self.rows])) for group in range(n_groups)
+        ]
 
     def randomize_support(self, values: np.ndarray, candidates: np.ndarray, rng: RandomSource) -> Support:
         """The candidates' support counts of the users' reports; over unary rows (CMS), only the
@@ -424,7 +426,9 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
             self._check_statistics(stats)
             row_estimates = np.empty(symbols.shape)
             for row, row_stats in enumerate(stats.rows):
-                row_estimates[row] = self.inner.estimate_support(self.inner.support(row_stats, all_symbols))[symbols[row]]
+                row_estimates[row] = self.inner.estimate_support(self.inner.support(row_stats, all_symbols))[
+                    symbols[row]
+                ]
             results.append(self._combine(row_estimates, np.array([row.n_users for row in stats.rows], dtype=np.int64)))
         return results
 
@@ -456,7 +460,9 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
             for row in range(self.rows):
                 symbols = hash_expanded(multipliers[row], offsets[row], block_keys, self.width)
                 if self.signed:
-                    symbols += hash_expanded(sign_multipliers[row], sign_offsets[row], block_keys, 2) * np.uint64(self.width)
+                    symbols += hash_expanded(sign_multipliers[row], sign_offsets[row], block_keys, 2) * np.uint64(
+                        self.width
+                    )
                 symbols = symbols.view(np.intp)  # below 2**32: the same numbers (numpy's fastest gather is by intp)
                 for index, table in enumerate(tables[row]):
                     if row == 0:

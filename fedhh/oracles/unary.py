@@ -179,7 +179,9 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         t_p, t_q = (np.uint32(threshold) for threshold in self.thresholds)
         for first in range(0, self.domain, 2 * _WORDS_PER_DRAW):
             width = min(2 * _WORDS_PER_DRAW, self.domain - first)
-            words = random_words(rng, n_users, -(-width // 2)).astype("<u8", copy=False)  # little-endian: low half first
+            words = random_words(rng, n_users, -(-width // 2)).astype(
+                "<u8", copy=False
+            )  # little-endian: low half first
             uniforms = words.view("<u4")[:, :width]
             block = uniforms < t_q
             own = np.flatnonzero((values >= first) & (values < first + width))
@@ -291,7 +293,9 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         counts = np.zeros(self.domain, dtype=np.int64)
         rows_per_block = max(1, (1 << 24) // max(self.domain, 1))
         for first in range(0, len(reports), rows_per_block):
-            counts += column_counts(np.unpackbits(reports.bits[first : first + rows_per_block], axis=1, count=self.domain))
+            counts += column_counts(
+                np.unpackbits(reports.bits[first : first + rows_per_block], axis=1, count=self.domain)
+            )
         return UnaryStatistics(counts, len(reports))
 
     def flat_size(self) -> int | None:

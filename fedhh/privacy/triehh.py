@@ -46,7 +46,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-
 from .report import EVALUATION_NOT_COVERED, NO_GUARANTEE, PUBLIC_INPUTS, Coverage, PrivacyReport
 from .validation import check_delta, check_epsilon, check_positive_int, check_users
 
@@ -300,7 +299,9 @@ def hypergeometric_survival(
         from scipy.stats import hypergeom
 
         return np.asarray(hypergeom.sf(k, total, successes, draws), dtype=np.float64)
-    k, total, successes, draws = np.broadcast_arrays(*(np.asarray(a, dtype=np.int64) for a in (k, total, successes, draws)))
+    k, total, successes, draws = np.broadcast_arrays(
+        *(np.asarray(a, dtype=np.int64) for a in (k, total, successes, draws))
+    )
     survival = np.where(k < np.maximum(draws - (total - successes), 0), 1.0, 0.0)
     inside = (k >= draws - (total - successes)) & (k >= 0) & (k < np.minimum(successes, draws))
     survival[inside] = _hypergeom_sf(k[inside], successes[inside], draws[inside], total[inside])

@@ -23,16 +23,16 @@ from .registry import PROTOCOLS, get_protocol, plan, protocol_module, register_p
 from .spec import ContractText, HeldUsers, InvalidReply, ProtocolSpec
 
 # isort: off
-from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp  # noqa: E402,F401  (registers them, in this order)
+from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp  # noqa: F401  (registers them, in this order)
 # isort: on
 
 __all__ = [
+    "PROTOCOLS",
     "ClientFunction",
     "ContractText",
     "Discovery",
     "HeldUsers",
     "InvalidReply",
-    "PROTOCOLS",
     "ProtocolResult",
     "ProtocolSpec",
     "Request",

@@ -27,8 +27,21 @@ def _power_of_two_or_auto(value: int) -> bool:
 
 
 KEYS: dict[str, Key] = {
-    "buckets": Key(int, 0, "Bitstogram: T, channels values are hashed into and width of its Hashtogram oracles; 0: the power of two at or above sqrt(n)", check=_power_of_two_or_auto, constraint="0 or a power of two >= 2"),
-    "hashtogram_rows": Key(int, 0, "Bitstogram: R, hash rows of the Hashtogram oracle that estimates whole values; 0: about ln n", check=lambda v: v >= 0, constraint=">= 0"),
+    "buckets": Key(
+        int,
+        0,
+        "Bitstogram: T, channels values are hashed into and width of its Hashtogram oracles; "
+        "0: the power of two at or above sqrt(n)",
+        check=_power_of_two_or_auto,
+        constraint="0 or a power of two >= 2",
+    ),
+    "hashtogram_rows": Key(
+        int,
+        0,
+        "Bitstogram: R, hash rows of the Hashtogram oracle that estimates whole values; 0: about ln n",
+        check=lambda v: v >= 0,
+        constraint=">= 0",
+    ),
     "top_k": TOP_K_KEY,  # shared with PEM/TreeHist: values reported at most
 }
 
@@ -84,7 +97,9 @@ class BitstogramParameters:
         return BUDGET.split(NAME, self.epsilon)
 
 
-def bitstogram_parameters(protocol: Mapping[str, Any], epsilon: float, n_users: int, value_bits: int) -> BitstogramParameters:
+def bitstogram_parameters(
+    protocol: Mapping[str, Any], epsilon: float, n_users: int, value_bits: int
+) -> BitstogramParameters:
     """A config's ``[protocol]`` section as Bitstogram's parameters (0: automatic)."""
     BUDGET.split(NAME, epsilon)  # refuses a per-user ε no report's oracle can take, naming privacy.epsilon
     return BitstogramParameters(

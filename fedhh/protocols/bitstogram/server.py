@@ -74,7 +74,9 @@ class BitstogramServer(ValueReportingServer):
         pairs = np.arange(2 * self.params.buckets, dtype=np.uint64)
         recovered = np.empty((self.params.buckets, self.params.value_bits), dtype=np.uint8)
         for position in range(self.params.value_bits):
-            statistics = HashtogramStatistics(response.bit_sums[position][None, :], response.bit_users[position : position + 1])
+            statistics = HashtogramStatistics(
+                response.bit_sums[position][None, :], response.bit_users[position : position + 1]
+            )
             estimates = oracle.estimate(statistics, pairs).reshape(self.params.buckets, 2)
             recovered[:, position] = estimates[:, 1] > estimates[:, 0]
         return recovered
@@ -112,4 +114,6 @@ def build_bitstogram(
     privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
 ) -> BitstogramServer:
     value_bits = PrefixEncoding("bits", codec).length
-    return BitstogramServer(bitstogram_parameters(protocol, float(privacy["epsilon"]), n_users, value_bits), codec, seed)
+    return BitstogramServer(
+        bitstogram_parameters(protocol, float(privacy["epsilon"]), n_users, value_bits), codec, seed
+    )

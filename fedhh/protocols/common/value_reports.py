@@ -141,7 +141,9 @@ class ValueReportingServer(ServerProtocol):
 
     def result(self) -> ProtocolResult:
         found = reported_discoveries(self.encoding, self._reported)
-        return ProtocolResult(self.name, found, [], self.trace, self.privacy_report(), self.describe(), self.stopped_because())
+        return ProtocolResult(
+            self.name, found, [], self.trace, self.privacy_report(), self.describe(), self.stopped_because()
+        )
 
     @property
     def trace(self) -> list[RoundRecord]:

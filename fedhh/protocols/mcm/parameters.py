@@ -22,7 +22,13 @@ BIT_PURPOSE = "mcm.bit-report"
 FULL_PURPOSE = "mcm.full-report"
 
 KEYS: dict[str, Key] = {
-    "channels": Key(int, 0, "MCM: h, channels values are hashed into; 0: ceil(k^1.5) ([Wang19] §VI-A)", check=lambda v: v == 0 or 2 <= v <= MAX_CHANNELS, constraint=f"0 or in 2..{MAX_CHANNELS:,}"),
+    "channels": Key(
+        int,
+        0,
+        "MCM: h, channels values are hashed into; 0: ceil(k^1.5) ([Wang19] §VI-A)",
+        check=lambda v: v == 0 or 2 <= v <= MAX_CHANNELS,
+        constraint=f"0 or in 2..{MAX_CHANNELS:,}",
+    ),
     "top_k": TOP_K_KEY,
 }
 

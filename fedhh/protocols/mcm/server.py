@@ -34,7 +34,9 @@ class MCMServer(ValueReportingServer):
     def __init__(self, params: MCMParameters, codec: ItemCodec, seed: int) -> None:
         super().__init__(params, codec, BUDGET.split(NAME, params.epsilon))
         self.bit_oracle = make_oracle(ORACLE, epsilon=self.split.parts[0][1], domain=2 * params.channels)
-        self.final_oracle = make_oracle(ORACLE, epsilon=self.split.parts[1][1], domain=self.encoding.domain(params.value_bits))
+        self.final_oracle = make_oracle(
+            ORACLE, epsilon=self.split.parts[1][1], domain=self.encoding.domain(params.value_bits)
+        )
         self.channel_seed = public_seed(seed, "mcm.channels")
         self.partition_seed = public_seed(seed, "mcm.partition")
         self._candidates: np.ndarray | None = None
@@ -86,6 +88,8 @@ class MCMServer(ValueReportingServer):
         }
 
 
-def build_mcm(privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int) -> MCMServer:
+def build_mcm(
+    privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
+) -> MCMServer:
     value_bits = PrefixEncoding("bits", codec).length
     return MCMServer(mcm_parameters(protocol, float(privacy["epsilon"]), n_users, value_bits), codec, seed)

@@ -28,19 +28,80 @@ from .search import ORACLE_PURPOSE, PrefixVariant, SearchParameters, level_share
 
 # The [protocol] keys of a prefix search, declared once for both variants.
 PREFIX_KEYS: dict[str, Key] = {
-    "encoding": Key(str, "bits", "PEM/TreeHist: values as bit strings (character codes) or as the codec's symbols", ("bits", "symbols")),
-    "oracle": Key(str, "auto", "PEM/TreeHist: frequency oracle of every level (auto: PEM olh, TreeHist count-sketch-hadamard)", ("auto", *ORACLE_NAMES)),
-    "start_length": Key(int, 0, "PEM/TreeHist: γ, units the first level adds to its segment (used when segment_length > 0)", check=lambda v: v >= 0, constraint=">= 0"),
-    "segment_length": Key(int, 0, "PEM/TreeHist: η, units each level adds; 0: PEM's optimizer chooses γ, η and the group split, TreeHist scans one unit per level", check=lambda v: v >= 0, constraint=">= 0 (0: automatic)"),
-    "candidates_per_step": Key(int, 32, "PEM/TreeHist: |C_i|, prefixes kept per level", check=lambda v: v >= 1, constraint=">= 1"),
+    "encoding": Key(
+        str,
+        "bits",
+        "PEM/TreeHist: values as bit strings (character codes) or as the codec's symbols",
+        ("bits", "symbols"),
+    ),
+    "oracle": Key(
+        str,
+        "auto",
+        "PEM/TreeHist: frequency oracle of every level (auto: PEM olh, TreeHist count-sketch-hadamard)",
+        ("auto", *ORACLE_NAMES),
+    ),
+    "start_length": Key(
+        int,
+        0,
+        "PEM/TreeHist: γ, units the first level adds to its segment (used when segment_length > 0)",
+        check=lambda v: v >= 0,
+        constraint=">= 0",
+    ),
+    "segment_length": Key(
+        int,
+        0,
+        "PEM/TreeHist: η, units each level adds; 0: PEM's optimizer chooses γ, η and the group split, "
+        "TreeHist scans one unit per level",
+        check=lambda v: v >= 0,
+        constraint=">= 0 (0: automatic)",
+    ),
+    "candidates_per_step": Key(
+        int, 32, "PEM/TreeHist: |C_i|, prefixes kept per level", check=lambda v: v >= 1, constraint=">= 1"
+    ),
     "top_k": TOP_K_KEY,
-    "selection": Key(str, "auto", "PEM/TreeHist: survivors of a level (auto: PEM top-k, TreeHist threshold)", ("auto", "top-k", "threshold")),
-    "threshold": Key(float, 0.0, "PEM/TreeHist: frequency (share of users) a prefix needs under threshold selection; 0: the noise level", check=lambda v: 0 <= v <= 1, constraint="in [0, 1]"),
-    "postprocess": Key(str, "base-pos", "PEM/TreeHist: consistency post-processing of the reported counts", tuple(POSTPROCESSORS)),
-    "collection": Key(str, "interactive", "PEM/TreeHist: one level per round, or every report in one round", ("interactive", "one-shot")),
-    "query_limit": Key(int, 1_048_576, "PEM optimizer: most frequency-oracle queries over all levels", check=lambda v: v >= 1, constraint=">= 1"),
-    "sketch_rows": Key(int, 0, "PEM/TreeHist sketch oracles: rows (TreeHist: hash pairs t); 0: automatic", check=lambda v: v >= 0, constraint=">= 0"),
-    "sketch_width": Key(int, 0, "PEM/TreeHist sketch oracles: width (TreeHist: m, a power of two); 0: automatic", check=lambda v: v >= 0, constraint=">= 0"),
+    "selection": Key(
+        str,
+        "auto",
+        "PEM/TreeHist: survivors of a level (auto: PEM top-k, TreeHist threshold)",
+        ("auto", "top-k", "threshold"),
+    ),
+    "threshold": Key(
+        float,
+        0.0,
+        "PEM/TreeHist: frequency (share of users) a prefix needs under threshold selection; 0: the noise level",
+        check=lambda v: 0 <= v <= 1,
+        constraint="in [0, 1]",
+    ),
+    "postprocess": Key(
+        str, "base-pos", "PEM/TreeHist: consistency post-processing of the reported counts", tuple(POSTPROCESSORS)
+    ),
+    "collection": Key(
+        str,
+        "interactive",
+        "PEM/TreeHist: one level per round, or every report in one round",
+        ("interactive", "one-shot"),
+    ),
+    "query_limit": Key(
+        int,
+        1_048_576,
+        "PEM optimizer: most frequency-oracle queries over all levels",
+        check=lambda v: v >= 1,
+        constraint=">= 1",
+    ),
+    "sketch_rows": Key(
+        int,
+        0,
+        "PEM/TreeHist sketch oracles: rows (TreeHist: hash pairs t); 0: automatic",
+        check=lambda v: v >= 0,
+        constraint=">= 0",
+    ),
+    "sketch_width": Key(
+        int,
+        0,
+        "PEM/TreeHist sketch oracles: width (TreeHist: m, a power of two); 0: automatic",
+        check=lambda v: v >= 0,
+        constraint=">= 0",
+    ),
 }
 
 
@@ -52,7 +113,9 @@ def search_parameters(
     ``auto`` and ``segment_length = 0`` take the variant's defaults; a
     ``default_segment`` of ``None`` asks the PEM optimizer.
     """
-    variant.budget.split(variant.name, epsilon)  # refuses a per-user ε no report's oracle can take, naming privacy.epsilon
+    variant.budget.split(
+        variant.name, epsilon
+    )  # refuses a per-user ε no report's oracle can take, naming privacy.epsilon
     oracle = variant.default_oracle if protocol["oracle"] == AUTO else str(protocol["oracle"])
     selection = variant.default_selection if protocol["selection"] == AUTO else str(protocol["selection"])
     encoding = PrefixEncoding(protocol["encoding"], codec)

@@ -114,7 +114,9 @@ def shard_counts(oracle: FrequencyOracle, statistics: object, candidates: np.nda
     return support.counts.ravel(), np.atleast_1d(support.n_users)
 
 
-def decode_counts(oracle: FrequencyOracle, counts: np.ndarray, reporters: np.ndarray, candidates: np.ndarray) -> Support:
+def decode_counts(
+    oracle: FrequencyOracle, counts: np.ndarray, reporters: np.ndarray, candidates: np.ndarray
+) -> Support:
     """The candidates' support from the (summed) counts of :func:`shard_counts`."""
     if not answers_with_support(oracle, candidates.size):
         return oracle.support(oracle.from_flat(counts, reporters), candidates)

@@ -332,7 +332,11 @@ def optimize_pem(
     search under the model would cost a hundred times more).
     """
     check_positive_int(query_limit, "protocol.query_limit")
-    kept = model.top_k if candidates_per_step is None else check_positive_int(candidates_per_step, "protocol.candidates_per_step")
+    kept = (
+        model.top_k
+        if candidates_per_step is None
+        else check_positive_int(candidates_per_step, "protocol.candidates_per_step")
+    )
     designs = candidate_designs(model.space, kept, query_limit, start_lengths)
     if not designs:
         raise InputError(

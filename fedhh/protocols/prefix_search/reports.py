@@ -69,7 +69,9 @@ MODES: tuple[str, ...] = (LEVEL, FINAL, COLLECT)
 LEVEL_PURPOSE = "prefix.level-report"
 FINAL_PURPOSE = "prefix.final-report"
 ITEM_PURPOSE = "prefix.item"
-USERS_PER_BLOCK = 1 << 15  # users drawn and randomised at once: bounds a block's memory (CMS: 1 KB of words a user a call)
+USERS_PER_BLOCK = (
+    1 << 15
+)  # users drawn and randomised at once: bounds a block's memory (CMS: 1 KB of words a user a call)
 CACHED_LEVEL_USERS = 1 << 22  # largest range whose users' levels are kept between rounds
 LEVELS_AT_ONCE = 1 << 14  # users whose levels are hashed in one pass
 
@@ -366,7 +368,9 @@ def _summed_counts(
     if oracle.flat_size() is None:
         statistics = functools.reduce(operator.add, (oracle.randomize_aggregate(block, rng) for block, rng in batches))
         return shard_counts(oracle, statistics, candidates)
-    support = functools.reduce(operator.add, (oracle.randomize_support(block, candidates, rng) for block, rng in batches))
+    support = functools.reduce(
+        operator.add, (oracle.randomize_support(block, candidates, rng) for block, rng in batches)
+    )
     return support.counts.ravel(), np.atleast_1d(support.n_users)
 
 

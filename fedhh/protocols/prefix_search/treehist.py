@@ -44,8 +44,7 @@ TREEHIST = PrefixVariant(
     default_segment=PAPER_SEGMENT,
     budget=BudgetRule(
         (("prefix at a uniformly chosen level", 0.5), ("full string", 0.5)),
-        "Bassily et al., Practical Locally Private Heavy Hitters (TreeHist); "
-        "even split as in Cormode et al.'s survey",
+        "Bassily et al., Practical Locally Private Heavy Hitters (TreeHist); even split as in Cormode et al.'s survey",
     ),
     planner=plan_treehist,
     plan_command=TREEHIST_PLAN,

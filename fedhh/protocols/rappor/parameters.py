@@ -21,10 +21,29 @@ PACKED_WORD = np.dtype("<u8")  # a packed report's words: bit b is bit b % 64 of
 CANDIDATES_PER_BLOCK = 4096  # candidates screened together
 
 RAPPOR_KEYS: dict[str, Key] = {
-    "bloom_bits": Key(int, 256, "RAPPOR: bits m of each Bloom filter", check=lambda v: 2 <= v <= 1 << 16, constraint="in 2..65536"),
-    "bloom_hashes": Key(int, 2, "RAPPOR: hash functions h per cohort (bits an item sets)", check=lambda v: 1 <= v <= 16, constraint="in 1..16"),
-    "cohorts": Key(int, 512, "RAPPOR: cohorts C, user groups with their own hash functions", check=lambda v: 1 <= v <= 1 << 16, constraint="in 1..65536"),
-    "candidates": Key(str, "", "RAPPOR: candidate dictionary the server decodes against, a text file of one candidate per line; empty: the population's vocabulary, which a real deployment would not have"),
+    "bloom_bits": Key(
+        int, 256, "RAPPOR: bits m of each Bloom filter", check=lambda v: 2 <= v <= 1 << 16, constraint="in 2..65536"
+    ),
+    "bloom_hashes": Key(
+        int,
+        2,
+        "RAPPOR: hash functions h per cohort (bits an item sets)",
+        check=lambda v: 1 <= v <= 16,
+        constraint="in 1..16",
+    ),
+    "cohorts": Key(
+        int,
+        512,
+        "RAPPOR: cohorts C, user groups with their own hash functions",
+        check=lambda v: 1 <= v <= 1 << 16,
+        constraint="in 1..65536",
+    ),
+    "candidates": Key(
+        str,
+        "",
+        "RAPPOR: candidate dictionary the server decodes against, a text file of one candidate per line; "
+        "empty: the population's vocabulary, which a real deployment would not have",
+    ),
     "report": REPORT_KEY,  # shared with SFP
     "top_k": TOP_K_KEY,  # shared with PEM/TreeHist: K under protocol.report = "top_k"
 }

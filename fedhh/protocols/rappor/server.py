@@ -99,7 +99,9 @@ class RapporServer(ServerProtocol):
 
     def _set_dictionary(self, dictionary: Vocabulary) -> None:
         if dictionary.size == 0:
-            raise InputError(f"protocol.candidates: the dictionary ({self.dictionary_source}) holds no encodable candidate")
+            raise InputError(
+                f"protocol.candidates: the dictionary ({self.dictionary_source}) holds no encodable candidate"
+            )
         check_bloom_size(self.params.bloom_bits, self.params.cohorts, dictionary.size)
         self.dictionary = dictionary
 
@@ -227,7 +229,9 @@ def read_dictionary(path: str, codec: ItemCodec) -> Vocabulary:
     return vocabulary
 
 
-def decode(encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.ndarray, at_least: int = 0) -> Regression:
+def decode(
+    encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.ndarray, at_least: int = 0
+) -> Regression:
     """Bit estimates, screening, regression and the significance threshold (the package docstring).
 
     ``at_least``: the best-scored candidates regressed whatever their score
@@ -251,9 +255,13 @@ def decode(encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.n
             positions = known[first : first + CANDIDATES_PER_BLOCK]
         else:
             positions = encoder.positions(keys[:, None], all_cohorts[None, :])  # (K, C, h)
-        scores[first : first + keys.size] = centred.ravel().take(positions + cohort_rows).reshape(keys.size, -1).sum(axis=1)
+        scores[first : first + keys.size] = (
+            centred.ravel().take(positions + cohort_rows).reshape(keys.size, -1).sum(axis=1)
+        )
     spread = 1.4826 * float(np.median(np.abs(centred)))  # robust sd of a bit estimate: heavy bits stand out
-    screen = NormalDist().inv_cdf(1 - 1 / max(candidate_keys.size, 2)) * spread * math.sqrt(encoder.bloom_hashes * cohorts)
+    screen = (
+        NormalDist().inv_cdf(1 - 1 / max(candidate_keys.size, 2)) * spread * math.sqrt(encoder.bloom_hashes * cohorts)
+    )
     limit = min(max(1, bits * cohorts // 4), MAX_REGRESSED)
     ranked = np.argsort(-scores, kind="stable")
     chosen = np.sort(ranked[:limit])

@@ -19,13 +19,50 @@ USERS_PER_BLOCK = 1 << 17  # a multiple of fedhh.kernels.randomness.GRID_USERS
 SKETCH_ORACLES: tuple[str, ...] = ("cms", "hcms")
 
 SFP_KEYS: dict[str, Key] = {
-    "fragment_length": Key(int, 2, "SFP: symbols f of a fragment; must divide the item's symbols (max_length / unit_size)", check=lambda v: v >= 1, constraint=">= 1"),
-    "fragment_share": Key(float, 0.5, "SFP: share of ε on the fragment report, the rest on the full word", check=lambda v: 0 < v < 1, constraint="in the open interval (0, 1)"),
-    "word_pass": Key(bool, True, "SFP: also report the whole word through a second sketch (the optional full-string pass); false: the fragment report takes the whole ε"),
-    "fragment_candidates": Key(int, 64, "SFP: (fragment, hash) pairs kept per position, the best above the noise level (protocol.report = top_k: the best whatever their noise)", check=lambda v: v >= 1, constraint=">= 1"),
-    "words_reported": Key(int, 32, "SFP: most words reported, the best by the full-word estimate with a positive one (protocol.report = top_k: whatever their estimate)", check=lambda v: v >= 1, constraint=">= 1"),
-    "fragment_oracle": Key(str, "cms", "SFP: sketch oracle of both reports (cms: count-mean over OUE; hcms: over HM(1))", SKETCH_ORACLES),
-    "fragment_sketch_rows": Key(int, 16, "SFP: rows of both sketches", check=lambda v: 1 <= v <= 1 << 16, constraint="in 1..65536"),
-    "fragment_sketch_width": Key(int, 1024, "SFP: width of both sketches", check=lambda v: 2 <= v <= 1 << 20, constraint="in 2..1048576"),
+    "fragment_length": Key(
+        int,
+        2,
+        "SFP: symbols f of a fragment; must divide the item's symbols (max_length / unit_size)",
+        check=lambda v: v >= 1,
+        constraint=">= 1",
+    ),
+    "fragment_share": Key(
+        float,
+        0.5,
+        "SFP: share of ε on the fragment report, the rest on the full word",
+        check=lambda v: 0 < v < 1,
+        constraint="in the open interval (0, 1)",
+    ),
+    "word_pass": Key(
+        bool,
+        True,
+        "SFP: also report the whole word through a second sketch (the optional full-string pass); "
+        "false: the fragment report takes the whole ε",
+    ),
+    "fragment_candidates": Key(
+        int,
+        64,
+        "SFP: (fragment, hash) pairs kept per position, the best above the noise level "
+        "(protocol.report = top_k: the best whatever their noise)",
+        check=lambda v: v >= 1,
+        constraint=">= 1",
+    ),
+    "words_reported": Key(
+        int,
+        32,
+        "SFP: most words reported, the best by the full-word estimate with a positive one "
+        "(protocol.report = top_k: whatever their estimate)",
+        check=lambda v: v >= 1,
+        constraint=">= 1",
+    ),
+    "fragment_oracle": Key(
+        str, "cms", "SFP: sketch oracle of both reports (cms: count-mean over OUE; hcms: over HM(1))", SKETCH_ORACLES
+    ),
+    "fragment_sketch_rows": Key(
+        int, 16, "SFP: rows of both sketches", check=lambda v: 1 <= v <= 1 << 16, constraint="in 1..65536"
+    ),
+    "fragment_sketch_width": Key(
+        int, 1024, "SFP: width of both sketches", check=lambda v: 2 <= v <= 1 << 20, constraint="in 2..1048576"
+    ),
     "report": REPORT_KEY,  # shared with RAPPOR
 }

@@ -184,7 +184,9 @@ class SFPServer(ServerProtocol):
                 pieces[longest] = (keys[strongest], scores[strongest])
             grids = np.meshgrid(*[np.arange(keys.size) for keys, _ in pieces], indexing="ij")
             choice = [grid.ravel() for grid in grids]
-            fragments = np.stack([keys[pick] // HASH_VALUES for (keys, _), pick in zip(pieces, choice, strict=True)], axis=1)
+            fragments = np.stack(
+                [keys[pick] // HASH_VALUES for (keys, _), pick in zip(pieces, choice, strict=True)], axis=1
+            )
             scores = np.mean([s[pick] for (_, s), pick in zip(pieces, choice, strict=True)], axis=0)
             rows = self.fragments.unfragment(fragments.astype(np.int64))
             valid = self.fragments.encoding.reportable(rows)

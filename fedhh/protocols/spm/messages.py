@@ -22,7 +22,8 @@ class SPMRequest(Request):
     epsilon: float = scalar_field(minimum=0.0)  # ε of each report
     partition_seed: int  # public seed of the users' segment pairs
     patterns: np.ndarray = array_field("uint64", ("P",))  # pairs: C_0, C_1, ... concatenated
-    pattern_offsets: np.ndarray = array_field("int64", ("segments+1",))  # pairs: C_i = patterns[offsets[i]:offsets[i+1]]
+    # pairs: C_i = patterns[offsets[i]:offsets[i+1]]
+    pattern_offsets: np.ndarray = array_field("int64", ("segments+1",))
     candidates: np.ndarray = array_field("uint64", ("C",))  # final: keys of the candidate values
 
 

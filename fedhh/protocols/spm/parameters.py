@@ -26,7 +26,14 @@ SEGMENT_PURPOSE = "spm.segment-report"
 FULL_PURPOSE = "spm.full-report"
 
 KEYS: dict[str, Key] = {
-    "segment_bits": Key(int, 0, f"SPM: s, bits per segment (the last one shorter if s does not divide m); 0: the longest with g 2^s <= {AUTO_PATTERN_LIMIT:,}", check=lambda v: 0 <= v <= MAX_SEGMENT_BITS, constraint=f"in 0..{MAX_SEGMENT_BITS}"),
+    "segment_bits": Key(
+        int,
+        0,
+        "SPM: s, bits per segment (the last one shorter if s does not divide m); "
+        f"0: the longest with g 2^s <= {AUTO_PATTERN_LIMIT:,}",
+        check=lambda v: 0 <= v <= MAX_SEGMENT_BITS,
+        constraint=f"in 0..{MAX_SEGMENT_BITS}",
+    ),
     "top_k": TOP_K_KEY,
 }
 

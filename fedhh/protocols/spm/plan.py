@@ -42,7 +42,12 @@ def plan_spm(
     check_frequencies(frequencies)
     params = spm_parameters({"segment_bits": segment_bits, "top_k": top_k}, epsilon, n_users, value_bits)
     split = BUDGET.split(NAME, epsilon)
-    parameters = {"value_bits": value_bits, "segment_bits": params.segment_bits, "segments": params.segments, "top_k": top_k}
+    parameters = {
+        "value_bits": value_bits,
+        "segment_bits": params.segment_bits,
+        "segments": params.segments,
+        "top_k": top_k,
+    }
     return {
         "protocol": NAME, "n_users": n_users, "epsilon": epsilon, "delta": 0.0, **parameters,
         "segment_bounds": [int(b) for b in params.bounds],

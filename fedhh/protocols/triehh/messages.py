@@ -28,7 +28,7 @@ class TrieHHResponse(Response):
     votes: np.ndarray = array_field("int64", ("K",))  # votes for each prefix (at least 1 in an honest reply)
 
     @classmethod
-    def combine(cls, responses: Sequence["TrieHHResponse"]) -> "TrieHHResponse":
+    def combine(cls, responses: Sequence[TrieHHResponse]) -> TrieHHResponse:
         if not responses:
             raise ValueError("combine needs at least one response")
         rounds = {r.round for r in responses}
