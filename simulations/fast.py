@@ -63,8 +63,9 @@ def drive(
     on_round: Callable[[ServerProtocol], None] | None = None,
     clock: RunClock | None = None,
 ) -> ProtocolResult:
-    """Run a server to completion against a function returning the shards' responses;
-    ``clock`` (if given) accumulates the server's and the shards' time (:class:`RunClock`)."""
+    """Run a server to completion against a function returning the shards' responses (at least one,
+    summed by their class's ``combine``); ``clock`` (if given) accumulates the server's and the shards'
+    time (:class:`RunClock`)."""
     clock = clock if clock is not None else RunClock()
     while True:
         with clock.server():
@@ -74,7 +75,7 @@ def drive(
         with clock.shards():
             responses = answer(request)
         with clock.server():
-            server.absorb(server.response_type.combine(list(responses)))
+            server.absorb(type(responses[0]).combine(list(responses)))
         if on_round is not None:
             on_round(server)
     with clock.server():
@@ -202,7 +203,7 @@ def run_fast(
         server = experiment.make_server()
         clock = RunClock()
         rounds_started = time.perf_counter()
-        with RoundProgress(server, enabled=show_progress) as progress:
+        with RoundProgress(server, label=experiment.spec.name, enabled=show_progress) as progress:
             result = drive(server, holders.answer, progress.update, clock)
         rounds = time.perf_counter() - rounds_started
     timing = {"setup_s": setup, "rounds_s": rounds, "server_s": clock.server_s, "shards_s": clock.shards_s}

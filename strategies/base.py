@@ -168,11 +168,6 @@ class ProtocolStrategy(Strategy):
             raise InputError(f"run.federation: got {federation_kind!r}; allowed: {[SHARDS, DEVICES]}")
         if federation_kind == DEVICES and num_shards != n_users:
             raise InputError(f"a device federation has one shard per user: num_shards must be n = {n_users}")
-        if (server.request_type, server.response_type) != (spec.request_type, spec.response_type):
-            raise TypeError(
-                f"{server.name} exchanges {server.request_type.__name__}/{server.response_type.__name__}, "
-                f"the spec of {spec.name!r} declares {spec.request_type.__name__}/{spec.response_type.__name__}"
-            )
         for name, value in (("run.round_timeout", round_timeout), ("run.connect_timeout", connect_timeout)):
             if not value > 0:
                 raise InputError(f"{name}: must be > 0 seconds, got {value}")
@@ -204,7 +199,7 @@ class ProtocolStrategy(Strategy):
         LOGGER.info(
             "%s: %s over %d shard(s) (%s), %d users, at most %d rounds, round timeout %.0f s, %s",
             type(self).__name__,
-            self.server.name,
+            self.spec.name,
             self.num_shards,
             holds,
             self.n_users,
@@ -341,7 +336,7 @@ class ProtocolStrategy(Strategy):
         self.setup_seconds = time.perf_counter() - started
 
         result = Result()
-        label = f"{self.server.name} on Flower"
+        label = f"{self.spec.name} on Flower"
         display = _NoDisplay() if self.progress is None else self.progress(self.server, label=label)
         with display as progress:
             server_round = 0
@@ -365,7 +360,7 @@ class ProtocolStrategy(Strategy):
                 )
         LOGGER.info(
             "%s finished after %d round(s): %s",
-            self.server.name,
+            self.spec.name,
             server_round,
             self.server.result().stopped_because,
         )
@@ -437,7 +432,7 @@ class ProtocolStrategy(Strategy):
                 f"see the warnings above, and run.round_timeout = {self.round_timeout:g} s"
             )
         with self.clock.server():
-            self.server.absorb(self.server.response_type.combine(responses))
+            self.server.absorb(self.spec.response_type.combine(responses))
         return round_metrics(self.server.trace[-1], participation)
 
     def _connect(self, grid: Grid) -> None:

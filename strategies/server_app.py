@@ -236,9 +236,10 @@ def _run(
 def secure_aggregation(spec: ProtocolSpec, codec: ItemCodec, context: Context) -> SecureAggregation:
     """The SecAgg+ aggregation step of a protocol whose spec lays its responses out densely."""
     if spec.dense is None:
+        reason = f" ({spec.no_dense_reason})" if spec.no_dense_reason else ""
         raise ConfigError(
             f"run.secure_aggregation: protocol {spec.name!r} has no fixed-length layout to sum "
-            "securely; set run.secure_aggregation = false"
+            f"securely{reason}; set run.secure_aggregation = false"
         )
     return SecureAggregation(context, spec.dense(codec), codec_for(spec.request_type))
 

@@ -9,7 +9,6 @@ import pytest
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
 from fedhh.oracles import make_oracle
-from fedhh.protocols import PROTOCOLS
 from simulations.fast import run_fast
 
 # ε = 2: OLH's g = round(e^2) + 1 = 8 buckets (3 bits); domain 1000 needs 10 bits.
@@ -134,13 +133,6 @@ def test_spm_user_sends_its_pair_and_three_olh_reports_at_a_third() -> None:
 def test_rappor_user_sends_its_filter_and_cohort() -> None:
     run = experiment('protocol.name="rappor"', "protocol.bloom_bits=128", "protocol.cohorts=8")
     assert run.communication.max_bits == 128 + 3
-
-
-def test_every_builtin_protocol_declares_its_communication() -> None:
-    assert all(spec.communication for spec in PROTOCOLS.values() if spec.name in BUILTIN)
-
-
-BUILTIN = ("triehh", "pem", "treehist", "sfp", "bitstogram", "spm", "mcm", "rappor")
 
 
 @pytest.mark.parametrize("name", ["triehh", "mcm"])

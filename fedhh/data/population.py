@@ -32,7 +32,7 @@ def check_shard_count(n_users: int, num_shards: int) -> int:
 
     An empty shard would be a SuperNode or Ray actor with nothing to answer,
     and each shard costs a fixed time per round whatever it holds; the
-    upper bound for all runs, :data:`fedhh.config.MAX_SHARDS`, is part of the
+    upper bound for all runs, :data:`fedhh.schema.MAX_SHARDS`, is part of the
     config's validation.
     """
     if num_shards < 1:

@@ -11,6 +11,7 @@ import numpy as np
 
 from ...data.items import ItemCodec
 from ...oracles.hashtogram import HashtogramStatistics
+from ...schema import PrivacySection
 from ..base import Response
 from ..common.prefix_encoding import PrefixEncoding
 from ..common.value_reports import (
@@ -25,8 +26,6 @@ class BitstogramServer(ValueReportingServer):
     """One round of reports, then channels decoded bit by bit and candidates estimated (the package docstring)."""
 
     name = NAME
-    request_type = BitstogramRequest
-    response_type = BitstogramResponse
     oracle_label = ORACLE
     rounds = 1
     finished = "one round: channels decoded and candidates estimated"
@@ -111,9 +110,9 @@ class BitstogramServer(ValueReportingServer):
 
 
 def build_bitstogram(
-    privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
+    privacy: PrivacySection, protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
 ) -> BitstogramServer:
     value_bits = PrefixEncoding("bits", codec).length
     return BitstogramServer(
-        bitstogram_parameters(protocol, float(privacy["epsilon"]), n_users, value_bits), codec, seed
+        bitstogram_parameters(protocol, privacy.epsilon, n_users, value_bits), codec, seed
     )

@@ -93,13 +93,14 @@ def check_all_users_report(response: Response, node: HeldUsers) -> None:
 class ValueReportingServer(ServerProtocol):
     """The server of a protocol whose last round estimates candidate values and reports the best.
 
-    A subclass sets :attr:`oracle_label` (the primitive the privacy report
+    A subclass sets :attr:`name`, :attr:`oracle_label` (the primitive the privacy report
     names), :attr:`rounds`, :attr:`finished` (why a finished run stopped) and
     :attr:`trace_fields` (the fields every trace line carries, ``None`` in the
     rounds that have no value for them, so the trace is a table), finds its
     candidates, and calls :meth:`_report` in its last round.
     """
 
+    name: ClassVar[str]  # the protocol's, as its results name it
     oracle_label: ClassVar[str]
     rounds: ClassVar[int]
     finished: ClassVar[str]

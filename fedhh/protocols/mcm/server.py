@@ -9,6 +9,7 @@ import numpy as np
 
 from ...data.items import ItemCodec
 from ...oracles import Support, make_oracle
+from ...schema import PrivacySection
 from ..base import Response
 from ..common.prefix_encoding import PrefixEncoding
 from ..common.value_reports import (
@@ -23,8 +24,6 @@ class MCMServer(ValueReportingServer):
     """Channels decoded bit by bit by majority, then the candidates' full values (the package docstring)."""
 
     name = NAME
-    request_type = MCMRequest
-    response_type = MCMResponse
     oracle_label = ORACLE
     rounds = 2
     finished = "channels decoded and candidates estimated"
@@ -89,7 +88,7 @@ class MCMServer(ValueReportingServer):
 
 
 def build_mcm(
-    privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
+    privacy: PrivacySection, protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
 ) -> MCMServer:
     value_bits = PrefixEncoding("bits", codec).length
-    return MCMServer(mcm_parameters(protocol, float(privacy["epsilon"]), n_users, value_bits), codec, seed)
+    return MCMServer(mcm_parameters(protocol, privacy.epsilon, n_users, value_bits), codec, seed)

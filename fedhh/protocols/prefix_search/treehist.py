@@ -37,7 +37,10 @@ PAPER_SEGMENT = 1  # one unit per level: the binary prefix tree for bit values
 
 TREEHIST = PrefixVariant(
     name="treehist",
-    summary="TreeHist (Bassily et al.): a prefix tree scanned level by level with ε-LDP reports, then a final estimation pass",
+    summary=(
+        "TreeHist (Bassily et al.): a prefix tree scanned level by level with ε-LDP reports, then a final "
+        "estimation pass"
+    ),
     final_pass=True,  # the survivors are estimated from everyone's full-value reports
     default_oracle=COUNT_SKETCH_HADAMARD,
     default_selection=THRESHOLD,

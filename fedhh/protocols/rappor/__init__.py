@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..registry import register_protocol
-from ..spec import ProtocolSpec
+from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
 from .analysis import rappor_budget
 from .client import respond
 from .messages import RapporRequest, RapporResponse
@@ -69,9 +69,12 @@ from .wire import rappor_bits
 SPEC = register_protocol(
     ProtocolSpec(
         name=NAME,
-        summary="RAPPOR: Bloom filters randomised bit by bit (SUE), decoded by regression against a candidate dictionary",
+        summary=(
+            "RAPPOR: Bloom filters randomised bit by bit (SUE), decoded by regression against a candidate "
+            "dictionary"
+        ),
         build=build_rappor,
-        respond=respond,  # type: ignore[arg-type]
+        respond=respond,
         request_type=RapporRequest,
         response_type=RapporResponse,
         dropout_privacy=(
@@ -79,9 +82,10 @@ SPEC = register_protocol(
             "answer only removes its users' reports"
         ),
         keys=RAPPOR_KEYS,
-        reply_budget=reply_budget,  # type: ignore[arg-type]
-        check_reply=check_reply,  # type: ignore[arg-type]
+        reply_budget=reply_budget,
+        check_reply=check_reply,
         describe_round=describe_round,
+        no_dense_reason=DENSE_NOT_DECLARED,
         budget=rappor_budget(),
         planner=plan_rappor,
         plan_command=RAPPOR_PLAN,

@@ -20,6 +20,7 @@ from ...kernels.blas import single_blas_thread
 from ...privacy.ldp import ldp_report
 from ...privacy.report import Coverage, PrivacyReport
 from ...privacy.validation import check_users
+from ...schema import PrivacySection
 from ..base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
 from ..common.report_mode import SIGNIFICANT, TOP_K, check_report_mode
 from ..common.value_reports import public_seed
@@ -34,6 +35,7 @@ from .parameters import (
     NAME,
     POPULATION_DICTIONARY_NOTE,
     SIGNIFICANCE,
+    RapporKeys,
 )
 
 
@@ -76,9 +78,6 @@ class Regression:
 class RapporServer(ServerProtocol):
     """One round of Bloom filters, decoded by regression against the candidate dictionary."""
 
-    name = NAME
-    request_type = RapporRequest
-    response_type = RapporResponse
 
     def __init__(self, params: RapporParameters, codec: ItemCodec, seed: int) -> None:
         self.params = params
@@ -312,16 +311,6 @@ def solve_normal(normal: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def build_rappor(
-    privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
+    privacy: PrivacySection, protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
 ) -> RapporServer:
-    params = RapporParameters(
-        n_users=n_users,
-        epsilon=float(privacy["epsilon"]),
-        bloom_bits=int(protocol["bloom_bits"]),
-        bloom_hashes=int(protocol["bloom_hashes"]),
-        cohorts=int(protocol["cohorts"]),
-        candidates=str(protocol["candidates"]),
-        report=str(protocol["report"]),
-        top_k=int(protocol["top_k"]),
-    )
-    return RapporServer(params, codec, seed)
+    return RapporServer(RapporParameters(n_users, privacy.epsilon, **RapporKeys.of(protocol).values()), codec, seed)

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..registry import register_protocol
-from ..spec import ProtocolSpec
+from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
 from .analysis import sfp_budget
 from .client import respond
 from .messages import SFPRequest, SFPResponse
@@ -63,9 +63,12 @@ from .wire import sfp_bits
 SPEC = register_protocol(
     ProtocolSpec(
         name=NAME,
-        summary="Apple's Sequence Fragment Puzzle: hashed fragments through a sketch, reassembled, then a full-word sketch",
+        summary=(
+            "Apple's Sequence Fragment Puzzle: hashed fragments through a sketch, reassembled, then a full-word "
+            "sketch"
+        ),
         build=build_sfp,
-        respond=respond,  # type: ignore[arg-type]
+        respond=respond,
         request_type=SFPRequest,
         response_type=SFPResponse,
         dropout_privacy=(
@@ -73,9 +76,10 @@ SPEC = register_protocol(
             "only removes its users' reports"
         ),
         keys=SFP_KEYS,
-        reply_budget=reply_budget,  # type: ignore[arg-type]
-        check_reply=check_reply,  # type: ignore[arg-type]
+        reply_budget=reply_budget,
+        check_reply=check_reply,
         describe_round=describe_round,
+        no_dense_reason=DENSE_NOT_DECLARED,
         budget=sfp_budget(),
         planner=plan_sfp,
         plan_command=SFP_PLAN,

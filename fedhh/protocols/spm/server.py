@@ -10,6 +10,7 @@ import numpy as np
 
 from ...data.items import ItemCodec
 from ...oracles import make_oracle
+from ...schema import PrivacySection
 from ..base import Response
 from ..common.prefix_encoding import PrefixEncoding
 from ..common.value_reports import (
@@ -25,8 +26,6 @@ class SPMServer(ValueReportingServer):
     """Segments, then segment pairs, then the candidates' full values (the package docstring)."""
 
     name = NAME
-    request_type = SPMRequest
-    response_type = SPMResponse
     oracle_label = ORACLE
     rounds = 3
     finished = "segments, pairs and candidates estimated"
@@ -192,7 +191,7 @@ class SPMServer(ValueReportingServer):
 
 
 def build_spm(
-    privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
+    privacy: PrivacySection, protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
 ) -> SPMServer:
     value_bits = PrefixEncoding("bits", codec).length
-    return SPMServer(spm_parameters(protocol, float(privacy["epsilon"]), n_users, value_bits), codec, seed)
+    return SPMServer(spm_parameters(protocol, privacy.epsilon, n_users, value_bits), codec, seed)
