@@ -65,7 +65,7 @@ from fedhh.errors import InputError
 from fedhh.experiment import item_codec
 from fedhh.kernels.randomness import derive_key
 from fedhh.privacy.triehh import PrivacyTargetError
-from fedhh.protocols import get_protocol
+from fedhh.protocols import get_protocol, protocol_module
 from fedhh.resources import require_population_memory
 
 DEFAULT_TRIALS = 1
@@ -97,6 +97,7 @@ class Trial:
     config: FedhhConfig
     population_seed: int
     items: int
+    protocol_module: str = ""  # the module that registers its protocol, if not one of fedhh's own
 
     @property
     def seed(self) -> int:
@@ -178,7 +179,7 @@ class SweepSpec:
                 if self.redraw_population:  # absent when false: the keys of shared-population sweeps never change
                     identity["redraw_population"] = True
                 trials.append(Trial(_digest(identity), point, index, dict(values), trial_config, population_seed,
-                                    self.items))
+                                    self.items, protocol_module(str(trial_config["protocol"]["name"]))))
         _check_distinct(trials, points)
         return trials
 

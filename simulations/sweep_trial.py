@@ -25,6 +25,7 @@ from fedhh.data.sources import SampledSource, make_source
 from fedhh.experiment import Experiment, item_codec
 from fedhh.metrics import Truth, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
 from fedhh.protocols import ProtocolResult, ServerProtocol
+from fedhh.protocols.registry import import_protocol_module
 from strategies.run_clock import RunClock
 
 from .analytic import EQ5, PREDICTED, expected_f1, expected_ncr, expected_recall, predicted_discovery, prediction_key
@@ -140,6 +141,8 @@ def run_trial(trial: Trial, cache: PopulationCache) -> TrialRecord:
     population_s = 0.0
     started = time.perf_counter()
     try:
+        if trial.protocol_module:  # a worker process knows fedhh's own protocols only
+            import_protocol_module(trial.protocol_module, "the sweep's protocol module")
         population, population_s = cache.get(trial)
         started = time.perf_counter()
         experiment = Experiment(trial.config, source=population.source)

@@ -7,7 +7,8 @@ helpers several families share (``common``) -- and one package per
 protocol or family (``triehh``, ``prefix_search`` for PEM and TreeHist,
 ``bitstogram``, ``spm``, ``mcm``, ``rappor``, ``sfp``).  Importing it
 registers the built-in protocols (each package registers its own
-:class:`ProtocolSpec`), in the order their names are listed.
+:class:`ProtocolSpec`), in the order their names are listed, then those of
+the installed plugins (:func:`~fedhh.protocols.registry.load_plugins`).
 """
 
 from .base import (
@@ -19,12 +20,14 @@ from .base import (
     RoundRecord,
     ServerProtocol,
 )
-from .registry import PROTOCOLS, get_protocol, plan, protocol_module, register_protocol, split_budget
+from .registry import PROTOCOLS, get_protocol, load_plugins, plan, protocol_module, register_protocol, split_budget
 from .spec import ContractText, HeldUsers, InvalidReply, ProtocolSpec
 
 # isort: off
 from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp  # noqa: F401  (registers them, in this order)
 # isort: on
+
+load_plugins()  # then the protocols of installed plugins (the fedhh.protocols entry points)
 
 __all__ = [
     "PROTOCOLS",
