@@ -93,11 +93,11 @@ def cgroup_memory_limit() -> int | None:
             continue
         relative = os.path.relpath(own[kind], root)
         folder = point / relative if not relative.startswith("..") else point
-        for group in (folder, *folder.parents):
-            limit = _read_limit(group / CGROUP_LIMIT_FILES[kind])
+        for level in (folder, *folder.parents):
+            limit = _read_limit(level / CGROUP_LIMIT_FILES[kind])
             if limit is not None:
                 limits.append(limit)
-            if group == point:
+            if level == point:
                 break
     return min(limits, default=None)
 

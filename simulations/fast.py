@@ -46,8 +46,8 @@ class FastRun:
 def choose_backend(requested: str) -> Backend:
     """``auto`` uses Ray only when a Ray cluster is named (``RAY_ADDRESS``, never ``auto``).
 
-    A round costs O(sampled users), about 3 ms for a million users, so on one
-    machine Ray's start-up (seconds) and per-call overhead (ms per actor)
+    A round costs O(sampled users), milliseconds for a million users, so on
+    one machine Ray's start-up (seconds) and per-call overhead (per actor)
     only pay where the shards live on other machines.
     """
     if requested == "auto":
@@ -59,7 +59,7 @@ def choose_backend(requested: str) -> Backend:
 
 def drive(
     server: ServerProtocol,
-    answer: Callable[[Request], Sequence[Response]],
+    answer: Callable[[Any], Sequence[Response]],  # a request of the server's protocol -> the shards' responses
     on_round: Callable[[ServerProtocol], None] | None = None,
     clock: RunClock | None = None,
 ) -> ProtocolResult:
@@ -153,7 +153,7 @@ class RayShards:
         placements = dataset_placement(config, num_shards)  # a population on disk: the nodes holding it
         if placements is None:
             actor_class = holder.options(num_cpus=min(1.0, cpus / num_shards), **retries)
-            self.actors = [actor_class.remote(flat, i, num_shards) for i in range(num_shards)]
+            self.actors: list[Any] = [actor_class.remote(flat, i, num_shards) for i in range(num_shards)]
         else:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -177,9 +177,9 @@ class _Writing(threading.Thread):
 
     The ServerApp hands its document over when its last round ends; Flower
     then stops its engine (its workers notice within their 1 s queue
-    timeout) and shuts Ray down, 1-1.5 s mostly spent waiting.  Writing the
-    results folder (result files, the plot drawn by the plot process) in
-    that time rather than before it saves the writing's 0.3-0.7 s.  The
+    timeout) and shuts Ray down, mostly waiting.  Writing the results folder
+    (result files, the plot drawn by the plot process) in that time rather
+    than before it takes the writing off the run's time.  The
     write runs in the driver's context (its plot process); its error is
     raised by :meth:`result`, after the simulation has ended.
     """
@@ -187,7 +187,7 @@ class _Writing(threading.Thread):
     def __init__(self, context: contextvars.Context, write: Callable[[dict[str, Any]], Path | None],
                  document: dict[str, Any]) -> None:
         super().__init__(name="fedhh-write-result")
-        self._write = functools.partial(context.run, write, document)
+        self._write: Callable[[], Path | None] = functools.partial(context.run, write, document)
         self._path: Path | None = None
         self._error: BaseException | None = None
         self.start()

@@ -172,7 +172,7 @@ def _placed(config: FedhhConfig, num_shards: int) -> tuple[list[Placement] | Non
     stored shards it was placed from."""
     from fedhh.data.store import PopulationStore
 
-    folder = os.path.abspath(config["population"]["path"])  # the nodes' workers do not share this directory
+    folder = os.path.abspath(config.population.path)  # the nodes' workers do not share this directory
     store = PopulationStore(folder)
     holdings, node_cpus = find_holdings(folder, store.manifest)
     placed = place_shards(holdings, node_cpus, folder, [s.first_user for s in store.shards], store.n_users, num_shards)

@@ -127,8 +127,9 @@ def build_population(
     started = time.perf_counter()
     codec = item_codec(config)
     staging = output.staging_path
-    if population["source"] == "file" and Path(population["path"]).suffix.lower() in STREAMED_SUFFIXES:
-        source: PopulationSource = StreamedTableSource(population["path"], codec, staging)  # one pass, spilled
+    path = config.population.path
+    if population["source"] == "file" and Path(path).suffix.lower() in STREAMED_SUFFIXES:
+        source: PopulationSource = StreamedTableSource(path, codec, staging)  # one pass, spilled
     else:
         source = make_source(population, codec, int(config["run"]["seed"]))  # the vocabulary; checks the config
     num_shards = stored_shard_count(

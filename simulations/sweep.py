@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import logging
 import math
 import multiprocessing
 import os
@@ -188,10 +189,10 @@ class RayTrials:
         if self._connected_here:
             try:
                 ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False, logging_level="ERROR")
+                         configure_logging=False, logging_level=logging.ERROR)
             except (ConnectionError, ValueError, RuntimeError) as error:
                 raise InputError(f"--ray-address {address}: cannot connect to a Ray cluster ({error})") from None
-        self._ray = ray
+        self._ray: Any = ray
         self.workers = max(int(ray.cluster_resources().get("CPU", 1)), 1)
         self._task = ray.remote(num_cpus=1, num_returns="streaming")(run_chunk)
         self._task_in = ray.remote(num_cpus=1, num_returns="streaming")(run_chunk_in)
@@ -201,14 +202,14 @@ class RayTrials:
     def place(self, trials: Sequence[Trial]) -> None:
         """The nodes holding every stored shard of each population on disk the trials run from (see
         :mod:`simulations.placement`); refuses one that no node holds whole, before any trial runs."""
-        for path, config in {trial.config["population"]["path"]: trial.config for trial in trials
+        for path, config in {trial.config.population.path: trial.config for trial in trials
                              if trial.config["population"]["source"] == "dataset"}.items():
             holders = whole_population_holders(config)
             if holders is not None:
                 self._placements[path] = itertools.cycle(holders)  # the chunks of a population in turn
 
     def _submit(self, chunk: Chunk) -> Any:
-        holders = self._placements.get(chunk[0].config["population"]["path"])
+        holders = self._placements.get(chunk[0].config.population.path)
         if holders is None:
             return self._task.remote(chunk)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -96,6 +96,7 @@ def draw(plot: Plot) -> Any:
     row_values = list(dict.fromkeys(curve.row for curve in plot.curves))
     col_values = list(dict.fromkeys(curve.col for curve in plot.curves))
     hues = list(dict.fromkeys(curve.hue for curve in plot.curves))
+    where: dict[tuple[Any, Any], tuple[int, int]]  # (row value, column value) -> its panel
     if plot.row is None and len(col_values) > WRAP:  # only columns: wrap them
         columns, lines = WRAP, math.ceil(len(col_values) / WRAP)
         where = {(None, c): divmod(i, WRAP) for i, c in enumerate(col_values)}
@@ -181,12 +182,12 @@ def draw(plot: Plot) -> Any:
         handles.append(Line2D([], [], color=grey, ls=MODEL_STYLES.get(column, "-."), label=name))
     figure.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False,
                   title=label(plot.hue) or None, title_fontsize=8, alignment="left")
-    title = f"{label(plot.y)} against {label(plot.x)}"
+    heading = f"{label(plot.y)} against {label(plot.x)}"
     if plot.pooled:
-        title += f" (pooled over {', '.join(plot.pooled)})"
+        heading += f" (pooled over {', '.join(plot.pooled)})"
     if plot.filters:
-        title += f"; {', '.join(plot.filters)}"
-    figure.suptitle(title, fontsize=11)
+        heading += f"; {', '.join(plot.filters)}"
+    figure.suptitle(heading, fontsize=11)
     figure.tight_layout()
     return figure
 

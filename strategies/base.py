@@ -282,12 +282,12 @@ class ProtocolStrategy(Strategy):
                 )
         for node in pending.asked:
             if node not in seen:
-                shard = self.federation.members[node].shard_index
-                participation.late.append(shard)
+                late = self.federation.members[node].shard_index
+                participation.late.append(late)
                 LOGGER.warning(
                     "round %d: no reply from shard %d (node %d) within %g s",
                     server_round,
-                    shard,
+                    late,
                     node,
                     self.round_timeout,
                 )
@@ -491,10 +491,10 @@ class ProtocolStrategy(Strategy):
         )
 
 
-def last_line(text: str) -> str:
+def last_line(text: str | None) -> str:
     """The last non-empty line of an error text (a ClientApp's traceback ends with its message)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else text
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else (text or "")
 
 
 def round_metrics(record: RoundRecord, participation: RoundParticipation) -> MetricRecord:

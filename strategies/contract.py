@@ -141,7 +141,7 @@ def _options(name: str) -> str:
     return ", ".join(options) or "none"
 
 
-def _sketch_kind(oracle: object) -> str:
+def _sketch_kind(oracle: typing.Any) -> str:
     inner = getattr(oracle, "inner", None)
     if inner is None:
         return ""

@@ -192,7 +192,7 @@ class _Reader:
 
     def report(self, data: Any, where: str) -> PrivacyReport:
         data = self.keys(data, where, {"epsilon", "delta", "parameters", *_REPORT_TEXT_KEYS}, _REPORT_KEYS)
-        texts = {key: self.text(data[key], f"{where}.{key}") for key in _REPORT_TEXT_KEYS}
+        texts: dict[str, Any] = {key: self.text(data[key], f"{where}.{key}") for key in _REPORT_TEXT_KEYS}
         if texts["model"].startswith(NO_GUARANTEE):
             raise self.fail(f"{where}.model", f"a run without a guarantee cannot be composed: {texts['model']!r}")
         parameters = data["parameters"]

@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 from ..data.population import Shard, Vocabulary
 from ..kernels.randomness import RandomnessSource
 from ..privacy.report import PrivacyReport
-from .messages import scalar_field
+from .messages import message, scalar_field
 
 RequestT = TypeVar("RequestT", bound="Request")
 ResponseT = TypeVar("ResponseT", bound="Response")
@@ -37,14 +37,14 @@ RequestT_contra = TypeVar("RequestT_contra", bound="Request", contravariant=True
 ResponseT_co = TypeVar("ResponseT_co", bound="Response", covariant=True)
 
 
-@dataclass(frozen=True)
+@message
 class Request:
     """What one round asks of the users; every shard receives the same request."""
 
     round: int = scalar_field(minimum=1)
 
 
-@dataclass(frozen=True)
+@message
 class Response:
     """The additive answer of a batch of users to one request."""
 

@@ -62,8 +62,11 @@ def value_table(shard: Shard, value_bits: int) -> tuple[np.ndarray, np.ndarray]:
 class ValueParameters(Protocol):
     """What the base reads of a protocol's parameters."""
 
-    value_bits: int
-    top_k: int
+    @property
+    def value_bits(self) -> int: ...
+
+    @property
+    def top_k(self) -> int: ...
 
 
 def reported_discoveries(encoding: PrefixEncoding, reported: tuple[np.ndarray, np.ndarray] | None) -> list[Discovery]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from ...data.items import ItemCodec
 from ...oracles import Support, make_oracle
+from ...oracles.local_hashing import LocalHashing
 from ...schema import PrivacySection
 from ..base import Response
 from ..common.prefix_encoding import PrefixEncoding
@@ -32,7 +34,9 @@ class MCMServer(ValueReportingServer):
 
     def __init__(self, params: MCMParameters, codec: ItemCodec, seed: int) -> None:
         super().__init__(params, codec, BUDGET.split(NAME, params.epsilon))
-        self.bit_oracle = make_oracle(ORACLE, epsilon=self.split.parts[0][1], domain=2 * params.channels)
+        self.bit_oracle = typing.cast(  # OLH
+            LocalHashing, make_oracle(ORACLE, epsilon=self.split.parts[0][1], domain=2 * params.channels)
+        )
         self.final_oracle = make_oracle(
             ORACLE, epsilon=self.split.parts[1][1], domain=self.encoding.domain(params.value_bits)
         )
@@ -43,12 +47,12 @@ class MCMServer(ValueReportingServer):
     def next_request(self) -> MCMRequest | None:
         if self._reported is not None:
             return None
-        final = self._candidates is not None
+        candidates = self._candidates  # set once the channels are decoded: the final round
         return MCMRequest(
-            round=len(self._trace) + 1, mode=FINAL if final else BITS, value_bits=self.params.value_bits,
-            channels=self.params.channels, bit_epsilon=self.split.parts[0][1], final_epsilon=self.split.parts[1][1],
-            channel_seed=self.channel_seed, partition_seed=self.partition_seed,
-            candidates=self.encoding.keys(self._candidates) if final else np.zeros(0, dtype=np.uint64),
+            round=len(self._trace) + 1, mode=FINAL if candidates is not None else BITS,
+            value_bits=self.params.value_bits, channels=self.params.channels, bit_epsilon=self.split.parts[0][1],
+            final_epsilon=self.split.parts[1][1], channel_seed=self.channel_seed, partition_seed=self.partition_seed,
+            candidates=self.encoding.keys(candidates) if candidates is not None else np.zeros(0, dtype=np.uint64),
         )
 
     def absorb(self, response: Response) -> None:

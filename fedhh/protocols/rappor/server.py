@@ -179,6 +179,7 @@ class RapporServer(ServerProtocol):
         })
         if p.candidates:
             return report
+        assert report.coverage is not None  # an LDP report states what it covers
         coverage = Coverage(report.coverage.covered, (*report.coverage.not_covered, POPULATION_DICTIONARY_NOTE))
         return dataclasses.replace(report, coverage=coverage)
 

@@ -10,7 +10,7 @@ from ...data.population import Shard
 from ...kernels.randomness import RandomnessSource
 from ..common.item_choice import choose_items
 from .encoding import user_positions, vocabulary_values
-from .messages import SFPRequest, SFPResponse
+from .messages import SFPRequest, SFPResponse, flat_cells
 from .parameters import FRAGMENT_PURPOSE, ITEM_PURPOSE, USERS_PER_BLOCK, WORD_PURPOSE
 
 
@@ -55,9 +55,9 @@ def respond(request: SFPRequest, shard: Shard, randomness: RandomnessSource) -> 
         items[holders] = chosen
     user_ids = np.arange(shard.first_user, shard.first_user + shard.n_users, dtype=np.uint64)
     positions = user_positions(request.position_seed, fragments.positions, user_ids)
-    fragment_counts = np.zeros((fragments.positions, fragment_oracle.flat_size()), dtype=np.int64)
+    fragment_counts = np.zeros((fragments.positions, flat_cells(fragment_oracle)), dtype=np.int64)
     fragment_reporters = np.zeros((fragments.positions, request.sketch_rows), dtype=np.int64)
-    word_counts = np.zeros(0 if word_oracle is None else word_oracle.flat_size(), dtype=np.int64)
+    word_counts = np.zeros(0 if word_oracle is None else flat_cells(word_oracle), dtype=np.int64)
     word_reporters = np.zeros(0 if word_oracle is None else request.sketch_rows, dtype=np.int64)
     for first, stop in user_blocks(
         shard.first_user, shard.n_users

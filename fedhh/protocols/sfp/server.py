@@ -163,8 +163,8 @@ class SFPServer(ServerProtocol):
         rows, fragment_means = self._assemble(kept, kept_estimates)
         if rows.shape[0] and self._request.word_epsilon > 0:
             word_oracle = self._request.word_oracle()
-            statistics = word_oracle.from_flat(response.word_counts, response.word_reporters)
-            estimates = word_oracle.estimate(statistics, self.fragments.word_keys(rows))
+            words = word_oracle.from_flat(response.word_counts, response.word_reporters)
+            estimates = word_oracle.estimate(words, self.fragments.word_keys(rows))
         else:
             estimates = fragment_means
         return Puzzle(kept, rows, estimates, thresholds)

@@ -3,6 +3,7 @@ three stages."""
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,7 @@ def segment_reports(request: SPMRequest, shard: Shard, randomness: RandomnessSou
                     reporters: np.ndarray, values: np.ndarray) -> tuple[LocalHashing, Any]:
     """The OLH reports of ``segment`` by its reporters (local ids), keyed by (segment, global id)."""
     width = int(request.bounds[segment + 1] - request.bounds[segment])
-    oracle = make_oracle(ORACLE, epsilon=request.epsilon, domain=1 << width)
+    oracle = typing.cast(LocalHashing, make_oracle(ORACLE, epsilon=request.epsilon, domain=1 << width))  # OLH
     rng = randomness.for_users(SEGMENT_PURPOSE, segment, reporters + shard.first_user)
     return oracle, oracle.randomize(values, rng)
 

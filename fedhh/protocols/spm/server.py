@@ -3,6 +3,7 @@ estimates."""
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from ...data.items import ItemCodec
 from ...oracles import make_oracle
+from ...oracles.local_hashing import LocalHashing
 from ...schema import PrivacySection
 from ..base import Response
 from ..common.prefix_encoding import PrefixEncoding
@@ -36,7 +38,8 @@ class SPMServer(ValueReportingServer):
         super().__init__(params, codec, BUDGET.split(NAME, params.epsilon))
         self.report_epsilon = self.split.parts[0][1]
         self.partition_seed = public_seed(seed, "spm.partition")
-        self.oracle = make_oracle(ORACLE, epsilon=self.report_epsilon, domain=2)  # p and q do not depend on the domain
+        # OLH; p and q do not depend on the domain
+        self.oracle = typing.cast(LocalHashing, make_oracle(ORACLE, epsilon=self.report_epsilon, domain=2))
         self._patterns: list[np.ndarray] = []  # C_i
         self._candidates: np.ndarray | None = None  # value rows [K, m]
         self._kept_per_pair = 0
@@ -61,7 +64,8 @@ class SPMServer(ValueReportingServer):
                 if self._patterns
                 else np.zeros(self.params.segments + 1)
             )
-            candidates = self.encoding.keys(self._candidates) if stage == FINAL else np.zeros(0, dtype=np.uint64)
+            final = self._candidates  # set in the FINAL stage only
+            candidates = self.encoding.keys(final) if final is not None else np.zeros(0, dtype=np.uint64)
             self._pending = SPMRequest(
                 round=len(self._trace) + 1,
                 mode=stage,
