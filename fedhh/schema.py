@@ -97,11 +97,11 @@ def _positive(value: float) -> bool:
 
 
 # Shards are the unit of transport: each costs a fixed time per round (a
-# SuperNode's messages, an actor call).  Flower simulations are run with
-# thousands of SuperNodes (2,048 measured, benchmarks/RESULTS.md); beyond
-# that Flower 1.41's in-memory engine, which scans every message in flight
-# for every node it polls, makes a round cost O(nodes^2): at 4,096 nodes
-# about 4x the 2,048-node round, at 10^5 (a typo for users) hours.
+# SuperNode's messages, an actor call).  Flower simulations run with
+# thousands of SuperNodes (benchmarks/RESULTS.md, bench_flower_nodes.py);
+# beyond that Flower 1.41's in-memory engine, which scans every message in
+# flight for every node it polls, makes a round cost O(nodes^2): at 10^5
+# nodes (a typo for users) a round would take hours.
 MAX_SHARDS = 4096
 DEFAULT_PROTOCOL = "triehh"
 

@@ -251,8 +251,8 @@ def run() -> None:
 
     The objects still alive are frozen first (``gc.freeze``): Python's last
     collection at exit would otherwise traverse every object the run's
-    imports left (Flower, Ray, fastapi, SQLAlchemy), 0.6 s on a quiet machine
-    and over 1.5 s on a loaded one, only to free memory the exit frees anyway.
+    imports left (Flower, Ray, fastapi, SQLAlchemy), a second or more, only to
+    free memory the exit frees anyway.
     """
     status = main()
     gc.freeze()

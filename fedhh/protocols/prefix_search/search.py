@@ -60,8 +60,8 @@ if TYPE_CHECKING:
 
 
 def postprocessors() -> dict[str, PostProcessor]:
-    """The post-processing methods by name, imported when first needed: they load scipy
-    (about 0.5 s), which a device importing this module to answer requests never uses."""
+    """The post-processing methods by name, imported when first needed: they load scipy (a slow
+    import), which a device importing this module to answer requests never uses."""
     from ...postprocess import POSTPROCESSORS
 
     return POSTPROCESSORS
