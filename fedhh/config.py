@@ -144,6 +144,9 @@ def build_config(raw: Mapping[str, Any]) -> FedhhConfig:
         raise ConfigError("privacy.max_epsilon: a budget needs privacy.ledger (the file that remembers past runs)")
     if sections["population"]["source"] in ("file", "dataset") and not sections["population"]["path"]:
         raise ConfigError(f"population.path: required when population.source = \"{sections['population']['source']}\"")
+    if sections["population"]["concentration"] and sections["population"]["source"] in ("file", "dataset"):
+        raise ConfigError("population.concentration: only users drawn from a law (wordfreq, zipf, exponential) "
+                          "have one; a file's or a dataset's users hold what they hold (use 0)")
     return FedhhConfig(sections)
 
 

@@ -99,8 +99,8 @@ def _positive(value: float) -> bool:
 # Shards are the unit of transport: each costs a fixed time per round (a
 # SuperNode's messages, an actor call).  Flower simulations run with
 # thousands of SuperNodes (benchmarks/RESULTS.md, bench_flower_nodes.py);
-# beyond that Flower 1.41's in-memory engine, which scans every message in
-# flight for every node it polls, makes a round cost O(nodes^2): at 10^5
+# beyond that the in-memory engine of Flower 1.41 and 1.42, which scans every
+# message in flight for every node it polls, makes a round cost O(nodes^2): at 10^5
 # nodes (a typo for users) a round would take hours.
 MAX_SHARDS = 4096
 DEFAULT_PROTOCOL = "triehh"
@@ -118,17 +118,18 @@ class PopulationSection(ConfigSection):
     source: str = Key(
         str,
         "wordfreq",
-        "where users' items come from (dataset: a folder written by fedhh population build)",
-        ("wordfreq", "zipf", "file", "dataset"),
+        "where users' items come from (exponential: [Wang19] §VI's geometric law; dataset: a folder written by "
+        "fedhh population build)",
+        ("wordfreq", "zipf", "exponential", "file", "dataset"),
     ).field()
     users: int = Key(
-        int, 1_000_000, "number of users n (wordfreq, zipf)", check=lambda v: v >= 1, constraint=">= 1"
+        int, 1_000_000, "number of users n (wordfreq, zipf, exponential)", check=lambda v: v >= 1, constraint=">= 1"
     ).field()
     language: str = Key(str, "en", "wordfreq language code").field()
     vocabulary: int = Key(
         int,
         100_000,
-        "distinct candidate items (wordfreq: top words; zipf: random strings)",
+        "distinct candidate items (wordfreq: top words; zipf, exponential: random strings)",
         check=lambda v: v >= 1,
         constraint=">= 1",
     ).field()
@@ -139,8 +140,31 @@ class PopulationSection(ConfigSection):
         check=lambda v: v >= 1,
         constraint=">= 1",
     ).field()
+    concentration: float = Key(
+        float,
+        0.0,
+        "how alike a user's words are (sampled sources): each user draws from its own Dirichlet(α p) law around "
+        "the population's p, so its next word repeats one of its own with probability j / (j + α); 0: "
+        "independent draws (α = ∞)",
+        check=lambda v: v == 0 or _positive(v),
+        constraint="0 or a finite number > 0",
+    ).field()
+    per_user: str = Key(
+        str,
+        "all",
+        "what each user keeps of its items: all, or only its most frequent (mode; ties at random, keyed by the "
+        "seed and the user)",
+        ("all", "mode"),
+    ).field()
     zipf_exponent: float = Key(
         float, 1.1, "Zipf exponent s of the synthetic source", check=_positive, constraint="> 0"
+    ).field()
+    exponential_rate: float = Key(
+        float,
+        0.05,
+        "rate λ of the exponential source: P(rank r) ∝ e^(-λ (r - 1)), a geometric law",
+        check=_positive,
+        constraint="a finite number > 0",
     ).field()
     item_length: int = Key(int, 8, "characters per synthetic item", check=lambda v: v >= 1, constraint=">= 1").field()
     path: str = Key(
@@ -217,6 +241,13 @@ class RunSection(ConfigSection):
     ).field()
     top_k: int = Key(
         int, 100, "K of the true top-K used by precision, F1 and NCR", check=lambda v: v >= 1, constraint=">= 1"
+    ).field()
+    cap_to_top_k: bool = Key(
+        bool,
+        False,
+        "report at most run.top_k discoveries, the protocol's best by its own estimated counts (TrieHH: votes), "
+        "so that protocols reporting everything above a threshold compare at a fixed K; recorded in the "
+        "result's cap_to_top_k",
     ).field()
     evaluation: bool = Key(
         bool,

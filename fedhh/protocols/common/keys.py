@@ -8,7 +8,8 @@ from ...schema import Key
 TOP_K_KEY = Key(
     int,
     32,
-    "PEM/TreeHist/Bitstogram/SPM/MCM: k, values reported at most; RAPPOR: the K reported under protocol.report = top_k",
+    "PEM/TreeHist/Bitstogram/SPM/MCM/central/exact: k, values reported at most; RAPPOR: the K reported under "
+    "protocol.report = top_k",
     check=lambda v: v >= 1,
     constraint=">= 1",
 )
