@@ -76,7 +76,7 @@ def pem_case(letters: int, distinct: int, runs: int) -> dict[str, Any]:
         randomness = KeyedRandomness(1000 + run)
         result = drive(
             PEMServer(params, population.codec, 1000 + run),
-            lambda request: [respond(request, shard, randomness)],  # noqa: B023  (called in this iteration)
+            lambda request: [respond(request, shard, randomness)],  # noqa: B023 (called at once)
         )
         found += [item in {d.item for d in result.discoveries} for item in top]
     frequencies = truth.frequency[truth.order] / PEM_USERS
