@@ -1,0 +1,289 @@
+"""The aggregate-DP prefix tree: its composed guarantee against dp-accounting and the analytic Gaussian,
+the server's noise against its calibration, an audit lower bound under the claim, the data-selection
+schemes, the default population's top words at ε = 4, δ = 1e-9, and one shard, several and Flower
+(with secure aggregation) agreeing."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dp_accounting import dp_event
+from dp_accounting.pld import pld_privacy_accountant
+from scipy import stats
+
+from fedhh.config import load_config
+from fedhh.data.items import EOS, PAD
+from fedhh.data.population import Shard, Vocabulary
+from fedhh.errors import InputError
+from fedhh.experiment import Experiment
+from fedhh.kernels.randomness import KeyedRandomness
+from fedhh.privacy.aggregate_trie import AggregateTrieParameters, composed_epsilon, solve_aggregate_trie
+from fedhh.privacy.central import gaussian_delta
+from fedhh.privacy.ledger import Ledger, LedgerError
+from fedhh.protocols.aggregate_trie.client import respond
+from fedhh.protocols.aggregate_trie.extensions import ExtensionDomain
+from fedhh.protocols.aggregate_trie.messages import LevelCounts, LevelRequest
+from fedhh.protocols.aggregate_trie.parameters import AggregateTrieKeys
+from fedhh.protocols.aggregate_trie.server import AggregateTrieServer, level_noise
+from simulations.cli import main
+from simulations.fast import run_fast
+
+from .helpers import flower_matches_fast, lowercase_codec
+
+TRIE = 'protocol.name="aggregate-trie"'
+
+
+def independent_epsilon(level: dp_event.DpEvent, levels: int, delta: float) -> float:
+    """dp-accounting's PLD accountant at its default (finer) discretisation, the levels as a list."""
+    accountant = pld_privacy_accountant.PLDAccountant()
+    accountant.compose(dp_event.ComposedDpEvent([level] * levels))
+    return float(accountant.get_epsilon(delta))
+
+
+@pytest.mark.parametrize(("noise", "contributions", "rate"), [
+    ("gaussian", 1, 1.0), ("gaussian", 3, 0.05), ("laplace", 1, 0.1), ("laplace", 2, 1.0),
+])
+def test_composed_epsilon_matches_an_independent_dp_accounting_computation(
+    noise: str, contributions: int, rate: float
+) -> None:
+    """The run's ε at δ is the PLD of its level events: built here by hand from the theorem (Gaussian
+    of multiplier σ/sqrt(c); c Laplace mechanisms; Poisson sampling), at the finer default grid."""
+    levels, delta = 6, 1e-9
+    params = solve_aggregate_trie(10**6, 4.0, delta, noise, contributions, rate, levels)
+    if noise == "gaussian":
+        level: dp_event.DpEvent = dp_event.GaussianDpEvent(params.scale / math.sqrt(contributions))
+    else:
+        level = dp_event.LaplaceDpEvent(params.scale)
+        if contributions > 1:
+            level = dp_event.ComposedDpEvent([level] * contributions)
+    if rate < 1:
+        level = dp_event.PoissonSampledDpEvent(rate, level)
+    reference = independent_epsilon(level, levels, delta)
+    assert params.epsilon <= 4.0
+    # both grids round losses up (pessimistic); they differ by at most a few grid steps per mechanism
+    assert abs(params.epsilon - reference) <= levels * contributions * 2e-3
+    # the scale is the smallest that meets the target: a hair less misses it
+    assert composed_epsilon(noise, params.scale * (1 - 1e-3), contributions, rate, levels, delta) > 4.0
+    # one level instead of six is far below: the check can fail
+    assert independent_epsilon(level, 1, delta) < 0.9 * params.epsilon
+
+
+def test_gaussian_levels_compose_to_one_gaussian() -> None:
+    """Without sampling, L Gaussian levels of multiplier z are exactly one Gaussian of multiplier
+    z / sqrt(L): the analytic δ of Balle and Wang at the reported ε is at most δ, and not far below."""
+    params = solve_aggregate_trie(10**6, 2.0, 1e-9, "gaussian", 2, 1.0, 5)
+    single = params.scale / math.sqrt(2) / math.sqrt(5)
+    assert gaussian_delta(single, params.epsilon) <= 1e-9
+    assert gaussian_delta(single, params.epsilon * 0.98) > 1e-9
+
+
+def level_one_server(noise: str, scale: float, seed: int) -> AggregateTrieServer:
+    """A server whose first level keeps every one of the 703 candidates of two lowercase letters."""
+    codec = lowercase_codec()
+    params = AggregateTrieParameters(noise, 10**6, scale, 1, 1.0, 6, 4.0, 1e-9)
+    keys = AggregateTrieKeys(count_threshold=1e-9, max_prefixes=1000, max_vector=1 << 20)
+    return AggregateTrieServer(params, keys, codec, seed)
+
+
+@pytest.mark.parametrize(("noise", "variance"), [("gaussian", 3.0**2), ("laplace", 2 * 3.0**2)])
+def test_the_servers_noise_has_the_calibrated_variance(noise: str, variance: float) -> None:
+    """Every candidate counted 1000 times: the kept complete items' noisy counts spread with the law's
+    variance (σ² or 2b²), within 5 standard errors of the sample variance; mean 1000."""
+    domain = ExtensionDomain(27, 2)
+    rows = domain.rows(np.arange(domain.size))
+    noisy = []
+    for seed in range(200):
+        server = level_one_server(noise, 3.0, seed)
+        request = server.next_request()
+        assert isinstance(request, LevelRequest) and request.extension == 2
+        server.absorb(LevelCounts(round=1, sampled_users=10**6, responding_users=10**6, width=2, prefixes=rows,
+                                  counts=np.full(domain.size, 1000, dtype=np.int64)))
+        noisy.extend(d.estimated_count for d in server.result().discoveries)
+    values = np.array(noisy)
+    assert values.size == 200 * 27  # the empty item and the 26 one-letter words
+    kurtosis = 3.0 if noise == "gaussian" else 6.0
+    standard_error = variance * math.sqrt((kurtosis - 1) / values.size)
+    assert abs(values.var(ddof=1) - variance) < 5 * standard_error
+    assert abs(values.mean() - 1000) < 5 * math.sqrt(variance / values.size)
+
+
+def test_an_audit_lower_bound_stays_under_the_claim() -> None:
+    """Neighbouring populations: a target candidate counted 0 or 1 times in each of the run's levels.
+    The best test of the composed Gaussian (the sum of its noisy counts over the levels) over 400,000
+    runs of the server's noise gives a Clopper-Pearson lower bound on ε at the claimed δ, which must
+    stay under the claim; the same audit of noise three times smaller exceeds it."""
+    levels, delta, trials = 6, 1e-5, 400_000
+    params = solve_aggregate_trie(10**4, 1.0, delta, "gaussian", 1, 1.0, levels)
+
+    def lower_bound(scale: float) -> float:
+        generator = np.random.default_rng(7)
+        without = level_noise("gaussian", scale, trials * levels, generator).reshape(trials, levels).sum(axis=1)
+        with_user = levels + level_noise("gaussian", scale, trials * levels, generator).reshape(trials, levels).sum(
+            axis=1
+        )
+        spread = scale * math.sqrt(levels)
+        threshold = spread * stats.norm.isf(1e-3)  # fixed before looking: P(without > t) = 1e-3
+        hits0, hits1 = int((without > threshold).sum()), int((with_user > threshold).sum())
+        p0_high = stats.beta.ppf(1 - 1e-3, hits0 + 1, trials - hits0)
+        p1_low = stats.beta.ppf(1e-3, hits1, trials - hits1 + 1)
+        return math.log(max(p1_low - delta, 1e-300) / p0_high)
+
+    audited = lower_bound(params.scale)
+    assert 0 < audited < params.epsilon
+    assert lower_bound(params.scale / 3) > params.epsilon
+
+
+def shard_of(words: list[list[tuple[str, int]]]) -> Shard:
+    vocabulary, ids = Vocabulary.encode(sorted({w for user in words for w, _ in user}), lowercase_codec())
+    index = {word: int(i) for word, i in zip(sorted({w for user in words for w, _ in user}), ids)}
+    users = np.array([u for u, user in enumerate(words) for _ in user])
+    items = np.array([index[w] for user in words for w, _ in user])
+    counts = np.array([c for user in words for _, c in user])
+    shard = Shard.from_pairs(vocabulary, 0, len(words), users, items)
+    order = np.lexsort((items, users))
+    return Shard(vocabulary, 0, shard.item_offsets, items[order], counts[order])
+
+
+def first_level(selection: str, contributions: int = 1) -> LevelRequest:
+    return LevelRequest(round=1, depth=0, extension=1, data_selection=selection, contributions=contributions,
+                        sampled=np.arange(3), parents=np.zeros((1, 0), dtype=np.int64))
+
+
+def counted(response: LevelCounts) -> dict[str, int]:
+    letters = "_abcdefghijklmnopqrstuvwxyz"
+    return {letters[row[0]]: int(count) for row, count in zip(response.prefixes.tolist(), response.counts.tolist())}
+
+
+def test_data_selection_schemes_count_what_they_say() -> None:
+    """Users holding {apple: 5, banana: 1, cherry: 1}, {avocado: 2, apricot: 2, berry: 1}, {cat: 1}:
+    most_frequent counts a, a, c; several (2) counts a and b for the first two users and c for the
+    third; weighted and random draw one each (frequencies below)."""
+    users = [[("apple", 5), ("banana", 1), ("cherry", 1)], [("apricot", 2), ("avocado", 2), ("berry", 1)],
+             [("cat", 1)]]
+    shard = shard_of(users)
+    randomness = KeyedRandomness(0)
+    assert counted(respond(first_level("most_frequent"), shard, randomness)) == {"a": 2, "c": 1}
+    several = respond(first_level("several", 2), shard, randomness)
+    assert counted(several) == {"a": 2, "b": 2, "c": 1} and several.responding_users == 3
+    # weighted: the first user counts a with probability 5/7; random: 1/3 (10,000 users each)
+    many = shard_of([users[0]] * 10_000)
+    request = LevelRequest(round=1, depth=0, extension=1, data_selection="weighted", contributions=1,
+                           sampled=np.arange(10_000), parents=np.zeros((1, 0), dtype=np.int64))
+    share = counted(respond(request, many, randomness))["a"] / 10_000
+    assert abs(share - 5 / 7) < 5 * math.sqrt(5 / 7 * 2 / 7 / 10_000)
+    uniform = LevelRequest(round=1, depth=0, extension=1, data_selection="random", contributions=1,
+                           sampled=np.arange(10_000), parents=np.zeros((1, 0), dtype=np.int64))
+    share = counted(respond(uniform, many, randomness))["a"] / 10_000
+    assert abs(share - 1 / 3) < 5 * math.sqrt(1 / 3 * 2 / 3 / 10_000)
+
+
+def test_a_level_extends_only_kept_prefixes_and_codes_its_ends() -> None:
+    """Parents 'ap' and 'ba' extended by two symbols: apple -> 'appl', apricot -> 'apri', banana ->
+    'bana'; 'berry' and 'cat' extend nothing; an item ending inside the extension ('at' of 'cat' from
+    'c') keeps its end symbol and padding."""
+    shard = shard_of([[("apple", 1)], [("apricot", 1)], [("banana", 1)], [("berry", 1)], [("cat", 1)]])
+    codec = lowercase_codec()
+    parents = codec.encode(["ap", "ba", "c"]).rows
+    request = LevelRequest(round=2, depth=2, extension=2, data_selection="weighted", contributions=1,
+                           sampled=np.arange(5), parents=np.ascontiguousarray(parents[:2, :2]))
+    response = respond(request, shard, KeyedRandomness(0))
+    expected = codec.encode(["apple", "apricot", "banana"]).rows[:, :4]
+    assert sorted(map(tuple, response.prefixes.tolist())) == sorted(map(tuple, expected.tolist()))
+    assert response.responding_users == 3 and response.sampled_users == 5
+    cat = LevelRequest(round=2, depth=1, extension=3, data_selection="weighted", contributions=1,
+                       sampled=np.arange(5), parents=np.ascontiguousarray(parents[2:, :1]))
+    rows = respond(cat, shard, KeyedRandomness(0)).prefixes
+    assert rows.tolist() == [[3, 1, 20, EOS]] and PAD not in rows[0, :3]
+
+
+SMALL = ['population.source="zipf"', "population.users=20000", "population.vocabulary=300",
+         "population.item_length=5", "protocol.max_length=5", "privacy.delta=1e-9", "run.seed=4"]
+
+
+@pytest.mark.parametrize("settings", [
+    [],
+    ["population.words_per_user=4", 'protocol.data_selection="several"', "protocol.contributions=2",
+     "protocol.users_per_level=5000"],
+    ["protocol.adaptive=true", "protocol.extension=1", "protocol.max_vector=4000", 'protocol.level_noise="laplace"'],
+])
+def test_any_shard_count_finds_the_same(settings: list[str]) -> None:
+    experiment = Experiment(load_config(None, [TRIE, *SMALL, *settings]))
+    runs = [run_fast(experiment, shards, "inprocess").result for shards in (1, 3, 7)]
+    views = [[(d.item, d.estimated_count) for d in run.discoveries] for run in runs]
+    assert views[0] and views[0] == views[1] == views[2]
+    assert [r.to_dict() for r in runs[0].trace] == [r.to_dict() for r in runs[2].trace]
+
+
+def test_adaptive_levels_take_the_longest_extension_that_fits_the_vector() -> None:
+    """max_vector = 4000: the first level (one empty parent) extends by 2 (703 candidates; 3 would be
+    18,279); every level takes the longest extension whose K x D(k) fits, never below 1."""
+    config = load_config(None, [TRIE, *SMALL, "protocol.adaptive=true", "protocol.extension=1",
+                                "protocol.max_vector=4000"])
+    result = run_fast(Experiment(config), 1, "inprocess").result
+    assert result.trace[0].values["extension"] == 2
+    depth = 0
+    for record in result.trace:
+        values = record.values
+        length = values["extension"]
+        parents = values["candidates"] // ExtensionDomain(27, length).size
+        assert parents * ExtensionDomain(27, length).size == values["candidates"] <= 4000
+        room = 6 - depth
+        assert length == room or parents * ExtensionDomain(27, length + 1).size > 4000
+        depth = values["depth"]
+    assert len(result.trace) < 6  # fewer levels than extensions of one symbol would take
+
+
+def test_the_default_populations_top_words_are_found_at_epsilon_4_delta_1e9() -> None:
+    experiment = Experiment(load_config(None, [TRIE, "privacy.delta=1e-9"]))
+    run = run_fast(experiment, 2, "inprocess")
+    found = {d.item for d in run.result.discoveries}
+    top = experiment.truth(run.counts).top(20)
+    assert set(top) <= found
+    assert run.result.privacy.epsilon <= 4 and run.result.privacy.delta == 1e-9
+
+
+def test_flower_with_secure_aggregation_finds_what_the_fast_driver_finds(tmp_path: Path) -> None:
+    found, rounds = flower_matches_fast([TRIE, *SMALL, "run.secure_aggregation=true"], tmp_path / "secure")
+    assert found and rounds >= 2
+
+
+@pytest.mark.parametrize(("arguments", "field"), [
+    (["--users", "1000", "--epsilon", "0.01", "--delta", "1e-9"], "privacy.epsilon"),
+    (["--users", "1000", "--epsilon", "4", "--delta", "0.01"], "privacy.delta"),
+    (["--users", "1000", "--epsilon", "4", "--delta", "1e-9", "--users-per-level", "2000"], "protocol.users_per_level"),
+])
+def test_plan_refuses_impossible_targets_in_one_line(
+    arguments: list[str], field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "aggregate-trie", *arguments]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and field in error
+
+
+def test_plan_gives_the_noise_of_the_guarantee(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "aggregate-trie", "--users", "1000000", "--epsilon", "4", "--delta", "1e-9", "--json"]) == 0
+    import json
+
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["levels"] == 6 and planned["epsilon"] <= 4
+    assert planned["discovery_rate"]["0.001"] > 0.99
+    with pytest.raises(InputError, match=r"protocol\.contributions"):
+        AggregateTrieKeys(contributions=2).check()
+
+
+def test_a_ledger_composes_runs_and_checks_each_against_its_parameters(tmp_path: Path) -> None:
+    """Two runs in one ledger: each entry's (ε, δ) is derived again from its parameters; an edited scale
+    is refused."""
+    params = solve_aggregate_trie(20000, 2.0, 1e-9, "gaussian", 1, 0.25, 3)
+    ledger = Ledger(tmp_path / "ledger.json")
+    ledger.record(params.report(), "first")
+    composed = ledger.record(params.report(), "second").composition
+    assert composed is not None and composed.runs == 2 and 2.0 < composed.epsilon < 4.0
+    text = (tmp_path / "ledger.json").read_text(encoding="utf-8")
+    (tmp_path / "ledger.json").write_text(text.replace(repr(params.scale), repr(params.scale * 1.5), 1),
+                                          encoding="utf-8")
+    with pytest.raises(LedgerError, match="disagree"):
+        Ledger(tmp_path / "ledger.json").entries
