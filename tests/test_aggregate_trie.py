@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -28,8 +29,10 @@ from fedhh.protocols.aggregate_trie.extensions import ExtensionDomain
 from fedhh.protocols.aggregate_trie.messages import LevelCounts, LevelRequest
 from fedhh.protocols.aggregate_trie.parameters import AggregateTrieKeys
 from fedhh.protocols.aggregate_trie.server import AggregateTrieServer, level_noise
+from fedhh.protocols.aggregate_trie.sizing import size_aggregate_trie, verification_server
 from simulations.cli import main
 from simulations.fast import run_fast
+from simulations.sizing import verify_item
 
 from .helpers import flower_matches_fast, lowercase_codec
 
@@ -287,3 +290,17 @@ def test_a_ledger_composes_runs_and_checks_each_against_its_parameters(tmp_path:
                                           encoding="utf-8")
     with pytest.raises(LedgerError, match="disagree"):
         Ledger(tmp_path / "ledger.json").entries
+
+
+def test_size_answers_a_population_where_runs_find_the_item_as_often_as_predicted() -> None:
+    """fedhh size aggregate-trie: the analysis meets the target at its answer and not 1% below, and 100
+    runs of the tree on the population it assumes find the planted item as often (95% interval)."""
+    answer = size_aggregate_trie(0.01, 0.9, 1.0, 1e-9, max_length=4, sampling_rate=0.1)
+    assert answer.discovery >= 0.9 > answer.below_discovery
+    args = SimpleNamespace(max_length=4, extension=2, epsilon=1.0, delta=1e-9, noise="gaussian", contributions=1,
+                           sampling_rate=0.1)
+    verified = verify_item("aggregate-trie", answer.users, 0.01, answer.discovery, 100,
+                           **verification_server(args, answer))
+    assert verified.interval[0] <= answer.discovery <= verified.interval[1]
+    with pytest.raises(InputError, match="--delta"):
+        size_aggregate_trie(0.0001, 0.9, 4.0, 1e-4)

@@ -18,7 +18,7 @@ The package: its keys (``parameters``), the numbering of a level's
 candidates (``extensions``), its messages (``messages``), the device side
 (``client``), the server (``server``), what an untrusting server checks and
 the dense layout secure aggregation sums (``nodes``), its planner
-(``plan``), the bits a user sends (``wire``), and its spec, registered here.
+(``plan``) and sizing (``sizing``), the bits a user sends (``wire``), and its spec, registered here.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .nodes import DROPOUT_PRIVACY, AggregateTrieDense, check_reply, describe_ro
 from .parameters import AggregateTrieKeys
 from .plan import AGGREGATE_TRIE_PLAN, plan_aggregate_trie
 from .server import NAME, AggregateTrieServer, build_aggregate_trie
+from .sizing import AGGREGATE_TRIE_SIZING
 from .wire import aggregate_trie_bits
 
 CONTRACT = ContractText(definitions=(
@@ -58,6 +59,7 @@ SPEC = register_protocol(
         dense=AggregateTrieDense,
         planner=plan_aggregate_trie,
         plan_command=AGGREGATE_TRIE_PLAN,
+        sizing=AGGREGATE_TRIE_SIZING,
         communication=aggregate_trie_bits,
         contract=CONTRACT,
     )

@@ -14,7 +14,7 @@ from ...privacy.aggregate_trie import AggregateTrieParameters, solve_aggregate_t
 from ...privacy.central import GAUSSIAN, LAPLACE, NOISES
 from ...privacy.validation import check_positive_int
 from .extensions import ExtensionDomain
-from .parameters import MAX_EXTENSION, AggregateTrieKeys, levels_for, sampling_rate
+from .parameters import MAX_EXTENSION, levels_for, sampling_rate
 from .server import check_findable
 
 
@@ -45,9 +45,7 @@ def plan_aggregate_trie(
     levels = levels_for(codec.max_rounds, extension)
     params = solve_aggregate_trie(n_users, epsilon, delta, noise, contributions,
                                   sampling_rate(users_per_level, n_users), levels)
-    keys = AggregateTrieKeys(level_noise=noise, users_per_level=users_per_level, extension=extension,  # type: ignore[arg-type]
-                             max_prefixes=max_prefixes, contributions=contributions)
-    threshold = check_findable(params, keys, codec)
+    threshold = check_findable(params, 0.0, max_prefixes, extension, codec)
     candidates = max_prefixes * ExtensionDomain(codec.radix**codec.unit_size, extension).size
     report = params.report()
     return {

@@ -44,6 +44,14 @@ def is_complete(rows: np.ndarray) -> np.ndarray:
     return ((rows == EOS) | (rows == PAD)).any(axis=1)
 
 
+def threshold_for(noise: str, scale: float, count_threshold: float, candidates: int) -> float:
+    """A level's threshold: ``count_threshold``, or when 0 the noise's upper ``1/D`` quantile for ``D``
+    candidates (a candidate nobody holds passes with chance ``1/D``: about one a level)."""
+    if count_threshold > 0:
+        return count_threshold
+    return noise_tail_quantile(noise, scale, 1 / max(candidates, 2))
+
+
 class AggregateTrieServer(ServerProtocol):
     """Grows the tree level by level: sample, sum, add noise once, keep what passes the threshold.
 
@@ -110,9 +118,7 @@ class AggregateTrieServer(ServerProtocol):
         return min(length, room)
 
     def threshold(self, candidates: int) -> float:
-        if self.keys.count_threshold > 0:
-            return self.keys.count_threshold
-        return noise_tail_quantile(self.params.noise, self.params.scale, 1 / max(candidates, 2))
+        return threshold_for(self.params.noise, self.params.scale, self.keys.count_threshold, candidates)
 
     def next_request(self) -> LevelRequest | None:
         if self.done:
@@ -250,16 +256,16 @@ def build_aggregate_trie(
     levels = levels_for(codec.max_rounds, keys.extension)
     params = solve_aggregate_trie(n_users, privacy.epsilon, privacy.delta, keys.level_noise, keys.contributions,
                                   sampling_rate(keys.users_per_level, n_users), levels)
-    check_findable(params, keys, codec)
+    check_findable(params, keys.count_threshold, keys.max_prefixes, keys.extension, codec)
     return AggregateTrieServer(params, keys, codec, seed)
 
 
-def check_findable(params: AggregateTrieParameters, keys: AggregateTrieKeys, codec: ItemCodec) -> float:
+def check_findable(params: AggregateTrieParameters, count_threshold: float, max_prefixes: int, extension: int,
+                   codec: ItemCodec) -> float:
     """The threshold of a level with ``max_prefixes`` parents; refuse a run where no count can pass it
     (above the users sampled per level)."""
-    symbols = codec.radix**codec.unit_size
-    candidates = keys.max_prefixes * ExtensionDomain(symbols, keys.extension).size
-    threshold = keys.count_threshold or noise_tail_quantile(params.noise, params.scale, 1 / max(candidates, 2))
+    candidates = max_prefixes * ExtensionDomain(codec.radix**codec.unit_size, extension).size
+    threshold = threshold_for(params.noise, params.scale, count_threshold, candidates)
     if threshold >= params.expected_users:
         raise InputError(
             f"privacy.epsilon: at ε = {params.target_epsilon:g}, δ = {params.delta:g} over {params.levels} levels the "
