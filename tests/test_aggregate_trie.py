@@ -151,7 +151,7 @@ def shard_of(words: list[list[tuple[str, int]]]) -> Shard:
 
 
 def first_level(selection: str, contributions: int = 1) -> LevelRequest:
-    return LevelRequest(round=1, depth=0, extension=1, data_selection=selection, contributions=contributions,
+    return LevelRequest(round=1, depth=0, extension=1, choose_from="extending", data_selection=selection, contributions=contributions,
                         sampled=np.arange(3), parents=np.zeros((1, 0), dtype=np.int64))
 
 
@@ -173,11 +173,11 @@ def test_data_selection_schemes_count_what_they_say() -> None:
     assert counted(several) == {"a": 2, "b": 2, "c": 1} and several.responding_users == 3
     # weighted: the first user counts a with probability 5/7; random: 1/3 (10,000 users each)
     many = shard_of([users[0]] * 10_000)
-    request = LevelRequest(round=1, depth=0, extension=1, data_selection="weighted", contributions=1,
+    request = LevelRequest(round=1, depth=0, extension=1, choose_from="extending", data_selection="weighted", contributions=1,
                            sampled=np.arange(10_000), parents=np.zeros((1, 0), dtype=np.int64))
     share = counted(respond(request, many, randomness))["a"] / 10_000
     assert abs(share - 5 / 7) < 5 * math.sqrt(5 / 7 * 2 / 7 / 10_000)
-    uniform = LevelRequest(round=1, depth=0, extension=1, data_selection="random", contributions=1,
+    uniform = LevelRequest(round=1, depth=0, extension=1, choose_from="extending", data_selection="random", contributions=1,
                            sampled=np.arange(10_000), parents=np.zeros((1, 0), dtype=np.int64))
     share = counted(respond(uniform, many, randomness))["a"] / 10_000
     assert abs(share - 1 / 3) < 5 * math.sqrt(1 / 3 * 2 / 3 / 10_000)
@@ -190,16 +190,31 @@ def test_a_level_extends_only_kept_prefixes_and_codes_its_ends() -> None:
     shard = shard_of([[("apple", 1)], [("apricot", 1)], [("banana", 1)], [("berry", 1)], [("cat", 1)]])
     codec = lowercase_codec()
     parents = codec.encode(["ap", "ba", "c"]).rows
-    request = LevelRequest(round=2, depth=2, extension=2, data_selection="weighted", contributions=1,
+    request = LevelRequest(round=2, depth=2, extension=2, choose_from="extending", data_selection="weighted", contributions=1,
                            sampled=np.arange(5), parents=np.ascontiguousarray(parents[:2, :2]))
     response = respond(request, shard, KeyedRandomness(0))
     expected = codec.encode(["apple", "apricot", "banana"]).rows[:, :4]
     assert sorted(map(tuple, response.prefixes.tolist())) == sorted(map(tuple, expected.tolist()))
     assert response.responding_users == 3 and response.sampled_users == 5
-    cat = LevelRequest(round=2, depth=1, extension=3, data_selection="weighted", contributions=1,
+    cat = LevelRequest(round=2, depth=1, extension=3, choose_from="extending", data_selection="weighted", contributions=1,
                        sampled=np.arange(5), parents=np.ascontiguousarray(parents[2:, :1]))
     rows = respond(cat, shard, KeyedRandomness(0)).prefixes
     assert rows.tolist() == [[3, 1, 20, EOS]] and PAD not in rows[0, :3]
+
+
+def test_choosing_among_all_items_counts_only_choices_that_extend_the_tree() -> None:
+    """10,000 users holding {apple: 5, banana: 1}, the tree keeping only 'b': choosing among the items
+    that extend it, every user counts 'ba'; choosing among all (weighted), a sixth of them do."""
+    shard = shard_of([[("apple", 5), ("banana", 1)]] * 10_000)
+    parents = lowercase_codec().encode(["b"]).rows[:, :1]
+
+    def level(choose_from: str) -> LevelRequest:
+        return LevelRequest(round=2, depth=1, extension=1, choose_from=choose_from, data_selection="weighted",
+                            contributions=1, sampled=np.arange(10_000), parents=np.ascontiguousarray(parents))
+
+    assert respond(level("extending"), shard, KeyedRandomness(3)).counts.tolist() == [10_000]
+    share = respond(level("all"), shard, KeyedRandomness(3)).counts[0] / 10_000
+    assert abs(share - 1 / 6) < 5 * math.sqrt(1 / 6 * 5 / 6 / 10_000)
 
 
 SMALL = ['population.source="zipf"', "population.users=20000", "population.vocabulary=300",
@@ -210,6 +225,7 @@ SMALL = ['population.source="zipf"', "population.users=20000", "population.vocab
     [],
     ["population.words_per_user=4", 'protocol.data_selection="several"', "protocol.contributions=2",
      "protocol.users_per_level=5000"],
+    ["population.words_per_user=4", 'protocol.choose_from="all"', 'protocol.data_selection="random"'],
     ["protocol.adaptive=true", "protocol.extension=1", "protocol.max_vector=4000", 'protocol.level_noise="laplace"'],
 ])
 def test_any_shard_count_finds_the_same(settings: list[str]) -> None:

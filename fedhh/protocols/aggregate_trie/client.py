@@ -10,7 +10,7 @@ from ...data.prefixes import row_keys
 from ...kernels.randomness import RandomnessSource
 from .extensions import ExtensionDomain
 from .messages import LevelCounts, LevelRequest
-from .parameters import MOST_FREQUENT, RANDOM, SEVERAL, WEIGHTED
+from .parameters import EXTENDING, MOST_FREQUENT, RANDOM, SEVERAL, WEIGHTED
 
 SELECTION_PURPOSE = "aggregate-trie.selection"
 
@@ -57,9 +57,11 @@ def cached_candidates(request: LevelRequest, vocabulary: Vocabulary, domain: Ext
     return answer
 
 
-def user_entries(shard: Shard, local: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The sampled users' items that extend the tree: (position of the user in ``local``, item id,
-    the user's count of it, its candidate), one entry per (user, item)."""
+def user_entries(
+    shard: Shard, local: np.ndarray, candidate: np.ndarray, extending_only: bool
+) -> tuple[np.ndarray, ...]:
+    """The sampled users' items (``extending_only``: those that extend the tree): (position of the user
+    in ``local``, item id, the user's count of it, its candidate or -1), one entry per (user, item)."""
     if shard.one_item_per_user:
         items = shard.item_of_user[local]
         owner = np.flatnonzero(items >= 0)
@@ -73,7 +75,7 @@ def user_entries(shard: Shard, local: np.ndarray, candidate: np.ndarray) -> tupl
         entry = np.repeat(starts, lengths) + np.arange(owner.size) - first
         items, weight = shard.item_ids[entry], shard.item_counts[entry].astype(np.int64)
     cand = candidate[items]
-    keep = cand >= 0
+    keep = cand >= 0 if extending_only else np.ones(cand.size, dtype=bool)
     return owner[keep], items[keep], weight[keep], cand[keep]
 
 
@@ -91,9 +93,17 @@ def draw_one(owner: np.ndarray, weight: np.ndarray, uniforms: np.ndarray) -> np.
 def select(request: LevelRequest, shard: Shard, local: np.ndarray, candidate: np.ndarray,
            randomness: RandomnessSource) -> tuple[np.ndarray, np.ndarray]:
     """(position of the user in ``local``, candidate) of every count a sampled user adds 1 to."""
-    owner, items, weight, cand = user_entries(shard, local, candidate)
+    owner, items, weight, cand = user_entries(shard, local, candidate, request.choose_from == EXTENDING)
     if owner.size == 0:
         return owner, cand
+    owners, cands = choose(request, shard, local, owner, items, weight, cand, randomness)
+    counted = cands >= 0  # choosing among all its items, a user whose choice leaves the tree adds nothing
+    return owners[counted], cands[counted]
+
+
+def choose(request: LevelRequest, shard: Shard, local: np.ndarray, owner: np.ndarray, items: np.ndarray,
+           weight: np.ndarray, cand: np.ndarray, randomness: RandomnessSource) -> tuple[np.ndarray, np.ndarray]:
+    """The data-selection scheme over the users' entries (grouped by owner): (owner, candidate) pairs."""
     scheme = request.data_selection
     if scheme in (RANDOM, WEIGHTED):
         users = np.unique(owner)
@@ -126,7 +136,9 @@ def respond(request: LevelRequest, shard: Shard, randomness: RandomnessSource) -
     What each user does (a device is a shard of one user): if its global id
     is in ``sampled``, it looks at its items whose first ``depth`` symbols
     are a row of ``parents`` (at the first level, all of them) and which
-    have a symbol at position ``depth``; each such item's next
+    have a symbol at position ``depth`` (``choose_from = "extending"``), or
+    at all its items (``"all"``, and then a chosen item that is not of that
+    kind counts nothing); each such item's next
     ``extension`` symbols (the symbol row of ``fedhh.data.items``, end
     symbol and padding included, cut at the row's last column) make a
     candidate, the item's first ``depth + extension`` symbols.  By

@@ -19,6 +19,7 @@ class LevelRequest(Request):
     depth: int  # symbols of the kept prefixes (0 at the first level)
     extension: int = scalar_field(minimum=1)  # symbols this level adds to each kept prefix
     data_selection: str  # random, weighted, most_frequent or several: which of its items a user counts
+    choose_from: str  # extending: among the items that extend a kept prefix; all: among all, counting those only
     contributions: int = scalar_field(minimum=1)  # distinct candidates a user adds 1 to, at most
     sampled: np.ndarray = array_field("int64", ("m",))  # sorted global user ids sampled in this level
     parents: np.ndarray = array_field("int64", ("K", "depth"))  # the kept prefixes, symbol rows without the end

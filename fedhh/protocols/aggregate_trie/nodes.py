@@ -39,7 +39,8 @@ def narrow(request: LevelRequest, node: HeldUsers) -> LevelRequest | None:
     if sampled.size == 0:
         return None
     return LevelRequest(round=request.round, depth=request.depth, extension=request.extension,
-                        data_selection=request.data_selection, contributions=request.contributions,
+                        data_selection=request.data_selection, choose_from=request.choose_from,
+                        contributions=request.contributions,
                         sampled=sampled, parents=request.parents)
 
 
@@ -153,7 +154,8 @@ class AggregateTrieDense:
             counts=counts[slots].astype(np.int64),
         )
         everyone = LevelRequest(round=request.round, depth=request.depth, extension=request.extension,
-                                data_selection=request.data_selection, contributions=request.contributions,
+                                data_selection=request.data_selection, choose_from=request.choose_from,
+                        contributions=request.contributions,
                                 sampled=np.arange(sampled_users), parents=request.parents)
         check_counts(everyone, total, self.symbols)
         return LevelCounts.combine([total])  # the canonical candidate order of the plain path

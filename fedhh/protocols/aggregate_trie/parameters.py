@@ -12,6 +12,8 @@ from ...schema import ConfigSection, Key
 
 RANDOM, WEIGHTED, MOST_FREQUENT, SEVERAL = "random", "weighted", "most_frequent", "several"
 SELECTIONS = (RANDOM, WEIGHTED, MOST_FREQUENT, SEVERAL)
+EXTENDING, ALL = "extending", "all"
+CHOOSE_FROM = (EXTENDING, ALL)
 MAX_EXTENSION = 4
 MAX_LEVEL_CANDIDATES = 1 << 24  # entries of one level's count vector (and of its noise)
 
@@ -42,6 +44,11 @@ class AggregateTrieKeys(ConfigSection):
         "one distinct item uniformly; weighted: one item by its share of the user's data; most_frequent: its "
         "most frequent; several: its protocol.contributions candidates holding most of its data",
         SELECTIONS,
+    ).field()
+    choose_from: Literal["extending", "all"] = Key(
+        str, EXTENDING, "aggregate-trie: the items data_selection chooses among: extending: those that extend a "
+        "kept prefix (no contribution wasted); all: all the user's items, a choice off the tree counting nothing "
+        "(TrieHH's way: counts comparable across levels)", CHOOSE_FROM,
     ).field()
     contributions: int = Key(
         int, 1, "aggregate-trie: candidates a user adds 1 to per level (data_selection = \"several\"; else 1)",

@@ -129,7 +129,8 @@ class AggregateTrieServer(ServerProtocol):
             sampled = poisson_sample(generator, self.params.n_users, self.params.sampling_rate)
             self._pending = LevelRequest(
                 round=round_, depth=self.depth, extension=self.extension_for(max(self._parents.shape[0], 1)),
-                data_selection=self.keys.data_selection, contributions=self.keys.contributions,
+                data_selection=self.keys.data_selection, choose_from=self.keys.choose_from,
+                contributions=self.keys.contributions,
                 sampled=sampled, parents=self._parents,
             )
         return self._pending
@@ -225,7 +226,7 @@ class AggregateTrieServer(ServerProtocol):
                 "level_noise": self.params.noise, "scale": self.params.scale,
                 "sampling_rate": self.params.sampling_rate, "levels": self.params.levels,
                 "extension": keys.extension, "adaptive": keys.adaptive, "max_prefixes": keys.max_prefixes,
-                "max_vector": keys.max_vector, "data_selection": keys.data_selection,
+                "max_vector": keys.max_vector, "data_selection": keys.data_selection, "choose_from": keys.choose_from,
                 "contributions": keys.contributions, "count_threshold": keys.count_threshold,
                 "max_length": self.codec.max_length, "unit_size": self.codec.unit_size,
                 "alphabet": self.codec.alphabet.name,
