@@ -46,9 +46,10 @@ class AggregateTrieKeys(ConfigSection):
         SELECTIONS,
     ).field()
     choose_from: Literal["extending", "all"] = Key(
-        str, EXTENDING, "aggregate-trie: the items data_selection chooses among: extending: those that extend a "
-        "kept prefix (no contribution wasted); all: all the user's items, a choice off the tree counting nothing "
-        "(TrieHH's way: counts comparable across levels)", CHOOSE_FROM,
+        str, ALL, "aggregate-trie: the items data_selection chooses among: all: all the user's items, a choice "
+        "off the tree counting nothing (TrieHH's way: a count estimates the item's share of the users' data, "
+        "whatever its level); extending: those that extend a kept prefix (no contribution wasted, but a deep "
+        "item's count is inflated by its holders' other items having left the tree)", CHOOSE_FROM,
     ).field()
     contributions: int = Key(
         int, 1, "aggregate-trie: candidates a user adds 1 to per level (data_selection = \"several\"; else 1)",
