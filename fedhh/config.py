@@ -76,6 +76,7 @@ BASE_SCHEMA: dict[str, dict[str, Key]] = {
         "round_timeout": Key(float, 120.0, "seconds a Flower round waits for replies; a node without a valid reply by then is counted late and its users' answers are lost", check=_positive, constraint="a finite number > 0"),
         "connect_timeout": Key(float, 120.0, "seconds the Flower server waits for its SuperNodes before round 1", check=_positive, constraint="a finite number > 0"),
         "secure_aggregation": Key(bool, False, "sum each round's responses with Flower's SecAgg+ so the server sees only sums"),
+        "simulation": Key(str, "users", "users: every user's report drawn, as devices would (the reference); law: each round's aggregate drawn from its exact law given the shards' item counts, at a cost independent of the number of users (docs/simulation.md)", ("users", "law")),
     },
 }
 
@@ -161,6 +162,10 @@ def build_config(raw: Mapping[str, Any]) -> FedhhConfig:
             sections[section][key] = known[section][key].validate(f"{section}.{key}", value)
     if sections["privacy"]["max_epsilon"] and not sections["privacy"]["ledger"]:
         raise ConfigError("privacy.max_epsilon: a budget needs privacy.ledger (the file that remembers past runs)")
+    if sections["run"]["simulation"] == "law" and sections["run"]["federation"] == "devices":
+        raise ConfigError('run.simulation: "law" simulates shards of a population; a devices federation runs real devices (use "users")')
+    if sections["run"]["simulation"] == "law" and sections["run"]["secure_aggregation"]:
+        raise ConfigError('run.simulation: "law" draws each shard\'s sum, not device reports to mask; set run.secure_aggregation = false or run.simulation = "users"')
     if sections["population"]["source"] in ("file", "dataset") and not sections["population"]["path"]:
         raise ConfigError(f"population.path: required when population.source = \"{sections['population']['source']}\"")
     return FedhhConfig(sections)

@@ -22,6 +22,7 @@ from ...errors import InputError
 from ..spec import ProtocolSpec
 from .config import PREFIX_KEYS, search_parameters
 from .contract import CONTRACT
+from .law import law
 from .nodes import DROPOUT_PRIVACY, check_reply, describe_round, narrow, reply_budget
 from .reports import PrefixRequest, PrefixResponse, respond
 from .search import PrefixSearchServer, PrefixVariant
@@ -61,6 +62,7 @@ def prefix_search_spec(server: type[PrefixSearchServer]) -> ProtocolSpec:
         sizing=variant.sizing,
         communication=prefix_search_bits,
         contract=CONTRACT,
+        law=law,  # type: ignore[arg-type]
     )
 
 
