@@ -85,3 +85,31 @@ def test_flower_supernodes_hold_a_billion_users_by_law(tmp_path: Path) -> None:
     reference = run_fast(Experiment(config), 2, "inprocess").result
     assert {hit["item"] for hit in document["heavy_hitters"]} == {d.item for d in reference.discoveries}
     assert TOP_WORDS <= {hit["item"] for hit in document["heavy_hitters"]}
+
+
+def test_simulation_is_a_sweep_axis_and_a_column(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(
+        '[population]\nsource = "zipf"\nusers = 50000\nvocabulary = 300\nitem_length = 4\n'
+        '[protocol]\nmax_length = 4\n[sweep]\ntrials = 2\n"run.simulation" = ["users", "law"]\n',
+        encoding="utf-8",
+    )
+    assert main(["sweep", str(sweep), "--output", str(tmp_path / "out"), "--workers", "1", "--quiet"]) == 0
+    rows = pq.read_table(tmp_path / "out" / "trials.parquet").to_pylist()
+    assert sorted(row["simulation"] for row in rows) == ["law", "law", "users", "users"]
+    assert all(row["error"] == "" and row["f1"] > 0 for row in rows)
+
+
+def test_size_verify_uses_law_for_large_populations(capsys: pytest.CaptureFixture[str]) -> None:
+    """An answer of tens of millions of users is checked by law simulation, and the output says so;
+    a small one by drawing every user."""
+    for frequency, simulation in ((1e-5, "law"), (0.01, "users")):
+        assert main(["size", "triehh", "--frequency", str(frequency), "--discovery", "0.9", "--epsilon", "4", "--delta", "1e-12", "--max-rounds", "6",
+                     "--verify", "--trials", "3", "--json"]) == 0
+        verification = json.loads(capsys.readouterr().out)["verification"]
+        assert verification["simulation"] == simulation and verification["found"] >= 2
+    assert main(["size", "triehh", "--frequency", "1e-5", "--discovery", "0.9", "--epsilon", "4", "--delta", "1e-12", "--max-rounds", "6", "--verify",
+                 "--trials", "2"]) == 0
+    assert "law simulation" in capsys.readouterr().out
