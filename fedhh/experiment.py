@@ -17,10 +17,10 @@ import numpy as np
 
 from . import __version__
 from .config import FedhhConfig
-from .data.items import ItemCodec, get_alphabet
 from .data.counted import CountedShard, counted_users
+from .data.items import ItemCodec, get_alphabet
 from .data.population import PopulationCounts, PopulationSource, Shard, check_shard_count, shard_bounds
-from .data.sources import make_source, sampled_candidates
+from .data.sources import held_items_per_user, make_source, sampled_candidates
 from .kernels.randomness import KeyedRandomness
 from .metrics import Truth, utility_metrics
 from .privacy.report import PrivacyReport
@@ -32,13 +32,13 @@ from .resources import require_population_memory
 
 def item_codec(config: FedhhConfig) -> ItemCodec:
     """The public item codec of a run (``[protocol]``), as the server and every device build it."""
-    protocol = config["protocol"]
+    protocol = config.protocol
     return ItemCodec(
-        get_alphabet(protocol["alphabet"]),
-        protocol["unit_size"],
-        protocol["max_length"],
-        overlong=protocol["overlong"],
-        unknown_chars=protocol["unknown_chars"],
+        get_alphabet(protocol.alphabet),
+        protocol.unit_size,
+        protocol.max_length,
+        overlong=protocol.overlong,
+        unknown_chars=protocol.unknown_chars,
     )
 
 
@@ -49,28 +49,36 @@ def check_needs(config: FedhhConfig) -> None:
     and the privacy target.  A file's or a dataset's size is known only once it is read, so
     nothing is checked for them here.  A sweep calls it for every grid point before any runs."""
     codec = item_codec(config)
-    population, seed = config["population"], int(config["run"]["seed"])
-    law = config["run"]["simulation"] == LAW
-    spec = get_protocol(config["protocol"]["name"])
+    seed = config.run.seed
+    law = config.run.simulation == LAW
+    spec = get_protocol(config.protocol.name)
     if law and spec.law is None:
         raise no_law_sampler(spec.name)
-    candidates = sampled_candidates(population, codec, seed)
+    candidates = sampled_candidates(config["population"], codec, seed)
     if candidates is None:
         return
     codec.require_memory_to_encode(candidates)
-    n_users = int(population["users"])
+    n_users = config.population.users
     if not law:  # a law simulation holds counts, never the users
-        require_population_memory(n_users, int(population["words_per_user"]))
-    check_shard_count(n_users, int(config["run"]["shards"]))
-    spec.build_server(
-        config["privacy"], n_users, codec, seed, protocol=config["protocol"]
-    )
+        require_population_memory(n_users, held_items_per_user(config["population"], codec))
+    check_shard_count(n_users, config.run.shards)
+    spec.build_server(config.privacy, n_users, codec, seed, protocol=config["protocol"])
 
 
-def run_record(result: ProtocolResult, timing: dict[str, float]) -> dict[str, Any]:
-    """The part of a result document every run has, with or without a known truth."""
+def run_record(result: ProtocolResult, timing: dict[str, float], cap: int | None = None) -> dict[str, Any]:
+    """The part of a result document every run has, with or without a known truth; ``cap``
+    (:func:`report_cap`) keeps the protocol's ``cap`` best discoveries and records that it did."""
+    found = published_discoveries(result.discoveries)
+    record: dict[str, Any] = {"heavy_hitters": found if cap is None else found[:cap]}
+    if cap is not None:
+        record["cap_to_top_k"] = {
+            "top_k": cap,
+            "found": len(found),
+            "reported": len(record["heavy_hitters"]),
+            "ranked_by": "the protocol's own estimated counts (its support where it has none)",
+        }
     return {
-        "heavy_hitters": published_discoveries(result.discoveries),
+        **record,
         "frequent_prefixes": result.frequent_prefixes,
         "privacy": result.privacy.to_dict(),
         "params": result.params,
@@ -86,15 +94,36 @@ def run_record(result: ProtocolResult, timing: dict[str, float]) -> dict[str, An
     }
 
 
+def own_rank(discovery: Discovery) -> tuple[float, str]:
+    """A discovery's place in the protocol's own order: its estimated count, else its support
+    (TrieHH's votes), largest first, then the item; never a true rank, which would leak the truth."""
+    value = discovery.estimated_count if discovery.estimated_count is not None else discovery.support
+    return (-(value if value is not None else 0), discovery.item)
+
+
 def published_discoveries(discoveries: list[Discovery]) -> list[dict[str, Any]]:
-    """The protocol's output, ordered by the protocol's own numbers (estimated count,
-    else support, then the item): never by a true rank, which would leak the truth."""
-    entries = [
+    """The protocol's output as plain data, in the protocol's own order (:func:`own_rank`)."""
+    return [
         {key: value for key, value in (("item", d.item), ("support", d.support), ("estimated_count", d.estimated_count))
          if value is not None}
-        for d in discoveries
+        for d in sorted(discoveries, key=own_rank)
     ]
-    return sorted(entries, key=lambda e: (-e.get("estimated_count", e.get("support", 0)), e["item"]))
+
+
+def report_cap(config: FedhhConfig) -> int | None:
+    """``run.top_k`` when ``run.cap_to_top_k`` asks to report at most that many discoveries, else ``None``.
+
+    Capping makes protocols that report every item above a threshold (TrieHH, the curator baseline
+    with a large ``protocol.top_k``) comparable at a fixed K.  It is post-processing of what the
+    protocol publishes, by the protocol's own numbers; for TrieHH those are its vote counts, which
+    Theorem 1 does not cover (``docs/privacy.md``), so a capped TrieHH list is for comparisons."""
+    run = config["run"]
+    return int(run["top_k"]) if run["cap_to_top_k"] else None
+
+
+def reported_discoveries(discoveries: list[Discovery], cap: int | None) -> list[Discovery]:
+    """The discoveries a run reports: all of them, or the ``cap`` best by :func:`own_rank`."""
+    return discoveries if cap is None else sorted(discoveries, key=own_rank)[:cap]
 
 
 TRUTH_SHOWN = 500  # true top items written to the result, for plots and audits
@@ -112,10 +141,10 @@ class Experiment:
         population, drawn with its own seed); it must be encoded with this config's codec."""
         self.config = config
         self.codec = item_codec(config)
-        self.spec = get_protocol(config["protocol"]["name"])
-        self.seed = int(config["run"]["seed"])
+        self.spec = get_protocol(config.protocol.name)
+        self.seed = config.run.seed
         self.randomness = KeyedRandomness(self.seed)
-        self.simulation = str(config["run"]["simulation"])  # users | law (fedhh.protocols.law)
+        self.simulation = config.run.simulation  # users | law (fedhh.protocols.law)
         if self.simulation == LAW and self.spec.law is None:
             raise no_law_sampler(self.spec.name)
         # What the run will need is checked before anything is charged or started, and where the
@@ -128,9 +157,9 @@ class Experiment:
         self.source: PopulationSource = source
         self.n_users = self.source.n_users
         if self._fresh_server is None:  # a file's or a dataset's size is known once it is read
-            if self.simulation != LAW:
-                self.source.require_memory(int(config["population"]["words_per_user"]))
-            check_shard_count(self.n_users, int(config["run"]["shards"]))
+            if self.simulation != LAW:  # a law simulation holds counts, never the users
+                self.source.require_memory(config.population.words_per_user)
+            check_shard_count(self.n_users, config.run.shards)
             self._solve(self.n_users)
         assert self._fresh_server is not None
         # the server built for the target is the first one make_server hands out
@@ -158,19 +187,19 @@ class Experiment:
         """What depends on the population size alone, before a sampled source encodes its vocabulary:
         the population's memory, the shard count, and the privacy target (:meth:`_solve`)."""
         if self.simulation != LAW:  # a law simulation holds counts, never the users
-            require_population_memory(n_users, int(self.config["population"]["words_per_user"]))
-        check_shard_count(n_users, int(self.config["run"]["shards"]))
+            require_population_memory(n_users, held_items_per_user(self.config["population"], self.codec))
+        check_shard_count(n_users, self.config.run.shards)
         self._solve(n_users)
 
     def _solve(self, n_users: int) -> None:
         """Build the first server for ``n_users``, solving the privacy target (vocabulary not offered yet)."""
         self._fresh_server = self.spec.build_server(
-            self.config["privacy"], n_users, self.codec, self.seed, protocol=self.config["protocol"]
+            self.config.privacy, n_users, self.codec, self.seed, protocol=self.config["protocol"]
         )
 
     def _build_server(self) -> ServerProtocol:
         server = self.spec.build_server(
-            self.config["privacy"], self.n_users, self.codec, self.seed, protocol=self.config["protocol"]
+            self.config.privacy, self.n_users, self.codec, self.seed, protocol=self.config["protocol"]
         )
         server.offer_vocabulary(self.source.vocabulary)
         return server
@@ -202,7 +231,7 @@ class Experiment:
         source (in a law simulation: the sum of the shards' counts, drawn as the shards draw
         them): for a process that holds no shard (a driver that built shards has their sum)."""
         if self.simulation == LAW:
-            shards = int(self.config["run"]["shards"])
+            shards = self.config.run.shards
             return PopulationCounts.combine(self.counted_shard(i, shards).counts() for i in range(shards))
         return self.source.population_counts()
 
@@ -241,11 +270,11 @@ class Experiment:
             "simulation": self.simulation,
             "config": self.config.to_dict(),
             "population": self.source.describe(),
-            **run_record(result, timing),
+            **run_record(result, timing, report_cap(self.config)),
         }
         if self.communication is not None:
             document["communication"] = self.communication.to_dict()
-        if self.config["run"]["evaluation"]:
+        if self.config.run.evaluation:
             document["evaluation"] = self.evaluate(document["heavy_hitters"], counts)
         return document
 
@@ -264,7 +293,8 @@ class Experiment:
         rank = truth.rank_of()
         index = {item: i for i, item in enumerate(truth.items)}
         discovered = {hit["item"] for hit in heavy_hitters}
-        top_k = int(self.config["run"]["top_k"])
+        estimates = {hit["item"]: hit.get("estimated_count") for hit in heavy_hitters}
+        top_k = self.config.run.top_k
 
         def truth_of(item: str) -> dict[str, Any]:
             i = index.get(item)
@@ -277,7 +307,7 @@ class Experiment:
 
         return {
             "note": EVALUATION_NOTE,
-            "metrics": utility_metrics(discovered, truth, top_k),
+            "metrics": utility_metrics(discovered, truth, top_k, estimates),
             "heavy_hitters": [truth_of(hit["item"]) for hit in heavy_hitters],
             "missed_top_k": [item for item in truth.top(top_k) if item not in discovered],
             "truth_top": [

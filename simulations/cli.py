@@ -35,8 +35,9 @@ from typing import NamedTuple
 from fedhh import __version__
 from fedhh.config import FedhhConfig, load_config
 from fedhh.errors import InputError, one_line
-from fedhh.interrupts import exit_status, interruptible
 from fedhh.results import ResultsFolder, to_json
+
+from .interrupts import exit_status, interruptible
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -75,6 +76,11 @@ def ray_address(address: str | None) -> Iterator[None]:
 def _run(args: argparse.Namespace) -> int:
     if args.overwrite and args.output is None:
         raise InputError("--overwrite: replaces the folder named by --output; give --output too")
+    if args.protocol_module:
+        from fedhh.protocols.registry import import_protocol_module
+
+        for module in args.protocol_module:
+            import_protocol_module(module)
     config = load_config(args.config, args.set)
     from .plot_process import plots_aside
     from .report import print_run_report
@@ -82,18 +88,24 @@ def _run(args: argparse.Namespace) -> int:
 
     # forked once the output is claimed (a refused run starts nothing), before Ray starts, and ended
     # before the claim is released; Flower's ServerApp draws through it from its own thread
+    written = False
     try:
         with claim_output(args, config) as output, ray_address(args.ray_address), plots_aside():
             result = run_experiment(config, output, show_progress=not args.quiet)
+            written = True
+        if args.json:
+            print(to_json(result))
+        else:
+            print_run_report(result, output.path)
     except FlowerRunFailed as failure:
         from rich.markup import escape
 
         _print_error(f"[bold red]error:[/] {escape(str(failure))}; no results were written")
         return EXIT_FAILURE
-    if args.json:
-        print(to_json(result))
-    else:
-        print_run_report(result, output.path)
+    except KeyboardInterrupt as stop:
+        if written:
+            stop.add_note(f"the result was written to {output.path} before the stop")
+        raise
     return 0
 
 
@@ -108,6 +120,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--json", action="store_true", help="print result.json instead of the summary")
     run.add_argument("--ray-address", help="run on this existing Ray cluster (host:port; default: $RAY_ADDRESS; "
                      "'auto' is refused): the fast driver's shards become actors there (run.backend auto)")
+    run.add_argument("--protocol-module", action="append", default=[], metavar="MODULE",
+                     help="import MODULE (on the Python path) before the config is read: a module that "
+                     "registers a protocol defined outside fedhh (repeatable); on Flower, every node imports it too")
     run.set_defaults(func=_run)
 
 
@@ -202,8 +217,8 @@ def named_command(argv: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(only=named_command(argv)).parse_args(argv)
     try:
+        args = build_parser(only=named_command(argv)).parse_args(argv)  # plan's and size's read the protocols
         with interruptible():
             return int(args.func(args))
     except InputError as error:
@@ -212,7 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_error(f"[bold red]error:[/] {escape(one_line(str(error)))}")
         return EXIT_USAGE
     except KeyboardInterrupt as interrupt:
-        _print_error(f"[bold red]interrupted[/] ({str(interrupt) or 'SIGINT'}): stopped; no results were written")
+        from rich.markup import escape
+
+        outcome = "; ".join(getattr(interrupt, "__notes__", [])) or "no results were written"
+        _print_error(f"[bold red]interrupted[/] ({str(interrupt) or 'SIGINT'}): stopped; {escape(outcome)}")
         return exit_status(interrupt)
     except BrokenPipeError:  # the reader of our output went away (`fedhh plan ... | head`): nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit must not fail
@@ -233,25 +251,24 @@ def _print_error(markup: str) -> None:
 
 
 def run() -> None:
-    """The ``fedhh`` program: :func:`main`, then exit without waiting for threads a stopped engine left behind.
+    """The ``fedhh`` program: :func:`main`, then exit without waiting for threads left behind.
 
-    After an interrupted Flower run, Flower's engine can leave worker
-    threads blocked on Ray calls that will never return (Ray is shut down by
-    then); Python would wait for them at exit forever.  Everything fedhh
-    started has been stopped and cleaned up when :func:`main` returns, so
-    the process ends at once with :func:`main`'s status.
+    Everything fedhh started has been stopped and cleaned up when
+    :func:`main` returns, and after a run, completed or stopped, no other
+    thread is left.  Should one be (a stop that came while a module was
+    being imported aside, a library's thread waiting on a call that will
+    never return), the interpreter's exit would wait for it forever, or tear
+    the modules down under it (a crash at exit, if it runs in native code),
+    so the process then ends at once with :func:`main`'s status.
 
     The objects still alive are frozen first (``gc.freeze``): Python's last
     collection at exit would otherwise traverse every object the run's
-    imports left (Flower, Ray, fastapi, SQLAlchemy), 0.6 s on a quiet machine
-    and over 1.5 s on a loaded one, only to free memory the exit frees anyway.
+    imports left (Flower, Ray, fastapi, SQLAlchemy), a second or more, only to
+    free memory the exit frees anyway.
     """
     status = main()
     gc.freeze()
-    lingering = [
-        thread for thread in threading.enumerate()
-        if thread is not threading.current_thread() and not thread.daemon and thread.is_alive()
-    ]
+    lingering = [thread for thread in threading.enumerate() if thread is not threading.current_thread()]
     for thread in lingering:
         thread.join(timeout=LINGER_GRACE / max(len(lingering), 1))
     if any(thread.is_alive() for thread in lingering):

@@ -25,9 +25,10 @@ import numpy as np
 from fedhh.data.counted import CountedShard, counted_users
 from fedhh.data.population import PopulationSource, Shard
 from fedhh.data.sources import SampledSource, make_source
-from fedhh.experiment import Experiment, item_codec
-from fedhh.metrics import Truth, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
+from fedhh.experiment import Experiment, item_codec, report_cap, reported_discoveries
+from fedhh.metrics import Truth, count_errors, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
 from fedhh.protocols import ProtocolResult, ServerProtocol
+from fedhh.protocols.registry import import_protocol_module
 from strategies.run_clock import RunClock
 
 from .analytic import EQ5, PREDICTED, expected_f1, expected_ncr, expected_recall, predicted_discovery, prediction_key
@@ -35,6 +36,8 @@ from .fast import drive
 from .sweep_spec import Trial
 
 RECALL_KS = (1, 5, 10, 25, 50, 100, 250)
+# per set of items, fedhh.metrics.count_errors
+COUNT_ERRORS = ("mae", "rmse", "relative_error", "items", "without_estimate")
 # Columns of the trials table measured in seconds: the only ones that differ between two runs of a sweep.
 TIMING_COLUMNS = ("wall_s", "population_s", "server_s", "shards_s")
 # The items table: column -> pyarrow type name (cells may be null where noted in docs/sweeps.md).
@@ -59,7 +62,7 @@ class TrialRecord:
         return {"key": self.key, "row": self.row, "items": self.items}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrialRecord":
+    def from_dict(cls, data: dict[str, Any]) -> TrialRecord:
         return cls(str(data["key"]), dict(data["row"]), dict(data["items"]))
 
 
@@ -95,7 +98,7 @@ class PopulationCache:
     def get(self, trial: Trial) -> tuple[Population, float]:
         """The trial's population and the seconds spent building it now (0 when reused)."""
         previous = self._population
-        by_law = trial.config["run"]["simulation"] == "law"
+        by_law = trial.config.run.simulation == "law"
         if previous is not None and previous.key == trial.population_key and (
                 isinstance(previous.shard, CountedShard) == by_law):
             return previous, 0.0
@@ -145,11 +148,13 @@ def run_trial(trial: Trial, cache: PopulationCache) -> TrialRecord:
     ``user_bits`` are the run's costs (:func:`_costs`).
     """
     identity = {"trial_key": trial.key, "point": trial.point, "trial": trial.index, **trial.values,
-                "protocol": trial.config["protocol"]["name"], "simulation": trial.config["run"]["simulation"],
+                "protocol": trial.config["protocol"]["name"], "simulation": trial.config.run.simulation,
                 "seed": trial.seed, "population_seed": trial.population_seed}
     population_s = 0.0
     started = time.perf_counter()
     try:
+        if trial.protocol_module:  # a worker process knows fedhh's own protocols only
+            import_protocol_module(trial.protocol_module, "the sweep's protocol module")
         population, population_s = cache.get(trial)
         started = time.perf_counter()
         experiment = Experiment(trial.config, source=population.source)
@@ -176,7 +181,9 @@ def _outcome(
     truth = population.truth
     assert truth is not None
     n_users = population.source.n_users
-    discovered = {found.item for found in result.discoveries}
+    reported = reported_discoveries(result.discoveries, report_cap(trial.config))
+    discovered = {found.item for found in reported}
+    estimates = {found.item: found.estimated_count for found in reported}
     top_k = int(trial.config["run"]["top_k"])
     privacy = result.privacy
     row: dict[str, Any] = {
@@ -191,6 +198,8 @@ def _outcome(
         "f1": f1_at_k(discovered, truth, top_k),
         "ncr": ncr_at_k(discovered, truth, top_k),
         "discovered": len(discovered),
+        "found_before_cap": len(result.discoveries),
+        **_count_error_columns(estimates, truth, sorted(discovered), truth.top(top_k)),
         "rounds": len(result.trace),
         "stopped_because": result.stopped_because,
     }
@@ -207,7 +216,6 @@ def _outcome(
         if f1 is not None:
             row[f"{column}_f1"] = f1
     shown = tracked[: trial.items]
-    estimates = {found.item: found.estimated_count for found in result.discoveries}
     names = [truth.items[i] for i in shown.tolist()]
     items = {
         "trial_key": [trial.key] * len(names),
@@ -221,6 +229,18 @@ def _outcome(
            for column in (PREDICTED, EQ5)},
     }
     return row, items
+
+
+def _count_error_columns(
+    estimates: dict[str, float | None], truth: Truth, found: list[str], top: list[str]
+) -> dict[str, Any]:
+    """The count errors (:func:`fedhh.metrics.count_errors`) on the items found and on the true top K,
+    as columns ``count_<error>_found`` and ``count_<error>_top_k``."""
+    columns: dict[str, Any] = {}
+    for where, items in (("found", found), ("top_k", top)):
+        errors = count_errors(estimates, truth, items)
+        columns.update({f"count_{name}_{where}": errors[name] for name in COUNT_ERRORS})
+    return columns
 
 
 def _costs(experiment: Experiment, clock: RunClock) -> dict[str, Any]:

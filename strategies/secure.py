@@ -1,9 +1,9 @@
-"""Secure aggregation of a round's responses with Flower 1.41's SecAgg+.
+"""Secure aggregation of a round's responses with Flower's SecAgg+.
 
 Responses are additive, so the server needs only their sum; with
 ``run.secure_aggregation`` it never sees a single node's response.  Flower
-1.41 ships SecAgg+ as a server *workflow* (``SecAggPlusWorkflow``) and a
-client *mod* (``secaggplus_mod``).  What they can carry, and how:
+1.41 and 1.42 ship SecAgg+ as a server *workflow* (``SecAggPlusWorkflow``)
+and a client *mod* (``secaggplus_mod``).  What they can carry, and how:
 
 * the workflow is written against Flower's legacy API: it needs a
   ``LegacyContext`` holding a legacy ``flwr.server.strategy.Strategy``
@@ -82,10 +82,10 @@ MAX_VECTOR = 1_000_000  # entries of one dense response: 8 MB per node per round
 def request_to_fitins(codec: MessageCodec[Any], request: Request) -> FitIns:
     """A request in the legacy FitIns that SecAgg+ forwards: arrays as tensors, scalars as config."""
     encoded = codec.encode(request)
-    arrays = encoded[ARRAYS_RECORD]
+    arrays = cast(ArrayRecord, encoded[ARRAYS_RECORD])
     return FitIns(
         parameters=ndarrays_to_parameters([arrays[name].numpy() for name in codec.arrays]),
-        config=dict(encoded[SCALARS_RECORD]),
+        config=dict(cast(Mapping[str, Any], encoded[SCALARS_RECORD])),
     )
 
 
@@ -220,7 +220,9 @@ class _OneRound(LegacyStrategy):
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list[Any]:
         return []
 
-    def aggregate_evaluate(self, server_round: int, results: list[Any], failures: list[Any]) -> tuple[None, dict[str, Any]]:
+    def aggregate_evaluate(
+        self, server_round: int, results: list[Any], failures: list[Any]
+    ) -> tuple[None, dict[str, Any]]:
         return None, {}
 
     def evaluate(self, server_round: int, parameters: Parameters) -> None:

@@ -36,6 +36,7 @@ import numpy as np
 from ...data.counted import CountedShard
 from ...kernels.randomness import KeyedRandomness
 from ...oracles.laws import statistics_law
+from ...oracles.sketches import SketchStatistics
 from ..law import reported_holders, shard_generator
 from .encoding import vocabulary_values
 from .messages import SFPRequest, SFPResponse
@@ -55,17 +56,22 @@ def law(request: SFPRequest, counts: CountedShard, randomness: KeyedRandomness) 
     placed = shard_generator(randomness, POSITIONS_PURPOSE, request.round, counts).multinomial(
         reporters, np.full(positions, 1.0 / positions))  # [V + 1, P]
     rng = shard_generator(randomness, REPORTS_PURPOSE, request.round, counts)
-    fragment_counts = np.zeros((positions, fragment_oracle.flat_size()), dtype=np.int64)
+    cells = fragment_oracle.flat_size()
+    assert cells is not None  # the server refuses a fragment sketch too large to send flat
+    fragment_counts = np.zeros((positions, cells), dtype=np.int64)
     fragment_reporters = np.zeros((positions, request.sketch_rows), dtype=np.int64)
     for position in range(positions):
         statistics = statistics_law(fragment_oracle, reports[:, position], placed[:, position], rng)
+        assert isinstance(statistics, SketchStatistics)
         fragment_counts[position], fragment_reporters[position] = fragment_oracle.to_flat(statistics)
     word_counts = np.zeros(0, dtype=np.int64)
     word_reporters = np.zeros(0, dtype=np.int64)
     if request.word_epsilon > 0:
         word_oracle = request.word_oracle()
-        cells, senders = word_oracle.to_flat(statistics_law(word_oracle, words, reporters, rng))
-        word_counts, word_reporters = np.asarray(cells, dtype=np.int64), np.asarray(senders, dtype=np.int64)
+        statistics = statistics_law(word_oracle, words, reporters, rng)
+        assert isinstance(statistics, SketchStatistics)
+        word_cells, senders = word_oracle.to_flat(statistics)
+        word_counts, word_reporters = np.asarray(word_cells, dtype=np.int64), np.asarray(senders, dtype=np.int64)
     return SFPResponse(
         round=request.round,
         sampled_users=counts.n_users,
