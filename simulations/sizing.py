@@ -189,9 +189,10 @@ def verify_item(
             return [law(request, counted, randomness)]
     else:
         shard, item = planted_population(codec, users, holders)
+        reply: Callable[..., Response] = respond  # each protocol's respond takes its own request
 
         def answer(request: Request, randomness: KeyedRandomness) -> list[Response]:
-            return [respond(request, shard, randomness)]
+            return [reply(request, shard, randomness)]
     found = 0
     for trial in range(trials):
         run_seed = seed + trial

@@ -5,6 +5,7 @@ schemes, the default population's top words at ε = 4, δ = 1e-9, and one shard,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from scipy import stats
 
 from fedhh.config import load_config
 from fedhh.data.items import EOS, PAD
+from fedhh.data.counted import CountedShard
 from fedhh.data.population import Shard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
@@ -26,6 +28,7 @@ from fedhh.privacy.central import gaussian_delta
 from fedhh.privacy.ledger import Ledger, LedgerError
 from fedhh.protocols.aggregate_trie.client import respond
 from fedhh.protocols.aggregate_trie.extensions import ExtensionDomain
+from fedhh.protocols.aggregate_trie.law import law as law_sampler
 from fedhh.protocols.aggregate_trie.messages import LevelCounts, LevelRequest
 from fedhh.protocols.aggregate_trie.parameters import AggregateTrieKeys
 from fedhh.protocols.aggregate_trie.server import AggregateTrieServer, level_noise
@@ -150,8 +153,14 @@ def shard_of(words: list[list[tuple[str, int]]]) -> Shard:
     return Shard(vocabulary, 0, shard.item_offsets, items[order], counts[order])
 
 
+def level_request(**fields: object) -> LevelRequest:
+    """A level's request as the users path sends it: every user sampled at q = 1 unless given."""
+    defaults: dict[str, object] = {"sampling_rate": 1.0, "sampled_by_law": False}
+    return LevelRequest(**{**defaults, **fields})  # type: ignore[arg-type]
+
+
 def first_level(selection: str, contributions: int = 1) -> LevelRequest:
-    return LevelRequest(round=1, depth=0, extension=1, choose_from="extending", data_selection=selection, contributions=contributions,
+    return level_request(round=1, depth=0, extension=1, choose_from="extending", data_selection=selection, contributions=contributions,
                         sampled=np.arange(3), parents=np.zeros((1, 0), dtype=np.int64))
 
 
@@ -173,11 +182,11 @@ def test_data_selection_schemes_count_what_they_say() -> None:
     assert counted(several) == {"a": 2, "b": 2, "c": 1} and several.responding_users == 3
     # weighted: the first user counts a with probability 5/7; random: 1/3 (10,000 users each)
     many = shard_of([users[0]] * 10_000)
-    request = LevelRequest(round=1, depth=0, extension=1, choose_from="extending", data_selection="weighted", contributions=1,
+    request = level_request(round=1, depth=0, extension=1, choose_from="extending", data_selection="weighted", contributions=1,
                            sampled=np.arange(10_000), parents=np.zeros((1, 0), dtype=np.int64))
     share = counted(respond(request, many, randomness))["a"] / 10_000
     assert abs(share - 5 / 7) < 5 * math.sqrt(5 / 7 * 2 / 7 / 10_000)
-    uniform = LevelRequest(round=1, depth=0, extension=1, choose_from="extending", data_selection="random", contributions=1,
+    uniform = level_request(round=1, depth=0, extension=1, choose_from="extending", data_selection="random", contributions=1,
                            sampled=np.arange(10_000), parents=np.zeros((1, 0), dtype=np.int64))
     share = counted(respond(uniform, many, randomness))["a"] / 10_000
     assert abs(share - 1 / 3) < 5 * math.sqrt(1 / 3 * 2 / 3 / 10_000)
@@ -190,13 +199,13 @@ def test_a_level_extends_only_kept_prefixes_and_codes_its_ends() -> None:
     shard = shard_of([[("apple", 1)], [("apricot", 1)], [("banana", 1)], [("berry", 1)], [("cat", 1)]])
     codec = lowercase_codec()
     parents = codec.encode(["ap", "ba", "c"]).rows
-    request = LevelRequest(round=2, depth=2, extension=2, choose_from="extending", data_selection="weighted", contributions=1,
+    request = level_request(round=2, depth=2, extension=2, choose_from="extending", data_selection="weighted", contributions=1,
                            sampled=np.arange(5), parents=np.ascontiguousarray(parents[:2, :2]))
     response = respond(request, shard, KeyedRandomness(0))
     expected = codec.encode(["apple", "apricot", "banana"]).rows[:, :4]
     assert sorted(map(tuple, response.prefixes.tolist())) == sorted(map(tuple, expected.tolist()))
     assert response.responding_users == 3 and response.sampled_users == 5
-    cat = LevelRequest(round=2, depth=1, extension=3, choose_from="extending", data_selection="weighted", contributions=1,
+    cat = level_request(round=2, depth=1, extension=3, choose_from="extending", data_selection="weighted", contributions=1,
                        sampled=np.arange(5), parents=np.ascontiguousarray(parents[2:, :1]))
     rows = respond(cat, shard, KeyedRandomness(0)).prefixes
     assert rows.tolist() == [[3, 1, 20, EOS]] and PAD not in rows[0, :3]
@@ -209,7 +218,7 @@ def test_choosing_among_all_items_counts_only_choices_that_extend_the_tree() -> 
     parents = lowercase_codec().encode(["b"]).rows[:, :1]
 
     def level(choose_from: str) -> LevelRequest:
-        return LevelRequest(round=2, depth=1, extension=1, choose_from=choose_from, data_selection="weighted",
+        return level_request(round=2, depth=1, extension=1, choose_from=choose_from, data_selection="weighted",
                             contributions=1, sampled=np.arange(10_000), parents=np.ascontiguousarray(parents))
 
     assert respond(level("extending"), shard, KeyedRandomness(3)).counts.tolist() == [10_000]
@@ -320,3 +329,117 @@ def test_size_answers_a_population_where_runs_find_the_item_as_often_as_predicte
     assert verified.interval[0] <= answer.discovery <= verified.interval[1]
     with pytest.raises(InputError, match="--delta"):
         size_aggregate_trie(0.0001, 0.9, 4.0, 1e-4)
+
+
+# -- law simulation ----------------------------------------------------------------------------------
+
+
+def mixed_population() -> Shard:
+    """300 users: 100 holding one word, 180 holding three with local counts, 20 holding nothing."""
+    words = ["apple", "apricot", "avocado", "banana", "berry", "cherry", "cat", "cab", "car"]
+    generator = np.random.default_rng(11)
+    users: list[list[tuple[str, int]]] = []
+    for user in range(300):
+        if user < 100:
+            users.append([(words[user % len(words)], 1)])
+        elif user < 280:
+            chosen = generator.choice(len(words), 3, replace=False)
+            users.append([(words[i], int(c)) for i, c in zip(chosen, generator.integers(1, 6, 3))])
+        else:
+            users.append([])
+    return shard_of(users)
+
+
+def expected_counts(request: LevelRequest, shard: Shard) -> dict[tuple[int, ...], float]:
+    """Each candidate's expected count, user by user from the rules of respond's docstring."""
+    rows = shard.vocabulary.rows
+    parents = {tuple(row) for row in request.parents.tolist()}
+    expected: dict[tuple[int, ...], float] = {}
+    for user in range(shard.n_users):
+        entries = range(int(shard.item_offsets[user]), int(shard.item_offsets[user + 1]))
+        items = [(int(shard.item_ids[e]), int(shard.item_counts[e])) for e in entries]
+
+        def candidate(item: int) -> tuple[int, ...] | None:
+            row = rows[item]
+            if request.depth and tuple(row[: request.depth].tolist()) not in parents:
+                return None
+            return tuple(row[: request.depth + request.extension].tolist())
+
+        may = items if request.choose_from == "all" else [(i, c) for i, c in items if candidate(i) is not None]
+        if not may:
+            continue
+        chances: dict[tuple[int, ...] | None, float] = {}
+        if request.data_selection in ("random", "weighted"):
+            total = sum(1 if request.data_selection == "random" else c for _, c in may)
+            for item, count in may:
+                key = candidate(item)
+                chances[key] = chances.get(key, 0.0) + (1 if request.data_selection == "random" else count) / total
+        elif request.data_selection == "most_frequent":
+            chances[candidate(min(may, key=lambda entry: (-entry[1], entry[0]))[0])] = 1.0
+        else:
+            weights: dict[tuple[int, ...] | None, int] = {}
+            for item, count in may:
+                weights[candidate(item)] = weights.get(candidate(item), 0) + count
+            ranked = sorted(weights, key=lambda key: -weights[key])
+            for key in ranked[: request.contributions]:
+                chances[key] = 1.0
+        for key, chance in chances.items():
+            if key is not None:
+                expected[key] = expected.get(key, 0.0) + request.sampling_rate * chance
+    return expected
+
+
+def drawn_counts(responses: list[LevelCounts]) -> dict[tuple[int, ...], np.ndarray]:
+    keys = sorted({tuple(row) for response in responses for row in response.prefixes.tolist()})
+    table = {key: np.zeros(len(responses)) for key in keys}
+    for index, response in enumerate(responses):
+        for row, count in zip(response.prefixes.tolist(), response.counts.tolist()):
+            table[tuple(row)][index] = count
+    return table
+
+
+@pytest.mark.parametrize(("selection", "choose_from", "contributions"), [
+    ("weighted", "all", 1), ("weighted", "extending", 1), ("random", "extending", 1),
+    ("most_frequent", "all", 1), ("several", "extending", 2),
+])
+def test_the_law_sampler_draws_the_users_paths_expected_counts(
+    selection: str, choose_from: str, contributions: int
+) -> None:
+    """Level 2 (parents 'a', 'b', 'c'; one letter more) at q = 0.5 over 400 seeds: every candidate's
+    mean count, by law and by the users path, within 5 standard errors of its expectation worked
+    out user by user; a law sampling 10% more users than q is told apart."""
+    shard = mixed_population()
+    counts = CountedShard.of_shard(shard, shard.n_users)
+    parents = np.ascontiguousarray(lowercase_codec().encode(["a", "b", "c"]).rows[:, :1])
+    request = level_request(round=2, depth=1, extension=1, choose_from=choose_from, data_selection=selection,
+                            contributions=contributions, sampling_rate=0.5, sampled_by_law=True,
+                            sampled=np.zeros(0, dtype=np.int64), parents=parents)
+    expected = expected_counts(request, shard)
+    by_law = drawn_counts([law_sampler(request, counts, KeyedRandomness(seed)) for seed in range(400)])
+    users = []
+    for seed in range(400):
+        generator = np.random.default_rng(seed)
+        sample = np.flatnonzero(generator.random(shard.n_users) < 0.5)
+        users.append(respond(dataclasses.replace(request, sampled_by_law=False, sampled=sample), shard,
+                             KeyedRandomness(seed)))
+    by_users = drawn_counts(users)
+    assert set(by_law) == set(by_users) == set(expected)
+    for key, mean in expected.items():
+        for draws in (by_law[key], by_users[key]):
+            assert abs(draws.mean() - mean) <= 5 * max(draws.std(ddof=1), 0.5) / math.sqrt(draws.size), key
+    oversampled = dataclasses.replace(request, sampling_rate=0.55)
+    wrong = drawn_counts([law_sampler(oversampled, counts, KeyedRandomness(seed)) for seed in range(400)])
+    assert any(abs(wrong[key].mean() - mean) > 5 * wrong[key].std(ddof=1) / math.sqrt(400)
+               for key, mean in expected.items())
+
+
+def test_a_law_run_of_a_billion_users_finds_the_top_words() -> None:
+    """run.simulation = "law" at 10^9 wordfreq users, users_per_level = 10^6: the same guarantee as the
+    users path would carry, and the top 20 words found."""
+    config = load_config(None, [TRIE, "population.users=1000000000", "privacy.delta=1e-19",
+                                "protocol.users_per_level=1000000", 'run.simulation="law"'])
+    experiment = Experiment(config)
+    run = run_fast(experiment, 2, "inprocess")
+    found = {d.item for d in run.result.discoveries}
+    assert set(experiment.truth(run.counts).top(20)) <= found
+    assert run.result.privacy.epsilon <= 4 and run.result.params["sampling_rate"] == 1e-3

@@ -16,7 +16,7 @@ dp-accounting into the run's user-level (ε, δ)
 
 The package: its keys (``parameters``), the numbering of a level's
 candidates (``extensions``), its messages (``messages``), the device side
-(``client``), the server (``server``), what an untrusting server checks and
+(``client``) and its law sampler (``law``), the server (``server``), what an untrusting server checks and
 the dense layout secure aggregation sums (``nodes``), its planner
 (``plan``) and sizing (``sizing``), the bits a user sends (``wire``), and its spec, registered here.
 """
@@ -26,6 +26,7 @@ from __future__ import annotations
 from ..registry import register_protocol
 from ..spec import ContractText, ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import LevelCounts, LevelRequest
 from .nodes import DROPOUT_PRIVACY, AggregateTrieDense, check_reply, describe_round, narrow, reply_budget
 from .parameters import AggregateTrieKeys
@@ -48,6 +49,7 @@ SPEC = register_protocol(
         "central DP",
         build=build_aggregate_trie,
         respond=respond,
+        law=law,
         request_type=LevelRequest,
         response_type=LevelCounts,
         dropout_privacy=DROPOUT_PRIVACY,

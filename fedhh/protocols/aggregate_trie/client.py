@@ -112,13 +112,20 @@ def choose(request: LevelRequest, shard: Shard, local: np.ndarray, owner: np.nda
         )
         chosen = draw_one(owner, np.ones_like(weight) if scheme == RANDOM else weight, uniforms)
         return owner[chosen], cand[chosen]
+    return heaviest(scheme, request.contributions, owner, items, weight, cand)
+
+
+def heaviest(scheme: str, contributions: int, owner: np.ndarray, items: np.ndarray, weight: np.ndarray,
+             cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The schemes without a draw, over entries grouped by owner: ``most_frequent``, each owner's
+    heaviest item (ties: the lowest item id); ``several``, its ``contributions`` candidates its items
+    add up to most on (ties: the lowest candidate number)."""
     if scheme == MOST_FREQUENT:
         order = np.lexsort((items, -weight, owner))
         first = order[np.concatenate(([True], owner[order][1:] != owner[order][:-1]))]
         return owner[first], cand[first]
     if scheme != SEVERAL:
         raise ValueError(f"data_selection: got {scheme!r}; allowed: {[RANDOM, WEIGHTED, MOST_FREQUENT, SEVERAL]}")
-    # several: the user's data per candidate, its `contributions` heaviest candidates (ties: lowest number)
     pairs, inverse = np.unique(np.stack([owner, cand]), axis=1, return_inverse=True)
     totals = np.bincount(inverse.ravel(), weights=weight, minlength=pairs.shape[1])
     owners, cands = pairs
@@ -126,7 +133,7 @@ def choose(request: LevelRequest, shard: Shard, local: np.ndarray, owner: np.nda
     owners, cands = owners[order], cands[order]
     starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
     rank = np.arange(owners.size) - np.repeat(starts, np.diff(np.append(starts, owners.size)))
-    keep = rank < request.contributions
+    keep = rank < contributions
     return owners[keep], cands[keep]
 
 

@@ -21,6 +21,9 @@ class LevelRequest(Request):
     data_selection: str  # random, weighted, most_frequent or several: which of its items a user counts
     choose_from: str  # extending: among the items that extend a kept prefix; all: among all, counting those only
     contributions: int = scalar_field(minimum=1)  # distinct candidates a user adds 1 to, at most
+    sampling_rate: float  # q: each user's chance to be sampled in this level (public)
+    # a law simulation: sampled lists nobody, each shard draws its own Poisson sample at sampling_rate
+    sampled_by_law: bool
     sampled: np.ndarray = array_field("int64", ("m",))  # sorted global user ids sampled in this level
     parents: np.ndarray = array_field("int64", ("K", "depth"))  # the kept prefixes, symbol rows without the end
 

@@ -4,6 +4,8 @@ and the dense layout that secure aggregation sums."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ...data.items import EOS, PAD, ItemCodec
@@ -34,26 +36,30 @@ def sampled_of(request: LevelRequest, node: HeldUsers) -> np.ndarray:
 
 
 def narrow(request: LevelRequest, node: HeldUsers) -> LevelRequest | None:
-    """Only the node's own sampled users: a device learns whether it is sampled, not who else is."""
+    """Only the node's own sampled users: a device learns whether it is sampled, not who else is.
+    A law simulation's request goes to every node, whose law sampler draws its own sample."""
+    if request.sampled_by_law:
+        return request
     sampled = sampled_of(request, node)
     if sampled.size == 0:
         return None
-    return LevelRequest(round=request.round, depth=request.depth, extension=request.extension,
-                        data_selection=request.data_selection, choose_from=request.choose_from,
-                        contributions=request.contributions,
-                        sampled=sampled, parents=request.parents)
+    return replace(request, sampled=sampled)
 
 
 def reply_budget(request: LevelRequest, node: HeldUsers, server: ServerProtocol) -> int:
-    """``contributions`` candidates per sampled user at most, each a row of ``depth + extension`` symbols
-    and a count."""
-    rows = request.sampled.size * request.contributions
-    return 8 * rows * (request.depth + request.extension + 1) + 2 * NPY_HEADER_BYTES
+    """``contributions`` candidates per sampled user at most (in a law simulation, per user of the
+    node), each a row of ``depth + extension`` symbols and a count."""
+    sampled = node.users if request.sampled_by_law else request.sampled.size
+    return 8 * sampled * request.contributions * (request.depth + request.extension + 1) + 2 * NPY_HEADER_BYTES
 
 
 def check_reply(request: LevelRequest, response: LevelCounts, node: HeldUsers, server: AggregateTrieServer) -> None:
-    """Counts that add up, and only candidates that extend the kept prefixes."""
-    check_counts(request, response, symbol_count(server.codec))
+    """Counts that add up, and only candidates that extend the kept prefixes (in a law simulation,
+    from at most the node's users: its sample is its own draw)."""
+    if request.sampled_by_law and response.sampled_users > node.users:
+        raise InvalidReply(f"LevelCounts.sampled_users: {response.sampled_users} > the node's {node.users} users")
+    sampled = response.sampled_users if request.sampled_by_law else int(request.sampled.size)
+    check_counts(request, response, symbol_count(server.codec), sampled)
 
 
 def describe_round(record: RoundRecord) -> str:
@@ -67,9 +73,9 @@ def describe_round(record: RoundRecord) -> str:
     )
 
 
-def check_counts(request: LevelRequest, response: LevelCounts, symbols: int) -> None:
-    """Raise :class:`InvalidReply` unless ``response`` is a possible answer to ``request``."""
-    sampled = int(request.sampled.size)
+def check_counts(request: LevelRequest, response: LevelCounts, symbols: int, sampled: int) -> None:
+    """Raise :class:`InvalidReply` unless ``response`` is a possible answer to ``request`` from
+    ``sampled`` sampled users."""
     if response.sampled_users != sampled:
         raise InvalidReply(
             f"LevelCounts.sampled_users: {sampled} of its users were sampled, it says {response.sampled_users}"
@@ -125,7 +131,7 @@ class AggregateTrieDense:
 
     def encode(self, request: LevelRequest, response: LevelCounts) -> np.ndarray:
         """The vector of a node's response (int64)."""
-        check_counts(request, response, self.symbols)
+        check_counts(request, response, self.symbols, int(request.sampled.size))
         domain = self.domain(request)
         vector = np.zeros(self.length(request), dtype=np.int64)
         vector[:2] = response.sampled_users, response.responding_users
@@ -153,9 +159,5 @@ class AggregateTrieDense:
             prefixes=np.concatenate([parents[parent], domain.rows(code)], axis=1).astype(np.int64),
             counts=counts[slots].astype(np.int64),
         )
-        everyone = LevelRequest(round=request.round, depth=request.depth, extension=request.extension,
-                                data_selection=request.data_selection, choose_from=request.choose_from,
-                        contributions=request.contributions,
-                                sampled=np.arange(sampled_users), parents=request.parents)
-        check_counts(everyone, total, self.symbols)
+        check_counts(request, total, self.symbols, sampled_users)
         return LevelCounts.combine([total])  # the canonical candidate order of the plain path

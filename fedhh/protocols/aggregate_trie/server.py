@@ -78,12 +78,18 @@ class AggregateTrieServer(ServerProtocol):
         self._trace: list[RoundRecord] = []
         self._pending: LevelRequest | None = None
         self._stopped_because: str | None = None
+        self._by_law = False
         if ExtensionDomain(self.symbols, keys.extension).size > keys.max_vector:
             raise InputError(
                 f"protocol.max_vector: {keys.max_vector:,} entries cannot hold one prefix's "
                 f"{ExtensionDomain(self.symbols, keys.extension).size:,} extensions of {keys.extension} symbols; "
                 "raise max_vector or lower protocol.extension"
             )
+
+    def simulate_by_law(self) -> None:
+        """Requests then name the sampling rate, not the sampled users: each shard's law sampler draws
+        its own Poisson sample (:mod:`.law`)."""
+        self._by_law = True
 
     @property
     def trace(self) -> list[RoundRecord]:
@@ -125,13 +131,16 @@ class AggregateTrieServer(ServerProtocol):
             return None
         if self._pending is None:
             round_ = len(self._trace) + 1
-            generator = self._randomness.generator(SAMPLE_PURPOSE, round_)
-            sampled = poisson_sample(generator, self.params.n_users, self.params.sampling_rate)
+            if self._by_law:
+                sampled = np.zeros(0, dtype=np.int64)
+            else:
+                generator = self._randomness.generator(SAMPLE_PURPOSE, round_)
+                sampled = poisson_sample(generator, self.params.n_users, self.params.sampling_rate)
             self._pending = LevelRequest(
                 round=round_, depth=self.depth, extension=self.extension_for(max(self._parents.shape[0], 1)),
                 data_selection=self.keys.data_selection, choose_from=self.keys.choose_from,
-                contributions=self.keys.contributions,
-                sampled=sampled, parents=self._parents,
+                contributions=self.keys.contributions, sampling_rate=self.params.sampling_rate,
+                sampled_by_law=self._by_law, sampled=sampled, parents=self._parents,
             )
         return self._pending
 
