@@ -16,6 +16,7 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 from scipy import stats
 
+from fedhh.audits.aggregate_trie import audit_aggregate_trie
 from fedhh.config import load_config
 from fedhh.data.items import EOS, PAD
 from fedhh.data.counted import CountedShard
@@ -116,30 +117,30 @@ def test_the_servers_noise_has_the_calibrated_variance(noise: str, variance: flo
     assert abs(values.mean() - 1000) < 5 * math.sqrt(variance / values.size)
 
 
-def test_an_audit_lower_bound_stays_under_the_claim() -> None:
-    """Neighbouring populations: a target candidate counted 0 or 1 times in each of the run's levels.
-    The best test of the composed Gaussian (the sum of its noisy counts over the levels) over 400,000
-    runs of the server's noise gives a Clopper-Pearson lower bound on ε at the claimed δ, which must
-    stay under the claim; the same audit of noise three times smaller exceeds it."""
-    levels, delta, trials = 6, 1e-5, 400_000
-    params = solve_aggregate_trie(10**4, 1.0, delta, "gaussian", 1, 1.0, levels)
+@pytest.mark.parametrize(("noise", "rate"), [("gaussian", 1.0), ("gaussian", 0.1), ("laplace", 1.0)])
+def test_an_audit_lower_bound_stays_under_the_claim(noise: str, rate: float) -> None:
+    """fedhh audit aggregate-trie: neighbouring populations, the target's counts 0 in every level or
+    moved by one added user (sampled in each level with probability q); the sum of the target's noisy
+    counts over 1,000,000 draws of the server's noise gives a Clopper-Pearson lower bound on ε at the
+    claimed δ, which stays under the claim, and not far under it without sampling (the test is
+    optimal for Gaussian noise); the same audit of noise three times smaller exceeds the claim."""
+    params = solve_aggregate_trie(10**4, 1.0, 1e-5, noise, 1, rate, 6)
+    audit = audit_aggregate_trie(params)
+    assert 0 < audit.epsilon_lower < params.epsilon and not audit.violated
+    if noise == "gaussian" and rate == 1:
+        assert audit.epsilon_lower > 0.6 * params.epsilon
+    weaker = dataclasses.replace(params, scale=params.scale / 3)
+    assert audit_aggregate_trie(weaker, claim=(params.epsilon, params.delta)).violated
 
-    def lower_bound(scale: float) -> float:
-        generator = np.random.default_rng(7)
-        without = level_noise("gaussian", scale, trials * levels, generator).reshape(trials, levels).sum(axis=1)
-        with_user = levels + level_noise("gaussian", scale, trials * levels, generator).reshape(trials, levels).sum(
-            axis=1
-        )
-        spread = scale * math.sqrt(levels)
-        threshold = spread * stats.norm.isf(1e-3)  # fixed before looking: P(without > t) = 1e-3
-        hits0, hits1 = int((without > threshold).sum()), int((with_user > threshold).sum())
-        p0_high = stats.beta.ppf(1 - 1e-3, hits0 + 1, trials - hits0)
-        p1_low = stats.beta.ppf(1e-3, hits1, trials - hits1 + 1)
-        return math.log(max(p1_low - delta, 1e-300) / p0_high)
 
-    audited = lower_bound(params.scale)
-    assert 0 < audited < params.epsilon
-    assert lower_bound(params.scale / 3) > params.epsilon
+def test_the_audit_command_prints_its_bound_and_refuses_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "aggregate-trie", "--users", "10000", "--epsilon", "1", "--delta", "1e-5",
+                 "--trials", "100000", "--json"]) == 0
+    assert '"violated": false' in capsys.readouterr().out
+    assert main(["audit", "aggregate-trie", "--users", "10000", "--epsilon", "1", "--delta", "1e-5",
+                 "--users-per-level", "20000"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "--users-per-level" in error
 
 
 def shard_of(words: list[list[tuple[str, int]]]) -> Shard:
