@@ -27,6 +27,7 @@ composed guarantees, the means and intervals) to ``--output`` and the figure.
 from __future__ import annotations
 
 import argparse
+import functools
 import tempfile
 import time
 from collections.abc import Sequence
@@ -36,10 +37,12 @@ from typing import Any
 import numpy as np
 
 from fedhh.config import FedhhConfig, load_config
+from fedhh.data.population import PopulationSource, Shard
 from fedhh.data.sources import make_source
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment, item_codec
 from fedhh.privacy.composition import compose
+from fedhh.protocols import Request, Response
 from fedhh.results import ResultsFolder
 
 from .fast import drive
@@ -49,7 +52,11 @@ from .sweep_spec import trial_seed
 ARMS = ("without deny list", "with deny list")
 
 
-def run_chain(config: FedhhConfig, source: Any, runs: int, trial: int, deny: bool, folder: Path,
+def _answer(experiment: Experiment, shard: Shard, request: Request) -> list[Response]:
+    return [experiment.respond(request, shard, experiment.randomness)]
+
+
+def run_chain(config: FedhhConfig, source: PopulationSource, runs: int, trial: int, deny: bool, folder: Path,
               top: list[str]) -> list[dict[str, Any]]:
     """One chain of ``runs`` runs; per run, what it found and the union so far against ``top``."""
     found_so_far: list[str] = []
@@ -64,7 +71,7 @@ def run_chain(config: FedhhConfig, source: Any, runs: int, trial: int, deny: boo
         experiment = Experiment(config.with_overrides(overrides), source=source)
         shard = experiment.build_shard(0, 1)
         server = experiment.make_server()
-        result = drive(server, lambda request, e=experiment, s=shard: [e.respond(request, s, e.randomness)])
+        result = drive(server, functools.partial(_answer, experiment, shard))
         document = experiment.finish(result, {}, "fast/inprocess", counts=shard.counts())
         found = [hit["item"] for hit in document["heavy_hitters"]]
         new = [item for item in found if item not in set(found_so_far)]

@@ -150,7 +150,8 @@ def _source(config_key: ConfigKey, population: PopulationProvider | None) -> Pop
         return population()
     config = _config(config_key)
     codec = item_codec(config)
-    return make_source(config["population"], codec, config.run.seed, deny_list=read_deny_list(config.run.deny_list, codec))
+    deny_list = read_deny_list(config.run.deny_list, codec)
+    return make_source(config["population"], codec, config.run.seed, deny_list=deny_list)
 
 
 @functools.lru_cache(maxsize=SHARD_CACHE_SIZE)

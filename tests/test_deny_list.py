@@ -3,6 +3,7 @@ and a bad list is refused before anything is written."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -10,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedhh.config import load_config
+from fedhh.config import FedhhConfig, load_config
 from fedhh.data.deny_list import DenyList, DenyListError, read_deny_list
 from fedhh.experiment import Experiment
 from fedhh.privacy.ledger import Ledger
+from fedhh.protocols import Request, Response
 from fedhh.protocols.exact.messages import ItemsRequest, ItemWeights
 from fedhh.protocols.triehh.messages import TrieHHResponse
 from simulations.cli import main
@@ -21,7 +23,7 @@ from simulations.fast import drive, run_fast
 from strategies.client_app import node_data
 from strategies.devices import DATA_FILE, USER_ID
 
-from .helpers import one_and_seven_shards, run_view
+from .helpers import flower_matches_fast, one_and_seven_shards, run_view
 from .test_cli import SMALL
 
 UNIT = 1 << 32  # a whole share of a user's items (fedhh.data.population.SHARE_BITS)
@@ -46,12 +48,16 @@ def deny_file(tmp_path: Path, text: str, name: str = "deny.txt") -> Path:
     return path
 
 
-def file_config(tmp_path: Path, protocol: str, deny: str = "", *extra: str):  # noqa: ANN201 -- a FedhhConfig
-    return load_config(None, [
+def file_overrides(tmp_path: Path, protocol: str, deny: str = "", *extra: str) -> list[str]:
+    return [
         'population.source="file"', f'population.path="{users_csv(tmp_path)}"', f'protocol.name="{protocol}"',
         "protocol.max_length=6", 'run.driver="fast"', "privacy.epsilon=8", "privacy.delta=1e-3",
         f'run.deny_list="{deny}"', *extra,
-    ])
+    ]
+
+
+def file_config(tmp_path: Path, protocol: str, deny: str = "", *extra: str) -> FedhhConfig:
+    return load_config(None, file_overrides(tmp_path, protocol, deny, *extra))
 
 
 def decoded(rows: np.ndarray) -> list[str]:
@@ -96,7 +102,7 @@ def test_triehh_users_never_vote_for_a_denied_item(tmp_path: Path) -> None:
         shard = experiment.build_shard(0, 1)
         seen: set[int] = set()
 
-        def answer(request):  # noqa: ANN001, ANN202 -- a TrieHH request
+        def answer(request: Request) -> list[Response]:
             reply = experiment.respond(request, shard, experiment.randomness)
             assert isinstance(reply, TrieHHResponse)
             seen.update(reply.prefixes[:, 0].tolist())
@@ -140,6 +146,15 @@ def test_a_default_run_never_finds_a_denied_word_and_any_shard_count_agrees(tmp_
     assert denied_run & (found - set(head))  # the rest of the head is still found
 
 
+def test_flower_s_nodes_leave_out_the_denied_items_as_the_fast_driver_does(tmp_path: Path) -> None:
+    """A Flower simulation of 2 SuperNodes, whose ClientApps build their shards from the run config:
+    the same discoveries and counts as one fast shard, none of them denied."""
+    deny = deny_file(tmp_path, "apple\n")
+    settings = file_overrides(tmp_path, "exact", str(deny), "protocol.top_k=2", "run.shards=2")
+    found, _ = flower_matches_fast([*settings, 'run.driver="flower"'], tmp_path / "out")
+    assert found == {("bee", 30.0), ("cat", 20.0)}
+
+
 def test_a_list_naming_no_held_item_changes_nothing(tmp_path: Path) -> None:
     deny = deny_file(tmp_path, "zzzzzzz\nqqqq\n")
     plain = run_fast(Experiment(load_config(None, WORDS)), 1, "inprocess").result
@@ -155,7 +170,7 @@ def test_chained_runs_deny_what_came_before_and_compose_in_the_ledger(tmp_path: 
     charged = ["--set", f'privacy.ledger="{ledger}"']
     days = [tmp_path / f"day{i}" for i in (1, 2, 3)]
     assert main(["run", *SMALL, *charged, "--output", str(days[0])]) == 0
-    for previous, day in zip(days, days[1:], strict=False):
+    for previous, day in itertools.pairwise(days):
         assert main(["run", *SMALL, *charged, "--set", f'run.deny_list="{previous}"', "--output", str(day)]) == 0
     results = [json.loads((day / "result.json").read_text(encoding="utf-8")) for day in days]
     found = [{hit["item"] for hit in result["heavy_hitters"]} for result in results]
@@ -237,5 +252,5 @@ def test_the_reader_keeps_items_once_in_their_order(tmp_path: Path) -> None:
     deny = read_deny_list(str(deny_file(tmp_path, "sun\r\nmoon\nsun\n")), codec)
     assert isinstance(deny, DenyList) and deny.items == ("sun", "moon") and deny.kind == "file"
     assert read_deny_list("", codec) is None
-    with pytest.raises(DenyListError, match="run.deny_list"):
+    with pytest.raises(DenyListError, match=r"run\.deny_list"):
         read_deny_list(str(tmp_path / "absent"), codec)
