@@ -254,3 +254,23 @@ def test_the_reader_keeps_items_once_in_their_order(tmp_path: Path) -> None:
     assert read_deny_list("", codec) is None
     with pytest.raises(DenyListError, match=r"run\.deny_list"):
         read_deny_list(str(tmp_path / "absent"), codec)
+
+
+def test_the_chain_study_runs_both_arms_at_equal_budget(tmp_path: Path) -> None:
+    """``simulations.deny_chain_study`` on a small population: both arms run the same configs (the same
+    per-run guarantee, so the same composed total), and with the list no run finds again what an earlier
+    run of its chain found."""
+    from simulations.deny_chain_study import main as study
+
+    small = [value for value in SMALL[1::2] if value.startswith(("population", "protocol", "privacy"))]
+    argv = [arg for value in small for arg in ("--set", value)]
+    assert study([*argv, "--trials", "2", "--runs", "3", "--top-k", "20", "--output", str(tmp_path / "s")]) == 0
+    result = json.loads((tmp_path / "s" / "study.json").read_text(encoding="utf-8"))
+    assert (tmp_path / "s" / "cumulative-discovery.png").is_file()
+    rows = result["rows"]
+    assert len(rows) == 2 * 2 * 3 and len({(row["epsilon"], row["delta"]) for row in rows}) == 1
+    assert result["total_guarantee_each_arm"]["runs"] == 3
+    for row in rows:
+        if row["arm"] == "with deny list":
+            assert row["new"] == row["found"]
+    assert sum(row["new"] < row["found"] for row in rows if row["arm"] == "without deny list")
