@@ -128,9 +128,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     figure, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     for axis, metric, label in ((axes[0], "cumulative_recall", f"recall@{result['top_k']} of the runs' union"),
                                 (axes[1], "cumulative_found", "distinct items found so far")):
-        for arm, colour in zip(ARMS, ("tab:grey", "tab:blue"), strict=True):
+        for arm, colour, style in zip(ARMS, ("tab:grey", "tab:blue"), ("-", "--"), strict=True):
             line = result["summary"][f"{arm}: {metric}"]
-            axis.plot(runs, line["mean"], marker="o", color=colour, label=arm)
+            axis.plot(runs, line["mean"], marker="o", linestyle=style, color=colour, label=arm)
             axis.fill_between(runs, line["low"], line["high"], color=colour, alpha=0.2)
         axis.set_xlabel("runs so far")
         axis.set_ylabel(label)
@@ -141,7 +141,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     protocol = result["config"]["protocol"]["name"]
     users = result["config"]["population"]["users"]
     figure.suptitle(
-        f"{protocol}, {users:,} wordfreq users: {result['runs']} runs of ε = {guarantee['epsilon']:g} each "
+        f"{protocol}, {users:,} wordfreq users: {result['runs']} runs of ε = {guarantee['epsilon']:.3g} each "
         f"(composed ε = {total['epsilon']:.3g} at δ = {total['delta']:.2g} in both arms), {result['trials']} trials"
     )
     axes[0].legend(loc="lower right")
