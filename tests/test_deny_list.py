@@ -274,3 +274,19 @@ def test_the_chain_study_runs_both_arms_at_equal_budget(tmp_path: Path) -> None:
         if row["arm"] == "with deny list":
             assert row["new"] == row["found"]
     assert sum(row["new"] < row["found"] for row in rows if row["arm"] == "without deny list")
+
+
+def test_a_sweep_refuses_a_deny_list(tmp_path: Path) -> None:
+    """A sweep's trials share one population and are independent runs: a deny list, in the base or as
+    an axis, is refused with the key named (and a sweep without one keeps its trial keys: LATER_KEYS)."""
+    from simulations.sweep_spec import SweepError, load_sweep
+
+    deny = deny_file(tmp_path, "the\n")
+    base = tmp_path / "base.toml"
+    base.write_text(f'[run]\ndeny_list = "{deny}"\n[sweep]\n"privacy.epsilon" = [1, 2]\n', encoding="utf-8")
+    with pytest.raises(SweepError, match=r"^run\.deny_list: a sweep"):
+        load_sweep(base)
+    axis = tmp_path / "axis.toml"
+    axis.write_text(f'[sweep]\n"run.deny_list" = ["{deny}"]\n', encoding="utf-8")
+    with pytest.raises(SweepError, match=r"run\.deny_list cannot be swept"):
+        load_sweep(axis)
