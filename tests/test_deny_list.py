@@ -290,3 +290,12 @@ def test_a_sweep_refuses_a_deny_list(tmp_path: Path) -> None:
     axis.write_text(f'[sweep]\n"run.deny_list" = ["{deny}"]\n', encoding="utf-8")
     with pytest.raises(SweepError, match=r"run\.deny_list cannot be swept"):
         load_sweep(axis)
+
+
+def test_denied_items_go_before_a_user_keeps_its_most_frequent(tmp_path: Path) -> None:
+    """With population.per_user = "mode", users 80-89 (apple twice, cat once) keep cat once apple is denied."""
+    deny = deny_file(tmp_path, "apple\n")
+    experiment = Experiment(file_config(tmp_path, "exact", str(deny), "protocol.top_k=3", 'population.per_user="mode"'))
+    counts = experiment.build_shard(0, 1).counts()
+    holders = dict(zip(experiment.source.vocabulary.items, counts.holders.tolist(), strict=True))
+    assert holders == {"apple": 0, "bee": 30, "cat": 20}
