@@ -299,3 +299,26 @@ def test_denied_items_go_before_a_user_keeps_its_most_frequent(tmp_path: Path) -
     counts = experiment.build_shard(0, 1).counts()
     holders = dict(zip(experiment.source.vocabulary.items, counts.holders.tolist(), strict=True))
     assert holders == {"apple": 0, "bee": 30, "cat": 20}
+
+
+def test_a_law_simulation_counts_the_users_the_list_leaves(tmp_path: Path) -> None:
+    """run.simulation = "law" on wordfreq: the shards' counts hold no denied word (their mass is users
+    holding nothing, drawn from the law without building a user), and the run never finds one."""
+    head = ["the", "to", "and", "of", "a"]
+    deny = deny_file(tmp_path, "\n".join(head) + "\n")
+    overrides = [*WORDS, 'run.simulation="law"']
+    plain = Experiment(load_config(None, overrides))
+    listed = Experiment(load_config(None, [*overrides, f'run.deny_list="{deny}"']))
+    ids = [listed.source.vocabulary.items.index(word) for word in head]
+    law, plain_law = listed.source.item_law(), plain.source.item_law()  # type: ignore[attr-defined]
+    assert law is not None and plain_law is not None and not law[1:][ids].any()
+    assert law[0] == pytest.approx(plain_law[0] + plain_law[1:][ids].sum()) and law.sum() == pytest.approx(1)
+    before, after = plain.counted_shard(0, 2), listed.counted_shard(0, 2)
+    assert after.n_users == before.n_users and not after.holders[ids].any()
+    share = before.holders[ids].sum() / before.n_users
+    assert share > 0.1  # the head is a good part of the users, so leaving it out is seen below
+    nothing = after.n_users - after.holders.sum()
+    expected = before.n_users * share + (before.n_users - before.holders.sum())
+    assert abs(nothing - expected) < 6 * math.sqrt(before.n_users * share)  # the multinomial's spread
+    found = {d.item for d in run_fast(listed, 2, "inprocess").result.discoveries}
+    assert found and not found & set(head)

@@ -228,6 +228,19 @@ class DeniedItemsSource(PopulationSource):
     def build_users(self, start: int, stop: int) -> Shard:
         return without_denied(self.source.build_users(start, stop), self.mask)
 
+    def item_law(self) -> np.ndarray | None:
+        """The law of a user's one item (entry 0: holding nothing, ``1 + i``: item id ``i``) as
+        :meth:`build_users` leaves it: ``source``'s, with the denied items' mass moved to holding
+        nothing; ``None`` when ``source`` has none (a law simulation then counts built users)."""
+        inner = getattr(self.source, "item_law", None)
+        law = inner() if inner is not None else None
+        if law is None:
+            return None
+        left = np.asarray(law, dtype=np.float64).copy()
+        left[0] += left[1:][self.mask].sum()
+        left[1:][self.mask] = 0.0
+        return left
+
     def require_memory(self, items_per_user: int) -> None:
         self.source.require_memory(items_per_user)
 
