@@ -25,6 +25,7 @@ import numpy as np
 from fedhh.config import FedhhConfig
 from fedhh.data.items import ItemCodec, get_alphabet
 from fedhh.data.population import Shard, SingleItemShard, Vocabulary
+from fedhh.driving import drive
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
@@ -39,7 +40,7 @@ from fedhh.protocols.prefix_search.treehist import TreeHistServer
 from fedhh.protocols.triehh.client import respond as triehh_respond
 from fedhh.protocols.triehh.server import TrieHHServer
 
-from .fast import drive, run_fast
+from .fast import run_fast
 
 MAX_SIMULATED_USERS = 50_000_000  # populations are held in memory
 CONFIDENCE = 0.95
