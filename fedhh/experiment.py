@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
+from .version import __version__
 from .config import FedhhConfig
 from .data.items import ItemCodec, get_alphabet
 from .data.population import PopulationCounts, PopulationSource, Shard, check_shard_count

@@ -52,7 +52,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from . import __version__
+from .version import __version__
 from .errors import InputError
 
 MARKER = ".fedhh-results"  # in every results folder fedhh writes: the files it wrote

@@ -53,13 +53,13 @@ from fedhh.config import Scalar, build_config
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
 from fedhh.results import OutputError, ResultsFolder
+from fedhh.studies import REPORT_FOLDER
 
 from .analytic import PREDICTED, model_label, triehh_bound, triehh_rate
 from .sweep_crossings import LEVELS, model_crossing, simulated_crossing
 from .sweep_figures import label, number, render, value_text
 from .sweep_intervals import METHODS, RANGE, Interval, binomial, over_trials
 from .sweep_plots import BINS_PER_DECADE, FREQUENCY_AXIS, K_AXIS, Curve, ModelLine, Plot
-from .sweep_store import REPORT_FOLDER
 from .sweep_tables import DISCOVERY, RECALL_AT, SweepTables
 from .sweep_trial import RECALL_KS
 
