@@ -60,7 +60,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat
 from fedhh.data.items import ItemCodec
-from fedhh.experiment import Experiment, item_codec, run_record
+from fedhh.experiment import Experiment, item_codec, report_cap, run_record
 from fedhh.privacy.charge import charge_run
 from fedhh.protocols import ProtocolResult, get_protocol
 from fedhh.protocols.spec import ProtocolSpec
@@ -264,7 +264,7 @@ def device_document(config: FedhhConfig, result: ProtocolResult, timing: dict[st
         "n_users": int(config["population"]["users"]),
         "transport": "flower/devices",
         "config": config.to_dict(),
-        **run_record(result, timing),
+        **run_record(result, timing, report_cap(config)),
     }
 
 
