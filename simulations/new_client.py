@@ -38,7 +38,7 @@ CLIENT_FILES = ("client_app.py", "test_client_app.py")  # copied as they are
 KIND = "client project"  # what the folder's marker says it holds
 POPULATION_FILE = "population.txt"
 RESULTS_FOLDER = "results"
-DEMO_USERS = 20_000
+DEMO_USERS = 100_000
 MAX_USERS = 10_000_000  # one line per user: about 80 MB of text
 DEMO_VOCABULARY = 100_000  # the wordfreq words the demo users draw from
 DEMO_SEED = 0
@@ -54,14 +54,14 @@ SETTINGS: dict[str, dict[str, dict[str, object]]] = {
         "privacy": {"epsilon": 4.0, "delta": 1e-6},
     },
     "pem": {
-        "protocol": {"name": "pem", **SHARED_PROTOCOL, "oracle": "olh", "encoding": "bits",
+        "protocol": {"name": "pem", **SHARED_PROTOCOL, "oracle": "flh", "encoding": "bits",
                      "collection": "interactive", "top_k": 8, "start_length": 0, "segment_length": 0},
         "privacy": {"epsilon": 4.0, "delta": 1e-6},
     },
 }
 COMMENTS = {  # the line comment of a key in the generated pyproject.toml
     "alphabet": "the public codec: client_app.py reads these five keys",
-    "oracle": "olh, blh or flh: the oracles client_app.py implements",
+    "oracle": "flh (a node's cost grows with its users only), olh or blh (with the candidates too)",
     "encoding": "bits or symbols",
     "collection": "level rounds: client_app.py answers no one-shot collection",
     "start_length": "0: fedhh's planner chooses",

@@ -1,0 +1,190 @@
+"""``fedhh new-client DIR --protocol P``: a Flower App project pairing a team's own ClientApp with fedhh's ServerApp.
+
+* the project runs as it is: ``flwr run DIR --stream``, on a simulation
+  SuperLink named as the default connection of an empty Flower home, finds
+  the demo population's top words, for TrieHH and for PEM;
+* its own tests pass (``pytest DIR``), and its ClientApp imports Flower,
+  numpy and the standard library only;
+* its ``pyproject.toml`` declares every run config key the ClientApp reads
+  (a ClientApp sees declared keys only) and is a valid fedhh config;
+* the folder is claimed as every fedhh output is: a folder holding anything
+  else, or a client project written before, is refused (exit 2) untouched,
+  and a refusal writes nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedhh.config import config_from_flat
+from simulations.cli import main
+from simulations.deployment import free_port
+from simulations.new_client import POPULATION_FILE, RESULTS_FOLDER
+
+BIN = Path(sys.executable).parent
+TOP = 5  # the demo population's most frequent words every run must find
+
+
+def run_config(project: Path) -> dict[str, Any]:
+    """The project's run config as Flower flattens it: dotted keys."""
+    with open(project / "pyproject.toml", "rb") as file:
+        tables = tomllib.load(file)["tool"]["flwr"]["app"]["config"]
+    flat: dict[str, Any] = {}
+    for key, value in tables.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{inner}": item for inner, item in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def top_words(project: Path, k: int = TOP) -> list[str]:
+    lines = (project / POPULATION_FILE).read_text(encoding="utf-8").splitlines()
+    return [word for word, _ in collections.Counter(lines).most_common(k)]
+
+
+@pytest.fixture
+def simulation_superlink(tmp_path: Path) -> Iterator[None]:
+    """A SuperLink in simulation mode on a free loopback port, the default connection of the (empty,
+    per-test) Flower home, as Flower's own local SuperLink is; owned and stopped by the test.  Its
+    simulations start a Ray of their own (``RAY_ADDRESS=local``), never joining another one on this
+    machine, as Ray otherwise does with the latest cluster started here."""
+    port = free_port()
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+           "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "RAY_ADDRESS": "local"}
+    home = Path(os.environ["FLWR_HOME"])
+    assert list(home.iterdir()) == []
+    process = subprocess.Popen(
+        [str(BIN / "flower-superlink"), "--insecure", "--simulation", "--isolation", "subprocess",
+         "--host", "127.0.0.1", "--port", str(port), "--database", str(tmp_path / "state.db")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{port}"\ninsecure = true\n',
+        encoding="utf-8")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, f"flower-superlink exited with code {process.returncode}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline, "flower-superlink did not start within 60 s"
+                time.sleep(0.2)
+        yield
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)  # the SuperLink and the processes it started
+        process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("protocol", ["triehh", "pem"])
+def test_flwr_run_of_a_new_project_finds_the_top_words(simulation_superlink: None, tmp_path: Path, protocol: str) -> None:
+    project = tmp_path / f"my-{protocol}-client"
+    assert main(["new-client", str(project), "--protocol", protocol]) == 0
+    completed = subprocess.run(
+        [str(BIN / "flwr"), "run", str(project), "--stream"],
+        env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+             "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"},
+        capture_output=True, text=True, timeout=400,
+    )
+    log = completed.stdout + completed.stderr
+    assert completed.returncode == 0, log
+    result_file = project / RESULTS_FOLDER / "result.json"
+    assert result_file.is_file(), log
+    document = json.loads(result_file.read_text(encoding="utf-8"))
+    assert document["protocol"] == protocol and document["transport"] == "flower"
+    found = [hit["item"] for hit in document["heavy_hitters"]]
+    assert set(top_words(project)) <= set(found), (found, top_words(project))
+    assert all(line["rejected_shards"] == [] and line["failed_shards"] == [] for line in document["rounds"])
+    assert len(document["rounds"]) >= 2
+
+
+def test_the_project_s_own_tests_pass(tmp_path: Path) -> None:
+    project = tmp_path / "client"
+    assert main(["new-client", str(project), "--protocol", "pem", "--users", "20000"]) == 0
+    completed = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project)],
+                               cwd=project, capture_output=True, text=True, timeout=400)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert " passed" in completed.stdout and "skipped" not in completed.stdout
+
+
+@pytest.mark.parametrize("protocol", ["triehh", "pem"])
+def test_the_project_declares_what_its_client_reads_and_is_a_valid_fedhh_config(tmp_path: Path, protocol: str) -> None:
+    project = tmp_path / "client"
+    assert main(["new-client", str(project), "--protocol", protocol, "--users", "500"]) == 0
+    assert {path.name for path in project.iterdir()} >= {"client_app.py", "test_client_app.py", "pyproject.toml",
+                                                         "README.md", POPULATION_FILE, ".gitignore"}
+    tree = ast.parse((project / "client_app.py").read_text(encoding="utf-8"))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported - set(sys.stdlib_module_names) == {"flwr", "numpy"}
+    read = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and re.fullmatch(r"(protocol|population)\.[a-z_]+", node.value)}
+    assert {"protocol.alphabet", "protocol.max_length", "population.path"} <= read
+    flat = run_config(project)
+    assert read <= set(flat), f"the ClientApp reads keys the bundle does not declare: {sorted(read - set(flat))}"
+    config = config_from_flat({key: value for key, value in flat.items() if "." in key})
+    assert config["protocol"]["name"] == protocol
+    assert Path(flat["population.path"]) == project / POPULATION_FILE
+    assert len((project / POPULATION_FILE).read_text(encoding="utf-8").splitlines()) == 500
+    with open(project / "pyproject.toml", "rb") as file:
+        components = tomllib.load(file)["tool"]["flwr"]["app"]["components"]
+    assert components == {"serverapp": "simulations.flower_app:app", "clientapp": "client_app:app"}
+    readme = (project / "README.md").read_text(encoding="utf-8")
+    assert f"flwr run {project} --stream" in readme and "flower-supernode" in readme
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--protocol", "nothing"], "--protocol: unknown protocol 'nothing'"),
+    (["--protocol", "treehist"], "--protocol: treehist is a fedhh protocol without a client template"),
+    (["--users", "0"], "--users: got 0; allowed: 1.."),
+])
+def test_bad_arguments_exit_2_and_write_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                message: str) -> None:
+    assert main(["new-client", str(tmp_path / "client"), *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_holding_anything_else_is_refused_untouched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "client_app.py").write_text("# my own client\n", encoding="utf-8")
+    assert main(["new-client", str(mine)]) == 2
+    assert "DIR:" in capsys.readouterr().err
+    assert [path.name for path in mine.iterdir()] == ["client_app.py"]
+    assert (mine / "client_app.py").read_text(encoding="utf-8") == "# my own client\n"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["new-client", str(empty), "--users", "100"]) == 0
+    assert (empty / "client_app.py").is_file()
+
+
+def test_a_project_written_before_is_never_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project = tmp_path / "client"
+    assert main(["new-client", str(project), "--users", "100"]) == 0
+    client = project / "client_app.py"
+    client.write_text(client.read_text(encoding="utf-8") + "# our change\n", encoding="utf-8")
+    before = {path.name: path.read_bytes() for path in project.iterdir()}
+    capsys.readouterr()
+    assert main(["new-client", str(project), "--protocol", "pem", "--users", "100"]) == 2
+    assert "holds a client project fedhh wrote" in capsys.readouterr().err
+    assert {path.name: path.read_bytes() for path in project.iterdir()} == before
