@@ -19,7 +19,7 @@ from .version import __version__
 if TYPE_CHECKING:
     from .api import Config, InputError, Result, Sweep, load_config, load_sweep, run
 
-__all__ = ["run", "Result", "load_sweep", "Sweep", "load_config", "Config", "InputError", "__version__"]
+__all__ = ["Config", "InputError", "Result", "Sweep", "__version__", "load_config", "load_sweep", "run"]
 
 
 def __getattr__(name: str) -> Any:

@@ -36,7 +36,7 @@ from .studies import Sweep, load_sweep
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["run", "Result", "load_sweep", "Sweep", "load_config", "Config", "InputError"]
+__all__ = ["Config", "InputError", "Result", "Sweep", "load_config", "load_sweep", "run"]
 
 Config = FedhhConfig  # a validated config: fedhh.load_config(path, ["section.key=value", ...])
 
@@ -139,13 +139,13 @@ def run(
     """
     started = time.perf_counter()
     chosen = _config_of(config, {**_checked_overrides(overrides, settings), "run.driver": "fast"})
-    if chosen["run"]["backend"] == "ray":
+    if chosen.run.backend == "ray":
         raise ConfigError('run.backend: fedhh.run runs in this process; allowed here: "auto", "inprocess" '
                           '(on Ray: fedhh run --set run.driver=fast --set run.backend=ray)')
-    if chosen["run"]["federation"] == "devices":
+    if chosen.run.federation == "devices":
         raise ConfigError('run.federation: "devices" means real devices hold their own data (docs/deployment.md); '
                           'fedhh.run simulates shards: use "shards"')
-    claim = (ResultsFolder.claim(output, overwrite=overwrite, field="output", overwrite_hint="overwrite=True")
+    claim = (ResultsFolder.claim(Path(output), overwrite=overwrite, field="output", overwrite_hint="overwrite=True")
              if output is not None else contextlib.nullcontext())
     with claim as folder:
         experiment = Experiment(chosen)
@@ -153,7 +153,7 @@ def run(
         run_id = run_label(folder.path.name if folder is not None else LEDGER_NAME)
         check_budget(chosen["privacy"], experiment.privacy, run_id)
         charged: list[PrivacyReport] = []  # once the shards are placed, as the fast driver does
-        shards = run_over_shards(experiment, int(chosen["run"]["shards"]), when_placed=lambda: charged.append(
+        shards = run_over_shards(experiment, chosen.run.shards, when_placed=lambda: charged.append(
             charge_run(chosen["privacy"], experiment.privacy, run_id)))
         document = experiment.finish(shards.result, {"population_s": population_s, **shards.timing}, TRANSPORT,
                                      counts=shards.counts)
@@ -185,7 +185,7 @@ def _checked_overrides(overrides: Mapping[str, Any] | None, settings: Mapping[st
 def _config_of(config: ConfigLike, overrides: Mapping[str, Any]) -> FedhhConfig:
     """``config`` (a path, a mapping of sections, a config or ``None``) with ``overrides`` applied."""
     if config is None or isinstance(config, (str, os.PathLike)):
-        base = load_config(config)
+        base = load_config(None if config is None else Path(config))
     elif isinstance(config, FedhhConfig):
         base = config
     elif isinstance(config, Mapping):

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from .data.population import PopulationCounts, Shard, check_shard_count
 from .experiment import Experiment
@@ -30,12 +30,13 @@ RoundWatch = Callable[[ServerProtocol], AbstractContextManager[RoundCallback | N
 
 def drive(
     server: ServerProtocol,
-    answer: Callable[[Request], Sequence[Response]],
+    answer: Callable[[Any], Sequence[Response]],  # a request of the server's protocol -> the shards' responses
     on_round: RoundCallback | None = None,
     clock: RunClock | None = None,
 ) -> ProtocolResult:
-    """Run a server to completion against a function returning the shards' responses;
-    ``clock`` (if given) accumulates the server's and the shards' time (:class:`RunClock`)."""
+    """Run a server to completion against a function returning the shards' responses (at least one,
+    summed by their class's ``combine``); ``clock`` (if given) accumulates the server's and the shards'
+    time (:class:`RunClock`)."""
     clock = clock if clock is not None else RunClock()
     while True:
         with clock.server():
@@ -45,7 +46,7 @@ def drive(
         with clock.shards():
             responses = answer(request)
         with clock.server():
-            server.absorb(server.response_type.combine(list(responses)))
+            server.absorb(type(responses[0]).combine(list(responses)))
         if on_round is not None:
             on_round(server)
     with clock.server():

@@ -14,7 +14,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from fedhh.config import FedhhConfig
 from fedhh.data.population import PopulationCounts, check_shard_count
@@ -45,8 +45,8 @@ class FastRun:
 def choose_backend(requested: str) -> Backend:
     """``auto`` uses Ray only when a Ray cluster is named (``RAY_ADDRESS``, never ``auto``).
 
-    A round costs O(sampled users), about 3 ms for a million users, so on one
-    machine Ray's start-up (seconds) and per-call overhead (ms per actor)
+    A round costs O(sampled users), milliseconds for a million users, so on
+    one machine Ray's start-up (seconds) and per-call overhead (per actor)
     only pay where the shards live on other machines.
     """
     if requested == "auto":
@@ -92,7 +92,7 @@ class RayShards:
     """
 
     MAX_RESTARTS = 3  # per actor and run; a shard that keeps dying fails the run
-    INIT_ARGS: dict[str, Any] = {"log_to_driver": False, "configure_logging": False, "logging_level": "ERROR"}
+    INIT_ARGS: ClassVar[dict[str, Any]] = {"log_to_driver": False, "configure_logging": False, "logging_level": "ERROR"}
 
     def __init__(self, config: FedhhConfig, num_shards: int) -> None:
         """Start one actor per shard; Ray must be running (:func:`~simulations.ray_runtime.ray_runtime`)."""
@@ -106,7 +106,7 @@ class RayShards:
         placements = dataset_placement(config, num_shards)  # a population on disk: the nodes holding it
         if placements is None:
             actor_class = holder.options(num_cpus=min(1.0, cpus / num_shards), **retries)
-            self.actors = [actor_class.remote(flat, i, num_shards) for i in range(num_shards)]
+            self.actors: list[Any] = [actor_class.remote(flat, i, num_shards) for i in range(num_shards)]
         else:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -150,7 +150,7 @@ def run_fast(
 
         @contextlib.contextmanager
         def progress(server: ServerProtocol) -> Iterator[RoundCallback]:
-            with RoundProgress(server, enabled=show_progress) as bar:
+            with RoundProgress(server, label=experiment.spec.name, enabled=show_progress) as bar:
                 yield bar.update
 
         run = run_over_shards(experiment, num_shards, InProcessShards if chosen == "inprocess" else on_ray,

@@ -233,7 +233,8 @@ demo users). The ClientApp follows fedhh's message contract, version 1.0
 | file | what it is |
 |---|---|
 | `client_app.py` | the ClientApp: which users a node holds (`read_items`, `Users`), their votes or reports |
-| `test_client_app.py` | its tests: the contract's encodings and replies; with fedhh installed, the same discovery as fedhh's own client |
+| `test_client_app.py` | its tests: the contract's encodings and replies; with fedhh installed, \
+the same discovery as fedhh's own client |
 | `pyproject.toml` | the Flower App: fedhh's ServerApp, this ClientApp, the run config |
 | `{POPULATION_FILE}` | the demo population: one user per line, real English words with wordfreq's frequencies |
 

@@ -71,18 +71,18 @@ app = ClientApp()
 
 def read_message(content: RecordDict, expected_types: tuple[str, ...]) -> tuple[str, dict, dict]:
     """The type, scalars and arrays of a fedhh message, after checking its type and contract version."""
-    scalars = dict(content["scalars"].items())
+    scalars: dict[str, Any] = dict(content.config_records["scalars"].items())
     message_type, version = scalars.pop("@type", None), scalars.pop("@version", None)
     major = str(version).partition(".")[0]
     if major != str(CONTRACT_MAJOR):
-        raise ValueError(f"the server speaks contract version {version}; this client speaks "
+        raise ValueError(f"the server speaks contract version {version!s}; this client speaks "
                          f"{CONTRACT_MAJOR}.{CONTRACT_MINOR}")
     if message_type not in expected_types:
         raise ValueError(f"this client answers {', '.join(expected_types)}; got a {message_type!r} "
                          "(another protocol: see docs/messages.md)")
     if "notice" in content:
-        LOGGER.warning("the server refused a reply of this node: %s", content["notice"]["reason"])
-    arrays = {name: array.numpy() for name, array in content["arrays"].items()}
+        LOGGER.warning("the server refused a reply of this node: %s", content.config_records["notice"]["reason"])
+    arrays = {name: array.numpy() for name, array in content.array_records["arrays"].items()}
     return message_type, scalars, arrays
 
 
