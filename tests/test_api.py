@@ -81,7 +81,8 @@ def test_all_is_what_the_readme_and_the_docs_list() -> None:
 
 
 def test_importing_fedhh_loads_nothing_until_a_name_is_used() -> None:
-    code = ("import sys, fedhh\nbefore = sorted(m for m in ('fedhh.api', 'numpy', 'fedhh.experiment') if m in sys.modules)\n"
+    code = ("import sys, fedhh\n"
+            "before = sorted(m for m in ('fedhh.api', 'numpy', 'fedhh.experiment') if m in sys.modules)\n"
             "fedhh.run\nprint(before, 'fedhh.api' in sys.modules)")
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert completed.stdout.strip() == "[] True"
@@ -111,8 +112,9 @@ def test_the_config_may_be_a_path_a_mapping_or_a_config_with_overrides_either_wa
     for dotted, value in SMALL.items():
         section, key = dotted.split(".")
         sections.setdefault(section, {})[key] = value
-    path.write_text("\n".join(f"[{section}]\n" + "\n".join(f"{key} = {json.dumps(value)}" for key, value in values.items())
-                              for section, values in sections.items()) + "\n", encoding="utf-8")
+    tables = [f"[{section}]\n" + "\n".join(f"{key} = {json.dumps(value)}" for key, value in values.items())
+              for section, values in sections.items()]
+    path.write_text("\n".join(tables) + "\n", encoding="utf-8")
     reference = fedhh.run(path, {"privacy.epsilon": 2.0}).heavy_hitters
     assert fedhh.run(str(path), **{"privacy.epsilon": 2.0}).heavy_hitters == reference
     assert fedhh.run(sections, {"privacy.epsilon": 2.0}).heavy_hitters == reference
@@ -148,7 +150,8 @@ def test_output_writes_a_results_folder_like_fedhh_run_and_never_over_a_user_s_f
     result = fedhh.run(None, SMALL, output=tmp_path / "run")
     assert result.path == tmp_path / "run"
     assert {path.name for path in result.path.iterdir()} == {"result.json", "heavy_hitters.csv", "rounds.csv", MARKER}
-    assert json.loads((result.path / "result.json").read_text(encoding="utf-8"))["heavy_hitters"] == result.heavy_hitters
+    written = json.loads((result.path / "result.json").read_text(encoding="utf-8"))
+    assert written["heavy_hitters"] == result.heavy_hitters
     with pytest.raises(fedhh.InputError, match="overwrite=True"):
         fedhh.run(None, SMALL, output=tmp_path / "run")
     assert fedhh.run(None, SMALL, output=tmp_path / "run", overwrite=True).heavy_hitters == result.heavy_hitters
@@ -181,7 +184,8 @@ def test_load_sweep_reads_the_tables_and_refuses_a_folder_without_a_sweep(tmp_pa
     assert main(["sweep", str(sweep), "--output", str(tmp_path / "out"), "--workers", "1", "--quiet"]) == 0
     trials, items = fedhh.load_sweep(tmp_path / "out")
     assert trials.num_rows == 4 and sorted(set(trials.column("privacy.epsilon").to_pylist())) == [2.0, 4.0]
-    assert items.num_rows > 0 and set(items.column("trial_key").to_pylist()) <= set(trials.column("trial_key").to_pylist())
+    assert items.num_rows > 0
+    assert set(items.column("trial_key").to_pylist()) <= set(trials.column("trial_key").to_pylist())
     with pytest.raises(fedhh.InputError, match="holds no sweep"):
         fedhh.load_sweep(tmp_path)
     (tmp_path / "out" / "items.parquet").unlink()

@@ -95,7 +95,9 @@ def simulation_superlink(tmp_path: Path) -> Iterator[None]:
 
 
 @pytest.mark.parametrize("protocol", ["triehh", "pem"])
-def test_flwr_run_of_a_new_project_finds_the_top_words(simulation_superlink: None, tmp_path: Path, protocol: str) -> None:
+def test_flwr_run_of_a_new_project_finds_the_top_words(
+    simulation_superlink: None, tmp_path: Path, protocol: str
+) -> None:
     project = tmp_path / f"my-{protocol}-client"
     assert main(["new-client", str(project), "--protocol", protocol]) == 0
     completed = subprocess.run(
@@ -134,7 +136,8 @@ def test_the_project_declares_what_its_client_reads_and_is_a_valid_fedhh_config(
     tree = ast.parse((project / "client_app.py").read_text(encoding="utf-8"))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}
     assert imported - set(sys.stdlib_module_names) == {"flwr", "numpy"}
     read = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
             and re.fullmatch(r"(protocol|population)\.[a-z_]+", node.value)}
@@ -164,7 +167,9 @@ def test_bad_arguments_exit_2_and_write_nothing(tmp_path: Path, capsys: pytest.C
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_folder_holding_anything_else_is_refused_untouched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_folder_holding_anything_else_is_refused_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "client_app.py").write_text("# my own client\n", encoding="utf-8")
