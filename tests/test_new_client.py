@@ -118,9 +118,12 @@ def test_flwr_run_of_a_new_project_finds_the_top_words(
     assert len(document["rounds"]) >= 2
 
 
-def test_the_project_s_own_tests_pass(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ["triehh", "pem"])
+def test_the_project_s_own_tests_pass(tmp_path: Path, protocol: str) -> None:
+    """Among them, with fedhh installed: the client's answers drive fedhh's server to what fedhh's own
+    client finds (TrieHH: the same rounds, vote for vote)."""
     project = tmp_path / "client"
-    assert main(["new-client", str(project), "--protocol", "pem", "--users", "20000"]) == 0
+    assert main(["new-client", str(project), "--protocol", protocol, "--users", "20000"]) == 0
     completed = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project)],
                                cwd=project, capture_output=True, text=True, timeout=400)
     assert completed.returncode == 0, completed.stdout + completed.stderr
