@@ -3,6 +3,8 @@
 * the project runs as it is: ``flwr run DIR --stream``, on a simulation
   SuperLink named as the default connection of an empty Flower home, finds
   the demo population's top words, for TrieHH and for PEM;
+* deployed as its README says (SuperNodes each given their own users'
+  file), it finds what ``fedhh.run`` finds;
 * its own tests pass (``pytest DIR``), and its ClientApp imports Flower,
   numpy and the standard library only;
 * its ``pyproject.toml`` declares every run config key the ClientApp reads
@@ -32,10 +34,13 @@ from typing import Any
 
 import pytest
 
+import fedhh
 from fedhh.config import config_from_flat
+from fedhh.data.population import shard_bounds
 from simulations.cli import main
-from simulations.deployment import free_port
+from simulations.deployment import LocalDeployment, free_port
 from simulations.new_client import POPULATION_FILE, RESULTS_FOLDER
+from strategies.participation import PARTICIPATION_KEYS
 
 BIN = Path(sys.executable).parent
 TOP = 5  # the demo population's most frequent words every run must find
@@ -196,3 +201,29 @@ def test_a_project_written_before_is_never_replaced(tmp_path: Path, capsys: pyte
     assert main(["new-client", str(project), "--protocol", "pem", "--users", "100"]) == 2
     assert "holds a client project fedhh wrote" in capsys.readouterr().err
     assert {path.name: path.read_bytes() for path in project.iterdir()} == before
+
+
+def test_deployed_with_each_node_s_own_users_the_project_finds_what_fedhh_finds(
+    deployment: LocalDeployment, tmp_path: Path
+) -> None:
+    """The README's deployment: a SuperLink, three SuperNodes each given its own users' file
+    (``data-file``, ``population`` = n) and ``--run-config`` overrides; TrieHH draws nothing on the device, so
+    the run finds what ``fedhh.run`` finds over the same population, round for round."""
+    project = tmp_path / "client"
+    assert main(["new-client", str(project), "--protocol", "triehh", "--users", "6000"]) == 0
+    lines = (project / POPULATION_FILE).read_text(encoding="utf-8").splitlines()
+    for index in range(3):
+        start, stop = shard_bounds(len(lines), index, 3)
+        own = tmp_path / f"node-{index}.txt"
+        own.write_text("\n".join(lines[start:stop]) + "\n", encoding="utf-8")
+        deployment.add_supernode(f"node-{index}", {"partition-id": index, "num-partitions": 3,
+                                                   "population": len(lines), "data-file": str(own)})
+    settings = {"run.shards": 3, "privacy.epsilon": 8.0}  # keys the project declares: --run-config may set them
+    outcome = deployment.run(settings, app_dir=project, timeout=300.0)
+    assert outcome.succeeded, f"{outcome.status}: {outcome.details}\n{outcome.output}\n{deployment.logs()}"
+    document = json.loads((project / RESULTS_FOLDER / "result.json").read_text(encoding="utf-8"))
+    flat = {key: value for key, value in run_config(project).items() if "." in key}
+    reference = fedhh.run(config_from_flat({**flat, **settings}))
+    assert len(reference.heavy_hitters) >= 3 and document["heavy_hitters"] == reference.heavy_hitters
+    rounds = [{k: v for k, v in line.items() if k not in PARTICIPATION_KEYS} for line in document["rounds"]]
+    assert rounds == reference.document["rounds"]
