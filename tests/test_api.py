@@ -191,3 +191,19 @@ def test_load_sweep_reads_the_tables_and_refuses_a_folder_without_a_sweep(tmp_pa
     (tmp_path / "out" / "items.parquet").unlink()
     with pytest.raises(fedhh.InputError, match="missing; run the sweep again"):
         fedhh.load_sweep(tmp_path / "out")
+
+
+def test_a_ledger_is_charged_once_per_run_and_a_run_over_its_budget_is_refused_before_it_runs(tmp_path: Path) -> None:
+    from fedhh.privacy.ledger import Ledger
+
+    ledger = tmp_path / "ledger.json"
+    settings = {**SMALL, "privacy.ledger": str(ledger), "privacy.max_epsilon": 10.0}
+    first = fedhh.run(None, settings)
+    (entry,) = Ledger(ledger).entries
+    assert entry.run_id.startswith("fedhh.run@") and first.privacy.to_dict()["composition"]["runs"] == 1
+    second = fedhh.run(None, settings, output=tmp_path / "day-2")
+    assert [entry.run_id.split("@")[0] for entry in Ledger(ledger).entries] == ["fedhh.run", "day-2"]
+    assert second.privacy.to_dict()["composition"]["runs"] == 2
+    with pytest.raises(fedhh.InputError, match=r"privacy\.max_epsilon"):
+        fedhh.run(None, settings, output=tmp_path / "day-3")
+    assert len(Ledger(ledger).entries) == 2 and not (tmp_path / "day-3").exists()
