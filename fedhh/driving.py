@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .data.counted import CountedShard
 from .data.population import PopulationCounts, Shard, check_shard_count
 from .experiment import Experiment
 from .protocols import ProtocolResult, Request, Response, ServerProtocol
@@ -69,14 +70,14 @@ class InProcessShards:
 
     def __init__(self, experiment: Experiment, num_shards: int) -> None:
         self._experiment = experiment
-        self.shards: list[Shard] = [experiment.build_shard(i, num_shards) for i in range(num_shards)]
+        # each shard's users, or in a law simulation their item counts (Experiment.hold_shard)
+        self.shards: list[Shard | CountedShard] = [experiment.hold_shard(i, num_shards) for i in range(num_shards)]
         self.counts = PopulationCounts.combine(shard.counts() for shard in self.shards)
         self.nodes: list[str] = []
         experiment.source.vocabulary.prefixes.build_all()  # one-time, shared by the shards
 
     def answer(self, request: Request) -> list[Response]:
-        respond, randomness = self._experiment.respond, self._experiment.randomness
-        return [respond(request, shard, randomness) for shard in self.shards]
+        return [self._experiment.answer(request, shard) for shard in self.shards]
 
     def close(self) -> None:
         self.shards.clear()

@@ -57,17 +57,18 @@ def choose_backend(requested: str) -> Backend:
 
 
 class ShardHolder:
-    """A Ray actor's state: one shard, built inside the actor from the config."""
+    """A Ray actor's state: one shard (its users, or in a law simulation their counts), built
+    inside the actor from the config."""
 
     def __init__(self, flat_config: dict[str, Any], shard_index: int, num_shards: int) -> None:
         from fedhh.config import config_from_flat
 
         self._experiment = Experiment(config_from_flat(flat_config))
-        self._shard = self._experiment.build_shard(shard_index, num_shards)
+        self._shard = self._experiment.hold_shard(shard_index, num_shards)
         self._shard.vocabulary.prefixes.build_all()  # a one-time cost of placing the shard
 
     def respond(self, request: Request) -> Response:
-        return self._experiment.respond(request, self._shard, self._experiment.randomness)
+        return self._experiment.answer(request, self._shard)
 
     def counts(self) -> PopulationCounts:
         """The shard's true counts; also tells the driver that the shard is placed."""
