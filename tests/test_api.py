@@ -207,3 +207,11 @@ def test_a_ledger_is_charged_once_per_run_and_a_run_over_its_budget_is_refused_b
     with pytest.raises(fedhh.InputError, match=r"privacy\.max_epsilon"):
         fedhh.run(None, settings, output=tmp_path / "day-3")
     assert len(Ledger(ledger).entries) == 2 and not (tmp_path / "day-3").exists()
+
+
+def test_a_law_simulation_runs_a_billion_users_in_this_process() -> None:
+    """``run.simulation = "law"``: each shard holds item counts, not users (``docs/simulation.md``)."""
+    result = fedhh.run(None, {"run.simulation": "law", "population.users": 1_000_000_000})
+    assert result.document["simulation"] == "law" and result.document["n_users"] == 1_000_000_000
+    assert {"the", "of", "and", "to", "in"} <= {hit["item"] for hit in result.heavy_hitters}
+    assert result.metrics is not None and result.metrics["recall_at_k"]["10"] == 1.0
