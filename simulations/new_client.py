@@ -66,6 +66,7 @@ COMMENTS = {  # the line comment of a key in the generated pyproject.toml
     "collection": "level rounds: client_app.py answers no one-shot collection",
     "start_length": "0: fedhh's planner chooses",
     "delta": "TrieHH's δ (the LDP protocols are pure ε)",
+    "deny_list": "items already known, left out (a file or a results folder): client_app.py reads it",
 }
 
 
@@ -203,7 +204,8 @@ def pyproject_text(name: str, path: Path, protocol: str) -> str:
         *_table("population", {"source": "file", "path": str(path / POPULATION_FILE)}),
         *_table("protocol", settings["protocol"]),
         *_table("privacy", settings["privacy"]),
-        *_table("run", {"seed": 0, "shards": 2, "federation": "shards", "evaluation": True, "top_k": 10}),
+        *_table("run", {"seed": 0, "shards": 2, "federation": "shards", "evaluation": True, "top_k": 10,
+                        "deny_list": ""}),
     ]
     text = "\n".join(lines)
     return text.replace(

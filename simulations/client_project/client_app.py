@@ -29,7 +29,8 @@ One item per user.  A node's users, in the order of their global ids:
   which the node takes its share.
 
 Node ``partition-id`` of ``num-partitions`` holds users ``shard_bounds(n,
-partition-id, num-partitions)``.  PEM reports draw from the operating
+partition-id, num-partitions)``.  A user whose item the run's deny list
+names (``run.deny_list``, :func:`read_deny_list`) holds nothing.  PEM reports draw from the operating
 system's randomness, as a device's must; a node config ``report-seed`` (an
 integer) makes them reproducible, for tests only.
 """
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import math
 import secrets
@@ -107,6 +109,20 @@ def read_items(path: str) -> list[str]:
     if "" in lines:
         raise ValueError(f"{path}: line {lines.index('') + 1} is empty (one item per line)")
     return lines
+
+
+def read_deny_list(path: str) -> frozenset[str]:
+    """The items ``run.deny_list`` names (docs/messages.md, "Definitions"; none when it is empty): a
+    UTF-8 file of one item a line, or a fedhh results folder, whose ``result.json`` lists what that
+    run denied (``deny_list.denied``) and discovered (``heavy_hitters``)."""
+    if not path:
+        return frozenset()
+    target = Path(path)
+    if target.is_dir():
+        document = json.loads((target / "result.json").read_text(encoding="utf-8"))
+        found = [hit["item"] for hit in document["heavy_hitters"]]
+        return frozenset([*document.get("deny_list", {}).get("denied", []), *found])
+    return frozenset(target.read_text(encoding="utf-8").splitlines())
 
 
 def shard_bounds(n_users: int, index: int, parts: int) -> tuple[int, int]:
@@ -188,6 +204,8 @@ class Users:
         self.count = len(items)
         self.codec = Codec(run_config)
         self.rows = self.codec.rows(items)
+        denied = read_deny_list(str(run_config.get("run.deny_list", "")))
+        self.rows[[user for user, item in enumerate(items) if item in denied]] = PAD  # they hold nothing
 
     @property
     def ids(self) -> np.ndarray:

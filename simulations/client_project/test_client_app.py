@@ -11,6 +11,7 @@ process: no Flower processes).
 from __future__ import annotations
 
 import collections
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,22 @@ def test_the_nodes_split_the_population_as_the_server_admits_it(tmp_path: Path) 
     own.write_text("\n".join(WORDS[3:6]) + "\n", encoding="utf-8")
     alone = client.Users({"partition-id": 1, "num-partitions": 3, "population": 10, "data-file": str(own)}, config)
     assert (alone.first, alone.count) == (3, 3) and np.array_equal(alone.rows, nodes[1].rows)
+
+
+def test_a_user_whose_item_the_deny_list_names_holds_nothing(tmp_path: Path) -> None:
+    denied = tmp_path / "known.txt"
+    denied.write_text("the\nof\n", encoding="utf-8")
+    config = with_words(tmp_path, WORDS)
+    before = client.Users({"partition-id": 0, "num-partitions": 1}, config)
+    users = client.Users({"partition-id": 0, "num-partitions": 1}, {**config, "run.deny_list": str(denied)})
+    empty, dropped = ((u.rows == client.PAD).all(axis=1) for u in (users, before))  # dropped: "moonlit", too long
+    assert empty.tolist() == [word in ("the", "of") or was for word, was in zip(WORDS, dropped.tolist())]
+    assert dropped.sum() == 1
+    folder = tmp_path / "day-1"
+    folder.mkdir()
+    (folder / "result.json").write_text(json.dumps({"heavy_hitters": [{"item": "to"}],
+                                                     "deny_list": {"denied": ["the"]}}), encoding="utf-8")
+    assert client.read_deny_list(str(folder)) == {"the", "to"}
 
 
 def test_items_become_the_contract_s_symbol_rows() -> None:
