@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
 from .config import FedhhConfig
 from .data.counted import CountedShard, counted_users
 from .data.deny_list import DeniedItemsSource, DenyList, read_deny_list
@@ -29,6 +28,7 @@ from .protocols import ClientFunction, Discovery, ProtocolResult, Request, Respo
 from .protocols.communication import Communication
 from .protocols.law import LAW, no_law_sampler
 from .resources import require_population_memory
+from .version import __version__
 
 
 def item_codec(config: FedhhConfig) -> ItemCodec:
