@@ -26,7 +26,7 @@ PRIVACY_MARKERS = {CENTRAL: "s", LOCAL: "o", NO_PRIVACY: "D"}
 def privacy_kind(model: str | None) -> str:
     """The kind of ε of a privacy model (:data:`CENTRAL`, :data:`LOCAL`, :data:`NO_PRIVACY`; empty: unknown)."""
     text = (model or "").lower()
-    if text.startswith("central"):
+    if text.startswith(("central", "shuffle")):  # the shuffle model's guarantee is central (ε, δ)
         return CENTRAL
     if text.startswith("local"):
         return LOCAL

@@ -78,7 +78,8 @@ RECALL = "recall"
 FREQUENCY_BAND = 1.1  # --frequency F selects items with true frequency in [F / 1.1, 1.1 F]
 DENSE = 120  # points of an analytic curve drawn over a continuous axis
 SUMMARY_METRICS = ("recall_at_10", "precision", "f1", "ncr", "discovered", "rounds", "user_bits", "server_s", "wall_s")
-PRIVACY_COLUMNS = ("epsilon", "delta", "param.theta", "param.batch_size")  # ε spent, δ, θ, m
+# ε spent, δ, the LDP reports' central ε once shuffled (at the same δ), θ, m
+PRIVACY_COLUMNS = ("epsilon", "delta", "shuffle_epsilon", "param.theta", "param.batch_size")
 TRIEHH_CURVE_KEYS = ("population.users", "privacy.epsilon", "privacy.delta")
 
 
@@ -785,7 +786,8 @@ def _point_table(tables: SweepTables, swept: Sequence[str]) -> list[str]:
     all_rows = tables.all_rows
     privacy = [c for c in PRIVACY_COLUMNS if c in rows and any(v is not None for v in rows[c])]
     metrics = [m for m in SUMMARY_METRICS if m in rows]
-    names = {"epsilon": "ε spent", "delta": "δ", "param.theta": "θ", "param.batch_size": "m"}
+    names = {"epsilon": "ε spent", "delta": "δ", "shuffle_epsilon": "ε shuffled", "param.theta": "θ",
+             "param.batch_size": "m"}
     models = rows.get("privacy_model")
     header = [*swept, "trials", "failed", *(["ε is"] if models else []), *(names[c] for c in privacy), "interval",
               *(label(m) for m in metrics)]
