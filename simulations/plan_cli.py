@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from fedhh.planning.commands import Option, PlanCommand, PlanTable

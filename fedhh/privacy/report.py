@@ -151,6 +151,9 @@ class PrivacyReport:
 
     def summary(self) -> str:
         text = f"(ε = {self.epsilon:.4g}, δ = {self.delta:.3g}) — {self.model}"
+        shuffled = (self.shuffle or {}).get("epsilon")
+        if shuffled is not None and not self.model.startswith("shuffle"):
+            text += f"; shuffled, the reports' central ε = {shuffled:.4g} at δ = {self.shuffle['delta']:.3g}"  # type: ignore[index]
         if self.composition is not None:
             text += f"; cumulative over {self.composition.line()}"
         return text

@@ -48,8 +48,9 @@ left end's value: ``δ_c`` never increases with ``c``, since one more clone
 adds a fair coin to both ``P`` and ``Q`` (a post-processing).  ε at a
 given δ is found by bisection and rounded up, so it is never below the
 exact bound.  Everything is in double precision: the δ it returns is
-accurate to about ``1e-15`` absolute, so targets δ below ``1e-13`` are
-refused (:data:`MIN_DELTA`).
+within a relative 1e-4 of a 40-digit sum down to δ = 1e-15 (the tests), so a
+message's δ below ``1e-15`` and a guarantee's total δ below ``1e-13`` are
+refused (:data:`MIN_MESSAGE_DELTA`, :data:`MIN_DELTA`).
 
 **The closed-form bound** ([FMT21] Theorem 3.1, in the form of the
 authors' code): for ``ε0 <= ln(n / (16 ln(4/δ)))``,
@@ -95,7 +96,8 @@ SOURCE = (
     "Feldman, McMillan and Talwar, Hiding Among the Clones (FOCS 2021), Theorem 3.2, numerical bound: "
     "C ~ Bin(n-1, e^-ε0), A ~ Bin(C, 1/2), Δ ~ Bern(e^ε0/(e^ε0+1))"
 )
-MIN_DELTA = 1e-13  # below it double precision cannot vouch for the numerical δ
+MIN_DELTA = 1e-13  # the smallest total δ of a guarantee: each message's share stays above MIN_MESSAGE_DELTA
+MIN_MESSAGE_DELTA = 1e-15  # below it double precision cannot vouch for the numerical δ of one message
 OMITTED_SHARE = 1e-3  # share of δ charged for the values of C left out of the window
 SMALLEST_OMITTED = 1e-18  # the mass left out when no δ is given (shuffled_delta)
 PARTITION_SHARE = 0.1  # share of δ spent on the chance that a public group is smaller than its bound
@@ -108,9 +110,10 @@ def _check(epsilon0: float, n_users: int, delta: float) -> tuple[float, int, flo
     epsilon0 = check_epsilon(epsilon0, "ε0 (the local ε of one report)")
     n_users = check_users(n_users, "n_users (the users whose reports are shuffled together)")
     delta = check_delta(delta)
-    if delta < MIN_DELTA:
+    if delta < MIN_MESSAGE_DELTA:
         raise InputError(
-            f"privacy.delta: the shuffle bound is computed in double precision and vouches for δ >= {MIN_DELTA:g}, "
+            f"privacy.delta: the shuffle bound is computed in double precision and vouches for δ >= "
+            f"{MIN_MESSAGE_DELTA:g} per report, "
             f"got {delta!r}"
         )
     return epsilon0, n_users, delta
@@ -134,7 +137,7 @@ def _clone_counts(epsilon0: float, n_users: int, omitted: float) -> tuple[np.nda
         cells = np.unique(np.linspace(low, high + 1, MAX_CELLS + 1).round().astype(np.int64))
     cdf = law.cdf(cells - 1)  # P(C < c) at every cell edge
     mass = np.diff(cdf)
-    left_out = float(cdf[0] + (1.0 - cdf[-1]))
+    left_out = float(cdf[0] + law.sf(cells[-1] - 1))  # the upper tail from sf, which keeps its small values
     return cells[:-1], mass, left_out
 
 
@@ -147,6 +150,8 @@ def _tail(at_least: np.ndarray, c: np.ndarray) -> np.ndarray:
 def shuffled_delta(epsilon: float, epsilon0: float, n_users: int) -> float:
     """The smallest δ the numerical bound gives at central ``epsilon`` for ``n_users`` shuffled
     ``epsilon0``-LDP reports (an upper bound on the true δ; see the module docstring)."""
+    epsilon0, n_users, _ = _check(epsilon0, n_users, 0.5)
+    epsilon = check_epsilon(epsilon, "ε (the central ε)") if epsilon != 0 else 0.0
     if epsilon >= epsilon0:
         return 0.0
     return _delta(float(epsilon), float(epsilon0), int(n_users), SMALLEST_OMITTED)
@@ -257,8 +262,8 @@ class Crowd:
         (a binomial lower quantile per group, union bound); ``n_users`` when everyone sends it."""
         if not self.partitioned:
             return n_users
-        each = miss / len(self.groups)
-        return int(min(max(stats.binom.ppf(each, n_users, share) - 1, 0) for share in self.groups))
+        lowest = stats.binom.ppf(miss / len(self.groups), n_users, np.asarray(self.groups)).min()
+        return int(max(lowest - 1, 0))
 
 
 @dataclass(frozen=True)
@@ -335,11 +340,21 @@ def shuffle_guarantee(split: BudgetSplit, crowds: Sequence[Crowd], n_users: int,
     at half of δ each (:func:`fedhh.privacy.composition.compose`, the tightest of basic, advanced and
     PLD at the whole δ); the smaller ε is kept and named.
     """
-    from .composition import compose
-
-    epsilons = _message_epsilons(split, crowds)
     n_users = check_users(n_users, "n_users")
     delta = check_delta(delta)
+    if delta < MIN_DELTA:
+        raise InputError(
+            f"privacy.delta: the shuffled guarantee is computed in double precision and vouches for δ >= "
+            f"{MIN_DELTA:g}, got {delta!r}"
+        )
+    return _guarantee(split, tuple(crowds), n_users, delta)
+
+
+@functools.lru_cache(maxsize=1024)
+def _guarantee(split: BudgetSplit, crowds: tuple[Crowd, ...], n_users: int, delta: float) -> ShuffleGuarantee:
+    from .composition import compose  # dp-accounting is a slow import
+
+    epsilons = _message_epsilons(split, crowds)
     partitioned = sum(len(crowd.groups) for crowd in crowds if crowd.partitioned)
     miss = PARTITION_SHARE * delta if partitioned else 0.0
     sizes = [crowd.smallest(n_users, miss * len(crowd.groups) / partitioned if crowd.partitioned else 0.0)
