@@ -26,7 +26,8 @@ of F ([Zhu20] Fig. 3, beside the bound at F over the whole x range);
 ``--y recall@K`` the share of the true top K found, for any K the items table
 reaches.  Every plot is written as PNG and SVG with its numbers in a CSV
 beside them (:mod:`simulations.sweep_figures`); ``summary.md`` tables every
-grid point: its privacy (ε spent, δ, and TrieHH's θ and m) and the mean and
+grid point: its privacy (ε spent, δ, the LDP reports' ε once shuffled, and
+TrieHH's θ and m) and the mean and
 interval of each headline metric.
 
 A report goes into a folder of its own (by default ``DIR/report``), claimed
@@ -64,6 +65,7 @@ from .sweep_plots import (
     FREQUENCY_AXIS,
     K_AXIS,
     LOCAL,
+    SHUFFLED,
     Curve,
     ModelLine,
     Plot,
@@ -365,9 +367,18 @@ def build_plot(
     return plot
 
 
+# Each kind of ε a line may not mix with another: how the refusal names it, and what it protects.
+KIND_PROMISES = (
+    (CENTRAL, ("central ε", "user-level, the published output")),
+    (SHUFFLED, ("the shuffled reports' central ε", "each value, against whoever sees only the shuffled reports")),
+    (LOCAL, ("local ε", "each report, against the server")),
+)
+
+
 def _privacy_kinds(tables: SweepTables, request: PlotRequest, groups: list[Group]) -> list[str]:
     """The kind of ε of each line (:func:`~simulations.sweep_plots.privacy_kind`); a line that would
-    join trials under central ε and trials under local ε is refused: the two ε are different promises."""
+    join trials under two kinds of ε (central, the shuffled reports' central, local) is refused: they are
+    different promises."""
     models = tables.rows.get("privacy_model", [None] * tables.count)
     protocols = tables.rows.get("protocol", [None] * tables.count)
     kinds = []
@@ -375,15 +386,16 @@ def _privacy_kinds(tables: SweepTables, request: PlotRequest, groups: list[Group
         by_kind: dict[str, set[str]] = {}
         for i in rows.tolist():
             by_kind.setdefault(privacy_kind(models[i]), set()).add(str(protocols[i]))
-        if CENTRAL in by_kind and LOCAL in by_kind:
+        promises = [(kind, text) for kind, text in KIND_PROMISES if kind in by_kind]
+        if len(promises) > 1:
             roles = [f"{flag} {key}" for flag, key in (("--x", request.x), ("--hue", request.hue),
                                                        ("--col", request.col), ("--row", request.row)) if key]
+            joined = " and under ".join(f"{text} ({', '.join(sorted(by_kind[kind]))}: {what})"
+                                        for (kind, (text, what)) in promises)
             raise InputError(
-                f"report: a line of this plot ({', '.join(roles)}) would join trials under central ε "
-                f"({', '.join(sorted(by_kind[CENTRAL]))}: user-level, the published output) and under local ε "
-                f"({', '.join(sorted(by_kind[LOCAL]))}: each report, against the server), which are different "
-                "promises; give each protocol its own line or panel (--hue protocol.name, --col protocol.name) "
-                "or keep one kind (--where protocol.name=...)"
+                f"report: a line of this plot ({', '.join(roles)}) would join trials under {joined}, which are "
+                "different promises; give each protocol (and privacy model) its own line or panel (--hue "
+                "protocol.name, --col protocol.name, --hue privacy.model) or keep one kind (--where protocol.name=...)"
             )
         named = [kind for kind in by_kind if kind]
         kinds.append(named[0] if len(named) == 1 else " / ".join(sorted(named)))
