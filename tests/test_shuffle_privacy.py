@@ -163,7 +163,7 @@ def build(protocol: str, **privacy: object):  # noqa: ANN201 -- the protocol's s
     return get_protocol(protocol).build_server(section, 200_000, lowercase_codec(), 0)
 
 
-@pytest.mark.parametrize("protocol", ["pem", "treehist", "spm", "sfp"])
+@pytest.mark.parametrize("protocol", ["pem", "treehist", "spm", "sfp", "mcm", "bitstogram", "rappor"])
 def test_a_shuffled_target_is_met(protocol: str) -> None:
     server = build(protocol)
     report = server.guarantee()

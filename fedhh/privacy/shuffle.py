@@ -315,8 +315,9 @@ class ShuffleGuarantee:
 
 HOLDS_AGAINST = (
     "whoever sees only each kind of message as a shuffled multiset (an anonymising shuffler, or the secure "
-    "aggregation of the reports), each kind shuffled on its own; the server seeing per-node sums or raw "
-    "reports has the local ε only"
+    "aggregation of the reports), each kind shuffled on its own, with every user of each crowd reporting "
+    "(users lost with their nodes shrink the crowds, and the guarantee with them); the server seeing per-node "
+    "sums or raw reports has the local ε only"
 )
 
 
