@@ -64,7 +64,7 @@ def print_plan(command: PlanCommand, name: str, args: argparse.Namespace) -> int
     if shuffle is not None:
         value = ("not applicable" if shuffle["epsilon"] is None
                  else f"ε = {shuffle['epsilon']:.4g} at δ = {shuffle['delta']:.3g}")
-        table = replace(table, rows=[*table.rows, ("shuffled central (ε, δ) of the reports", value)],
+        table = replace(table, rows=[*table.rows, ("shuffled central (ε, δ)", value)],
                         notes=[*table.notes, SHUFFLE_NOTE if shuffle["epsilon"] is not None else shuffle["reason"]])
     print_table(table)
     return 0

@@ -202,3 +202,44 @@ def test_a_ledger_charges_the_shuffled_guarantee(tmp_path) -> None:  # noqa: ANN
 def test_targets_that_cannot_be_met_are_refused(protocol: str, privacy: dict, field: str) -> None:
     with pytest.raises(InputError, match=rf"^{field}:"):
         build(protocol, **privacy)
+
+
+def test_plans_report_the_shuffled_guarantee(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from simulations.cli import main
+
+    assert main(["plan", "treehist", "--users", "1000000", "--epsilon", "4", "--json"]) == 0
+    shuffled = json.loads(capsys.readouterr().out)["shuffle"]
+    assert shuffled["local_epsilon"] == 4.0 and 0 < shuffled["epsilon"] < 0.5 and shuffled["delta"] == 1e-12
+    assert [message["epsilon0"] for message in shuffled["messages"]] == [2.0, 2.0]
+    assert main(["plan", "pem", "--users", "1000000", "--epsilon", "4"]) == 0
+    assert "shuffled central (ε, δ)" in capsys.readouterr().out
+    assert main(["plan", "triehh", "--users", "1000000", "--epsilon", "4", "--delta", "1e-12", "--max-rounds", "10",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["shuffle"]["epsilon"] is None
+
+
+def test_a_run_the_shuffle_model_cannot_serve_is_refused_before_anything_is_written(
+    tmp_path, capsys: pytest.CaptureFixture[str]  # noqa: ANN001 -- pytest's tmp_path
+) -> None:
+    from simulations.cli import main
+
+    output = tmp_path / "run"
+    assert main(["run", "--set", "run.driver=fast", "--set", "run.backend=inprocess", "--set", "population.users=1000",
+                 "--set", "population.vocabulary=100", "--set", "privacy.model=shuffle", "--quiet",
+                 "--output", str(output)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "privacy.model: 'shuffle' amplifies ε-LDP reports; triehh" in error
+    assert not output.exists()
+
+
+def test_the_numbers_docs_privacy_states() -> None:
+    """The table and the PEM example of docs/privacy.md, "The shuffle model"."""
+    table = [(10**4, 1.03, None), (10**6, 0.087, 0.269), (10**8, 0.0082, 0.030), (10**9, 0.0025, 0.0097)]
+    for n_users, numerical, closed in table:
+        assert shuffled_epsilon(4.0, n_users, 1e-12) == pytest.approx(numerical, rel=0.02)
+        assert analytic_epsilon(4.0, n_users, 1e-12) == (None if closed is None else pytest.approx(closed, rel=0.02))
+    server = build("pem")
+    assert server.privacy_report().epsilon == pytest.approx(6.10, abs=0.005)
+    assert server.guarantee().shuffle["messages"][0]["users"] == 63_966  # type: ignore[index]
