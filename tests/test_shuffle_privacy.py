@@ -153,7 +153,7 @@ def test_several_messages_compose_and_groups_count() -> None:
     assert guarantee.epsilon > sum(alone)  # a smaller δ each and the smallest level's lower bound
     assert guarantee.epsilon < 1.1 * sum(alone)
     assert guarantee.messages[0].users < 10**6 // 4 < guarantee.messages[0].users + 5 * math.sqrt(10**6 / 4) * 2
-    assert guarantee.messages[0].users == stats.binom.ppf(1e-11 / 4, 10**6, 0.25) - 1  # δ/10 over 4 groups
+    assert guarantee.messages[0].users == stats.binom.ppf(1e-11, 10**6, 0.25) - 1  # δ/10, the user's own group
     with pytest.raises(ValueError, match="budget split"):
         shuffle_guarantee(split, crowds[:1], 10**6, 1e-10)
 
@@ -242,4 +242,4 @@ def test_the_numbers_docs_privacy_states() -> None:
         assert analytic_epsilon(4.0, n_users, 1e-12) == (None if closed is None else pytest.approx(closed, rel=0.02))
     server = build("pem")
     assert server.privacy_report().epsilon == pytest.approx(6.10, abs=0.005)
-    assert server.guarantee().shuffle["messages"][0]["users"] == 63_966  # type: ignore[index]
+    assert server.guarantee().shuffle["messages"][0]["users"] == 64_000  # type: ignore[index]

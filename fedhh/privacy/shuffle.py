@@ -14,8 +14,8 @@ Adjacency: replace-one, the two datasets differ in one user's value and
 output, i.e. central DP against whoever sees only the multiset (or any
 function of it, such as a securely aggregated sum).
 
-**The numerical bound** ([FMT21] Theorem 3.2 and its numerical procedure,
-§4; the "clones" reduction).  Every other user's report is, with
+**The numerical bound** ([FMT21] Theorem 3.2 and the numerical procedure
+the paper derives from it; the "clones" reduction).  Every other user's report is, with
 probability ``p = e^{-ε0}``, distributed as the report of one of the two
 values of the target user (each with probability p/2), a "clone".  The
 shuffled output of the two neighbouring datasets is then a post-processing
@@ -46,8 +46,8 @@ whatever n: the values of ``C`` outside a window holding all but
 windows ``δ_c`` is evaluated on a grid of ``c`` and each cell charged its
 left end's value: ``δ_c`` never increases with ``c``, since one more clone
 adds a fair coin to both ``P`` and ``Q`` (a post-processing).  ε at a
-given δ is found by bisection and rounded up, so it is never below the
-exact bound.  Everything is in double precision: the δ it returns is
+given δ is found by bisection, whose upper end is returned: a δ no larger
+than the target is computed there, so the ε holds.  Everything is in double precision: the δ it returns is
 within a relative 1e-4 of a 40-digit sum down to δ = 1e-15 (the tests), so a
 message's δ below ``1e-15`` and a guarantee's total δ below ``1e-13`` are
 refused (:data:`MIN_MESSAGE_DELTA`, :data:`MIN_DELTA`).
@@ -82,16 +82,12 @@ from scipy import special, stats
 
 from ..errors import InputError
 from ..oracles.base import MAX_EPSILON, MIN_EPSILON
-from .ldp import BudgetRule, BudgetSplit
+from .ldp import ADJACENCY, BudgetRule, BudgetSplit  # the LDP protocols' adjacency: their runs compose in one ledger
 from .report import EVALUATION_NOT_COVERED, PUBLIC_INPUTS, Coverage, PrivacyReport
 from .validation import check_delta, check_epsilon, check_users
 
 LOCAL, SHUFFLE = "local", "shuffle"  # privacy.model
 MODEL = "shuffle, central (ε, δ) of the shuffled ε0-LDP reports"
-ADJACENCY = (
-    "any two values of one user (replace-one): the reports, not the user's "
-    "participation, are protected"
-)  # the LDP protocols' adjacency (fedhh.privacy.ldp.ADJACENCY): their runs compose in one ledger
 SOURCE = (
     "Feldman, McMillan and Talwar, Hiding Among the Clones (FOCS 2021), Theorem 3.2, numerical bound: "
     "C ~ Bin(n-1, e^-ε0), A ~ Bin(C, 1/2), Δ ~ Bern(e^ε0/(e^ε0+1))"
@@ -258,11 +254,15 @@ class Crowd:
         return any(share < 1 for share in self.groups)
 
     def smallest(self, n_users: int, miss: float) -> int:
-        """A lower bound on the users of the smallest group, wrong with probability at most ``miss``
-        (a binomial lower quantile per group, union bound); ``n_users`` when everyone sends it."""
+        """A number of users that a user's own group has, but with probability at most ``miss``:
+        the smallest group's binomial lower quantile; ``n_users`` when everyone sends it.
+
+        Only the user's own group hides the user's message, so the bound is per group, not a union
+        over the groups: with the user in group g the group has ``1 + Bin(n - 1, share_g)`` users,
+        at least ``Bin(n, share_g)`` in distribution."""
         if not self.partitioned:
             return n_users
-        lowest = stats.binom.ppf(miss / len(self.groups), n_users, np.asarray(self.groups)).min()
+        lowest = stats.binom.ppf(miss, n_users, np.asarray(self.groups)).min()
         return int(max(lowest - 1, 0))
 
 
@@ -356,10 +356,9 @@ def _guarantee(split: BudgetSplit, crowds: tuple[Crowd, ...], n_users: int, delt
     from .composition import compose  # dp-accounting is a slow import
 
     epsilons = _message_epsilons(split, crowds)
-    partitioned = sum(len(crowd.groups) for crowd in crowds if crowd.partitioned)
+    partitioned = sum(crowd.partitioned for crowd in crowds)
     miss = PARTITION_SHARE * delta if partitioned else 0.0
-    sizes = [crowd.smallest(n_users, miss * len(crowd.groups) / partitioned if crowd.partitioned else 0.0)
-             for crowd in crowds]
+    sizes = [crowd.smallest(n_users, miss / max(partitioned, 1)) for crowd in crowds]  # a union over them
     budget = delta - miss
 
     def amplified(share: float) -> list[ShuffledMessage]:
