@@ -373,10 +373,12 @@ def _guarantee(split: BudgetSplit, crowds: tuple[Crowd, ...], n_users: int, delt
         return ShuffleGuarantee(basic, delta, split.epsilon, tuple(evenly), "one message", miss)
     halves = amplified(0.5 / len(crowds))
     composed = compose([(message.epsilon, message.delta) for message in halves], budget)
+    left = "δ less the groups' share" if miss else "δ"
     if composed.epsilon < basic:
-        return ShuffleGuarantee(composed.epsilon, delta, split.epsilon, tuple(halves),
-                                f"dp-accounting ({composed.tightest}) of the messages at δ/2 each share", miss)
-    return ShuffleGuarantee(basic, delta, split.epsilon, tuple(evenly), "basic: Σ ε_i at δ split evenly", miss)
+        how = f"dp-accounting's composition ({composed.tightest}) of the messages, each at 1/{2 * len(crowds)} of {left}"
+        return ShuffleGuarantee(composed.epsilon, delta, split.epsilon, tuple(halves), how, miss)
+    how = f"basic composition, Σ ε_i, each message at 1/{len(crowds)} of {left}"
+    return ShuffleGuarantee(basic, delta, split.epsilon, tuple(evenly), how, miss)
 
 
 def _amplified(epsilon0: float, users: int, delta: float) -> tuple[float, float, float | None]:
