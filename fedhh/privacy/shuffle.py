@@ -375,7 +375,7 @@ def _guarantee(split: BudgetSplit, crowds: tuple[Crowd, ...], n_users: int, delt
     composed = compose([(message.epsilon, message.delta) for message in halves], budget)
     left = "δ less the groups' share" if miss else "δ"
     if composed.epsilon < basic:
-        how = f"dp-accounting's composition ({composed.tightest}) of the messages, each at 1/{2 * len(crowds)} of {left}"
+        how = f"dp-accounting's composition ({composed.tightest}), each message at 1/{2 * len(crowds)} of {left}"
         return ShuffleGuarantee(composed.epsilon, delta, split.epsilon, tuple(halves), how, miss)
     how = f"basic composition, Σ ε_i, each message at 1/{len(crowds)} of {left}"
     return ShuffleGuarantee(basic, delta, split.epsilon, tuple(evenly), how, miss)
