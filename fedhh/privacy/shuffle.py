@@ -203,11 +203,12 @@ def solve_epsilon0(epsilon: float, n_users: int, delta: float) -> float:
     (``epsilon``, ``delta``)-DP by the numerical bound; at least ``epsilon`` (no amplification)."""
     epsilon = check_epsilon(epsilon)
     _, n_users, delta = _check(epsilon, n_users, delta)
-    return _solve(lambda local: _epsilon(local, n_users, delta), epsilon, epsilon, MAX_EPSILON)
+    return largest_local_epsilon(lambda local: _epsilon(local, n_users, delta), epsilon, epsilon, MAX_EPSILON)
 
 
-def _solve(central: Callable[[float], float], target: float, low: float, high: float) -> float:
-    """The largest local ε in ``[low, high]`` whose ``central(local) <= target`` (``low`` meets it)."""
+def largest_local_epsilon(central: Callable[[float], float], target: float, low: float, high: float) -> float:
+    """The largest local ε in ``[low, high]`` whose ``central(local) <= target``, to a relative 1e-6 from
+    below, by bisection (``low`` must meet it; where ``central`` is not monotone, an ε that meets it)."""
     if central(high) <= target:
         return high
     for _ in range(BISECTION_STEPS):
@@ -499,4 +500,4 @@ def solve_user_epsilon(
             f"below {low:.3g}, the smallest {protocol}'s reports can take (the LDP frequency oracles take ε >= "
             f"{MIN_EPSILON:g} per report); choose a larger ε"
         )
-    return _solve(central, epsilon, low, high)
+    return largest_local_epsilon(central, epsilon, low, high)

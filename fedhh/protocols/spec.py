@@ -53,6 +53,7 @@ from ..privacy.shuffle import (
     SHUFFLE,
     CrowdsOf,
     ShuffleSetting,
+    largest_local_epsilon,
     shuffle_guarantee,
     solve_user_epsilon,
     split_of,
@@ -212,30 +213,44 @@ class ProtocolSpec(Generic[RequestT, ResponseT, ServerT]):
     ) -> ServerT:
         """The server whose users' local ε is the largest that meets ``privacy``'s shuffled central
         (ε, δ): solved for the crowds of a server built at the target, then again for the crowds of the
-        server so built, until they settle (a protocol's groups may depend on ε); refused, naming the
-        field, when the target cannot be met."""
+        server so built, until they settle; refused, naming the field, when the target cannot be met.
+
+        A protocol whose groups depend on ε (PEM's optimizer) may not settle: then the local ε is found
+        by bisection over servers built at each trial ε, between the target (which always meets itself:
+        shuffling never raises ε) and the largest ε solved, keeping the lower end's server.
+        """
         if self.budget is None or self.crowds is None:
             reason = self.shuffle_setting(privacy, n_users).reason
             raise InputError(f"privacy.model: 'shuffle' amplifies ε-LDP reports; {reason}; use privacy.model = 'local'")
         if not privacy.delta * n_users < 1:
             raise InputError(f"privacy.delta: the shuffled guarantee needs δ below 1/n = 1/{n_users:,}, where it means "
                              f"something, got {privacy.delta:g}")
+        crowds_of = self.crowds
+        built: dict[float, tuple[ServerT, float]] = {}
+
+        def central(local: float) -> float:
+            """The shuffled central ε of the server built at ``local`` (kept for the answer)."""
+            if local not in built:
+                server = self.build(replace(privacy, epsilon=local), protocol, n_users, codec, seed)
+                parameters = server.privacy_report().parameters
+                split = split_of(parameters)
+                built[local] = server, shuffle_guarantee(split, crowds_of(split, parameters), n_users,
+                                                         privacy.delta).epsilon
+            return built[local][1]
+
         shares = [share for _, share in self.budget.parts]
         local = max(privacy.epsilon, MIN_EPSILON / min(shares))  # the first server's reports must be ones oracles take
+        tried = []
         for _ in range(SHUFFLE_SOLVE_ROUNDS):
-            server = self.build(replace(privacy, epsilon=local), protocol, n_users, codec, seed)
-            report = server.privacy_report()
-            crowds = self.crowds(split_of(report.parameters), report.parameters)
+            central(local)
+            parameters = built[local][0].privacy_report().parameters
+            crowds = crowds_of(split_of(parameters), parameters)
             solved = solve_user_epsilon(self.budget, self.name, crowds, n_users, privacy.epsilon, privacy.delta)
             if solved == local:
-                return server
+                return built[local][0]
+            tried.append(solved)
             local = solved
-        server = self.build(replace(privacy, epsilon=local), protocol, n_users, codec, seed)
-        parameters = server.privacy_report().parameters
-        split = split_of(parameters)
-        central = shuffle_guarantee(split, self.crowds(split, parameters), n_users, privacy.delta).epsilon
-        if central > privacy.epsilon:
-            raise InputError(f"privacy.epsilon: {self.name}'s groups change with its local ε and no local ε settled on "
-                             f"a shuffled central ε of {privacy.epsilon:g} (the last gives {central:.4g}); "
-                             "set its groups explicitly or use privacy.model = 'local'")
-        return server
+        low = max(privacy.epsilon, MIN_EPSILON / min(shares))
+        chosen = largest_local_epsilon(central, privacy.epsilon, low, max(tried))
+        central(chosen)  # built already, unless the bisection never left its lower end
+        return built[chosen][0]
