@@ -19,6 +19,7 @@ class PartyLevelRequest(Request):
     levels: int = scalar_field(minimum=1)  # levels (user groups) within every party
     encoding: str  # bits | symbols: how values become units
     length: int = scalar_field(minimum=1)  # prefix length (units) every party's users report this level
+    parties: int = scalar_field(minimum=2)  # number of parties P
     party_bounds: np.ndarray = array_field("int64", ("parties+1",), minimum=0)  # first global user id of each party
     partition_seed: int  # public seed of the users' levels
     oracle: str  # the LDP oracle's name (see "LDP oracles")
@@ -33,7 +34,7 @@ class PartySupport(Response):
     """Each candidate's support among its own party's reports, and each party's reporters; additive."""
 
     counts: np.ndarray = array_field("int64", ("C",), minimum=0)  # support of each candidate in its party
-    reporters: np.ndarray = array_field("int64", ("parties",), minimum=0)  # users of each party who reported
+    reporters: np.ndarray = array_field("int64", ("P",), minimum=0)  # users of each party who reported
 
     @classmethod
     def combine(cls, responses: Sequence[PartySupport]) -> PartySupport:

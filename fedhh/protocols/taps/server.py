@@ -200,6 +200,7 @@ class TapsServer(ServerProtocol):
                 levels=self.levels,
                 encoding=self.keys.tree_encoding,
                 length=self.length,
+                parties=self.keys.parties,
                 party_bounds=self.party_bounds,
                 partition_seed=self.partition_seed,
                 oracle=self.keys.tree_oracle,
