@@ -170,7 +170,10 @@ def _check_languages(sections: dict[str, dict[str, Any]]) -> None:
     if len(languages) < 2 or len(set(languages)) != len(languages) or not all(languages):
         raise ConfigError(f"population.languages: got {population['languages']!r}; allowed: two or more distinct "
                           "wordfreq language codes, comma-separated (\"en,fr,de,es\")")
-    parties = sections["protocol"].get("parties")
+    from .protocols.registry import PROTOCOLS
+
+    spec = PROTOCOLS.get(sections["protocol"]["name"])
+    parties = sections["protocol"].get("parties") if spec is not None and "parties" in spec.keys else None
     if parties is not None and parties != len(languages):
         raise ConfigError(f"population.languages: {len(languages)} languages but protocol.parties = {parties}; "
                           "each party is one language")

@@ -69,6 +69,15 @@ LATER_KEYS = (
     "run.simulation",
     "privacy.model",
     "run.deny_list",
+    "population.languages",
+    "protocol.parties",
+    "protocol.consensus",
+    "protocol.consensus_z",
+    "protocol.tree_encoding",
+    "protocol.tree_oracle",
+    "protocol.levels",
+    "protocol.candidate_cap",
+    "protocol.kept_per_level",
 )
 
 

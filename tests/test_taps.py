@@ -121,3 +121,14 @@ def test_bad_config_is_refused_naming_the_key(overrides: list[str], key: str) ->
         Experiment(load_config(None, [*PARTIES, *overrides]))
     message = str(refused.value)
     assert message.startswith(key) and "\n" not in message, message
+
+
+def test_new_keys_at_their_defaults_leave_trial_keys_alone() -> None:
+    """A sweep written before TAPS finds its trials again: its keys at their defaults are not in a
+    trial's identity."""
+    from simulations.sweep_spec import _identity
+
+    identity = _identity(load_config(None, []))
+    assert "languages" not in identity["population"]
+    assert not {"parties", "consensus", "consensus_z", "tree_encoding", "tree_oracle", "levels", "candidate_cap",
+                "kept_per_level"} & set(identity["protocol"])
