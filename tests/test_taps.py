@@ -27,7 +27,7 @@ PARTIES = [
 ]
 
 
-def run(overrides: list[str], shards: int = 1):  # noqa: ANN201 -- the fast driver's outcome
+def run(overrides: list[str], shards: int = 1):
     return run_fast(Experiment(load_config(None, [*PARTIES, *overrides])), shards, "inprocess")
 
 
@@ -46,7 +46,7 @@ def test_each_user_reports_once_with_the_whole_epsilon() -> None:
     randomness = KeyedRandomness(0)
     epsilons, reporters = set(), 0
 
-    def answer(request):  # noqa: ANN001, ANN202 -- one round, answered by the whole population
+    def answer(request):
         nonlocal reporters
         epsilons.add(request.epsilon)
         response = respond(request, shard, randomness)
@@ -132,3 +132,18 @@ def test_new_keys_at_their_defaults_leave_trial_keys_alone() -> None:
     assert "languages" not in identity["population"]
     assert not {"parties", "consensus", "consensus_z", "tree_encoding", "tree_oracle", "levels", "candidate_cap",
                 "kept_per_level"} & set(identity["protocol"])
+
+
+def test_shuffled_reports_hide_among_one_party_level() -> None:
+    """Shuffled, a report hides among the users of its own party and level only: the crowd the bound
+    uses is at most n / (P x levels) = 100,000 / (4 x 9) users: the smallest group, taken at a
+    lower confidence bound of its binomial size."""
+    from fedhh.api import run as run_api
+
+    result = run_api(None, {"protocol.name": "taps", "population.languages": "en,fr,de,es", "population.users": 100_000,
+                            "population.vocabulary": 2000, "privacy.model": "shuffle", "privacy.epsilon": 2.0,
+                            "run.driver": "fast"})
+    (message,) = result.to_dict()["privacy"]["shuffle"]["messages"]
+    assert 0.8 * 100_000 / 36 <= message["users"] <= 100_000 / 36
+    assert message["among"] == "the users of the smallest party level"
+    assert message["epsilon0"] > 2.0  # the local ε solved from the central target

@@ -16,6 +16,7 @@ user sends (``wire``), and its spec, registered here.
 
 from __future__ import annotations
 
+from ..common.crowds import party_level_crowds
 from ..registry import register_protocol
 from ..spec import ContractText, ProtocolSpec
 from .client import respond
@@ -43,6 +44,7 @@ SPEC = register_protocol(
         describe_round=describe_round,
         no_dense_reason=NO_DENSE_LAYOUT,
         budget=BUDGET,
+        crowds=party_level_crowds,
         communication=taps_bits,
         contract=CONTRACT,
     )
