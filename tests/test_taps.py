@@ -147,3 +147,23 @@ def test_shuffled_reports_hide_among_one_party_level() -> None:
     assert 0.8 * 100_000 / 36 <= message["users"] <= 100_000 / 36
     assert message["among"] == "the users of the smallest party level"
     assert message["epsilon0"] > 2.0  # the local ε solved from the central target
+
+
+def test_taps_beats_independent_trees_when_the_parties_share_their_heads() -> None:
+    """Eight parties of English users (400,000 in all, one distribution): each party's own estimates
+    come from 50,000 users split over 9 levels, too noisy alone at ε = 4, while the consensus pools
+    eight. Over 5 seeds TAPS's mean recall@20 is at least 0.1 above the independent trees' (measured:
+    0.81 against 0.59 over these 5 seeds; a run's recall spreads by about 0.06, the difference of two
+    5-run means by about 0.04, so 0.1 is 3 of them below the measured gap and 2.5 above no gap)."""
+    def recall(mode: str, seed: int) -> float:
+        found = {item for item, _ in run_view(run_fast(Experiment(load_config(None, [
+            'protocol.name="taps"', "protocol.parties=8", f'protocol.consensus="{mode}"', "protocol.top_k=20",
+            "run.top_k=20", "population.users=400000", "population.vocabulary=5000", "privacy.epsilon=4",
+            f"run.seed={seed}",
+        ])), 1, "inprocess").result)}
+        truth = wordfreq_candidates("en", 5000, "lowercase")[0][:20]
+        return len(found & set(truth)) / 20
+
+    taps = np.mean([recall("taps", seed) for seed in range(5)])
+    independent = np.mean([recall("none", seed) for seed in range(5)])
+    assert taps >= independent + 0.1, (taps, independent)
