@@ -53,6 +53,7 @@ from fedhh.config import Scalar, build_config
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
 from fedhh.results import OutputError, ResultsFolder
+from fedhh.studies import REPORT_FOLDER
 
 from .analytic import PREDICTED, model_label, triehh_bound, triehh_rate
 from .sweep_crossings import LEVELS, model_crossing, simulated_crossing
@@ -69,7 +70,6 @@ from .sweep_plots import (
     Plot,
     privacy_kind,
 )
-from .sweep_store import REPORT_FOLDER
 from .sweep_tables import DISCOVERY, RECALL_AT, SweepTables
 from .sweep_trial import RECALL_KS
 
