@@ -175,7 +175,7 @@ class Experiment:
         assert self._fresh_server is not None
         # the server built for the target is the first one make_server hands out
         self._fresh_server.offer_vocabulary(self.source.vocabulary)
-        self.privacy: PrivacyReport = self._fresh_server.privacy_report()
+        self.privacy: PrivacyReport = self._fresh_server.guarantee()
         # What one user sends, from the protocol's own parameters (None: the spec declares no derivation).
         self.communication: Communication | None = (
             self.spec.communication(self._fresh_server) if self.spec.communication else None

@@ -191,6 +191,7 @@ def _outcome(
         "epsilon": float(privacy.epsilon),
         "delta": float(privacy.delta),
         "privacy_model": privacy.model,
+        "shuffle_epsilon": (privacy.shuffle or {}).get("epsilon"),  # the LDP reports' ε once shuffled
         **{f"param.{name}": _scalar(value) for name, value in result.params.items()},
         "top_k": top_k,
         **{f"recall_at_{k}": recall_at_k(discovered, truth, k) for k in RECALL_KS},

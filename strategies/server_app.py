@@ -184,7 +184,7 @@ def _run(
         progress=progress,
         stop=stop,
     )
-    privacy = charge_run(config["privacy"], server.privacy_report(), run_id, deny_list)  # last, before round 1
+    privacy = charge_run(config["privacy"], server.guarantee(), run_id, deny_list)  # last, before round 1
     experiment_s = time.perf_counter() - started
     strategy.start(grid)
     rounds = strategy.round_seconds
