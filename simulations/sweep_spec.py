@@ -69,6 +69,16 @@ LATER_KEYS = (
     "run.simulation",
     "privacy.model",
     "run.deny_list",
+    "protocol.level_noise",
+    "protocol.users_per_level",
+    "protocol.extension",
+    "protocol.max_prefixes",
+    "protocol.data_selection",
+    "protocol.choose_from",
+    "protocol.contributions",
+    "protocol.count_threshold",
+    "protocol.adaptive",
+    "protocol.max_vector",
 )
 
 
