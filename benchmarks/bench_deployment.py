@@ -10,7 +10,7 @@ the deployment (SuperLink, SuperNodes, their ClientApps, ``flwr``).
 Each SuperNode setup is measured in the same invocation, alternated
 run by run, so that all see the same load:
 
-* ``flower``: Flower 1.41's ``flower-supernode`` as it comes (idle poll 3 s,
+* ``flower``: Flower's ``flower-supernode`` as it comes (idle poll 3 s,
   one ``flwr-clientapp`` process per message);
 * ``clientapp-process``: ``--isolation process`` served by one long-running
   ClientApp process (``simulations.clientapp_process``), Flower's 3 s idle poll;

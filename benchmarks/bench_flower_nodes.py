@@ -21,7 +21,8 @@ polls every node for new messages every 0.1 s, each poll scanning all the
 messages in flight, and each message is a Ray actor call.
 
 Writes ``benchmarks/flower_nodes.json`` and the log-log plot
-``benchmarks/flower_nodes.png``.
+``benchmarks/flower_nodes.png`` (``--output`` names another file); each
+row records the Flower version it ran with.
 
 Usage::
 
@@ -31,6 +32,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import statistics
@@ -144,7 +146,8 @@ def main() -> None:
                 run = json.loads(completed.stdout.strip().splitlines()[-1])
                 run.update(end_to_end_s=time.perf_counter() - started, load=[load, os.getloadavg()[0]])
                 runs.append(run)
-        row = {"nodes": nodes, "repeats": len(runs), "rounds": runs[0]["rounds"],
+        row = {"nodes": nodes, "flwr": importlib.metadata.version("flwr"), "repeats": len(runs),
+               "rounds": runs[0]["rounds"],
                "load": [min(r["load"][0] for r in runs), max(r["load"][1] for r in runs)],
                **{key: statistics.median(r[key] for r in runs)
                   for key in ("end_to_end_s", "connect_s", "rounds_s", "mean_round_s", "max_round_s")},

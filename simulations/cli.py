@@ -35,7 +35,7 @@ from typing import NamedTuple
 from fedhh import __version__
 from fedhh.config import FedhhConfig, load_config
 from fedhh.errors import InputError, one_line
-from fedhh.interrupts import exit_status, interruptible
+from .interrupts import exit_status, interruptible
 from fedhh.results import ResultsFolder, to_json
 
 EXIT_FAILURE = 1
@@ -82,18 +82,24 @@ def _run(args: argparse.Namespace) -> int:
 
     # forked once the output is claimed (a refused run starts nothing), before Ray starts, and ended
     # before the claim is released; Flower's ServerApp draws through it from its own thread
+    written = False
     try:
         with claim_output(args, config) as output, ray_address(args.ray_address), plots_aside():
             result = run_experiment(config, output, show_progress=not args.quiet)
+            written = True
+        if args.json:
+            print(to_json(result))
+        else:
+            print_run_report(result, output.path)
     except FlowerRunFailed as failure:
         from rich.markup import escape
 
         _print_error(f"[bold red]error:[/] {escape(str(failure))}; no results were written")
         return EXIT_FAILURE
-    if args.json:
-        print(to_json(result))
-    else:
-        print_run_report(result, output.path)
+    except KeyboardInterrupt as stop:
+        if written:
+            stop.add_note(f"the result was written to {output.path} before the stop")
+        raise
     return 0
 
 
@@ -212,7 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_error(f"[bold red]error:[/] {escape(one_line(str(error)))}")
         return EXIT_USAGE
     except KeyboardInterrupt as interrupt:
-        _print_error(f"[bold red]interrupted[/] ({str(interrupt) or 'SIGINT'}): stopped; no results were written")
+        from rich.markup import escape
+
+        outcome = "; ".join(getattr(interrupt, "__notes__", [])) or "no results were written"
+        _print_error(f"[bold red]interrupted[/] ({str(interrupt) or 'SIGINT'}): stopped; {escape(outcome)}")
         return exit_status(interrupt)
     except BrokenPipeError:  # the reader of our output went away (`fedhh plan ... | head`): nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit must not fail
@@ -233,13 +242,15 @@ def _print_error(markup: str) -> None:
 
 
 def run() -> None:
-    """The ``fedhh`` program: :func:`main`, then exit without waiting for threads a stopped engine left behind.
+    """The ``fedhh`` program: :func:`main`, then exit without waiting for threads left behind.
 
-    After an interrupted Flower run, Flower's engine can leave worker
-    threads blocked on Ray calls that will never return (Ray is shut down by
-    then); Python would wait for them at exit forever.  Everything fedhh
-    started has been stopped and cleaned up when :func:`main` returns, so
-    the process ends at once with :func:`main`'s status.
+    Everything fedhh started has been stopped and cleaned up when
+    :func:`main` returns, and after a run, completed or stopped, no other
+    thread is left.  Should one be (a stop that came while a module was
+    being imported aside, a library's thread waiting on a call that will
+    never return), the interpreter's exit would wait for it forever, or tear
+    the modules down under it (a crash at exit, if it runs in native code),
+    so the process then ends at once with :func:`main`'s status.
 
     The objects still alive are frozen first (``gc.freeze``): Python's last
     collection at exit would otherwise traverse every object the run's
@@ -248,10 +259,7 @@ def run() -> None:
     """
     status = main()
     gc.freeze()
-    lingering = [
-        thread for thread in threading.enumerate()
-        if thread is not threading.current_thread() and not thread.daemon and thread.is_alive()
-    ]
+    lingering = [thread for thread in threading.enumerate() if thread is not threading.current_thread()]
     for thread in lingering:
         thread.join(timeout=LINGER_GRACE / max(len(lingering), 1))
     if any(thread.is_alive() for thread in lingering):

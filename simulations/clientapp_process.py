@@ -1,6 +1,6 @@
 """One long-running ClientApp process for a SuperNode started with ``--isolation process``.
 
-Flower 1.41's SuperNode, in its default ``--isolation subprocess`` mode,
+Flower's SuperNode (1.41, 1.42), in its default ``--isolation subprocess`` mode,
 starts a ``flower-superexec`` that starts a fresh ``flwr-clientapp``
 process for every message: a Python interpreter, Flower's and fedhh's
 imports and the node's experiment and shard, rebuilt for every round

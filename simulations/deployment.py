@@ -10,8 +10,9 @@ simulation finds and survives nodes that crash or stall; people use it
 spreading it over machines (``docs/deployment.md``).
 
 Every process is started in its own process group, so stopping it stops
-what it spawned too (Flower 1.41's SuperNode starts a ``flower-superexec``
-that starts one ``flwr-clientapp`` process per message).
+what it spawned too (Flower's SuperNode, 1.41 and 1.42, starts a
+``flower-superexec`` that starts one ``flwr-clientapp`` process per
+message).
 
 SuperNodes start fast by default (``docs/deployment.md``, "Time per
 round"): each is Flower's SuperNode with its idle poll capped at
@@ -49,9 +50,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from fedhh.config import Scalar
+from fedhh.config import FedhhConfig, Scalar, parse_override
 from fedhh.errors import InputError, one_line
-from fedhh.interrupts import exit_status, interruptible
+from .interrupts import exit_status, interruptible
 
 from .processes import descendants, processes
 from .supernode import IDLE_POLL
@@ -60,6 +61,7 @@ LOOPBACK = "127.0.0.1"
 CONNECTION = "local"  # the SuperLink connection's name in $FLWR_HOME/config.toml
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 STOP_GRACE = 10.0  # seconds between SIGTERM and SIGKILL
+DEFAULT_SUPERNODES = 3  # python -m simulations.deployment without --supernodes or run.shards
 
 
 def free_port() -> int:
@@ -414,14 +416,15 @@ def main(argv: list[str] | None = None) -> int:
     SIGINT or SIGTERM (every process is stopped either way).
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--supernodes", type=int, default=3, help="SuperNodes, one shard each (sets run.shards)")
+    parser.add_argument("--supernodes", type=int, help=f"SuperNodes, one shard each (default: run.shards if --set "
+                        f"gives it, else {DEFAULT_SUPERNODES}; both given must agree)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a run-config override, e.g. population.users=100000 (repeatable)")
     parser.add_argument("--output", help="results folder, new or empty (default: results/deployment-<time>)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --output if it holds a previous fedhh result (and nothing else)")
     args = parser.parse_args(argv)
-    if args.supernodes < 1:
+    if args.supernodes is not None and args.supernodes < 1:
         parser.error("--supernodes must be >= 1")
     if args.overwrite and args.output is None:
         parser.error("--overwrite replaces the folder named by --output; give --output too")
@@ -436,6 +439,24 @@ def main(argv: list[str] | None = None) -> int:
         return exit_status(interrupt)
 
 
+def supernode_count(supernodes: int | None, overrides: list[str], config: FedhhConfig) -> int:
+    """How many SuperNodes to start: one per shard, so ``--supernodes`` and ``run.shards`` are one number.
+
+    Either may say it; said by both (``--supernodes`` and ``--set run.shards=``), they must agree,
+    or the run is refused (:class:`InputError`) rather than one silently replacing the other.
+    """
+    shards_given = any(parse_override(text)[0] == "run.shards" for text in overrides)
+    shards = int(config["run"]["shards"])
+    if supernodes is None:
+        return shards if shards_given else DEFAULT_SUPERNODES
+    if shards_given and shards != supernodes:
+        raise InputError(
+            f"--supernodes {supernodes} and run.shards = {shards} (--set) disagree: each SuperNode holds one "
+            "shard; give one of them, or the same number to both"
+        )
+    return supernodes
+
+
 def _deploy(args: argparse.Namespace) -> int:
     from fedhh.config import load_config
     from fedhh.experiment import Experiment
@@ -443,7 +464,9 @@ def _deploy(args: argparse.Namespace) -> int:
     from fedhh.results import ResultsFolder
     from strategies.server_app import OUTPUT_DIR, OVERWRITE, PROGRESS, RUN_ID
 
-    config = load_config(None, [*args.overrides, f"run.shards={args.supernodes}"])
+    config = load_config(None, args.overrides)
+    supernodes = supernode_count(args.supernodes, args.overrides, config)
+    config = config.with_overrides({"run.shards": supernodes})
     if config["run"]["federation"] != "shards":
         raise InputError('run.federation: this wrapper starts shard SuperNodes; a "devices" federation is '
                          "started by hand, one SuperNode per device (see docs/deployment.md)")
@@ -463,9 +486,9 @@ def _deploy(args: argparse.Namespace) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="fedhh-deployment-") as scratch, LocalDeployment(Path(scratch)) as deployment:
         deployment.start_superlink()
-        for index in range(args.supernodes):
-            deployment.add_supernode(f"supernode-{index}", {"partition-id": index, "num-partitions": args.supernodes})
-        deployment.wait_for_supernodes(args.supernodes)
+        for index in range(supernodes):
+            deployment.add_supernode(f"supernode-{index}", {"partition-id": index, "num-partitions": supernodes})
+        deployment.wait_for_supernodes(supernodes)
         outcome = deployment.run(run_config, on_line=print)
     if outcome.succeeded and (output / "result.json").is_file():
         print(f"run {outcome.run_id} completed after {outcome.seconds:.1f} s; results in {output}")

@@ -3,7 +3,7 @@
 This is the deployment-faithful transport: the same ServerApp and ClientApp
 that ``flwr run`` loads, with every request and response encoded into
 Flower records and scheduled by Flower's simulation engine onto Ray actors;
-one virtual SuperNode per shard of users.  Flower 1.41's in-process entry
+one virtual SuperNode per shard of users.  Flower's in-process entry
 point is ``flwr.simulation.run_simulation`` (deprecated in favour of
 ``flwr run``, which needs a SuperLink process, but still supported); it
 gives the apps no run config, so the experiment's config is bound into
@@ -23,11 +23,21 @@ deprecated); unless ``verbose`` is set only their errors are shown, while
 fedhh's own round lines stay visible.  Ray is shut down afterwards if this
 call started it, so a run leaves no Ray processes behind.
 
-An interruption (Ctrl-C, SIGTERM: ``fedhh.interrupts``) arrives in the
-main thread, inside Flower's engine, which then stops its Ray actors; the
-ServerApp, in a thread of its own, is told to stop (its waits for nodes end
-within a poll interval) and waited for, so nothing keeps the process
-alive and no result is written.
+An interruption (Ctrl-C, SIGTERM: ``simulations.interrupts``) must not cut
+Flower's engine short.  The engine runs in the main thread and, however it
+ends, shuts Ray down itself.  Interrupted while it waits for its worker
+threads, it shuts Ray down under those still waiting in ``ray.get`` for a
+ClientApp actor, which may then wait forever; interrupted inside that
+shutdown, it leaves Ray's driver half torn down, and Ray ends the process
+(exit status 1) the next time a Ray object is released.  So the signal is
+deferred for the length of the engine (``simulations.interrupts.stop_deferred``):
+it tells the ServerApp to stop (its waits for nodes end within a poll
+interval, and it returns without a result), the engine then ends as it
+does after any run, its workers finishing their current message and its
+Ray shut down after them, and the signal is raised once ``run_simulation``
+has returned.  A result the ServerApp had already handed over (the stop
+came while the engine was stopping) is still written, completely, and the
+interruption says so.
 """
 
 from __future__ import annotations
@@ -50,7 +60,7 @@ from fedhh.data.population import PopulationSource
 from fedhh.data.sources import SampledSource
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from fedhh.interrupts import stop_requested
+from .interrupts import restore_stop_handlers, stop_deferred, stop_handlers, stop_requested
 from fedhh.privacy.charge import check_budget
 from fedhh.protocols import protocol_module
 from fedhh.results import ResultsFolder
@@ -147,19 +157,26 @@ def run_flower_simulation(
         backend_config = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": init_args}
         with _quiet_unless(verbose), ray_runtime(**init_args):
             population = SharedPopulation.put(experiment.source) if isinstance(experiment.source, SampledSource) else None
+            handlers = stop_handlers()
             try:
-                run_simulation(
-                    server_app=make_server_app(run_config, stop, prepared, progress=RoundProgress),
-                    client_app=make_client_app(run_config, population),
-                    num_supernodes=shards,
-                    backend_name="ray",
-                    backend_config=backend_config,
-                    verbose_logging=verbose,
-                )
-            except BaseException:
+                with stop_deferred(stop.requested.set):  # never inside the engine: the module's doc
+                    try:
+                        run_simulation(
+                            server_app=make_server_app(run_config, stop, prepared, progress=RoundProgress),
+                            client_app=make_client_app(run_config, population),
+                            num_supernodes=shards,
+                            backend_name="ray",
+                            backend_config=backend_config,
+                            verbose_logging=verbose,
+                        )
+                    finally:
+                        restore_stop_handlers(handlers)  # the engine's own ray.shutdown may have reset SIGTERM
+            except BaseException as error:
                 stop.stop(STOP_GRACE)  # the ServerApp's thread outlives Flower's engine otherwise
                 for started in writing:
                     started.join()
+                    if isinstance(error, KeyboardInterrupt) and started.succeeded:
+                        error.add_note(f"the result was written to {started.result()} before the stop")
                 raise
             for started in writing:
                 path = started.result()
@@ -202,6 +219,11 @@ class _Writing(threading.Thread):
         if self._error is not None:
             raise self._error
         return self._path
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the write has ended and written a path."""
+        return not self.is_alive() and self._error is None and self._path is not None
 
 
 @dataclass(frozen=True)

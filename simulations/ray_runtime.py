@@ -8,12 +8,26 @@ run leaves no Ray processes behind.  A Ray that was already running (a
 cluster named by ``RAY_ADDRESS``, a caller's own session) is left as it is.
 
 ``ray.init`` replaces the process's SIGTERM handler with its own
-``sys.exit`` and ``ray.shutdown`` leaves SIGTERM at its default action; the
-handlers installed before (``fedhh.interrupts``) are put back after both,
-so SIGTERM stops a run the same way as Ctrl-C.  A Ray stopped while it was
-still starting up (an early Ctrl-C) can leave its raylet's agents running:
-every process Ray started under this one is recorded, and any of them
-still running after the shutdown is stopped by PID.
+``sys.exit``; the handlers installed before (``simulations.interrupts``) are put
+back after it, so SIGTERM stops a run the same way as Ctrl-C.  Ray's C++
+failure-signal handler (its stack trace of a crash) is turned off, here and
+in the Ray processes started from here (``RAY_DISABLE_FAILURE_SIGNAL_HANDLER``,
+unless the environment sets it): ``ray.shutdown`` uninstalls it by setting
+SIGTERM to its default action underneath Python, so a SIGTERM after any
+shutdown (Flower's engine shuts Ray down itself, while the results are
+still being written) would kill the process on the spot, leaving its
+results folder's lock and staging behind.
+
+The shutdown runs whenever Ray was started here, also after a ``ray.init``
+cut short by a signal (Ray may then have processes and a connected driver
+without calling itself initialised; ``ray.shutdown`` undoes both), and a
+stop signal arriving while it runs is held until it has finished
+(``simulations.interrupts.stop_deferred``): a shutdown stopped half-way leaves
+Ray's driver torn down underneath its Python objects, and Ray ends the
+process (exit status 1) at the next one released.
+A Ray stopped while it was still starting up can leave its raylet's agents
+running: every process Ray started under this one is recorded, and any of
+them still running after the shutdown is stopped by PID.
 
 A cluster is joined only when it is named: ``RAY_ADDRESS`` (or a
 command's ``--ray-address``) must be an address (``host:port``, or
@@ -44,7 +58,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fedhh.errors import InputError
-from fedhh.interrupts import Interrupted, restore_stop_handlers, stop_handlers
+from .interrupts import Interrupted, restore_stop_handlers, stop_deferred, stop_handlers
 
 from .processes import descendant_identities, stop_leftovers
 
@@ -54,6 +68,10 @@ NICENESS_VARIABLE = "RAY_worker_niceness"  # Ray's config, read from the environ
 CONNECT_TIMEOUT = 5.0  # seconds to reach a named cluster's head before it is called unreachable
 LOCAL = "local"  # ray.init's address for a new Ray of this process's own
 DEFAULT_NUM_CPUS = 2  # this machine; each virtual SuperNode's ClientApp takes one
+
+# Read by Ray when it is imported: set before any import of ray (simulations.run imports this module
+# before it starts importing Flower, and Flower Ray, in a thread of its own).
+os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
 
 
 def named_cluster(address: str | None, field: str = f"{ADDRESS_VARIABLE} (or --ray-address)") -> str | None:
@@ -126,14 +144,14 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
         yield
     finally:
         if started_here:
-            if address is None:  # a Ray started here: its processes, and the workers its raylet started since
-                started.update(_new_processes(before))
-                started.update(descendant_identities(*started))
-            if ray.is_initialized():
-                ray.shutdown()
-            restore_stop_handlers(handlers)
-            # A Ray stopped while starting up can orphan its agents: stop what is left, by PID.
-            stop_leftovers(started, LEFTOVER_GRACE)
+            with stop_deferred():
+                if address is None:  # a Ray started here: its processes, and the workers its raylet started since
+                    started.update(_new_processes(before))
+                    started.update(descendant_identities(*started))
+                ray.shutdown()  # also after an init cut short, which ray.is_initialized() does not report
+                restore_stop_handlers(handlers)
+                # A Ray stopped while starting up can orphan its agents: stop what is left, by PID.
+                stop_leftovers(started, LEFTOVER_GRACE)
 
 
 @contextlib.contextmanager

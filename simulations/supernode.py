@@ -1,6 +1,6 @@
-"""Flower 1.41's ``flower-supernode``, polling its SuperLink more often when idle.
+"""Flower's ``flower-supernode``, polling its SuperLink more often when idle.
 
-Flower 1.41's SuperNode asks the SuperLink for a message, and when there is
+Flower's SuperNode (1.41, 1.42) asks the SuperLink for a message, and when there is
 none sleeps a fixed 3 s (``flwr.supernode.start_client_internal``), with no
 option to change it; it also checks for its ClientApp's reply every 0.5 s.
 In a round-based protocol this costs nearly the whole 3 s every round: a

@@ -21,7 +21,7 @@ sampled population: its vocabulary and distribution, no users) and its own
 shard, O(its own users); never the whole population, the truth or the
 server's privacy solve, which are the server's.  Both are cached per
 process (a Ray actor serving several virtual nodes builds the source once
-and each node's shard once; a real SuperNode of Flower 1.41 starts a fresh
+and each node's shard once; a real SuperNode of Flower 1.41 or 1.42 starts a fresh
 ClientApp process for every message, so there each message rebuilds them).
 A driver that already holds the source can hand it to the nodes
 (``population`` of :func:`make_client_app`, e.g. through Ray's object

@@ -1,6 +1,6 @@
 """Send messages to nodes and collect the replies that arrive before a deadline.
 
-``Grid.send_and_receive`` would do, but Flower 1.41's HTTP grid (the one a
+``Grid.send_and_receive`` would do, but Flower's HTTP grid (1.41, 1.42) (the one a
 ServerApp gets under a real SuperLink) sleeps 3 s between polls, which adds
 up to 3 s to every round; here the replies are polled every
 :data:`POLL_INTERVAL` seconds.  Whatever has not arrived by the deadline is

@@ -1,9 +1,9 @@
-"""Secure aggregation of a round's responses with Flower 1.41's SecAgg+.
+"""Secure aggregation of a round's responses with Flower's SecAgg+.
 
 Responses are additive, so the server needs only their sum; with
 ``run.secure_aggregation`` it never sees a single node's response.  Flower
-1.41 ships SecAgg+ as a server *workflow* (``SecAggPlusWorkflow``) and a
-client *mod* (``secaggplus_mod``).  What they can carry, and how:
+1.41 and 1.42 ship SecAgg+ as a server *workflow* (``SecAggPlusWorkflow``)
+and a client *mod* (``secaggplus_mod``).  What they can carry, and how:
 
 * the workflow is written against Flower's legacy API: it needs a
   ``LegacyContext`` holding a legacy ``flwr.server.strategy.Strategy``

@@ -60,7 +60,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat
 from fedhh.data.items import ItemCodec
-from fedhh.experiment import Experiment, item_codec, run_record
+from fedhh.experiment import Experiment, item_codec, report_cap, run_record
 from fedhh.privacy.charge import charge_run
 from fedhh.protocols import ProtocolResult, get_protocol
 from fedhh.protocols.spec import ProtocolSpec
@@ -68,6 +68,7 @@ from fedhh.results import ResultsFolder, write_result
 
 from .base import LOGGER, ProgressFactory, ProtocolStrategy
 from .codec import codec_for
+from .errors import RunStopped
 from .participation import participation_summary
 from .plugins import load_protocol_module
 from .secure import SecureAggregation
@@ -263,7 +264,7 @@ def device_document(config: FedhhConfig, result: ProtocolResult, timing: dict[st
         "n_users": int(config["population"]["users"]),
         "transport": "flower/devices",
         "config": config.to_dict(),
-        **run_record(result, timing),
+        **run_record(result, timing, report_cap(config)),
     }
 
 
@@ -280,7 +281,10 @@ def make_server_app(
     ``flwr run`` hands the run config to the app; Flower's in-process
     ``run_simulation`` has no run config, so ``simulations.flower`` binds one,
     a ``stop`` handle to end the run early, and the run it has already
-    prepared (``prepared``: nothing is built or written twice).
+    prepared (``prepared``: nothing is built or written twice).  A run
+    stopped through ``stop`` returns without a result, as any ServerApp
+    that ends: the driver that stopped it reports the stop, and Flower's
+    engine ends as it does after a completed run.
     ``write_outputs`` writes the results folder of a run the app builds
     itself (default: ``result.json`` only) and ``progress`` draws its rounds
     when the run config's ``progress`` is true (default: nothing drawn).
@@ -294,9 +298,13 @@ def make_server_app(
             stop.thread = threading.current_thread()
         run_config = context.run_config if bound is None else bound
         requested = stop.requested if stop is not None else None
-        if prepared is None:
-            run_on_grid(grid, run_config, context, requested, write_outputs=write_outputs, progress=progress)
-        else:
-            run_prepared(grid, run_config, context, prepared, requested, progress)
+        try:
+            if prepared is None:
+                run_on_grid(grid, run_config, context, requested, write_outputs=write_outputs, progress=progress)
+            else:
+                run_prepared(grid, run_config, context, prepared, requested, progress)
+        except RunStopped:
+            if requested is None or not requested.is_set():
+                raise
 
     return server_app

@@ -25,7 +25,7 @@ from fedhh.privacy.ledger import BudgetExceededError, Ledger
 from simulations.deployment import main as deploy
 from strategies.server_app import run_on_grid
 
-# Items of one letter: two rounds (a SuperNode of Flower 1.41 starts a process per message, seconds each here).
+# Items of one letter: two rounds (a SuperNode of Flower 1.41 or 1.42 starts a process per message, seconds each here).
 TINY = [
     'population.source="zipf"', "population.users=4000", "population.vocabulary=10", "population.item_length=1",
     "protocol.max_length=1", "privacy.epsilon=6.0", "privacy.delta=1e-6",
@@ -62,6 +62,32 @@ def test_the_wrapper_refuses_before_starting_processes(
     assert deploy(["--supernodes", "2", "--output", str(tmp_path / "out"), *overrides(*settings)]) == 2
     assert message in capsys.readouterr().err
     assert not ledger.exists() and not (tmp_path / "out").exists()
+
+
+def test_supernodes_and_run_shards_given_apart_are_refused_before_starting_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(deployment_module, "LocalDeployment", NoProcesses)
+    assert deploy(["--supernodes", "3", "--output", str(tmp_path / "out"), *overrides("run.shards=5")]) == 2
+    error = capsys.readouterr().err
+    assert "--supernodes 3 and run.shards = 5 (--set) disagree" in error, error
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("supernodes", "settings", "started"),
+    [
+        (None, [], deployment_module.DEFAULT_SUPERNODES),
+        (4, [], 4),
+        (None, ["run.shards=5"], 5),
+        (6, ["run.shards=6"], 6),
+    ],
+)
+def test_one_supernode_per_shard_whichever_option_names_the_count(
+    supernodes: int | None, settings: list[str], started: int
+) -> None:
+    sets = [*TINY, *settings]
+    assert deployment_module.supernode_count(supernodes, sets, load_config(None, sets)) == started
 
 
 def test_the_wrapper_charges_the_ledger_once_and_enforces_the_budget(

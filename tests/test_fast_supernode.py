@@ -19,7 +19,7 @@ from simulations.supernode import CappedSleep, cap_idle_waits, main
 def test_capped_sleep_cuts_flowers_three_seconds_and_keeps_the_rest_of_time() -> None:
     capped = CappedSleep(time, 0.05)
     started = time.monotonic()
-    capped.sleep(3)  # the fleet loop's idle wait in Flower 1.41
+    capped.sleep(3)  # the fleet loop's idle wait in Flower 1.41 and 1.42
     assert time.monotonic() - started < 1.0
     assert capped.monotonic() >= started and capped.time is time.time
 

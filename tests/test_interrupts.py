@@ -1,12 +1,23 @@
 """One SIGINT or SIGTERM stops a Flower-driver ``fedhh run`` cleanly.
 
 A real ``fedhh run`` (Flower simulation on Ray, small population) runs as a
-subprocess in a session of its own; once its SuperNodes are admitted (or,
-for SIGTERM, while Flower's engine is still starting), one signal goes to
-its PID alone.  Within 10 s it must exit with 130 (SIGINT)
+subprocess in a session of its own; at a phase of the run (Flower's engine
+starting, the nodes admitted, the rounds over while the engine stops), one
+signal goes to its PID alone.  Within 10 s it must exit with 130 (SIGINT)
 or 143 (SIGTERM), every process it started (Ray's GCS, raylet, agents and
-workers) must be gone, and it must leave no results folder, staging or
-lock file, and no temporary folder.
+workers) must be gone, and it must leave no partial result, staging or lock
+file, and no temporary folder: either nothing, or (the signal came after the
+last round) the complete result, and its message says which.
+
+A signal that lands while Flower's engine shuts Ray down used to cut that
+shutdown short, leaving Ray's driver half torn down, and the process then
+died at its next Ray call (exit status 1, or a segmentation fault) instead
+of exiting 130.  Where the signal lands is made exact here: the run's
+result writer, which runs while the engine stops, sends it once the main
+thread is inside Ray's core-worker shutdown.
+
+The unit tests below check :func:`simulations.interrupts.stop_deferred` with
+signals sent to this process.
 """
 
 from __future__ import annotations
@@ -24,6 +35,8 @@ from pathlib import Path
 
 import pytest
 
+from simulations.interrupts import Interrupted, exit_status, interruptible, stop_deferred, stop_handlers, stop_requested
+from fedhh.results import marked_files
 from simulations.processes import descendant_identities, still_running
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +48,7 @@ RUN = [
 ]
 ADMITTED = "node(s) admitted"  # the server's log line just before round 1
 STARTING = "one shard of users each"  # the server's first line, while Flower's engine starts its actors
+FINISHED = "finished after"  # the last round is over: the result is being written while Flower's engine stops
 
 
 @pytest.fixture
@@ -65,18 +79,13 @@ def wait_for_line(process: subprocess.Popen[bytes], marker: str, timeout: float)
     return output.decode(errors="replace"), seen
 
 
-@pytest.mark.parametrize(
-    ("signum", "status", "when"), [(signal.SIGINT, 130, ADMITTED), (signal.SIGTERM, 143, STARTING)]
-)
-def test_one_signal_stops_a_flower_run_and_everything_it_started(
-    tmp_path: Path, short_tmpdir: Path, signum: int, status: int, when: str
-) -> None:
-    scratch = short_tmpdir
-    output = tmp_path / "results" / "run"
-    env = {**os.environ, "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"}
+def signalled_run(argv: list[str], scratch: Path, when: str, signum: int) -> tuple[int, float, str, dict[int, int]]:
+    """Start ``python argv`` in a session of its own, send ``signum`` to it once it prints ``when``; its exit
+    status, the seconds from the signal to its exit, its output, and every process seen below it."""
+    env = {**os.environ, "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "simulations.cli", *RUN, "--output", str(output)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        [sys.executable, *argv], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         before, started = wait_for_line(process, when, timeout=240)
@@ -89,15 +98,176 @@ def test_one_signal_stops_a_flower_run_and_everything_it_started(
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    transcript = before + rest.decode(errors="replace")
-    assert process.returncode == status, transcript
-    assert exited <= DEADLINE, f"exited {exited:.1f} s after the signal"
-    assert f"interrupted ({signal.Signals(signum).name})" in transcript
-    assert "Traceback" not in transcript, transcript
     while still_running(started) and time.monotonic() < signalled + DEADLINE:
         time.sleep(0.1)
+    return process.returncode, exited, before + rest.decode(errors="replace"), started
+
+
+@pytest.mark.parametrize(
+    ("signum", "status", "when"),
+    [(signal.SIGINT, 130, ADMITTED), (signal.SIGTERM, 143, STARTING), (signal.SIGINT, 130, FINISHED)],
+)
+def test_one_signal_stops_a_flower_run_and_everything_it_started(
+    tmp_path: Path, short_tmpdir: Path, signum: int, status: int, when: str
+) -> None:
+    scratch = short_tmpdir
+    output = tmp_path / "results" / "run"
+    code, exited, transcript, started = signalled_run(
+        ["-m", "simulations.cli", *RUN, "--output", str(output)], scratch, when, signum
+    )
+    assert code == status, transcript
+    assert exited <= DEADLINE, f"exited {exited:.1f} s after the signal"
+    assert f"interrupted ({signal.Signals(signum).name})" in transcript
+    assert "Traceback" not in transcript and "Fatal Python error" not in transcript, transcript
     assert not still_running(started), f"processes left running: {still_running(started)}"
-    assert not output.exists(), "no partial result"
-    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir()), "no staging or lock file"
     leftovers = [p.name for p in scratch.iterdir() if p.name.startswith("fedhh-")]
     assert leftovers == [], "no temporary folder of fedhh's"
+    if when == FINISHED:  # the rounds were over: the result is written whole, and the message says where
+        said = " ".join(transcript.split())
+        assert f"stopped; the result was written to {output}" in said and "before the stop" in said, transcript
+        assert marked_files(output) is not None and (output / "result.json").is_file()
+        assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["run"], "no staging or lock file"
+    else:
+        assert "stopped; no results were written" in transcript
+        assert not output.exists(), "no partial result"
+        assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir()), "no staging or lock file"
+
+
+# A Flower run whose result writer sends the signal once the main thread is inside Ray's core-worker
+# shutdown, which Flower's engine runs when it stops (the writer runs meanwhile).  Prints "signalled"
+# when it has sent it.  After the interruption it says whether Ray's driver was shut down completely
+# (ray.shutdown deletes its core worker last; cut short, it leaves it, shut down or not underneath),
+# releases what the run left (its frames hold Ray object references: a driver left half shut down ends
+# the process at the first one, with status 1) and exits as fedhh does.
+SIGNAL_IN_RAY_SHUTDOWN = """
+import gc, linecache, os, signal, sys, threading, time
+import ray
+from fedhh.config import load_config
+from simulations.interrupts import exit_status, interruptible
+from simulations.flower import run_flower_simulation
+from simulations.ray_runtime import ray_runtime, run_init_args
+
+signum = signal.Signals[sys.argv[1]]
+main = threading.main_thread().ident
+
+def in_core_worker_shutdown():
+    frame = sys._current_frames().get(main)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "shutdown" and code.co_filename.endswith(os.path.join("ray", "_private", "worker.py")):
+            return "shutdown_driver" in linecache.getline(code.co_filename, frame.f_lineno)
+        frame = frame.f_back
+    return False
+
+def write(document):
+    deadline = time.monotonic() + 120
+    while not in_core_worker_shutdown():
+        if time.monotonic() > deadline:
+            print("the main thread never reached Ray's core-worker shutdown", flush=True)
+            os._exit(3)
+        time.sleep(0.0005)
+    os.kill(os.getpid(), signum)
+    print("signalled", flush=True)
+
+settings = sys.argv[2:]
+status = 0
+try:
+    with interruptible(), ray_runtime(**run_init_args()):
+        run_flower_simulation(load_config(None, settings), write=write)
+except KeyboardInterrupt as stop:
+    status = exit_status(stop)
+    print(f"interrupted ({stop})", flush=True)
+if not hasattr(ray._private.worker.global_worker, "core_worker"):
+    print("Ray's driver was shut down completely", flush=True)
+gc.collect()
+print("released", flush=True)
+sys.exit(status)
+"""
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_flowers_engine_shuts_ray_down_waits_for_the_shutdown(
+    short_tmpdir: Path, signum: int, status: int
+) -> None:
+    settings = [argument for argument in RUN[1:] if argument != "--set"]
+    code, exited, transcript, started = signalled_run(
+        ["-c", SIGNAL_IN_RAY_SHUTDOWN, signal.Signals(signum).name, *settings], short_tmpdir, "signalled", signum
+    )
+    assert code == status, transcript
+    assert exited <= DEADLINE, f"exited {exited:.1f} s after the signal"
+    assert f"interrupted ({signal.Signals(signum).name})" in transcript, transcript
+    assert "Ray's driver was shut down completely" in transcript, transcript
+    assert "released" in transcript and "Fatal Python error" not in transcript, transcript
+    assert not still_running(started), f"processes left running: {still_running(started)}"
+
+
+# -- stop_deferred, with signals sent to this process -----------------------------------------------
+
+
+def deliver(signum: int) -> None:
+    """Send ``signum`` to this process and let its handler run (it runs between two bytecodes of the main
+    thread)."""
+    os.kill(os.getpid(), signum)
+    for _ in range(100):
+        time.sleep(0.001)
+
+
+def test_a_deferred_signal_asks_the_block_to_stop_and_is_raised_when_it_ends() -> None:
+    asked, reached = [], []
+    with pytest.raises(Interrupted) as raised, interruptible(), stop_deferred(lambda: asked.append(True)):
+        deliver(signal.SIGTERM)
+        assert asked == [True] and stop_requested(), "on_stop runs at once, the block goes on"
+        reached.append(True)
+    assert reached == [True]
+    assert raised.value.signum == signal.SIGTERM and exit_status(raised.value) == 143
+
+
+def test_a_deferred_signal_replaces_the_error_the_early_stop_caused() -> None:
+    with pytest.raises(Interrupted) as raised, interruptible(), stop_deferred():
+        deliver(signal.SIGINT)
+        raise RuntimeError("the work ended early because it was asked to stop")
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert exit_status(raised.value) == 130
+
+
+def test_nested_deferrals_raise_when_the_outermost_ends() -> None:
+    order = []
+    with pytest.raises(Interrupted), interruptible():
+        with stop_deferred(lambda: order.append("outer asked")):
+            with stop_deferred(lambda: order.append("inner asked")):
+                deliver(signal.SIGINT)
+            order.append("inner ended")
+    assert order == ["inner asked", "outer asked", "inner ended"]
+
+
+def test_later_signals_are_noted_and_only_the_first_is_raised(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(Interrupted) as raised, interruptible(), stop_deferred():
+        deliver(signal.SIGINT)
+        deliver(signal.SIGTERM)
+    assert raised.value.signum == signal.SIGINT
+    assert "SIGTERM received; still stopping" in capsys.readouterr().err
+
+
+class SignalledWhileDropped:
+    """An object whose ``__del__`` receives the signal: Python drops an exception raised there."""
+
+    def __del__(self) -> None:
+        deliver(signal.SIGINT)
+
+
+def test_a_stop_raised_where_python_drops_exceptions_is_raised_again(capsys: pytest.CaptureFixture[str]) -> None:
+    reached = []
+    with pytest.raises(Interrupted) as raised, interruptible():
+        SignalledWhileDropped()  # deleted at once: the handler runs inside __del__
+        reached.append(True)
+        for _ in range(2000):  # the signal comes again within RESEND_DELAY
+            time.sleep(0.001)
+    assert reached == [True] and raised.value.signum == signal.SIGINT
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+def test_without_a_signal_the_block_runs_as_it_is_and_the_handlers_come_back() -> None:
+    saved = stop_handlers()
+    with stop_deferred():  # outside interruptible(): it installs its own handlers for the block
+        assert signal.getsignal(signal.SIGINT) is not saved[signal.SIGINT]
+    assert stop_handlers() == saved and not stop_requested()

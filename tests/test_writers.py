@@ -63,7 +63,7 @@ def commands(study: tuple[Path, Path]) -> dict[str, tuple[Command, dict[str, obj
                    {"files": ["summary.md"], "kind": "report"}),
         "population build": (lambda out: main(["population", "build", *SMALL, "--quiet", "--output", out,
                                                "--overwrite"]), {"files": ["population.json"]}),
-        "deployment": (lambda out: deployment.main(["--supernodes", "1", *SMALL, "--output", out, "--overwrite"]),
+        "deployment": (lambda out: deployment.main(["--supernodes", "2", *SMALL, "--output", out, "--overwrite"]),
                        {"files": ["result.json"]}),
         "sizing figures": (lambda out: sizing_figures.main(["--quick", "--output", out]),
                            {"files": ["sizing-figures.json"], "kind": "sizing figures"}),
