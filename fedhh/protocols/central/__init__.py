@@ -10,7 +10,7 @@ largest noisy counts above a threshold τ calibrated to (ε, δ)
 unknown domain).  It shows what federation and local noise cost.
 
 The package: its messages (``messages``), the device side (``client``),
-the server (``server``), what an untrusting server checks (``nodes``), its
+the server (``server``), its law sampler (``law``), what an untrusting server checks (``nodes``), its
 planner (``plan``), the bits a user sends (``wire``), and its spec,
 registered here.
 """
@@ -23,6 +23,7 @@ from ..common.keys import TOP_K_KEY
 from ..registry import register_protocol
 from ..spec import ContractText, ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import ItemHistogram, ItemRequest
 from .nodes import DROPOUT_PRIVACY, check_reply, describe_round
 from .plan import CENTRAL_PLAN, plan_central
@@ -56,6 +57,7 @@ SPEC = register_protocol(
         plan_command=CENTRAL_PLAN,
         communication=central_bits,  # type: ignore[arg-type]
         contract=CONTRACT,
+        law=law,  # type: ignore[arg-type]
     )
 )
 

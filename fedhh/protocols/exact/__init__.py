@@ -9,7 +9,7 @@ so (ε = ∞, δ = 1, model "no guarantee"), every field of its result is
 outside any guarantee, and a privacy ledger refuses to charge it.
 
 The package: its messages (``messages``), the device side (``client``),
-the server (``server``), what the server checks of a node's reply
+the server (``server``), its law sampler (``law``), what the server checks of a node's reply
 (``nodes``), the bits a user sends (``wire``), and its spec, registered
 here.  It has no planner: there is nothing to solve.
 """
@@ -21,6 +21,7 @@ from ..common.keys import TOP_K_KEY
 from ..registry import register_protocol
 from ..spec import ContractText, ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import ItemsRequest, ItemWeights
 from .nodes import DROPOUT_PRIVACY, check_reply, describe_round
 from .server import ExactServer, build_exact
@@ -46,6 +47,7 @@ SPEC = register_protocol(
         describe_round=describe_round,
         communication=exact_bits,  # type: ignore[arg-type]
         contract=CONTRACT,
+        law=law,  # type: ignore[arg-type]
     )
 )
 
