@@ -93,3 +93,20 @@ def split_types(rng: np.random.Generator, users: np.ndarray, offsets: np.ndarray
         left[live] -= taken
         mass[live] -= shares[entry]
     return chosen
+
+
+def public_index_probabilities(span: int) -> np.ndarray:
+    """The probability of each index a user's public ``UserRandom.integers(0, span)`` takes
+    (a bit position, a cohort): ``floor(u span)`` for its 53-bit uniform ``u = k 2^-53``, so
+    index ``i`` has the ``k`` in ``[ceil(i 2^53 / span), ceil((i + 1) 2^53 / span))``: ``1 / span``
+    to 2^-53, counted exactly."""
+    steps = 1 << 53
+    edges = [-(-index * steps // span) for index in range(span + 1)]
+    return np.diff(np.array(edges, dtype=np.float64)) / float(steps)
+
+
+def split_by_public_index(rng: np.random.Generator, reporters: np.ndarray, span: int) -> np.ndarray:
+    """``[len(reporters), span]``: each value's reporters split over a public index drawn
+    independently for every user (:func:`public_index_probabilities`), ``Multinomial(reporters,
+    those probabilities)`` per value."""
+    return rng.multinomial(np.asarray(reporters, dtype=np.int64), public_index_probabilities(span)).astype(np.int64)

@@ -34,6 +34,7 @@ from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
 from ..spec import ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import BitstogramRequest, BitstogramResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import BUDGET, KEYS, NAME
@@ -59,5 +60,6 @@ SPEC = register_protocol(
         plan_command=BITSTOGRAM_PLAN,
         communication=bitstogram_bits,
         contract=ITEM_CHOICE_CONTRACT,
+        law=law,  # type: ignore[arg-type]
     )
 )

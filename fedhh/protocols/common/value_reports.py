@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from ...data.items import ItemCodec
-from ...data.population import Shard
+from ...data.population import Vocabulary
 from ...kernels.randomness import UserRandom, derive_key
 from ...privacy.ldp import BudgetSplit, ldp_report
 from ...privacy.report import PrivacyReport
@@ -50,12 +50,12 @@ def bit_positions(partition_seed: int, value_bits: int, user_ids: np.ndarray) ->
     return UserRandom(np.uint64(partition_seed), np.asarray(user_ids, dtype=np.int64)).integers(0, value_bits)
 
 
-def value_table(shard: Shard, value_bits: int) -> tuple[np.ndarray, np.ndarray]:
+def value_table(vocabulary: Vocabulary, value_bits: int) -> tuple[np.ndarray, np.ndarray]:
     """Every vocabulary item's bits ``[V + 1, m]`` and oracle key, the empty value (no item) last."""
-    encoding = PrefixEncoding("bits", shard.vocabulary.codec)
+    encoding = PrefixEncoding("bits", vocabulary.codec)
     if encoding.length != value_bits:
         raise ValueError(f"request.value_bits: {value_bits}, but the item codec gives {encoding.length}-bit values")
-    bits = np.concatenate([encoding.units(shard.vocabulary), np.zeros((1, value_bits), dtype=np.uint8)])
+    bits = np.concatenate([encoding.units(vocabulary), np.zeros((1, value_bits), dtype=np.uint8)])
     return bits, encoding.keys(bits)
 
 

@@ -30,6 +30,7 @@ from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
 from ..spec import ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import MCMRequest, MCMResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import BUDGET, KEYS, NAME
@@ -55,5 +56,6 @@ SPEC = register_protocol(
         plan_command=MCM_PLAN,
         communication=mcm_bits,
         contract=ITEM_CHOICE_CONTRACT,
+        law=law,  # type: ignore[arg-type]
     )
 )
