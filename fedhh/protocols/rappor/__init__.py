@@ -59,6 +59,7 @@ from ..registry import register_protocol
 from ..spec import ProtocolSpec
 from .analysis import rappor_budget
 from .client import respond
+from .law import law
 from .messages import RapporRequest, RapporResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import NAME, RAPPOR_KEYS
@@ -87,5 +88,6 @@ SPEC = register_protocol(
         plan_command=RAPPOR_PLAN,
         communication=rappor_bits,
         contract=ITEM_CHOICE_CONTRACT,
+        law=law,  # type: ignore[arg-type]
     )
 )
