@@ -42,6 +42,7 @@ from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
 from ..spec import ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import SPMRequest, SPMResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import BUDGET, KEYS, NAME
@@ -67,5 +68,6 @@ SPEC = register_protocol(
         plan_command=SPM_PLAN,
         communication=spm_bits,
         contract=ITEM_CHOICE_CONTRACT,
+        law=law,  # type: ignore[arg-type]
     )
 )
