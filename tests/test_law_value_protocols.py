@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -34,6 +35,7 @@ from fedhh.oracles.hashing import hash_keys
 from fedhh.protocols import get_protocol
 from fedhh.protocols.common.value_reports import value_table
 from fedhh.protocols.law import public_index_probabilities
+from fedhh.protocols.spec import InvalidReply
 from fedhh.protocols.spm.client import segment_keys, segment_pairs
 from simulations.fast import drive, run_fast
 
@@ -388,3 +390,32 @@ def test_exact_law_is_the_users_reply(extra: list[str]) -> None:
     reply = get_protocol("exact").respond(request, users, KeyedRandomness(0))
     for field in dataclasses.fields(reply):
         assert np.array_equal(getattr(law, field.name), getattr(reply, field.name)), field.name
+
+
+# -- shards and the untrusting server ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["mcm", "bitstogram", "spm", "rappor", "central", "exact"])
+def test_law_replies_pass_the_server_checks_across_shards(protocol: str) -> None:
+    """Every round of a law run on three shards: each shard's reply passes the checks of a server
+    that cannot trust its nodes (a law sampler draws how its users split over bit positions,
+    cohorts or segment pairs, which the server then takes as any split of the node's users), and
+    a reply claiming one user more than the node holds is refused."""
+    extra = {"spm": ["protocol.segment_bits=5"], "rappor": ["protocol.bloom_bits=64"]}.get(protocol, [])
+    config = load_config(overrides=[*SMALL, "population.users=5000", "run.simulation=law", f"protocol.name={protocol}",
+                                    "run.shards=3", *extra])
+    experiment = Experiment(config)
+    spec = get_protocol(protocol)
+    server = experiment.make_server()
+    shards = [experiment.counted_shard(i, 3) for i in range(3)]
+    rounds = 0
+    while (request := server.next_request()) is not None:
+        replies = [experiment.answer(request, shard) for shard in shards]
+        for shard, reply in zip(shards, replies):
+            node = SimpleNamespace(first_user=shard.first_user, users=shard.n_users)
+            spec.check_reply(request, reply, node, server)
+            with pytest.raises(InvalidReply):
+                spec.check_reply(request, reply, SimpleNamespace(first_user=shard.first_user, users=shard.n_users - 1), server)
+        server.absorb(spec.response_type.combine(replies))
+        rounds += 1
+    assert rounds == server.max_rounds and server.result().discoveries

@@ -17,6 +17,7 @@ a public bit position (:func:`bit_positions`, :func:`value_table`).
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -57,6 +58,24 @@ def value_table(vocabulary: Vocabulary, value_bits: int) -> tuple[np.ndarray, np
         raise ValueError(f"request.value_bits: {value_bits}, but the item codec gives {encoding.length}-bit values")
     bits = np.concatenate([encoding.units(vocabulary), np.zeros((1, value_bits), dtype=np.uint8)])
     return bits, encoding.keys(bits)
+
+
+def users_per_index(
+    server: ServerProtocol, node: HeldUsers, reported: np.ndarray, span: int, index_of: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """How many of a node's users have each value of a public per-user index (``index_of(ids)``:
+    a bit position, a cohort, a segment pair), which an honest reply's ``reported`` equal.
+
+    A law simulation's node holds item counts, not users, and draws how its users split over the
+    index (:mod:`fedhh.protocols.law`) instead of computing each user's (:attr:`ServerProtocol.by_law`):
+    then any split of its users is honest, and ``reported`` is returned when it is one (``span``
+    entries >= 0 adding up to the node's users), :class:`InvalidReply` raised when not.
+    """
+    if not server.by_law:
+        return np.bincount(index_of(np.arange(node.first_user, node.first_user + node.users)), minlength=span)
+    if reported.shape != (span,) or int(reported.min(initial=0)) < 0 or int(reported.sum()) != node.users:
+        raise InvalidReply(f"reporters {reported.tolist()}: not a split of the node's {node.users} users over {span} groups")
+    return reported
 
 
 class ValueParameters(Protocol):

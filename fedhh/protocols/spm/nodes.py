@@ -8,6 +8,7 @@ from ..base import RoundRecord, ServerProtocol
 from ..common.value_reports import (
     NPY_HEADER_BYTES,
     check_all_users_report,
+    users_per_index,
 )
 from ..spec import HeldUsers, InvalidReply
 from .client import segment_pairs, user_pairs
@@ -33,16 +34,19 @@ def check_reply(request: SPMRequest, response: SPMResponse, node: HeldUsers, ser
     counts, reporters = expected_sizes(request)
     if response.counts.size != counts or response.reporters.size != reporters:
         raise InvalidReply(f"{tag}.counts: {response.counts.size} counts from {response.reporters.size} groups, expected {counts} from {reporters}")
-    ids = np.arange(node.first_user, node.first_user + node.users)
     if request.mode == FINAL:
         expected = np.array([node.users])
+    elif request.mode == PAIRS:
+        expected = users_per_index(server, node, response.reporters, reporters,
+                                   lambda ids: user_pairs(request.partition_seed, request.segments, ids))
+    elif server.by_law:  # a law simulation draws the pairs' split: any with two segments a user
+        expected = response.reporters
+        if int(expected.min(initial=0)) < 0 or int(expected.max(initial=0)) > node.users or int(expected.sum()) != 2 * node.users:
+            raise InvalidReply(f"{tag}.reporters: {expected.tolist()}, not two segments for each of the node's {node.users} users")
     else:
-        pairs = user_pairs(request.partition_seed, request.segments, ids)
-        if request.mode == PAIRS:
-            expected = np.bincount(pairs, minlength=reporters)
-        else:
-            chosen = segment_pairs(request.segments)[pairs]
-            expected = np.array([(chosen == s).any(axis=1).sum() for s in range(request.segments)])
+        chosen = segment_pairs(request.segments)[user_pairs(request.partition_seed, request.segments,
+                                                            np.arange(node.first_user, node.first_user + node.users))]
+        expected = np.array([(chosen == s).any(axis=1).sum() for s in range(request.segments)])
     if not np.array_equal(response.reporters, expected):
         raise InvalidReply(f"{tag}.reporters: {response.reporters.tolist()}, the node's users per group {expected.tolist()}")
     limit = int(response.reporters.max(initial=0)) if request.mode != FINAL else node.users
