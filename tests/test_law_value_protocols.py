@@ -34,7 +34,7 @@ from fedhh.oracles import make_oracle
 from fedhh.oracles.hashing import hash_keys
 from fedhh.protocols import get_protocol
 from fedhh.protocols.common.value_reports import value_table
-from fedhh.protocols.law import public_index_probabilities
+from fedhh.protocols.law import public_index_probabilities, public_index_table
 from fedhh.protocols.spec import InvalidReply
 from fedhh.protocols.spm.client import segment_keys, segment_pairs
 from simulations.fast import drive, run_fast
@@ -157,6 +157,19 @@ def test_central_law_and_users_agree_in_distribution() -> None:
 
 
 # -- moments of one round ---------------------------------------------------------------------------
+
+
+def test_public_index_split_is_multinomial() -> None:
+    """Each value's reporters over a public index of 7 values: multinomial moments, for values of
+    fewer reporters than indexes (drawn reporter by reporter) and of more (one multinomial)."""
+    reporters = np.array([0, 1, 3, 6, 7, 40])
+    share = public_index_probabilities(7)
+    draws = np.array([public_index_table(np.random.default_rng(seed), reporters, 7).ravel() for seed in range(4000)])
+    mean = np.outer(reporters, share).ravel()
+    assert_moments(draws, mean, np.outer(reporters, share * (1 - share)).ravel())
+    assert np.array_equal(draws.reshape(-1, 6, 7).sum(axis=2), np.broadcast_to(reporters, (4000, 6)))
+
+
 
 
 def first_request(protocol: str, extra: list[str], users: int = 3000) -> tuple[Experiment, CountedShard, object]:

@@ -22,9 +22,9 @@ are reported, the ``top_k`` best.  The estimates are unbiased (the
 Hashtogram estimator); the privacy split is ε/2 + ε/2, as in TreeHist.
 
 The package: its keys, budget and parameters (``parameters``), messages
-(``messages``), device side (``client``), server (``server``), what an
-untrusting server checks (``nodes``), planner (``plan``), the bits a user
-sends (``wire``), and its spec, registered here.
+(``messages``), device side (``client``), law sampler (``law``), server
+(``server``), what an untrusting server checks (``nodes``), planner
+(``plan``), the bits a user sends (``wire``), and its spec, registered here.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Given a shard's item counts:
 * **Bit positions.**  A user's position is a public uniform index keyed by its
   id, independent across users: an item's reporters split over the
   positions as ``Multinomial(reporters, 1/m each)``
-  (:func:`~fedhh.protocols.law.split_by_public_index`, on the 2^-53 grid the
+  (:func:`~fedhh.protocols.law.public_index_table`, on the 2^-53 grid the
   users path draws on).
 * **The (channel, bit) reports**: the users of position ``l`` holding item
   ``v`` report the pair ``2 h(v) + v[l]`` (``h``: the public channel hash,
@@ -37,7 +37,7 @@ from ...oracles.hashing import hash_keys
 from ...oracles.hashtogram import HashtogramStatistics
 from ...oracles.laws import statistics_law
 from ..common.value_reports import value_table
-from ..law import reported_holders, shard_generator, split_by_public_index
+from ..law import reported_holders, shard_generator, public_index_table
 from .messages import BitstogramRequest, BitstogramResponse
 
 REPORTS_PURPOSE = "bitstogram.law-reports"
@@ -49,7 +49,7 @@ def law(request: BitstogramRequest, counts: CountedShard, randomness: KeyedRando
     reporters = reported_holders(counts, randomness)  # [V + 1]: the empty value last, as in the table
     rng = shard_generator(randomness, REPORTS_PURPOSE, request.round, counts)
     channels = hash_keys(np.uint64(request.channel_seed), keys, request.buckets).astype(np.int64)
-    by_position = split_by_public_index(rng, reporters, request.value_bits)  # [V + 1, m]
+    by_position = public_index_table(rng, reporters, request.value_bits)  # [V + 1, m]
     bit_oracle = request.bit_oracle()
     bit_sums = np.zeros((request.value_bits, 2 * request.buckets), dtype=np.int64)
     for position in range(request.value_bits):  # a loop over bit positions, vectorised over the items

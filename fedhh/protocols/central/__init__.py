@@ -10,9 +10,9 @@ largest noisy counts above a threshold τ calibrated to (ε, δ)
 unknown domain).  It shows what federation and local noise cost.
 
 The package: its messages (``messages``), the device side (``client``),
-the server (``server``), its law sampler (``law``), what an untrusting server checks (``nodes``), its
-planner (``plan``), the bits a user sends (``wire``), and its spec,
-registered here.
+its law sampler (``law``), the server (``server``), what an untrusting
+server checks (``nodes``), its planner (``plan``), the bits a user sends
+(``wire``), and its spec, registered here.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ so (ε = ∞, δ = 1, model "no guarantee"), every field of its result is
 outside any guarantee, and a privacy ledger refuses to charge it.
 
 The package: its messages (``messages``), the device side (``client``),
-the server (``server``), its law sampler (``law``), what the server checks of a node's reply
-(``nodes``), the bits a user sends (``wire``), and its spec, registered
-here.  It has no planner: there is nothing to solve.
+its law sampler (``law``), the server (``server``), what the server checks
+of a node's reply (``nodes``), the bits a user sends (``wire``), and its
+spec, registered here.  It has no planner: there is nothing to solve.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ with everyone's full-value reports and the ``k`` best are reported.  The
 estimates are OLH's, unbiased.
 
 The package: its keys, budget and parameters (``parameters``), messages
-(``messages``), device side (``client``), server (``server``), what an
-untrusting server checks (``nodes``), planner (``plan``), the bits a user
-sends (``wire``), and its spec, registered here.
+(``messages``), device side (``client``), law sampler (``law``), server
+(``server``), what an untrusting server checks (``nodes``), planner
+(``plan``), the bits a user sends (``wire``), and its spec, registered here.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Given a shard's item counts:
 * **Bit positions.**  A user's position is a public uniform index keyed by its
   id, independent across users: an item's reporters split over the
   positions as ``Multinomial(reporters, 1/m each)``
-  (:func:`~fedhh.protocols.law.split_by_public_index`, on the 2^-53 grid the
+  (:func:`~fedhh.protocols.law.public_index_table`, on the 2^-53 grid the
   users path draws on).
 * **The bits round**: the users of position ``l`` holding item ``v`` report
   the pair ``2 H(v) + v[l]`` (``H``: the public channel hash, evaluated as
@@ -36,7 +36,7 @@ from ...oracles.hashing import hash_keys
 from ...oracles.laws import support_law
 from ..common.prefix_encoding import PrefixEncoding
 from ..common.value_reports import value_table
-from ..law import reported_holders, shard_generator, split_by_public_index
+from ..law import reported_holders, shard_generator, public_index_table
 from .messages import MCMRequest, MCMResponse
 from .parameters import BITS, FINAL, ORACLE
 
@@ -59,7 +59,7 @@ def law(request: MCMRequest, counts: CountedShard, randomness: KeyedRandomness) 
         channels = hash_keys(np.uint64(request.channel_seed), keys, request.channels).astype(np.int64)
         oracle = make_oracle(ORACLE, epsilon=request.bit_epsilon, domain=2 * request.channels)
         pairs = np.arange(2 * request.channels, dtype=np.uint64)
-        by_position = split_by_public_index(rng, reporters, request.value_bits)  # [V + 1, m]
+        by_position = public_index_table(rng, reporters, request.value_bits)  # [V + 1, m]
         rows = []
         for position in range(request.value_bits):  # a loop over bit positions, vectorised over the items
             values = (2 * channels + bits[:, position]).astype(np.uint64)

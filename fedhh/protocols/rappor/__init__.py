@@ -47,9 +47,10 @@ privacy report says so.
 
 The package: its keys and constants (``parameters``), budget split and the
 statistics of its counts (``analysis``), public hashing and randomiser
-(``encoding``), messages (``messages``), device side (``client``), server
-(``server``), what an untrusting server checks (``nodes``), planner
-(``plan``), the bits a user sends (``wire``), and its spec, registered here.
+(``encoding``), messages (``messages``), device side (``client``), law
+sampler (``law``), server (``server``), what an untrusting server checks
+(``nodes``), planner (``plan``), the bits a user sends (``wire``), and its
+spec, registered here.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from .encoding import BloomEncoder, vocabulary_keys
 from .messages import RapporRequest, RapporResponse
 
 REPORTS_PURPOSE = "rappor.law-reports"
+ITEMS_AT_ONCE = 1 << 12  # items split over the cohorts together (their split held at once)
 PAIRS_AT_ONCE = 1 << 18  # (item, cohort) pairs hashed together
 
 
@@ -43,9 +44,17 @@ def law(request: RapporRequest, counts: CountedShard, randomness: KeyedRandomnes
     """A shard's per-cohort bit counts, drawn from their law (module docstring)."""
     encoder = request.encoder()
     rng = shard_generator(randomness, REPORTS_PURPOSE, request.round, counts)
-    by_cohort = split_by_public_index(rng, reported_holders(counts, randomness), request.cohorts)  # [V + 1, C]
-    set_bits = filter_bit_counts(encoder, vocabulary_keys(counts.vocabulary), by_cohort[:-1])
-    reporters = by_cohort.sum(axis=0)
+    reporting = reported_holders(counts, randomness)  # [V + 1]: users holding none last
+    keys = vocabulary_keys(counts.vocabulary)
+    m = encoder.bloom_bits
+    set_bits = np.zeros(encoder.cohorts * m, dtype=np.float64)  # exact: sums of integers below 2**53
+    reporters = np.zeros(encoder.cohorts, dtype=np.int64)
+    for first in range(0, reporting.size, ITEMS_AT_ONCE):
+        values, cohorts, split = split_by_public_index(rng, reporting[first : first + ITEMS_AT_ONCE], request.cohorts)
+        reporters += np.bincount(cohorts, weights=split.astype(np.float64), minlength=request.cohorts).astype(np.int64)
+        holding = values + first < keys.size  # the users holding no item set no bit
+        set_bits += filter_bit_counts(encoder, keys[values[holding] + first], cohorts[holding], split[holding])
+    set_bits = np.rint(set_bits).astype(np.int64).reshape(encoder.cohorts, m)
     p, q = encoder.probabilities
     ones = rng.binomial(set_bits, p) + rng.binomial(reporters[:, None] - set_bits, q)
     return RapporResponse(
@@ -53,24 +62,22 @@ def law(request: RapporRequest, counts: CountedShard, randomness: KeyedRandomnes
         sampled_users=counts.n_users,
         responding_users=counts.n_users,
         ones=ones.astype(np.int64).ravel(),
-        reporters=reporters.astype(np.int64),
+        reporters=reporters,
     )
 
 
-def filter_bit_counts(encoder: BloomEncoder, keys: np.ndarray, by_cohort: np.ndarray) -> np.ndarray:
-    """``[C, m]``: how many of each cohort's reporters have each bit set in their Bloom filter,
-    ``by_cohort[v, c]`` reporters of item ``v`` (key ``keys[v]``) in cohort ``c``."""
-    items, cohorts = np.nonzero(by_cohort)
-    weights = by_cohort[items, cohorts].astype(np.float64)
+def filter_bit_counts(encoder: BloomEncoder, keys: np.ndarray, cohorts: np.ndarray, users: np.ndarray) -> np.ndarray:
+    """``[C m]`` (flat, float64): how many of ``users[i]`` reporters of key ``keys[i]`` in cohort
+    ``cohorts[i]`` have each cohort's bit set in their Bloom filter."""
     m = encoder.bloom_bits
-    total = np.zeros(encoder.cohorts * m, dtype=np.float64)  # exact: sums of integers below 2**53
-    for first in range(0, items.size, PAIRS_AT_ONCE):
+    total = np.zeros(encoder.cohorts * m, dtype=np.float64)
+    for first in range(0, keys.size, PAIRS_AT_ONCE):
         block = slice(first, first + PAIRS_AT_ONCE)
-        positions = encoder.positions(keys[items[block]], cohorts[block])  # [pairs, h]
+        positions = encoder.positions(keys[block], cohorts[block])  # [pairs, h]
         repeated = np.zeros(positions.shape, dtype=bool)  # a bit an earlier hash already set
         for j in range(1, positions.shape[1]):
             repeated[:, j] = np.any(positions[:, j : j + 1] == positions[:, :j], axis=1)
         cells = cohorts[block, None] * m + positions
-        total += np.bincount(cells.ravel(), weights=np.where(repeated, 0.0, weights[block, None]).ravel(),
-                             minlength=total.size)
-    return np.rint(total).astype(np.int64).reshape(encoder.cohorts, m)
+        weights = np.where(repeated, 0.0, users[block, None].astype(np.float64))
+        total += np.bincount(cells.ravel(), weights=weights.ravel(), minlength=total.size)
+    return total

@@ -30,9 +30,9 @@ The segment length is the longest whose ``g 2^s`` patterns stay within
 ``protocol.segment_bits`` sets it.
 
 The package: its keys, budget and parameters (``parameters``), messages
-(``messages``), device side (``client``), server (``server``), what an
-untrusting server checks (``nodes``), planner (``plan``), the bits a user
-sends (``wire``), and its spec, registered here.
+(``messages``), device side (``client``), law sampler (``law``), server
+(``server``), what an untrusting server checks (``nodes``), planner
+(``plan``), the bits a user sends (``wire``), and its spec, registered here.
 """
 
 from __future__ import annotations

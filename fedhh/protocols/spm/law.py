@@ -11,7 +11,7 @@ Given a shard's item counts:
 * **Segment pairs.**  A user's pair is a public uniform index keyed by its id,
   independent across users: an item's reporters split over the pairs as
   ``Multinomial(reporters, 1 / C(g, 2) each)``
-  (:func:`~fedhh.protocols.law.split_by_public_index`), once per run.
+  (:func:`~fedhh.protocols.law.public_index_table`), once per run.
 * **The segment reports, once per run.**  A user of pair ``P`` sends one OLH
   report of each of its pair's segments.  For an **ideal random hash** a
   report supports its own pattern with probability ``p`` and every other
@@ -58,7 +58,7 @@ from ...kernels.randomness import KeyedRandomness
 from ...oracles import make_oracle
 from ...oracles.laws import support_law
 from ..common.prefix_encoding import PrefixEncoding
-from ..law import reported_holders, shard_generator, split_by_public_index
+from ..law import reported_holders, shard_generator, public_index_table
 from .client import segment_keys, segment_pairs
 from .messages import SPMRequest, SPMResponse
 from .parameters import FINAL, MODES, ORACLE, PAIRS, SEGMENTS
@@ -126,7 +126,7 @@ def segment_supports(
     rng = shard_generator(randomness, SEGMENTS_PURPOSE, 0, counts)
     values = segment_keys(bits, request.bounds)
     pairs = segment_pairs(request.segments)
-    by_pair = split_by_public_index(rng, reported_holders(counts, randomness), pairs.shape[0])
+    by_pair = public_index_table(rng, reported_holders(counts, randomness), pairs.shape[0])
     holding, others = [], []
     for pair, members in enumerate(pairs):
         users = int(by_pair[:, pair].sum())
