@@ -17,8 +17,8 @@ import numpy as np
 
 from . import __version__
 from .config import FedhhConfig
-from .data.items import ItemCodec, get_alphabet
 from .data.counted import CountedShard, counted_users
+from .data.items import ItemCodec, get_alphabet
 from .data.population import PopulationCounts, PopulationSource, Shard, check_shard_count, shard_bounds
 from .data.sources import held_items_per_user, make_source, sampled_candidates
 from .kernels.randomness import KeyedRandomness
@@ -32,13 +32,13 @@ from .resources import require_population_memory
 
 def item_codec(config: FedhhConfig) -> ItemCodec:
     """The public item codec of a run (``[protocol]``), as the server and every device build it."""
-    protocol = config["protocol"]
+    protocol = config.protocol
     return ItemCodec(
-        get_alphabet(protocol["alphabet"]),
-        protocol["unit_size"],
-        protocol["max_length"],
-        overlong=protocol["overlong"],
-        unknown_chars=protocol["unknown_chars"],
+        get_alphabet(protocol.alphabet),
+        protocol.unit_size,
+        protocol.max_length,
+        overlong=protocol.overlong,
+        unknown_chars=protocol.unknown_chars,
     )
 
 
@@ -49,22 +49,20 @@ def check_needs(config: FedhhConfig) -> None:
     and the privacy target.  A file's or a dataset's size is known only once it is read, so
     nothing is checked for them here.  A sweep calls it for every grid point before any runs."""
     codec = item_codec(config)
-    population, seed = config["population"], int(config["run"]["seed"])
-    law = config["run"]["simulation"] == LAW
-    spec = get_protocol(config["protocol"]["name"])
+    seed = config.run.seed
+    law = config.run.simulation == LAW
+    spec = get_protocol(config.protocol.name)
     if law and spec.law is None:
         raise no_law_sampler(spec.name)
-    candidates = sampled_candidates(population, codec, seed)
+    candidates = sampled_candidates(config["population"], codec, seed)
     if candidates is None:
         return
     codec.require_memory_to_encode(candidates)
-    n_users = int(population["users"])
+    n_users = config.population.users
     if not law:  # a law simulation holds counts, never the users
-        require_population_memory(n_users, held_items_per_user(population, codec))
-    check_shard_count(n_users, int(config["run"]["shards"]))
-    spec.build_server(
-        config["privacy"], n_users, codec, seed, protocol=config["protocol"]
-    )
+        require_population_memory(n_users, held_items_per_user(config["population"], codec))
+    check_shard_count(n_users, config.run.shards)
+    spec.build_server(config.privacy, n_users, codec, seed, protocol=config["protocol"])
 
 
 def run_record(result: ProtocolResult, timing: dict[str, float], cap: int | None = None) -> dict[str, Any]:
@@ -143,10 +141,10 @@ class Experiment:
         population, drawn with its own seed); it must be encoded with this config's codec."""
         self.config = config
         self.codec = item_codec(config)
-        self.spec = get_protocol(config["protocol"]["name"])
-        self.seed = int(config["run"]["seed"])
+        self.spec = get_protocol(config.protocol.name)
+        self.seed = config.run.seed
         self.randomness = KeyedRandomness(self.seed)
-        self.simulation = str(config["run"]["simulation"])  # users | law (fedhh.protocols.law)
+        self.simulation = config.run.simulation  # users | law (fedhh.protocols.law)
         if self.simulation == LAW and self.spec.law is None:
             raise no_law_sampler(self.spec.name)
         # What the run will need is checked before anything is charged or started, and where the
@@ -159,9 +157,9 @@ class Experiment:
         self.source: PopulationSource = source
         self.n_users = self.source.n_users
         if self._fresh_server is None:  # a file's or a dataset's size is known once it is read
-            if self.simulation != LAW:
-                self.source.require_memory(int(config["population"]["words_per_user"]))
-            check_shard_count(self.n_users, int(config["run"]["shards"]))
+            if self.simulation != LAW:  # a law simulation holds counts, never the users
+                self.source.require_memory(config.population.words_per_user)
+            check_shard_count(self.n_users, config.run.shards)
             self._solve(self.n_users)
         assert self._fresh_server is not None
         # the server built for the target is the first one make_server hands out
@@ -190,18 +188,18 @@ class Experiment:
         the population's memory, the shard count, and the privacy target (:meth:`_solve`)."""
         if self.simulation != LAW:  # a law simulation holds counts, never the users
             require_population_memory(n_users, held_items_per_user(self.config["population"], self.codec))
-        check_shard_count(n_users, int(self.config["run"]["shards"]))
+        check_shard_count(n_users, self.config.run.shards)
         self._solve(n_users)
 
     def _solve(self, n_users: int) -> None:
         """Build the first server for ``n_users``, solving the privacy target (vocabulary not offered yet)."""
         self._fresh_server = self.spec.build_server(
-            self.config["privacy"], n_users, self.codec, self.seed, protocol=self.config["protocol"]
+            self.config.privacy, n_users, self.codec, self.seed, protocol=self.config["protocol"]
         )
 
     def _build_server(self) -> ServerProtocol:
         server = self.spec.build_server(
-            self.config["privacy"], self.n_users, self.codec, self.seed, protocol=self.config["protocol"]
+            self.config.privacy, self.n_users, self.codec, self.seed, protocol=self.config["protocol"]
         )
         server.offer_vocabulary(self.source.vocabulary)
         return server
@@ -233,7 +231,7 @@ class Experiment:
         source (in a law simulation: the sum of the shards' counts, drawn as the shards draw
         them): for a process that holds no shard (a driver that built shards has their sum)."""
         if self.simulation == LAW:
-            shards = int(self.config["run"]["shards"])
+            shards = self.config.run.shards
             return PopulationCounts.combine(self.counted_shard(i, shards).counts() for i in range(shards))
         return self.source.population_counts()
 
@@ -276,7 +274,7 @@ class Experiment:
         }
         if self.communication is not None:
             document["communication"] = self.communication.to_dict()
-        if self.config["run"]["evaluation"]:
+        if self.config.run.evaluation:
             document["evaluation"] = self.evaluate(document["heavy_hitters"], counts)
         return document
 
@@ -296,7 +294,7 @@ class Experiment:
         index = {item: i for i, item in enumerate(truth.items)}
         discovered = {hit["item"] for hit in heavy_hitters}
         estimates = {hit["item"]: hit.get("estimated_count") for hit in heavy_hitters}
-        top_k = int(self.config["run"]["top_k"])
+        top_k = self.config.run.top_k
 
         def truth_of(item: str) -> dict[str, Any]:
             i = index.get(item)

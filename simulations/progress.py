@@ -20,12 +20,12 @@ class RoundProgress:
     (a no-op) when ``enabled`` is false.
     """
 
-    def __init__(self, server: ServerProtocol, enabled: bool = True, label: str = "") -> None:
+    def __init__(self, server: ServerProtocol, label: str, enabled: bool = True) -> None:
         self._server = server
         self._progress: Progress | None = None
         if enabled:
             self._progress = Progress(
-                TextColumn(f"[bold]{label or server.name}[/] round"),
+                TextColumn(f"[bold]{label}[/] round"),
                 MofNCompleteColumn(),
                 BarColumn(),
                 TimeElapsedColumn(),
@@ -35,7 +35,7 @@ class RoundProgress:
             )
             self._task = self._progress.add_task("", total=server.max_rounds)
 
-    def __enter__(self) -> "RoundProgress":
+    def __enter__(self) -> RoundProgress:
         if self._progress is not None:
             self._progress.start()
         return self

@@ -67,7 +67,7 @@ def run_experiment(config: FedhhConfig, output: ResultsFolder, show_progress: bo
             except FederationError as error:
                 raise FlowerRunFailed(f"the Flower run failed in its ServerApp: {error}") from error
     charged = []  # once the shards are placed (a population on disk may be refused there)
-    fast = run_fast(experiment, run["shards"], run["backend"], show_progress=show_progress,
+    fast = run_fast(experiment, config.run.shards, config.run.backend, show_progress=show_progress,
                     when_placed=lambda: charged.append(charge_run(config["privacy"], experiment.privacy, run_id)))
     privacy = charged[0]
     timing = {"population_s": population_s, **fast.timing}

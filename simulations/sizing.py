@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from fedhh.config import FedhhConfig
-from fedhh.data.items import ItemCodec, get_alphabet
 from fedhh.data.counted import CountedShard, UserTypes
+from fedhh.data.items import ItemCodec, get_alphabet
 from fedhh.data.population import Shard, SingleItemShard, Vocabulary
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment, report_cap, reported_discoveries
@@ -42,7 +42,7 @@ from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.metrics import recall_at_k
 from fedhh.planning.sizing import PRECISION, check_share
 from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh
-from fedhh.protocols import ServerProtocol, get_protocol
+from fedhh.protocols import Request, Response, ServerProtocol, get_protocol
 from fedhh.protocols.law import LAW, USERS
 from fedhh.protocols.prefix_search.pem import PEMServer
 from fedhh.protocols.prefix_search.reports import respond as prefix_respond
@@ -147,14 +147,16 @@ def verify_item(
             raise ValueError("verify_item: TrieHH needs its privacy target (ε, δ, L)")
         epsilon, delta, max_rounds = privacy
         if max_rounds < 2:
-            raise InputError(f"--max-rounds: --verify needs an item of at least one character, so L >= 2, got {max_rounds}")
+            raise InputError(
+                f"--max-rounds: --verify needs an item of at least one character, so L >= 2, got {max_rounds}"
+            )
         codec = ItemCodec(get_alphabet("lowercase"), 1, max_rounds - 1)
         params = solve_triehh(users, epsilon, delta, max_rounds)
 
         def server(run_seed: int) -> ServerProtocol:
             return TrieHHServer(params, codec, run_seed)
 
-        respond = triehh_respond
+        respond: Callable[..., Response] = triehh_respond
     else:
         if search is None:
             raise ValueError(f"verify_item: {protocol} needs its search parameters")
@@ -172,9 +174,16 @@ def verify_item(
     if by_law:
         counted, item = planted_counts(codec, users, holders)
         law = get_protocol(protocol).law
-        assert law is not None
+        if law is None:
+            raise ValueError(f"verify_item: {protocol} has no law sampler")
+
+        def answer(request: Request, randomness: KeyedRandomness) -> list[Response]:
+            return [law(request, counted, randomness)]
     else:
         shard, item = planted_population(codec, users, holders)
+
+        def answer(request: Request, randomness: KeyedRandomness) -> list[Response]:
+            return [respond(request, shard, randomness)]
     found = 0
     for trial in range(trials):
         run_seed = seed + trial
@@ -182,9 +191,7 @@ def verify_item(
         run = server(run_seed)
         if by_law:
             run.simulate_by_law()
-            result = drive(run, lambda request: [law(request, counted, randomness)])
-        else:
-            result = drive(run, lambda request: [respond(request, shard, randomness)])
+        result = drive(run, lambda request: answer(request, randomness))  # noqa: B023 (called at once)
         found += any(discovery.item == item for discovery in result.discoveries)
         if progress is not None:
             progress(trial + 1, trials)

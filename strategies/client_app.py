@@ -132,9 +132,9 @@ def node_data(
         return NodeData(info, shard, spec.respond, SecureRandomness(), spec, config)
     source = _source(key, population)
     index, count = shard_of(node_config)
-    shard = _shard(key, population, index, count)
-    info = ShardInfo(index, count, shard.first_user, shard.n_users, source.n_users)
-    return NodeData(info, shard, spec.respond, KeyedRandomness(int(config["run"]["seed"])), spec, config)
+    held = _shard(key, population, index, count)
+    info = ShardInfo(index, count, held.first_user, held.n_users, source.n_users)
+    return NodeData(info, held, spec.respond, KeyedRandomness(int(config["run"]["seed"])), spec, config)
 
 
 def _config_key(run_config: Mapping[str, Any]) -> ConfigKey:
@@ -158,16 +158,18 @@ def _source(config_key: ConfigKey, population: PopulationProvider | None) -> Pop
 
 
 @functools.lru_cache(maxsize=SHARD_CACHE_SIZE)
-def _shard(config_key: ConfigKey, population: PopulationProvider | None, index: int, count: int) -> Shard | CountedShard:
+def _shard(
+    config_key: ConfigKey, population: PopulationProvider | None, index: int, count: int
+) -> Shard | CountedShard:
     """The node's users, or in a law simulation their item counts, drawn as the server's
     :meth:`fedhh.experiment.Experiment.counted_shard` draws them."""
     source = _source(config_key, population)
     check_shard_count(source.n_users, count)
     config = _config(config_key)
-    if config["run"]["simulation"] == LAW:
-        if get_protocol(str(config["protocol"]["name"])).law is None:
-            raise no_law_sampler(str(config["protocol"]["name"]))
-        return counted_users(source, *shard_bounds(source.n_users, index, count), int(config["run"]["seed"]))
+    if config.run.simulation == LAW:
+        if get_protocol(config.protocol.name).law is None:
+            raise no_law_sampler(config.protocol.name)
+        return counted_users(source, *shard_bounds(source.n_users, index, count), config.run.seed)
     return source.build_shard(index, count)
 
 

@@ -108,7 +108,7 @@ def keep_five_percent_up(epsilon: float) -> float:
 
 @pytest.mark.parametrize(("extra", "seeds"), [
     (["run.top_k=20", "privacy.epsilon=1"], 300),
-    (["run.top_k=10", "privacy.epsilon=2", "population.words_per_user=3"], 60),
+    (["run.top_k=10", "privacy.epsilon=2", "population.words_per_user=3"], 150),
     (["run.top_k=10", "privacy.epsilon=1", "protocol.unit_size=2", "protocol.max_length=6",
       "population.item_length=6"], 300),
 ], ids=["one-item", "several-items", "unit-size-2"])

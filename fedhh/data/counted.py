@@ -25,6 +25,7 @@ depends on the shards (the users' own items do not).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -202,14 +203,14 @@ class CountedShard:
     def combine(cls, parts: list[CountedShard]) -> CountedShard:
         """The counts of consecutive ranges of users, as one range."""
         ordered = sorted(parts, key=lambda part: part.first_user)
-        for before, after in zip(ordered, ordered[1:]):
+        for before, after in itertools.pairwise(ordered):
             if before.stop_user != after.first_user:
                 raise ValueError("combine needs consecutive ranges of users")
         return cls(
             ordered[0].vocabulary,
             ordered[0].first_user,
             sum(part.n_users for part in ordered),
-            np.sum([part.holders for part in ordered], axis=0, dtype=np.int64),
+            np.asarray(np.sum([part.holders for part in ordered], axis=0, dtype=np.int64)),
             UserTypes.combine([part.types for part in ordered]),
             ordered[0].population_users,
         )

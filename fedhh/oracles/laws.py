@@ -59,6 +59,7 @@ oracle's law rests on:
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator
 
 import numpy as np
@@ -97,7 +98,9 @@ def held_by(values: np.ndarray, counts: np.ndarray, candidates: np.ndarray) -> n
     return np.where(found, counts[position] if values.size else 0, 0).astype(np.int64)
 
 
-def uniform_split(rng: np.random.Generator, counts: np.ndarray, parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def uniform_split(
+    rng: np.random.Generator, counts: np.ndarray, parts: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each ``counts[i]`` reporters spread over ``parts`` uniformly (``Multinomial(counts[i], 1/parts)``),
     as sparse ``(i, part, reporters)`` triples with reporters > 0: a multinomial for the counts of
     at least ``parts`` reporters, a uniform draw per reporter for the others (cost
@@ -145,7 +148,7 @@ def support_law(
     if law is not None:
         return law(oracle, values, counts, candidates, rng)
     if _statistics_law(oracle) is not None:
-        return oracle.support(_statistics_law(oracle)(oracle, values, counts, rng), candidates)  # type: ignore[misc]
+        return oracle.support(_statistics_law(oracle)(oracle, values, counts, rng), candidates)
     support = None
     for block, _ in _blocks(values, counts):
         part = oracle.randomize_support(block, candidates, rng)
@@ -153,7 +156,7 @@ def support_law(
     return support if support is not None else oracle.randomize_support(np.zeros(0, dtype=np.uint64), candidates, rng)
 
 
-def _statistics_law(oracle: FrequencyOracle):  # noqa: ANN202
+def _statistics_law(oracle: FrequencyOracle):
     """The derived statistics law of ``oracle``, or ``None``."""
     for kind, law in _STATISTICS_LAWS:
         if isinstance(oracle, kind):
@@ -161,7 +164,7 @@ def _statistics_law(oracle: FrequencyOracle):  # noqa: ANN202
     return None
 
 
-def _support_law(oracle: FrequencyOracle):  # noqa: ANN202
+def _support_law(oracle: FrequencyOracle):
     for kind, law in _SUPPORT_LAWS:
         if isinstance(oracle, kind):
             return law
@@ -192,11 +195,13 @@ def _blocks(values: np.ndarray, counts: np.ndarray) -> Iterator[tuple[np.ndarray
         yield np.repeat(values[lo:hi], np.maximum(taken, 0)), last - first
 
 
-def _drawn_statistics(oracle: FrequencyOracle, values: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> object:
+def _drawn_statistics(
+    oracle: FrequencyOracle, values: np.ndarray, counts: np.ndarray, rng: np.random.Generator
+) -> object:
     statistics = None
     for block, _ in _blocks(values, counts):
         part = oracle.randomize_aggregate(block, rng)
-        statistics = part if statistics is None else statistics + part  # type: ignore[operator]
+        statistics = part if statistics is None else statistics + part
     if statistics is None:
         statistics = oracle.randomize_aggregate(np.zeros(0, dtype=np.uint64), rng)
     return statistics
@@ -248,7 +253,8 @@ def _unary_statistics(
     holders = np.zeros(oracle.domain, dtype=np.int64)
     holders[values.astype(np.intp)] = counts
     total = int(counts.sum())
-    return UnaryStatistics((rng.binomial(holders, oracle.p) + rng.binomial(total - holders, oracle.q)).astype(np.int64), total)
+    drawn = rng.binomial(holders, oracle.p) + rng.binomial(total - holders, oracle.q)
+    return UnaryStatistics(drawn.astype(np.int64), total)
 
 
 def _unary_support(
@@ -293,7 +299,8 @@ def hadamard_row_sums(
     state = np.zeros((blocks, width, 2), dtype=np.int64)
     np.add.at(state, (block.astype(np.intp), column.astype(np.intp), negative.astype(np.intp)), counts)
     for bit in range(width.bit_length() - 2, -1, -1):
-        view = state.reshape(blocks, width >> (bit + 1), 2, 1 << bit, 2)  # [block, higher bits, bit b, lower bits, sign]
+        # [block, higher bits, bit b, lower bits, sign]
+        view = state.reshape(blocks, width >> (bit + 1), 2, 1 << bit, 2)
         ones = fair_binomial(rng, view)
         zeros = view - ones
         zero_side = zeros[:, :, 0] + zeros[:, :, 1]
@@ -404,7 +411,7 @@ def _row_split(oracle: SketchOracle, values: np.ndarray, counts: np.ndarray, rng
     symbols = oracle.symbols(row, values[owner])
     order = np.argsort(row, kind="stable")
     bounds = np.searchsorted(row[order], np.arange(oracle.rows + 1))
-    return [(symbols[order[a:b]], weight[order[a:b]]) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [(symbols[order[a:b]], weight[order[a:b]]) for a, b in itertools.pairwise(bounds)]
 
 
 def _sketch_statistics(

@@ -28,17 +28,17 @@ import numpy as np
 from ..data.counted import CountedShard
 from ..errors import InputError
 from ..kernels.randomness import KeyedRandomness
-from .base import Request, Response
+from .base import RequestT_contra, ResponseT_co
 
 USERS, LAW = "users", "law"
 SIMULATIONS: tuple[str, ...] = (USERS, LAW)
 CHOICE_PURPOSE = "law.item-choice"
 
 
-class LawFunction(Protocol):
+class LawFunction(Protocol[RequestT_contra, ResponseT_co]):
     """A protocol's law sampler: a shard's response drawn from its law given the shard's counts."""
 
-    def __call__(self, request: Request, counts: CountedShard, randomness: KeyedRandomness) -> Response: ...
+    def __call__(self, request: RequestT_contra, counts: CountedShard, randomness: KeyedRandomness) -> ResponseT_co: ...
 
 
 def no_law_sampler(protocol: str) -> InputError:
@@ -49,7 +49,9 @@ def no_law_sampler(protocol: str) -> InputError:
     )
 
 
-def shard_generator(randomness: KeyedRandomness, purpose: str, round_: int, counts: CountedShard) -> np.random.Generator:
+def shard_generator(
+    randomness: KeyedRandomness, purpose: str, round_: int, counts: CountedShard
+) -> np.random.Generator:
     """The generator of one purpose, round and shard (keyed by the shard's range of users)."""
     return randomness.generator(purpose, round_, counts.first_user, counts.stop_user)
 

@@ -41,5 +41,11 @@ def reply_budget(request: MCMRequest, node: HeldUsers, server: ServerProtocol) -
 def describe_round(record: RoundRecord) -> str:
     values = record.values
     if values["stage"] == BITS:
-        return f"(channel, bit) pairs from {values['users']:,} users: {values['channels']:,} channels, {values['candidates']:,} candidates"
-    return f"full values from {values['users']:,} users: {values['candidates']:,} candidates, {values['reported']} reported"
+        return (
+            f"(channel, bit) pairs from {values['users']:,} users: {values['channels']:,} channels, "
+            f"{values['candidates']:,} candidates"
+        )
+    return (
+        f"full values from {values['users']:,} users: {values['candidates']:,} candidates, "
+        f"{values['reported']} reported"
+    )
