@@ -64,6 +64,6 @@ SPEC = register_protocol(
         plan_command=BITSTOGRAM_PLAN,
         communication=bitstogram_bits,
         contract=ITEM_CHOICE_CONTRACT,
-        law=law,  # type: ignore[arg-type]
+        law=law,
     )
 )

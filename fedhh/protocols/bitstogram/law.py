@@ -37,7 +37,7 @@ from ...oracles.hashing import hash_keys
 from ...oracles.hashtogram import HashtogramStatistics
 from ...oracles.laws import statistics_law
 from ..common.value_reports import value_table
-from ..law import reported_holders, shard_generator, public_index_table
+from ..law import public_index_table, reported_holders, shard_generator
 from .messages import BitstogramRequest, BitstogramResponse
 
 REPORTS_PURPOSE = "bitstogram.law-reports"

@@ -50,7 +50,7 @@ SPEC = register_protocol(
         plan_command=CENTRAL_PLAN,
         communication=central_bits,
         contract=CONTRACT,
-        law=law,  # type: ignore[arg-type]
+        law=law,
     )
 )
 

@@ -24,7 +24,8 @@ def respond(request: ItemRequest, shard: Shard, randomness: RandomnessSource) ->
     is randomised on the device: the curator adds the noise to the total.
     """
     _, chosen = choose_items(shard, np.arange(shard.n_users), randomness, CHOICE_PURPOSE, request.round)
-    return item_histogram(request, np.bincount(chosen, minlength=shard.vocabulary.size), shard.vocabulary, shard.n_users)
+    tally = np.bincount(chosen, minlength=shard.vocabulary.size)
+    return item_histogram(request, tally, shard.vocabulary, shard.n_users)
 
 
 def item_histogram(request: ItemRequest, tally: np.ndarray, vocabulary: Vocabulary, users: int) -> ItemHistogram:

@@ -61,7 +61,11 @@ def value_table(vocabulary: Vocabulary, value_bits: int) -> tuple[np.ndarray, np
 
 
 def users_per_index(
-    server: ServerProtocol, node: HeldUsers, reported: np.ndarray, span: int, index_of: Callable[[np.ndarray], np.ndarray]
+    server: ServerProtocol,
+    node: HeldUsers,
+    reported: np.ndarray,
+    span: int,
+    index_of: Callable[[np.ndarray], np.ndarray],
 ) -> np.ndarray:
     """How many of a node's users have each value of a public per-user index (``index_of(ids)``:
     a bit position, a cohort, a segment pair), which an honest reply's ``reported`` equal.
@@ -74,7 +78,9 @@ def users_per_index(
     if not server.by_law:
         return np.bincount(index_of(np.arange(node.first_user, node.first_user + node.users)), minlength=span)
     if reported.shape != (span,) or int(reported.min(initial=0)) < 0 or int(reported.sum()) != node.users:
-        raise InvalidReply(f"reporters {reported.tolist()}: not a split of the node's {node.users} users over {span} groups")
+        raise InvalidReply(
+            f"reporters {reported.tolist()}: not a split of the node's {node.users} users over {span} groups"
+        )
     return reported
 
 

@@ -45,7 +45,7 @@ SPEC = register_protocol(
         no_dense_reason=NO_DENSE_LAYOUT,
         communication=exact_bits,
         contract=CONTRACT,
-        law=law,  # type: ignore[arg-type]
+        law=law,
     )
 )
 

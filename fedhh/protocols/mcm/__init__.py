@@ -60,6 +60,6 @@ SPEC = register_protocol(
         plan_command=MCM_PLAN,
         communication=mcm_bits,
         contract=ITEM_CHOICE_CONTRACT,
-        law=law,  # type: ignore[arg-type]
+        law=law,
     )
 )

@@ -36,7 +36,7 @@ from ...oracles.hashing import hash_keys
 from ...oracles.laws import support_law
 from ..common.prefix_encoding import PrefixEncoding
 from ..common.value_reports import value_table
-from ..law import reported_holders, shard_generator, public_index_table
+from ..law import public_index_table, reported_holders, shard_generator
 from .messages import MCMRequest, MCMResponse
 from .parameters import BITS, FINAL, ORACLE
 

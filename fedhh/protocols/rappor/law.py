@@ -47,14 +47,14 @@ def law(request: RapporRequest, counts: CountedShard, randomness: KeyedRandomnes
     reporting = reported_holders(counts, randomness)  # [V + 1]: users holding none last
     keys = vocabulary_keys(counts.vocabulary)
     m = encoder.bloom_bits
-    set_bits = np.zeros(encoder.cohorts * m, dtype=np.float64)  # exact: sums of integers below 2**53
+    summed = np.zeros(encoder.cohorts * m, dtype=np.float64)  # exact: sums of integers below 2**53
     reporters = np.zeros(encoder.cohorts, dtype=np.int64)
     for first in range(0, reporting.size, ITEMS_AT_ONCE):
         values, cohorts, split = split_by_public_index(rng, reporting[first : first + ITEMS_AT_ONCE], request.cohorts)
         reporters += np.bincount(cohorts, weights=split.astype(np.float64), minlength=request.cohorts).astype(np.int64)
         holding = values + first < keys.size  # the users holding no item set no bit
-        set_bits += filter_bit_counts(encoder, keys[values[holding] + first], cohorts[holding], split[holding])
-    set_bits = np.rint(set_bits).astype(np.int64).reshape(encoder.cohorts, m)
+        summed += filter_bit_counts(encoder, keys[values[holding] + first], cohorts[holding], split[holding])
+    set_bits = np.rint(summed).astype(np.int64).reshape(encoder.cohorts, m)
     p, q = encoder.probabilities
     ones = rng.binomial(set_bits, p) + rng.binomial(reporters[:, None] - set_bits, q)
     return RapporResponse(

@@ -72,6 +72,6 @@ SPEC = register_protocol(
         plan_command=SPM_PLAN,
         communication=spm_bits,
         contract=ITEM_CHOICE_CONTRACT,
-        law=law,  # type: ignore[arg-type]
+        law=law,
     )
 )

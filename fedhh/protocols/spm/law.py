@@ -57,11 +57,12 @@ from ...kernels.laws import multivariate_hypergeometric
 from ...kernels.randomness import KeyedRandomness
 from ...oracles import make_oracle
 from ...oracles.laws import support_law
+from ...oracles.local_hashing import LocalHashing
 from ..common.prefix_encoding import PrefixEncoding
-from ..law import reported_holders, shard_generator, public_index_table
+from ..law import public_index_table, reported_holders, shard_generator
 from .client import segment_keys, segment_pairs
 from .messages import SPMRequest, SPMResponse
-from .parameters import FINAL, MODES, ORACLE, PAIRS, SEGMENTS
+from .parameters import FINAL, MODES, ORACLE, SEGMENTS
 
 SEGMENTS_PURPOSE = "spm.law-segments"
 REPORTS_PURPOSE = "spm.law-reports"
@@ -91,23 +92,26 @@ def law(request: SPMRequest, counts: CountedShard, randomness: KeyedRandomness) 
         raise ValueError(f"request.mode: got {request.mode!r}; allowed: {list(MODES)}")
     encoding = PrefixEncoding("bits", counts.vocabulary.codec)
     if encoding.length != request.value_bits:
-        raise ValueError(f"request.value_bits: {request.value_bits}, but the item codec gives {encoding.length}-bit values")
+        raise ValueError(
+            f"request.value_bits: {request.value_bits}, but the item codec gives {encoding.length}-bit values"
+        )
     bits = np.concatenate([encoding.units(counts.vocabulary), np.zeros((1, request.value_bits), dtype=np.uint8)])
     rng = shard_generator(randomness, REPORTS_PURPOSE, request.round, counts)
     if request.mode == FINAL:
         oracle = make_oracle(ORACLE, epsilon=request.epsilon, domain=encoding.domain(request.value_bits))
-        support = support_law(oracle, encoding.keys(bits), reported_holders(counts, randomness), request.candidates, rng)
+        reporting = reported_holders(counts, randomness)
+        support = support_law(oracle, encoding.keys(bits), reporting, request.candidates, rng)
         return _response(request, counts, support.counts, np.array([counts.n_users]))
     supports = segment_supports(request, counts, randomness, bits)
     pairs = segment_pairs(request.segments)
+    cells: list[np.ndarray] = []
+    reporters: list[int] = []
     if request.mode == SEGMENTS:
-        cells, reporters = [], []
         for segment in range(request.segments):
             sides = [(pair, side) for pair, members in enumerate(pairs) for side in (0, 1) if members[side] == segment]
             cells.append(sum(supports.holding[p][t] + supports.others[p][t] for p, t in sides))
             reporters.append(sum(int(supports.by_pair[:, p].sum()) for p, _ in sides))
         return _response(request, counts, np.concatenate(cells), np.array(reporters))
-    cells, reporters = [], []
     for pair, (first, second) in enumerate(pairs):
         joint, first_sums, second_sums = _pair_counts(request, supports, pair, first, second, rng)
         cells += [joint.ravel(), first_sums, second_sums]
@@ -120,9 +124,9 @@ def segment_supports(
 ) -> SegmentSupports:
     """The shard's segment reports as counts, drawn once per run and kept (module docstring)."""
     key = (SEGMENTS_PURPOSE, randomness.seed, int(request.partition_seed), request.bounds.tobytes(), request.epsilon)
-    kept = counts.memo.get(key)
+    kept: SegmentSupports | None = counts.memo.get(key)
     if kept is not None:
-        return kept  # type: ignore[return-value]
+        return kept
     rng = shard_generator(randomness, SEGMENTS_PURPOSE, 0, counts)
     values = segment_keys(bits, request.bounds)
     pairs = segment_pairs(request.segments)
@@ -134,6 +138,7 @@ def segment_supports(
         for segment in members:
             width = int(request.bounds[segment + 1] - request.bounds[segment])
             oracle = make_oracle(ORACLE, epsilon=request.epsilon, domain=1 << width)
+            assert isinstance(oracle, LocalHashing)
             holders = np.bincount(values[:, segment].astype(np.intp), weights=by_pair[:, pair].astype(np.float64),
                                   minlength=1 << width)
             holders = np.rint(holders).astype(np.int64)  # exact: float64 sums of integers below 2**53
@@ -142,7 +147,7 @@ def segment_supports(
         holding.append(tuple(sides_holding))
         others.append(tuple(sides_others))
     drawn = SegmentSupports(values, by_pair, tuple(holding), tuple(others))  # type: ignore[arg-type]
-    counts.memo[key] = drawn  # type: ignore[assignment]
+    counts.memo[key] = drawn
     return drawn
 
 
@@ -157,15 +162,17 @@ def _pair_counts(
     users = int(ends[-1]) if ends.size else 0
     blocks = np.arange(0, users, USERS_AT_ONCE)
     sides = []
-    for side, segment in enumerate((first, second)):
+    for position, segment in enumerate((first, second)):
         patterns = request.patterns[request.pattern_offsets[segment] : request.pattern_offsets[segment + 1]]
         width = int(request.bounds[segment + 1] - request.bounds[segment])
         if patterns.size and int(patterns.max()) >= 1 << width:
-            raise ValueError(f"request.patterns: segment {segment} has {1 << width} patterns, got {int(patterns.max())}")
+            raise ValueError(
+                f"request.patterns: segment {segment} has {1 << width} patterns, got {int(patterns.max())}"
+            )
         distinct, inverse = np.unique(patterns, return_inverse=True)
         sides.append(_Side(distinct, inverse, supports.segment_values[held, segment],
-                           supports.holding[pair][side][distinct.astype(np.intp)],
-                           supports.others[pair][side][distinct.astype(np.intp)]))
+                           supports.holding[pair][position][distinct.astype(np.intp)],
+                           supports.others[pair][position][distinct.astype(np.intp)]))
 
     def block_values(start: int) -> list[np.ndarray]:
         owner = np.searchsorted(ends, np.arange(start, min(start + USERS_AT_ONCE, users)), side="right")
@@ -206,14 +213,17 @@ class _Side:
         match = self.distinct[position] == values if self.distinct.size else np.zeros(values.shape, dtype=bool)
         return np.bincount(position[match], minlength=self.distinct.size)
 
-    def block_shares(self, rng: np.random.Generator, holders: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def block_shares(
+        self, rng: np.random.Generator, holders: np.ndarray, sizes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``[blocks, patterns]`` twice: how many of each pattern's supporters among its holders,
         and among the other users, fall in each block (a uniform subset's split over the blocks)."""
         held_shares = np.zeros(holders.shape, dtype=np.int64)
         other_shares = np.zeros(holders.shape, dtype=np.int64)
         for column in range(self.distinct.size):
-            held_shares[:, column] = multivariate_hypergeometric(rng, holders[:, column], int(self.holding[column]))
-            other_shares[:, column] = multivariate_hypergeometric(rng, sizes - holders[:, column], int(self.others[column]))
+            held = holders[:, column]
+            held_shares[:, column] = multivariate_hypergeometric(rng, held, int(self.holding[column]))
+            other_shares[:, column] = multivariate_hypergeometric(rng, sizes - held, int(self.others[column]))
         return held_shares, other_shares
 
 

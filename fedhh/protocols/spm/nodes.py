@@ -44,8 +44,11 @@ def check_reply(request: SPMRequest, response: SPMResponse, node: HeldUsers, ser
                                    lambda ids: user_pairs(request.partition_seed, request.segments, ids))
     elif server.by_law:  # a law simulation draws the pairs' split: any with two segments a user
         expected = response.reporters
-        if int(expected.min(initial=0)) < 0 or int(expected.max(initial=0)) > node.users or int(expected.sum()) != 2 * node.users:
-            raise InvalidReply(f"{tag}.reporters: {expected.tolist()}, not two segments for each of the node's {node.users} users")
+        fits = int(expected.min(initial=0)) >= 0 and int(expected.max(initial=0)) <= node.users
+        if not fits or int(expected.sum()) != 2 * node.users:
+            raise InvalidReply(
+                f"{tag}.reporters: {expected.tolist()}, not two segments for each of the node's {node.users} users"
+            )
     else:
         chosen = segment_pairs(request.segments)[user_pairs(request.partition_seed, request.segments,
                                                             np.arange(node.first_user, node.first_user + node.users))]
