@@ -408,13 +408,15 @@ def test_exact_law_is_the_users_reply(extra: list[str]) -> None:
 # -- shards and the untrusting server ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("protocol", ["mcm", "bitstogram", "spm", "rappor", "central", "exact"])
+@pytest.mark.parametrize("protocol", ["mcm", "bitstogram", "spm", "rappor", "sfp", "central", "exact"])
 def test_law_replies_pass_the_server_checks_across_shards(protocol: str) -> None:
     """Every round of a law run on three shards: each shard's reply passes the checks of a server
     that cannot trust its nodes (a law sampler draws how its users split over bit positions,
-    cohorts or segment pairs, which the server then takes as any split of the node's users), and
+    cohorts, segment pairs or fragment positions, which the server then takes as any split of the
+    node's users), and
     a reply claiming one user more than the node holds is refused."""
-    extra = {"spm": ["protocol.segment_bits=5"], "rappor": ["protocol.bloom_bits=64"]}.get(protocol, [])
+    extra = {"spm": ["protocol.segment_bits=5"], "rappor": ["protocol.bloom_bits=64"],
+             "sfp": ["protocol.max_length=4", "population.item_length=4"]}.get(protocol, [])
     config = load_config(overrides=[*SMALL, "population.users=5000", "run.simulation=law", f"protocol.name={protocol}",
                                     "run.shards=3", *extra])
     experiment = Experiment(config)
