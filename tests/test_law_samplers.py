@@ -59,6 +59,21 @@ def test_multivariate_hypergeometric_has_the_exact_moments(scale: int) -> None:
     assert not moments_agree(wrong, *hypergeometric_moments(colors, draws))
 
 
+def test_thinning_with_more_classes_than_surplus_has_the_exact_moments() -> None:
+    """Above 10^9 with more classes than the thinning's surplus, the surplus is removed one chosen
+    object at a time (the other path: a hypergeometric draw of it, as above)."""
+    colors = np.repeat(np.array([1, 3, 10, 40]), 500) * 10**6
+    draws = 200
+    rng = np.random.default_rng(13)
+    sample = np.array([multivariate_hypergeometric(rng, colors, draws) for _ in range(4000)])
+    assert np.all(sample.sum(axis=1) == draws)
+    grouped = sample.reshape(4000, 4, 500).sum(axis=2)  # the four sizes of class, 500 classes each
+    mean, variance = hypergeometric_moments(colors.reshape(4, 500).sum(axis=1), draws)
+    assert moments_agree(grouped, mean, variance)
+    wrong = np.array([thinned_without_removal(rng, colors, draws) for _ in range(4000)]).reshape(4000, 4, 500)
+    assert not moments_agree(wrong.sum(axis=2), mean, variance)
+
+
 def test_thinning_agrees_with_numpy_in_distribution() -> None:
     """Below 10^9 both samplers apply: the thinned draw (forced) and numpy's give the same law
     (chi-square over the outcomes of a small urn)."""

@@ -11,8 +11,8 @@ a single user.  What it needs beyond numpy's own samplers:
   ``draws / N`` (one binomial per class), a draw that selects fewer than
   ``draws`` is drawn again, and the surplus ``S - draws`` is removed by
   choosing that many of the ``S`` selected uniformly without replacement
-  and counting them per class (a large surplus by the same sampler: a
-  uniform subset of the selected).  Why it is exact: given their number ``S``,
+  and counting them per class (a surplus larger than the classes by the
+  same sampler: a uniform subset of the selected).  Why it is exact: given their number ``S``,
   the selected objects are a uniform ``S``-subset (independent selection
   treats every object alike), and a uniform subset of a uniform subset is
   uniform, so the kept objects are a uniform ``draws``-subset, whose counts
@@ -86,7 +86,9 @@ def _thinned(rng: np.random.Generator, colors: np.ndarray, total: int, draws: in
     surplus = chosen - draws
     if surplus == 0:
         return selected
-    if surplus >= _CHOSEN_SURPLUS_MAX:  # a uniform surplus-subset of the selected: the same law, drawn again
+    if surplus >= _CHOSEN_SURPLUS_MAX or surplus > colors.size:
+        # a uniform surplus-subset of the selected, the same law drawn again: O(classes), cheaper than
+        # choosing the surplus one by one when it outnumbers the classes
         return selected - multivariate_hypergeometric(rng, selected, surplus)
     removed = rng.choice(chosen, size=surplus, replace=False)
     classes = np.searchsorted(np.cumsum(selected), removed, side="right")
