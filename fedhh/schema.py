@@ -206,6 +206,14 @@ class PrivacySection(ConfigSection):
     delta: float = Key(
         float, 1e-12, "target δ", check=lambda v: 0 < v < 1, constraint="in the open interval (0, 1)"
     ).field()
+    model: str = Key(
+        str,
+        "local",
+        "where privacy.epsilon holds for the ε-LDP protocols: local (each user's ε-LDP reports) or shuffle "
+        "(the central ε at privacy.delta of the reports after an anonymising shuffle; the local ε is solved "
+        "from it)",
+        ("local", "shuffle"),
+    ).field()
     ledger: str = Key(
         str, "", "privacy ledger (JSON) composing repeated runs on the same population; empty: none"
     ).field()
@@ -287,4 +295,11 @@ class RunSection(ConfigSection):
         "from its exact law given the shards' item counts, at a cost independent of the number of users "
         "(docs/simulation.md)",
         ("users", "law"),
+    ).field()
+    deny_list: str = Key(
+        str,
+        "",
+        "items already known, left out of every user's items so the budget goes to the next ones: a UTF-8 text "
+        "file (one item a line) or a previous run's results folder (what it denied and discovered); a user left "
+        "with nothing takes the protocol's no-item path; empty: none (docs/deny-lists.md)",
     ).field()

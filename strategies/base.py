@@ -50,12 +50,12 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from fedhh.errors import InputError
 from fedhh.protocols import InvalidReply, ProtocolSpec, Request, Response, RoundRecord, ServerProtocol
+from fedhh.run_clock import RunClock
 
 from .codec import MessageDecodeError, attach_notice, codec_for
 from .errors import FederationError, RunStopped
 from .exchange import exchange, pause
 from .participation import RoundParticipation
-from .run_clock import RunClock
 from .shards import (
     DEVICES,
     ROUND_MESSAGE,

@@ -33,6 +33,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat
+from fedhh.data.deny_list import DenyList, read_deny_list
 from fedhh.data.items import ItemCodec
 from fedhh.experiment import Experiment, item_codec, report_cap, run_record
 from fedhh.privacy.charge import charge_run
@@ -161,6 +162,7 @@ def _run(
     spec = get_protocol(str(config["protocol"]["name"]))
     devices = experiment is None
     codec = item_codec(config)
+    deny_list = read_deny_list(config.run.deny_list, codec) if experiment is None else experiment.deny_list
     if experiment is None:
         n_users = int(config["population"]["users"])
         server = spec.build_server(
@@ -182,7 +184,7 @@ def _run(
         progress=progress,
         stop=stop,
     )
-    privacy = charge_run(config["privacy"], server.privacy_report(), run_id)  # last, just before round 1
+    privacy = charge_run(config["privacy"], server.guarantee(), run_id, deny_list)  # last, before round 1
     experiment_s = time.perf_counter() - started
     strategy.start(grid)
     rounds = strategy.round_seconds
@@ -197,11 +199,13 @@ def _run(
         result = server.result()
     timing["server_s"] = strategy.clock.server_s  # requests, combining and absorbing, the result
     if experiment is None:
-        document = device_document(config, result, timing)
+        document = device_document(config, result, timing, deny_list)
     else:
         document = experiment.finish(result, timing, transport="flower")
     add_participation(document, strategy)
     document["privacy"] = privacy.to_dict()
+    if config.privacy.ledger:
+        document["run_id"] = run_id  # the name the ledger charged it under, which a later run's deny list names
     path = write(document)
     if path is not None:
         LOGGER.info("result written to %s", path)
@@ -231,16 +235,21 @@ def add_participation(document: dict[str, Any], strategy: ProtocolStrategy) -> N
     )
 
 
-def device_document(config: FedhhConfig, result: ProtocolResult, timing: dict[str, float]) -> dict[str, Any]:
+def device_document(
+    config: FedhhConfig, result: ProtocolResult, timing: dict[str, float], deny_list: DenyList | None = None
+) -> dict[str, Any]:
     """The result of a device federation: what the server can know without anyone's data."""
-    return {
+    document = {
         "protocol": result.protocol,
         "seed": int(config["run"]["seed"]),
         "n_users": int(config["population"]["users"]),
         "transport": "flower/devices",
         "config": config.to_dict(),
-        **run_record(result, timing, report_cap(config)),
+        **run_record(result, timing, report_cap(config), deny_list),
     }
+    if deny_list is not None:
+        document["deny_list"] = deny_list.record()
+    return document
 
 
 def make_server_app(
