@@ -28,6 +28,7 @@ from scipy import stats
 
 from fedhh.config import FedhhConfig, load_config
 from fedhh.data.counted import CountedShard, counted_users
+from fedhh.driving import drive
 from fedhh.experiment import Experiment, published_discoveries
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles import make_oracle
@@ -37,7 +38,7 @@ from fedhh.protocols.common.value_reports import value_table
 from fedhh.protocols.law import public_index_probabilities, public_index_table
 from fedhh.protocols.spec import InvalidReply
 from fedhh.protocols.spm.client import segment_keys, segment_pairs
-from simulations.fast import drive, run_fast
+from simulations.fast import run_fast
 
 from .test_law_samplers import moments_agree
 from .test_oracle_laws import user_moments
