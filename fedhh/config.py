@@ -31,6 +31,10 @@ MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; anything this lar
 # for every node it polls, makes a round cost O(nodes^2): at 4,096 nodes
 # about 4x the 2,048-node round, at 10^5 (a typo for users) hours.
 MAX_SHARDS = 4096
+DEFAULT_SHARDS = 8
+# run.shards = "auto": a Flower federation's SuperNodes decide how many shards there are (each
+# node's config names its shard); a driver that starts the shards itself starts DEFAULT_SHARDS.
+AUTO_SHARDS = "auto"
 
 
 def _positive(value: float) -> bool:
@@ -69,7 +73,7 @@ BASE_SCHEMA: dict[str, dict[str, Key]] = {
         "seed": Key(int, 0, "seed of every random choice in the simulation", check=lambda v: v >= 0, constraint=">= 0"),
         "driver": Key(str, "flower", "transport", ("flower", "fast")),
         "backend": Key(str, "auto", "fast driver backend (auto: Ray when RAY_ADDRESS names a cluster, else in-process)", ("auto", "inprocess", "ray")),
-        "shards": Key(int, 8, "shards of users (Flower SuperNodes or Ray actors)", check=lambda v: 1 <= v <= MAX_SHARDS, constraint=f"in 1..{MAX_SHARDS:,} (and at most the number of users)"),
+        "shards": Key(int, DEFAULT_SHARDS, "shards of users (Flower SuperNodes or Ray actors); \"auto\" (the default of `flwr run .`): one per SuperNode that connects, each holding the shard its node config names; where fedhh starts the shards itself (fedhh run, the fast driver), 8", check=lambda v: 1 <= v <= MAX_SHARDS, constraint=f"in 1..{MAX_SHARDS:,} (and at most the number of users)", special=(AUTO_SHARDS,)),
         "top_k": Key(int, 100, "K of the true top-K used by precision, F1 and NCR", check=lambda v: v >= 1, constraint=">= 1"),
         "evaluation": Key(bool, True, "write the exact ground truth (true counts and ranks, metrics) into the result's evaluation section; false for real data, which no guarantee covers there"),
         "federation": Key(str, "shards", "what each Flower SuperNode holds: a shard of the configured population, or one device user's own data (devices: n = population.users)", ("shards", "devices")),
@@ -131,6 +135,18 @@ class FedhhConfig:
             section, key = _split(dotted)
             merged[section][key] = value
         return build_config(merged)
+
+
+def fixed_shards(config: FedhhConfig) -> int | None:
+    """``run.shards`` as a number, or ``None`` for ``"auto"`` (the federation's SuperNodes decide)."""
+    shards = config["run"]["shards"]
+    return None if shards == AUTO_SHARDS else int(shards)
+
+
+def with_fixed_shards(config: FedhhConfig, default: int = DEFAULT_SHARDS) -> FedhhConfig:
+    """``config`` with ``run.shards = "auto"`` replaced by ``default``: for a driver that starts the
+    shards itself (the fast driver's actors, the virtual SuperNodes of ``fedhh run``)."""
+    return config if fixed_shards(config) is not None else config.with_overrides({"run.shards": default})
 
 
 def _split(dotted: str) -> tuple[str, str]:

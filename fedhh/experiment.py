@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .config import FedhhConfig
+from .config import FedhhConfig, fixed_shards
 from .data.items import ItemCodec, get_alphabet
 from .data.population import PopulationCounts, PopulationSource, Shard, check_shard_count
 from .data.sources import make_source, sampled_candidates
@@ -54,10 +54,17 @@ def check_needs(config: FedhhConfig) -> None:
     codec.require_memory_to_encode(candidates)
     n_users = int(population["users"])
     require_population_memory(n_users, int(population["words_per_user"]))
-    check_shard_count(n_users, int(config["run"]["shards"]))
+    _check_shards(config, n_users)
     get_protocol(config["protocol"]["name"]).build_server(
         config["privacy"], n_users, codec, seed, protocol=config["protocol"]
     )
+
+
+def _check_shards(config: FedhhConfig, n_users: int) -> None:
+    """A fixed ``run.shards`` must give every shard a user; ``"auto"`` is checked once the nodes say."""
+    shards = fixed_shards(config)
+    if shards is not None:
+        check_shard_count(n_users, shards)
 
 
 def run_record(result: ProtocolResult, timing: dict[str, float]) -> dict[str, Any]:
@@ -119,7 +126,7 @@ class Experiment:
         self.n_users = self.source.n_users
         if self._fresh_server is None:  # a file's or a dataset's size is known once it is read
             self.source.require_memory(int(config["population"]["words_per_user"]))
-            check_shard_count(self.n_users, int(config["run"]["shards"]))
+            _check_shards(config, self.n_users)
             self._solve(self.n_users)
         assert self._fresh_server is not None
         # the server built for the target is the first one make_server hands out
@@ -143,7 +150,7 @@ class Experiment:
         """What depends on the population size alone, before a sampled source encodes its vocabulary:
         the population's memory, the shard count, and the privacy target (:meth:`_solve`)."""
         require_population_memory(n_users, int(self.config["population"]["words_per_user"]))
-        check_shard_count(n_users, int(self.config["run"]["shards"]))
+        _check_shards(self.config, n_users)
         self._solve(n_users)
 
     def _solve(self, n_users: int) -> None:

@@ -31,13 +31,17 @@ class Key:
     choices: tuple[str, ...] | None = None
     check: Callable[[Any], bool] | None = None
     constraint: str = ""
+    special: tuple[str, ...] = ()  # words accepted besides values of ``type``, e.g. ``"auto"``
 
     def validate(self, name: str, value: Any) -> Scalar:
+        if isinstance(value, str) and value in self.special:
+            return value
         if self.type is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
+            words = "".join(f" or {word!r}" for word in self.special)
             raise ConfigError(
-                f"{name}: expected {self.type.__name__}, got {type(value).__name__} {value!r}"
+                f"{name}: expected {self.type.__name__}{words}, got {type(value).__name__} {value!r}"
             )
         if self.choices is not None and value not in self.choices:
             raise ConfigError(f"{name}: got {value!r}; allowed values: {list(self.choices)}")

@@ -50,7 +50,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from fedhh.config import FedhhConfig, Scalar, parse_override
+from fedhh.config import FedhhConfig, Scalar, fixed_shards, parse_override
 from fedhh.errors import InputError, one_line
 from .interrupts import exit_status, interruptible
 
@@ -445,10 +445,10 @@ def supernode_count(supernodes: int | None, overrides: list[str], config: FedhhC
     Either may say it; said by both (``--supernodes`` and ``--set run.shards=``), they must agree,
     or the run is refused (:class:`InputError`) rather than one silently replacing the other.
     """
-    shards_given = any(parse_override(text)[0] == "run.shards" for text in overrides)
-    shards = int(config["run"]["shards"])
+    shards = fixed_shards(config)  # None: "auto", one shard per SuperNode started
+    shards_given = shards is not None and any(parse_override(text)[0] == "run.shards" for text in overrides)
     if supernodes is None:
-        return shards if shards_given else DEFAULT_SUPERNODES
+        return shards if shards is not None and shards_given else DEFAULT_SUPERNODES
     if shards_given and shards != supernodes:
         raise InputError(
             f"--supernodes {supernodes} and run.shards = {shards} (--set) disagree: each SuperNode holds one "

@@ -55,7 +55,7 @@ from typing import Any
 
 from flwr.simulation import run_simulation
 
-from fedhh.config import FedhhConfig
+from fedhh.config import DEFAULT_SHARDS, FedhhConfig, fixed_shards
 from fedhh.data.population import PopulationSource
 from fedhh.data.sources import SampledSource
 from fedhh.errors import InputError
@@ -92,8 +92,8 @@ def run_flower_simulation(
 ) -> dict[str, Any]:
     """Run ``config`` over ``num_supernodes`` virtual SuperNodes; the result document.
 
-    ``num_supernodes`` defaults to ``run.shards`` and, when given, replaces
-    it (one shard per SuperNode).  The ServerApp runs in this process, so it
+    ``num_supernodes`` defaults to ``run.shards`` (8 for ``"auto"``) and,
+    when given, replaces it (one shard per SuperNode).  The ServerApp runs in this process, so it
     takes the experiment built and checked here (or ``experiment``, already
     built by the caller for this config) and hands its result document to
     ``write``; by default the document is written to
@@ -103,7 +103,7 @@ def run_flower_simulation(
     ``num_cpus`` is the size of the Ray started for the run (ignored on a
     named cluster, which has its own).
     """
-    shards = int(config["run"]["shards"]) if num_supernodes is None else num_supernodes
+    shards = (fixed_shards(config) or DEFAULT_SHARDS) if num_supernodes is None else num_supernodes
     if shards < 1:
         raise InputError(f"num_supernodes must be >= 1, got {shards}")
     if num_cpus < 1:

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedhh.config import ConfigError, FedhhConfig
+from fedhh.config import ConfigError, FedhhConfig, with_fixed_shards
 from fedhh.experiment import Experiment
 from fedhh.privacy.charge import charge_run, check_budget, run_label
 from fedhh.results import ResultsFolder
@@ -40,6 +40,7 @@ def run_experiment(config: FedhhConfig, output: ResultsFolder, show_progress: bo
             'run.federation: "devices" means real devices hold their own data (see '
             'docs/deployment.md); fedhh run simulates shards: use "shards"'
         )
+    config = with_fixed_shards(config)  # "auto": the shards this process starts itself
     started = time.perf_counter()
     experiment = Experiment(config)
     population_s = time.perf_counter() - started

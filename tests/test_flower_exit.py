@@ -30,6 +30,6 @@ def test_fedhh_run_on_flower_exits_1_with_the_server_apps_error(
     assert main(["run", *[f"--set={setting}" for setting in settings], "--quiet", "--output", str(output)]) == 1
     error = " ".join(capsys.readouterr().err.split())
     assert "error: the Flower run failed in its ServerApp: shard query: node" in error, error
-    assert "did not answer the shard query: no node answered for run.round_timeout = 0.0001 s; no results were written" in error, error
+    assert "did not answer the shard query: no node answered for run.round_timeout = 0.0001 s; raise run.round_timeout" in error, error
     assert "Traceback" not in error and "internal error" not in error, "a failed federation is not a bug in fedhh"
     assert not output.exists()

@@ -543,6 +543,15 @@ def csv_line(file: Path, row: int) -> int:
             index += 1
 
 
+SAMPLED_SOURCES = ("wordfreq", "zipf")  # populations drawn from the config alone: its users key gives n
+
+
+def configured_users(population: dict[str, Any]) -> int | None:
+    """``n`` where the config gives it (a sampled population); ``None`` for a file or a dataset,
+    whose size only reading it tells."""
+    return int(population["users"]) if population["source"] in SAMPLED_SOURCES else None
+
+
 def sampled_candidates(population: dict[str, Any], codec: ItemCodec, seed: int) -> list[str] | None:
     """The candidates a sampled population (wordfreq, zipf) draws its users' items from, as its
     source reads them, without encoding them; ``None`` for a file or a dataset."""
