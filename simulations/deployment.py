@@ -216,11 +216,11 @@ class LocalDeployment:
 
     # -- processes ----------------------------------------------------------------
 
-    def _start(self, name: str, command: list[str]) -> ManagedProcess:
+    def _start(self, name: str, command: list[str], cwd: Path | None = None) -> ManagedProcess:
         log = self.workdir / f"{name}.log"
         with open(log, "wb") as handle:
             process = subprocess.Popen(
-                command, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+                command, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd
             )
         managed = ManagedProcess(name, process, log)
         self.processes.append(managed)
@@ -255,8 +255,10 @@ class LocalDeployment:
                 time.sleep(0.2)
         raise TimeoutError(f"flower-superlink did not answer on {LOOPBACK}:{port} within {timeout:.0f} s")
 
-    def add_supernode(self, name: str, node_config: Mapping[str, Scalar]) -> ManagedProcess:
-        """Start a SuperNode with ``node_config`` (its shard, or a device's user and data).
+    def add_supernode(self, name: str, node_config: Mapping[str, Scalar], cwd: Path | None = None) -> ManagedProcess:
+        """Start a SuperNode with ``node_config`` (its shard, or a device's user and data), in the
+        working folder ``cwd`` (default: this process's), where relative paths of the run config
+        (``population.path``) are resolved on this node.
 
         With ``clientapp_process``, the SuperNode starts its long-running
         ClientApp process as a child, in its process group: signals for the
@@ -280,6 +282,7 @@ class LocalDeployment:
                 "--port", str(free_port()),  # the node's own Runtime API, for its ClientApp processes
                 "--node-config", config_arg(node_config),
             ],
+            cwd,
         )
 
     def wait_for_supernodes(self, count: int, timeout: float = 120.0) -> None:

@@ -160,6 +160,8 @@ class ProtocolStrategy(Strategy):
         """
         if num_shards is not None and num_shards < 1:
             raise InputError(f"run.shards must be >= 1, got {num_shards}")
+        if federation is not None and federation_kind == SHARDS:
+            num_shards = len(federation.members)
         if federation_kind not in (SHARDS, DEVICES):
             raise InputError(f"run.federation: got {federation_kind!r}; allowed: {[SHARDS, DEVICES]}")
         if federation_kind == DEVICES and num_shards != n_users:
