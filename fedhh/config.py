@@ -46,12 +46,15 @@ def _positive(value: float) -> bool:
 # own keys in its spec, and :func:`schema` assembles the whole.
 BASE_SCHEMA: dict[str, dict[str, Key]] = {
     "population": {
-        "source": Key(str, "wordfreq", "where users' items come from (dataset: a folder written by fedhh population build)", ("wordfreq", "zipf", "file", "dataset")),
-        "users": Key(int, 1_000_000, "number of users n (wordfreq, zipf)", check=lambda v: v >= 1, constraint=">= 1"),
+        "source": Key(str, "wordfreq", "where users' items come from (exponential: [Wang19] §VI's geometric law; dataset: a folder written by fedhh population build)", ("wordfreq", "zipf", "exponential", "file", "dataset")),
+        "users": Key(int, 1_000_000, "number of users n (wordfreq, zipf, exponential)", check=lambda v: v >= 1, constraint=">= 1"),
         "language": Key(str, "en", "wordfreq language code"),
-        "vocabulary": Key(int, 100_000, "distinct candidate items (wordfreq: top words; zipf: random strings)", check=lambda v: v >= 1, constraint=">= 1"),
+        "vocabulary": Key(int, 100_000, "distinct candidate items (wordfreq: top words; zipf, exponential: random strings)", check=lambda v: v >= 1, constraint=">= 1"),
         "words_per_user": Key(int, 1, "items drawn per user (local frequencies; > 1 uses Algorithm 3)", check=lambda v: v >= 1, constraint=">= 1"),
+        "concentration": Key(float, 0.0, "how alike a user's words are (sampled sources): each user draws from its own Dirichlet(α p) law around the population's p, so its next word repeats one of its own with probability j / (j + α); 0: independent draws (α = ∞)", check=lambda v: v == 0 or _positive(v), constraint="0 or a finite number > 0"),
+        "per_user": Key(str, "all", "what each user keeps of its items: all, or only its most frequent (mode; ties at random, keyed by the seed and the user)", ("all", "mode")),
         "zipf_exponent": Key(float, 1.1, "Zipf exponent s of the synthetic source", check=_positive, constraint="> 0"),
+        "exponential_rate": Key(float, 0.05, "rate λ of the exponential source: P(rank r) ∝ e^(-λ (r - 1)), a geometric law", check=_positive, constraint="a finite number > 0"),
         "item_length": Key(int, 8, "characters per synthetic item", check=lambda v: v >= 1, constraint=">= 1"),
         "path": Key(str, "", "file source: .txt (one item per line, one user per line), .csv or .parquet (columns user, item); dataset source: the folder written by fedhh population build"),
     },
@@ -75,6 +78,7 @@ BASE_SCHEMA: dict[str, dict[str, Key]] = {
         "backend": Key(str, "auto", "fast driver backend (auto: Ray when RAY_ADDRESS names a cluster, else in-process)", ("auto", "inprocess", "ray")),
         "shards": Key(int, DEFAULT_SHARDS, "shards of users (Flower SuperNodes or Ray actors); \"auto\" (the default of `flwr run .`): one per SuperNode that connects, each holding the shard its node config names; where fedhh starts the shards itself (fedhh run, the fast driver), 8", check=lambda v: 1 <= v <= MAX_SHARDS, constraint=f"in 1..{MAX_SHARDS:,} (and at most the number of users)", special=(AUTO_SHARDS,)),
         "top_k": Key(int, 100, "K of the true top-K used by precision, F1 and NCR", check=lambda v: v >= 1, constraint=">= 1"),
+        "cap_to_top_k": Key(bool, False, "report at most run.top_k discoveries, the protocol's best by its own estimated counts (TrieHH: votes), so that protocols reporting everything above a threshold compare at a fixed K; recorded in the result's cap_to_top_k"),
         "evaluation": Key(bool, True, "write the exact ground truth (true counts and ranks, metrics) into the result's evaluation section; false for real data, which no guarantee covers there"),
         "federation": Key(str, "shards", "what each Flower SuperNode holds: a shard of the configured population, or one device user's own data (devices: n = population.users)", ("shards", "devices")),
         "round_timeout": Key(float, 120.0, "seconds a Flower round waits for replies; a node without a valid reply by then is counted late and its users' answers are lost", check=_positive, constraint="a finite number > 0"),
@@ -179,6 +183,9 @@ def build_config(raw: Mapping[str, Any]) -> FedhhConfig:
         raise ConfigError("privacy.max_epsilon: a budget needs privacy.ledger (the file that remembers past runs)")
     if sections["population"]["source"] in ("file", "dataset") and not sections["population"]["path"]:
         raise ConfigError(f"population.path: required when population.source = \"{sections['population']['source']}\"")
+    if sections["population"]["concentration"] and sections["population"]["source"] in ("file", "dataset"):
+        raise ConfigError("population.concentration: only users drawn from a law (wordfreq, zipf, exponential) "
+                          "have one; a file's or a dataset's users hold what they hold (use 0)")
     return FedhhConfig(sections)
 
 

@@ -19,7 +19,7 @@ from . import __version__
 from .config import FedhhConfig, fixed_shards
 from .data.items import ItemCodec, get_alphabet
 from .data.population import PopulationCounts, PopulationSource, Shard, check_shard_count
-from .data.sources import make_source, sampled_candidates
+from .data.sources import held_items_per_user, make_source, sampled_candidates
 from .kernels.randomness import KeyedRandomness
 from .metrics import Truth, utility_metrics
 from .privacy.report import PrivacyReport
@@ -53,7 +53,7 @@ def check_needs(config: FedhhConfig) -> None:
         return
     codec.require_memory_to_encode(candidates)
     n_users = int(population["users"])
-    require_population_memory(n_users, int(population["words_per_user"]))
+    require_population_memory(n_users, held_items_per_user(population, codec))
     _check_shards(config, n_users)
     get_protocol(config["protocol"]["name"]).build_server(
         config["privacy"], n_users, codec, seed, protocol=config["protocol"]
@@ -67,10 +67,20 @@ def _check_shards(config: FedhhConfig, n_users: int) -> None:
         check_shard_count(n_users, shards)
 
 
-def run_record(result: ProtocolResult, timing: dict[str, float]) -> dict[str, Any]:
-    """The part of a result document every run has, with or without a known truth."""
+def run_record(result: ProtocolResult, timing: dict[str, float], cap: int | None = None) -> dict[str, Any]:
+    """The part of a result document every run has, with or without a known truth; ``cap``
+    (:func:`report_cap`) keeps the protocol's ``cap`` best discoveries and records that it did."""
+    found = published_discoveries(result.discoveries)
+    record: dict[str, Any] = {"heavy_hitters": found if cap is None else found[:cap]}
+    if cap is not None:
+        record["cap_to_top_k"] = {
+            "top_k": cap,
+            "found": len(found),
+            "reported": len(record["heavy_hitters"]),
+            "ranked_by": "the protocol's own estimated counts (its support where it has none)",
+        }
     return {
-        "heavy_hitters": published_discoveries(result.discoveries),
+        **record,
         "frequent_prefixes": result.frequent_prefixes,
         "privacy": result.privacy.to_dict(),
         "params": result.params,
@@ -86,15 +96,36 @@ def run_record(result: ProtocolResult, timing: dict[str, float]) -> dict[str, An
     }
 
 
+def own_rank(discovery: Discovery) -> tuple[float, str]:
+    """A discovery's place in the protocol's own order: its estimated count, else its support
+    (TrieHH's votes), largest first, then the item; never a true rank, which would leak the truth."""
+    value = discovery.estimated_count if discovery.estimated_count is not None else discovery.support
+    return (-(value if value is not None else 0), discovery.item)
+
+
 def published_discoveries(discoveries: list[Discovery]) -> list[dict[str, Any]]:
-    """The protocol's output, ordered by the protocol's own numbers (estimated count,
-    else support, then the item): never by a true rank, which would leak the truth."""
-    entries = [
+    """The protocol's output as plain data, in the protocol's own order (:func:`own_rank`)."""
+    return [
         {key: value for key, value in (("item", d.item), ("support", d.support), ("estimated_count", d.estimated_count))
          if value is not None}
-        for d in discoveries
+        for d in sorted(discoveries, key=own_rank)
     ]
-    return sorted(entries, key=lambda e: (-e.get("estimated_count", e.get("support", 0)), e["item"]))
+
+
+def report_cap(config: FedhhConfig) -> int | None:
+    """``run.top_k`` when ``run.cap_to_top_k`` asks to report at most that many discoveries, else ``None``.
+
+    Capping makes protocols that report every item above a threshold (TrieHH, the curator baseline
+    with a large ``protocol.top_k``) comparable at a fixed K.  It is post-processing of what the
+    protocol publishes, by the protocol's own numbers; for TrieHH those are its vote counts, which
+    Theorem 1 does not cover (``docs/privacy.md``), so a capped TrieHH list is for comparisons."""
+    run = config["run"]
+    return int(run["top_k"]) if run["cap_to_top_k"] else None
+
+
+def reported_discoveries(discoveries: list[Discovery], cap: int | None) -> list[Discovery]:
+    """The discoveries a run reports: all of them, or the ``cap`` best by :func:`own_rank`."""
+    return discoveries if cap is None else sorted(discoveries, key=own_rank)[:cap]
 
 
 TRUTH_SHOWN = 500  # true top items written to the result, for plots and audits
@@ -149,7 +180,7 @@ class Experiment:
     def _check_size(self, n_users: int) -> None:
         """What depends on the population size alone, before a sampled source encodes its vocabulary:
         the population's memory, the shard count, and the privacy target (:meth:`_solve`)."""
-        require_population_memory(n_users, int(self.config["population"]["words_per_user"]))
+        require_population_memory(n_users, held_items_per_user(self.config["population"], self.codec))
         _check_shards(self.config, n_users)
         self._solve(n_users)
 
@@ -209,7 +240,7 @@ class Experiment:
             "transport": transport,
             "config": self.config.to_dict(),
             "population": self.source.describe(),
-            **run_record(result, timing),
+            **run_record(result, timing, report_cap(self.config)),
         }
         if self.communication is not None:
             document["communication"] = self.communication.to_dict()
@@ -232,6 +263,7 @@ class Experiment:
         rank = truth.rank_of()
         index = {item: i for i, item in enumerate(truth.items)}
         discovered = {hit["item"] for hit in heavy_hitters}
+        estimates = {hit["item"]: hit.get("estimated_count") for hit in heavy_hitters}
         top_k = int(self.config["run"]["top_k"])
 
         def truth_of(item: str) -> dict[str, Any]:
@@ -245,7 +277,7 @@ class Experiment:
 
         return {
             "note": EVALUATION_NOTE,
-            "metrics": utility_metrics(discovered, truth, top_k),
+            "metrics": utility_metrics(discovered, truth, top_k, estimates),
             "heavy_hitters": [truth_of(hit["item"]) for hit in heavy_hitters],
             "missed_top_k": [item for item in truth.top(top_k) if item not in discovered],
             "truth_top": [

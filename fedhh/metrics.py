@@ -8,11 +8,24 @@ ever sees it.  Definitions follow Wang et al. ([Wang19], §IV-B):
 * F1: harmonic mean of precision and recall@K;
 * NCR (normalised cumulative rank): the true rank-j item of the top-K scores
   ``K + 1 - j``; NCR is the score of the discovered items over ``K(K+1)/2``.
+
+The count errors (:func:`count_errors`) compare a protocol's estimated
+counts with the true ones, the population frequency times n (the sum of
+the users' local shares of the item, which is each user's chance to report
+it: with one item per user, the number of users holding it): mean absolute
+error, root mean square error and mean relative error ``|est - true| / true``
+over the items that have an estimate; the items without one (not found, or
+found by a protocol that estimates no count, such as TrieHH) are left out
+and counted.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +45,11 @@ class Truth:
     def from_counts(cls, items: list[str], frequency: np.ndarray, holders: np.ndarray) -> "Truth":
         order = np.lexsort((np.arange(len(items)), -frequency))
         return cls(items, frequency, holders, order)
+
+    @functools.cached_property
+    def index_of(self) -> dict[str, int]:
+        """Item -> its id in ``items``."""
+        return {item: i for i, item in enumerate(self.items)}
 
     def rank_of(self) -> dict[str, int]:
         return {self.items[i]: rank for rank, i in enumerate(self.order.tolist(), start=1)}
@@ -66,9 +84,39 @@ def ncr_at_k(discovered: set[str], truth: Truth, k: int) -> float:
     return score / (size * (size + 1) / 2)
 
 
-def utility_metrics(discovered: set[str], truth: Truth, top_k: int) -> dict[str, object]:
-    ks = sorted({k for k in DEFAULT_RECALL_KS if k <= len(truth.items)} | {top_k})
+def count_errors(estimates: Mapping[str, float], truth: Truth, items: Iterable[str]) -> dict[str, Any]:
+    """How far the estimated counts of ``items`` are from their true counts (see the module docstring):
+    ``mae``, ``rmse`` and ``relative_error`` (``None`` without any estimate; the relative error over
+    the items whose true count is positive), over ``items`` estimated items, ``without_estimate`` left out."""
+    index = truth.index_of
+    estimated, true, missing = [], [], 0
+    for item in items:
+        estimate = estimates.get(item)
+        if estimate is None:
+            missing += 1
+            continue
+        estimated.append(float(estimate))
+        true.append(float(truth.frequency[index[item]]) if item in index else 0.0)
+    errors = np.array(estimated) - np.array(true)
+    positive = np.array(true) > 0
     return {
+        "items": len(estimated),
+        "without_estimate": missing,
+        "mae": float(np.mean(np.abs(errors))) if errors.size else None,
+        "rmse": math.sqrt(float(np.mean(errors**2))) if errors.size else None,
+        "relative_error": (float(np.mean(np.abs(errors[positive]) / np.array(true)[positive]))
+                           if positive.any() else None),
+    }
+
+
+def utility_metrics(
+    discovered: set[str], truth: Truth, top_k: int, estimates: Mapping[str, float] | None = None
+) -> dict[str, object]:
+    """Recall@K for the usual K and ``top_k``, precision, F1 and NCR at ``top_k``, the items
+    discovered, and with ``estimates`` (item -> estimated count) the count errors on the items found
+    and on the true top K."""
+    ks = sorted({k for k in DEFAULT_RECALL_KS if k <= len(truth.items)} | {top_k})
+    metrics: dict[str, object] = {
         "top_k": top_k,
         "recall_at_k": {str(k): recall_at_k(discovered, truth, k) for k in ks},
         "precision": precision_at_k(discovered, truth, top_k),
@@ -76,3 +124,9 @@ def utility_metrics(discovered: set[str], truth: Truth, top_k: int) -> dict[str,
         "ncr": ncr_at_k(discovered, truth, top_k),
         "discovered": len(discovered),
     }
+    if estimates is not None:
+        metrics["count_error"] = {
+            "found": count_errors(estimates, truth, sorted(discovered)),
+            "top_k": count_errors(estimates, truth, truth.top(top_k)),
+        }
+    return metrics

@@ -152,21 +152,22 @@ def require_memory(n_bytes: int, what: str, remedy: str) -> None:
         )
 
 
-def population_bytes(n_users: int, items_per_user: int) -> int:
+def population_bytes(n_users: int, items_per_user: float) -> int:
     """A population in memory: one int32 item id per user when each holds one item
     (:class:`fedhh.data.population.SingleItemShard`), else CSR form (an offset per user, an item id
-    and a count per item held)."""
+    and a count per item held; ``items_per_user`` may be an expectation,
+    :func:`fedhh.data.sources.held_items_per_user`)."""
     if items_per_user == 1:
         return n_users * ITEM_ID_BYTES
-    return n_users * INDEX_BYTES * (1 + 2 * items_per_user)
+    return int(n_users * INDEX_BYTES * (1 + 2 * items_per_user))
 
 
-def require_population_memory(n_users: int, items_per_user: int) -> None:
-    per_user = population_bytes(1, items_per_user)
+def require_population_memory(n_users: int, items_per_user: float) -> None:
+    per_user = population_bytes(1, items_per_user) if items_per_user == 1 else INDEX_BYTES * (1 + 2 * items_per_user)
     require_memory(
         population_bytes(n_users, items_per_user),
-        f"population.users = {n_users:,}: the population ({per_user} bytes a user for "
-        f"{items_per_user} item(s) each, held whole once to count the true frequencies)",
+        f"population.users = {n_users:,}: the population ({per_user:,.4g} bytes a user for "
+        f"{items_per_user:,.4g} item(s) each, held whole once to count the true frequencies)",
         "use fewer users",
     )
 

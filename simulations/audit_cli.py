@@ -4,7 +4,8 @@
 (one round, vectorised; a whole run, with the real protocol code) and prints
 the lower bound next to the exact worst case of the audited family and the
 guarantee.  ``fedhh audit ldp`` runs the exact audit of an LDP randomizer of
-the oracle layer (:mod:`fedhh.audits.ldp`).  Handlers return the exit
+the oracle layer (:mod:`fedhh.audits.ldp`), and ``fedhh audit central`` the
+curator baseline's noisy threshold (:mod:`fedhh.audits.central`).  Handlers return the exit
 status: 0, or 1 when a lower bound exceeds the guarantee (a bug in the
 mechanism or the accountant).  Bad input raises ``ValueError`` naming the
 option, which ``fedhh``'s main turns into status 2.
@@ -18,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fedhh.audits.central import audit_central
 from fedhh.audits.ldp import audit_oracle
 from fedhh.audits.triehh import (
     DEFAULT_CONFIDENCE,
@@ -30,6 +32,7 @@ from fedhh.audits.triehh import (
     run_holders,
 )
 from fedhh.errors import InputError
+from fedhh.privacy.central import LAPLACE, NOISES, solve_central
 from fedhh.privacy.triehh import TrieHHParameters, solve_triehh
 from fedhh.results import to_json
 
@@ -80,6 +83,24 @@ def add_audit_arguments(audit: argparse.ArgumentParser) -> None:
     ldp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     ldp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ldp.set_defaults(func=run_ldp_audit)
+
+    central = kinds.add_parser(
+        "central",
+        help="the curator baseline's noisy threshold, on neighbouring populations",
+        description="D has c users sending the target item, D' one more; the curator's own noise and threshold "
+        "drawn many times, events fixed in advance, Clopper-Pearson bounds (Bonferroni): lower bounds on ε at "
+        "the claimed δ and on δ at the claimed ε.",
+    )
+    central.add_argument("--users", type=int, required=True, help="population size n (δ must be below 1/n)")
+    central.add_argument("--epsilon", type=float, required=True, help="target ε > 0")
+    central.add_argument("--delta", type=float, required=True, help="target δ in (0, 1/n)")
+    central.add_argument("--noise", choices=NOISES, default=LAPLACE, help="noise of the counts (default laplace)")
+    central.add_argument("--trials", type=int, default=200_000, help="draws per population and c (default 200,000)")
+    central.add_argument("--holders", type=_holder_list, help="c values, comma-separated (default: 0, 1 and near τ)")
+    central.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE, help="confidence of the bounds (default 0.95)")
+    central.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    central.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    central.set_defaults(func=run_central_audit)
 
 
 def _holder_list(text: str) -> list[int]:
@@ -218,4 +239,27 @@ def run_ldp_audit(args: argparse.Namespace) -> int:
             "bounded by the mass not seen; ε above is still an exact lower bound"
             if audit.delta_upper > 0.5 else "ε above is a lower bound: not every report was seen"
         )
+    return EXIT_VIOLATION if audit.violated else 0
+
+
+def run_central_audit(args: argparse.Namespace) -> int:
+    params = solve_central(args.users, args.epsilon, args.delta, args.noise)
+    audit = audit_central(params, args.holders, args.trials, args.seed, args.confidence)
+    if args.json:
+        print(to_json({"privacy": params.report().to_dict(), "audit": audit.to_dict()}))
+        return EXIT_VIOLATION if audit.violated else 0
+    table = Table(title=f"central ({args.noise}), scale {params.scale:.4g}, τ = {params.threshold:.4g}: "
+                        f"{audit.trials:,} draws per population and c")
+    for column in ("c", "event", "P in D", "P in D'", "ε ≥", "δ ≥"):
+        table.add_column(column, justify="left" if column == "event" else "right")
+    for pair in audit.pairs:
+        table.add_row(str(pair.holders), pair.event or "—", f"{pair.probability_without:.3g}",
+                      f"{pair.probability_with:.3g}", f"{max(pair.epsilon_lower, 0.0):.4g}",
+                      f"{max(pair.delta_lower, 0.0):.3g}")
+    console = Console()
+    console.print(table)
+    line = (f"measured ε ≥ {max(audit.epsilon_lower, 0.0):.4g} and δ ≥ {max(audit.delta_lower, 0.0):.3g} "
+            f"({audit.confidence:.0%} confidence) against the guarantee (ε = {audit.claimed_epsilon:.4g}, "
+            f"δ = {audit.claimed_delta:.3g})")
+    console.print(line + (" — [bold red]VIOLATION: a lower bound above the guarantee[/]" if audit.violated else ""))
     return EXIT_VIOLATION if audit.violated else 0

@@ -1,7 +1,8 @@
 """``fedhh population build``: write a configured population to disk, streamed and in parallel.
 
-The config's ``[population]`` (wordfreq, Zipf, or a user's own file of
-(user, item) rows) is cut into stored shards of consecutive users; worker
+The config's ``[population]`` (wordfreq, Zipf, exponential, or a user's own
+file of (user, item) rows, with each user's most frequent item alone when
+``population.per_user = "mode"``) is cut into stored shards of consecutive users; worker
 processes each build a shard from the config, write it into the output's
 staging folder and return only its true counts, so no process ever holds
 more than one stored shard of users.  The parent adds the counts up,
@@ -31,6 +32,7 @@ from typing import Any
 
 from fedhh import __version__
 from fedhh.config import FedhhConfig, config_from_flat
+from fedhh.data.per_user import keep_per_user
 from fedhh.data.population import PopulationCounts, PopulationSource, check_shard_count, shard_bounds
 from fedhh.data.sources import make_source
 from fedhh.data.store import (
@@ -50,7 +52,7 @@ from fedhh.results import ResultsFolder
 
 DEFAULT_SHARD_USERS = 1 << 22  # users per stored shard by default: about 16 MiB of one-item users in memory
 DEFAULT_SHARD_ROWS = 1 << 22  # a file's rows per stored shard by default: its (user, item) pairs, 64 MiB
-BUILDABLE = ("wordfreq", "zipf", "file")
+BUILDABLE = ("wordfreq", "zipf", "exponential", "file")
 
 
 def default_workers() -> int:
@@ -125,11 +127,13 @@ def build_population(
     started = time.perf_counter()
     codec = item_codec(config)
     staging = output.staging_path
+    streamed: StreamedTableSource | None = None
     if population["source"] == "file" and Path(population["path"]).suffix.lower() in STREAMED_SUFFIXES:
-        source: PopulationSource = StreamedTableSource(population["path"], codec, staging)  # one pass, spilled
+        streamed = StreamedTableSource(population["path"], codec, staging)  # one pass, spilled
+        source: PopulationSource = keep_per_user(streamed, population["per_user"], int(config["run"]["seed"]))
     else:
         source = make_source(population, codec, int(config["run"]["seed"]))  # the vocabulary; checks the config
-    num_shards = stored_shard_count(source.n_users, shards, source.rows if isinstance(source, StreamedTableSource) else 0)
+    num_shards = stored_shard_count(source.n_users, shards, streamed.rows if streamed is not None else 0)
     workers = min(workers or default_workers(), num_shards)
     flat = tuple(sorted(config.to_flat().items()))
     from .progress import task_progress
@@ -141,8 +145,8 @@ def build_population(
             total = part if total is None else total + part  # integer counts: the order does not matter
             advance()
     assert total is not None  # at least one shard
-    if isinstance(source, StreamedTableSource):
-        source.discard_spill()
+    if streamed is not None:
+        streamed.discard_spill()
     counts = total
     write_vocabulary(staging / VOCABULARY_FILE, source.vocabulary, counts)
     manifest = {

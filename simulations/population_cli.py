@@ -10,9 +10,10 @@ def add_population_arguments(population: argparse.ArgumentParser) -> None:
     actions = population.add_subparsers(dest="action", required=True)
     build = actions.add_parser(
         "build", help="write a config's population to a folder (Parquet shards and a manifest)",
-        description="Build the population of CONFIG's [population] section (wordfreq, zipf, or a file of "
-        "user,item rows) into DIR: one Parquet file per shard, vocabulary.parquet with the true counts, and "
-        "population.json. Run from it with population.source = \"dataset\" and population.path = DIR.",
+        description="Build the population of CONFIG's [population] section (wordfreq, zipf, exponential, or a file "
+        "of user,item rows; with population.per_user = \"mode\", each user's most frequent item alone) into DIR: "
+        "one Parquet file per shard, vocabulary.parquet with the true counts, and population.json. Run from it "
+        "with population.source = \"dataset\" and population.path = DIR.",
     )
     build.add_argument("config", nargs="?", help="TOML config (defaults apply to missing keys)")
     build.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",

@@ -137,6 +137,8 @@ def _print_answer(answer: SizeAnswer, verification: dict[str, Any] | None) -> No
     console.print(f"definition: {answer.definition}")
     if verification is not None and not verification["consistent"]:
         console.print("[yellow]the analysis lies outside the simulated rate's 95% interval[/]")
+    for warning in answer.warnings:
+        console.print(f"[yellow]warning: {warning}[/]")
 
 
 def _shown(value: Any) -> str:
@@ -175,11 +177,17 @@ def _size_by_recall(args: argparse.Namespace) -> int:
     table = Table(title=f"{answer.protocol}: recall@{answer.top_k} >= {answer.target:g} on {args.population}")
     table.add_column("users")
     table.add_column(f"mean recall@{answer.top_k} ({answer.trials} runs)", justify="right")
+    table.add_column("interval", justify="right")
     for step in answer.steps:
         style = "bold green" if step["users"] == answer.users else None
-        table.add_row(f"{step['users']:,}", f"{step['recall']:.3f}", style=style)
+        table.add_row(f"{step['users']:,}", f"{step['recall']:.3f}", f"{step['low']:.3f} – {step['high']:.3f}",
+                      style=style)
     console = Console()
     console.print(table)
     console.print(f"users needed: {answer.users:,} (recall {answer.recall:.3f}); definition: {answer.definition}")
+    low, high = answer.interval
+    console.print(f"interval: {'?' if low is None else f'{low:,}'} to {'?' if high is None else f'{high:,}'} users: "
+                  "at the first the runs fall short of the target, from the second on every size tried reaches it "
+                  f"('?': no size tried settles it; per size: {answer.interval_method})")
     return 0
 

@@ -10,7 +10,13 @@
   recall@K, by bisection over ``log n`` with a few runs per point on the
   fast driver.  Every population size is run with the same seeds
   (``run.seed + trial``), so the comparison between sizes is not blurred by
-  different random draws.
+  different random draws.  Recall from a few runs is not monotone in n
+  (0.893 at 169,282 users, then 0.867 at 172,989), so the answer comes with
+  an interval of population sizes: from the largest size tried whose runs
+  all fall short of the target (its interval over the runs lies below it)
+  to the smallest from which every size tried has all its runs at or above
+  it, each searched further (by factors of :data:`INTERVAL_STEP`) when the
+  bisection tried no such size.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from fedhh.config import FedhhConfig
 from fedhh.data.items import ItemCodec, get_alphabet
 from fedhh.data.population import Shard, SingleItemShard, Vocabulary
 from fedhh.errors import InputError
-from fedhh.experiment import Experiment
+from fedhh.experiment import Experiment, report_cap, reported_discoveries
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.metrics import recall_at_k
 from fedhh.planning.sizing import PRECISION, check_share
@@ -40,8 +46,11 @@ from fedhh.protocols.triehh.client import respond as triehh_respond
 from fedhh.protocols.triehh.server import TrieHHServer
 
 from .fast import drive, run_fast
+from .sweep_intervals import METHODS, over_trials
 
 MAX_SIMULATED_USERS = 50_000_000  # populations are held in memory
+INTERVAL_STEP = 1.25  # the sizes tried beyond the bisection for the ends of the answer's interval
+INTERVAL_TRIES = 6  # at most this many such sizes on each side
 CONFIDENCE = 0.95
 FIRST_CODE = {"lowercase": "z", "ascii": "~", "bytes": "é"}  # a first character whose code starts with a 1 bit
 
@@ -159,7 +168,7 @@ def verify_item(
 
 @dataclass
 class RecallSize:
-    """The population a config's population shape needs to reach recall@K, and every size tried."""
+    """The population a config's population shape needs to reach recall@K, its interval, and every size tried."""
 
     protocol: str
     users: int
@@ -171,31 +180,40 @@ class RecallSize:
     trials: int
     seeds: list[int]
     definition: str
+    interval: tuple[int | None, int | None] = (None, None)  # (surely short below it, surely enough from it)
+    interval_method: str = ""
     steps: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "interval": list(self.interval), "interval_definition": INTERVAL_DEFINITION}
 
 
 RECALL_DEFINITION = (
     "smallest population found by bisection over log n (to 1%) whose mean recall@K over the trials "
     "(the same seeds at every size) reaches the target; the largest size tried below it does not"
 )
+INTERVAL_DEFINITION = (
+    "from the largest size tried whose recall interval over the trials lies wholly below the target, to the "
+    "smallest size from which every size tried has its interval wholly at or above it (null: not found within "
+    f"{INTERVAL_TRIES} sizes a factor {INTERVAL_STEP:g} apart beyond the bisection); between them the runs do not "
+    "settle whether the target is reached"
+)
 
 
-def recall_of(config: FedhhConfig, users: int, top_k: int, seeds: Sequence[int]) -> float:
-    """Mean recall@K of runs of ``config`` at ``users`` users, one per seed (0 where the privacy
-    target cannot be met at that size)."""
+def recall_of(config: FedhhConfig, users: int, top_k: int, seeds: Sequence[int]) -> list[float]:
+    """Recall@K of runs of ``config`` at ``users`` users, one per seed (0 where the privacy
+    target cannot be met at that size), of the discoveries each run reports (``run.cap_to_top_k``)."""
     recalls = []
     for seed in seeds:
         sized = config.with_overrides({"population.users": users, "run.seed": seed})
         try:
             experiment = Experiment(sized)
         except PrivacyTargetError:
-            return 0.0
+            return [0.0] * len(seeds)
         run = run_fast(experiment, 1, "inprocess")
-        recalls.append(recall_at_k({d.item for d in run.result.discoveries}, experiment.truth(run.counts), top_k))
-    return float(np.mean(recalls))
+        reported = reported_discoveries(run.result.discoveries, report_cap(sized))
+        recalls.append(recall_at_k({d.item for d in reported}, experiment.truth(run.counts), top_k))
+    return recalls
 
 
 def size_by_recall(
@@ -205,14 +223,15 @@ def size_by_recall(
     trials: int,
     on_step: Callable[[int, float], None] | None = None,
 ) -> RecallSize:
-    """The population at which runs of ``config`` reach ``recall`` at ``top_k`` (see :data:`RECALL_DEFINITION`)."""
+    """The population at which runs of ``config`` reach ``recall`` at ``top_k`` (see :data:`RECALL_DEFINITION`),
+    with the interval of sizes the runs leave open (:data:`INTERVAL_DEFINITION`)."""
     check_share(recall, "--recall", upper_open=False)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InputError(f"--top-k: must be an integer >= 1, got {top_k!r}")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise InputError(f"--trials: must be an integer >= 1, got {trials!r}")
     protocol = str(config["protocol"]["name"])
-    if protocol != "triehh" and top_k > int(config["protocol"]["top_k"]):
+    if protocol != "triehh" and "top_k" in config["protocol"] and top_k > int(config["protocol"]["top_k"]):
         raise InputError(
             f"--top-k: {protocol} reports protocol.top_k = {config['protocol']['top_k']} values, so recall at "
             f"K = {top_k} is capped below 1; raise protocol.top_k (--set protocol.top_k={top_k})"
@@ -220,16 +239,17 @@ def size_by_recall(
     if config["population"]["source"] == "file":
         raise InputError("--population: a file population has a fixed size; use a wordfreq or zipf population")
     seeds = [int(config["run"]["seed"]) + trial for trial in range(trials)]
-    steps: list[dict[str, Any]] = []
-    measured: dict[int, float] = {}
+    measured: dict[int, list[float]] = {}
 
-    def reaches(users: int) -> bool:
+    def mean(users: int) -> float:
         if users not in measured:
             measured[users] = recall_of(config, users, top_k, seeds)
-            steps.append({"users": users, "recall": measured[users]})
             if on_step is not None:
-                on_step(users, measured[users])
-        return measured[users] >= recall
+                on_step(users, float(np.mean(measured[users])))
+        return float(np.mean(measured[users]))
+
+    def reaches(users: int) -> bool:
+        return mean(users) >= recall
 
     start = int(config["population"]["users"])
     low, high = (max(start // 2, 1), start) if reaches(start) else (start, start * 2)
@@ -239,14 +259,56 @@ def size_by_recall(
         if high * 2 > MAX_SIMULATED_USERS:
             raise InputError(
                 f"--recall: recall@{top_k} = {recall:g} not reached with up to {high:,} simulated users "
-                f"(measured {measured[high]:.3f}); ask for a lower recall or a smaller --top-k"
+                f"(measured {mean(high):.3f}); ask for a lower recall or a smaller --top-k"
             )
         low, high = high, high * 2
     while high - low > max(1, PRECISION * low):
         middle = min(max(int(round(math.sqrt(max(low, 1) * high))), low + 1), high - 1)
         low, high = (low, middle) if reaches(middle) else (middle, high)
     below = max((users for users in measured if users < high), default=None)
+    interval = _answer_interval(measured, mean, high, recall)
+    steps = []
+    for users in sorted(measured):
+        bounds = over_trials(np.array(measured[users])[:, None])
+        steps.append({"users": users, "recall": mean(users), "low": float(bounds.low[0]),
+                      "high": float(bounds.high[0]), "runs": measured[users]})
+    method = str(over_trials(np.zeros((trials, 1))).method[0])
     return RecallSize(
-        protocol, high, top_k, recall, measured[high], below, None if below is None else measured[below],
-        trials, seeds, RECALL_DEFINITION, sorted(steps, key=lambda step: step["users"]),
+        protocol, high, top_k, recall, mean(high), below, None if below is None else mean(below),
+        trials, seeds, RECALL_DEFINITION, interval, METHODS[method], steps,
     )
+
+
+def _answer_interval(
+    measured: dict[int, list[float]], mean: Callable[[int], float], answer: int, target: float
+) -> tuple[int | None, int | None]:
+    """(the largest size tried surely short of ``target``, the smallest from which every size tried surely
+    reaches it), trying sizes a factor :data:`INTERVAL_STEP` beyond those tried where none is yet."""
+
+    def bounds(users: int) -> tuple[float, float]:
+        mean(users)  # runs the size if it was not tried
+        interval = over_trials(np.array(measured[users])[:, None])
+        return float(interval.low[0]), float(interval.high[0])
+
+    def short() -> list[int]:
+        return [users for users in measured if users <= answer and bounds(users)[1] < target]
+
+    def enough_from() -> int | None:
+        sizes = sorted(measured)
+        first = None
+        for users in reversed(sizes):
+            if bounds(users)[0] < target:
+                break
+            first = users
+        return first
+
+    tries = 0
+    while not short() and tries < INTERVAL_TRIES and min(measured) > 1:
+        mean(max(int(min(measured) / INTERVAL_STEP), 1))
+        tries += 1
+    tries = 0
+    while enough_from() is None and tries < INTERVAL_TRIES and max(measured) * INTERVAL_STEP <= MAX_SIMULATED_USERS:
+        mean(int(math.ceil(max(measured) * INTERVAL_STEP)))
+        tries += 1
+    below = short()
+    return (max(below) if below else None), enough_from()

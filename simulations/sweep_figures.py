@@ -7,9 +7,13 @@ drawn as dots; item by item, each item is a dot), and each model of the
 protocol in the same colour, dashed (the protocol's own model) or dotted
 ([Wang19]'s eq. (5)).  The legend names the interval method and the models.
 An axis is logarithmic only when its values are positive and span at least
-a decade, and never for a share (recall, discovery, F1, ...).  The CSV holds
-every point: its keys, ``mean, low, high, method, trials``, the item-trials
-behind a discovery rate, and each model's prediction at the point.
+a decade, and never for a share (recall, discovery, F1, ...).  Lines of
+different kinds of ε (central user-level, local, none) are told apart by
+their marker and legend, and an ε axis is named by the kind it holds
+("ε, central (user-level)", "ε, local"); no line joins two kinds (the
+report refuses it).  The CSV holds every point: its keys, the kind of ε
+(``privacy``), ``mean, low, high, method, trials``, the item-trials behind
+a discovery rate, and each model's prediction at the point.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 
 from .analytic import EQ5, PREDICTED
 from .sweep_intervals import METHODS, RANGE
+from .sweep_plots import EPSILON_AXES, NO_PRIVACY, PRIVACY_MARKERS
 from .sweep_tables import DISCOVERY, RECALL_AT
 
 if TYPE_CHECKING:
@@ -37,6 +42,7 @@ SHARES = {DISCOVERY, "recall", "precision", "f1", "ncr"}  # metrics in [0, 1]: n
 LABELS = {
     "population.users": "users n", "privacy.epsilon": "target ε", "privacy.delta": "target δ",
     "population.words_per_user": "words per user", "protocol.unit_size": "unit size", "protocol.name": "protocol",
+    "population.per_user": "words a user keeps", "population.concentration": "concentration α (0: independent)",
     "protocol.top_k": "k (values reported)", "protocol.oracle": "oracle", "protocol.segment_length": "η",
     "population.path": "population", "epsilon": "ε", "delta": "δ", "n": "users n",
     "k": "K (true top K)", "frequency": "true frequency (share of users)", DISCOVERY: "discovery rate",
@@ -66,16 +72,18 @@ def write_csv(plot: Plot, path: Path) -> Path:
     before = [name for name in extras if name in ("item", "bin_low", "bin_high")]
     after = [name for name in extras if name not in before]
     models = list(plot.model_labels)
+    kinds = ["privacy"] if plot.privacy_kinds else []
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow([*(key for _, key in roles), plot.x, *before, "mean", "low", "high", "method", "trials",
-                         *after, *(f"model: {name}" for name in models)])
+        writer.writerow([*(key for _, key in roles), *kinds, plot.x, *before, "mean", "low", "high", "method",
+                         "trials", *after, *(f"model: {name}" for name in models)])
         for curve in plot.curves:
             by_label = {line.label: line.at_points for line in curve.models}
             interval = curve.interval
             for j in range(curve.x.size):
                 writer.writerow([
-                    *(_cell(getattr(curve, role)) for role, _ in roles), _cell(curve.x[j]),
+                    *(_cell(getattr(curve, role)) for role, _ in roles), *([curve.privacy] if kinds else []),
+                    _cell(curve.x[j]),
                     *(_cell(curve.extra[name][j]) for name in before),
                     _cell(interval.mean[j]), _cell(interval.low[j]), _cell(interval.high[j]), interval.method[j],
                     int(interval.trials[j]), *(_cell(curve.extra[name][j]) for name in after),
@@ -109,6 +117,8 @@ def draw(plot: Plot) -> Any:
     categorical = not all(isinstance(v, (int, float, np.integer, np.floating)) for c in plot.curves for v in c.x)
     categories = list(dict.fromkeys(v for c in plot.curves for v in c.x)) if categorical else []
     unbinned = plot.x == "frequency" and plot.bins is None
+    kinds = plot.privacy_kinds
+    mixed = len(kinds) > 1  # lines of different kinds of ε: each marked by its kind
     used: set[tuple[int, int]] = set()
     for curve in plot.curves:
         place = where[(curve.row, curve.col)]
@@ -118,11 +128,15 @@ def draw(plot: Plot) -> Any:
         colour = colours(index / max(len(hues) - 1, 1)) if len(hues) > 6 else colours(index % 10)
         x = np.array([categories.index(v) for v in curve.x], dtype=float) if categorical else curve.x.astype(float)
         name = hue_names[curve.hue] if plot.hue else "simulated"
+        marker = PRIVACY_MARKERS.get(curve.privacy, "o") if mixed else "o"
+        if mixed and curve.privacy:
+            name += f" — {'no privacy' if curve.privacy == NO_PRIVACY else 'ε ' + curve.privacy}"
         interval = curve.interval
         if unbinned:
-            axes.plot(x, interval.mean, "o", color=colour, ms=2.2, alpha=0.45, label=name)
+            axes.plot(x, interval.mean, marker, color=colour, ms=2.2, alpha=0.45, label=name)
         else:
-            axes.plot(x, interval.mean, "o-" if x.size <= MARKED else "-", color=colour, ms=3.5, lw=1.4, label=name)
+            axes.plot(x, interval.mean, marker + "-" if x.size <= MARKED else "-", color=colour, ms=3.5, lw=1.4,
+                      label=name)
             axes.fill_between(x, interval.low, interval.high, color=colour, alpha=0.18, lw=0)
             for j, samples in enumerate(curve.samples):
                 if interval.method[j] == RANGE and samples.size:
@@ -154,7 +168,7 @@ def draw(plot: Plot) -> Any:
                  if key]
         if title:
             axes.set_title(", ".join(title), fontsize=10)
-        axes.set_xlabel(label(plot.x))
+        axes.set_xlabel(axis_label(plot))
         axes.grid(True, which="both", alpha=0.25)
     for i in range(lines):
         for j in range(columns):
@@ -177,6 +191,10 @@ def draw(plot: Plot) -> Any:
                                   label=("band and dots: " if method == RANGE else "band: ") + text))
     for name, column in plot.model_labels.items():
         handles.append(Line2D([], [], color=grey, ls=MODEL_STYLES.get(column, "-."), label=name))
+    if mixed:
+        for kind in kinds:
+            text = "no privacy (ε ignored)" if kind == NO_PRIVACY else f"ε, {kind}"
+            handles.append(Line2D([], [], color=grey, marker=PRIVACY_MARKERS[kind], ls="", ms=4, label=text))
     figure.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False,
                   title=label(plot.hue) or None, title_fontsize=8, alignment="left")
     title = f"{label(plot.y)} against {label(plot.x)}"
@@ -187,6 +205,19 @@ def draw(plot: Plot) -> Any:
     figure.suptitle(title, fontsize=11)
     figure.tight_layout()
     return figure
+
+
+def axis_label(plot: Plot) -> str:
+    """The x axis's name; an ε axis says which ε its lines hold (central user-level or local)."""
+    if plot.x not in EPSILON_AXES or not plot.privacy_kinds:
+        return label(plot.x)
+    private = [kind for kind in plot.privacy_kinds if kind != NO_PRIVACY]
+    name = "target ε" if plot.x == "privacy.epsilon" else "ε spent"
+    if len(private) == 1:
+        return f"{name}, {private[0]}"
+    if not private:
+        return label(plot.x)
+    return f"{name}: " + " or ".join(f"{kind} {'■' if PRIVACY_MARKERS[kind] == 's' else '●'}" for kind in private)
 
 
 def is_share(metric: str) -> bool:

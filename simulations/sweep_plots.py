@@ -16,6 +16,23 @@ from .sweep_intervals import METHODS, Interval
 
 K_AXIS, FREQUENCY_AXIS = "k", "frequency"
 BINS_PER_DECADE = 4
+EPSILON_AXES = ("privacy.epsilon", "epsilon")  # the target ε and the ε spent
+# What a trial's ε means, from its privacy report's model (the trials table's privacy_model): central ε
+# protects the published output with user-level adjacency, local ε each report against the server.
+CENTRAL, LOCAL, NO_PRIVACY = "central (user-level)", "local", "no privacy"
+PRIVACY_MARKERS = {CENTRAL: "s", LOCAL: "o", NO_PRIVACY: "D"}
+
+
+def privacy_kind(model: str | None) -> str:
+    """The kind of ε of a privacy model (:data:`CENTRAL`, :data:`LOCAL`, :data:`NO_PRIVACY`; empty: unknown)."""
+    text = (model or "").lower()
+    if text.startswith("central"):
+        return CENTRAL
+    if text.startswith("local"):
+        return LOCAL
+    if text.startswith("no guarantee"):
+        return NO_PRIVACY
+    return ""
 
 
 @dataclass
@@ -41,6 +58,7 @@ class Curve:
     samples: list[np.ndarray] = field(default_factory=list)  # per point, its trials' values (per-trial metrics)
     models: list[ModelLine] = field(default_factory=list)
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # CSV-only columns (item-trials found, bin edges)
+    privacy: str = ""  # the kind of ε of its trials (privacy_kind); never two of central and local
 
 
 @dataclass
@@ -71,6 +89,12 @@ class Plot:
         """The interval methods of its points, in the order of :data:`METHODS`."""
         present = {m for curve in self.curves for m in curve.interval.method.tolist() if m}
         return [method for method in METHODS if method in present]
+
+    @property
+    def privacy_kinds(self) -> list[str]:
+        """The kinds of ε among its curves, central first."""
+        present = {curve.privacy for curve in self.curves if curve.privacy}
+        return [kind for kind in PRIVACY_MARKERS if kind in present]
 
     @property
     def model_labels(self) -> dict[str, str]:

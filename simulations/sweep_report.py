@@ -58,7 +58,17 @@ from .analytic import PREDICTED, model_label, triehh_bound, triehh_rate
 from .sweep_crossings import LEVELS, model_crossing, simulated_crossing
 from .sweep_figures import label, number, render, value_text
 from .sweep_intervals import METHODS, RANGE, Interval, binomial, over_trials
-from .sweep_plots import BINS_PER_DECADE, FREQUENCY_AXIS, K_AXIS, Curve, ModelLine, Plot
+from .sweep_plots import (
+    BINS_PER_DECADE,
+    CENTRAL,
+    FREQUENCY_AXIS,
+    K_AXIS,
+    LOCAL,
+    Curve,
+    ModelLine,
+    Plot,
+    privacy_kind,
+)
 from .sweep_store import REPORT_FOLDER
 from .sweep_tables import DISCOVERY, RECALL_AT, SweepTables
 from .sweep_trial import RECALL_KS
@@ -340,6 +350,7 @@ def build_plot(
     groups = _groups(tables, request)
     plot = Plot(x, y, request.hue, request.row, request.col, [], _pooled_within(tables, request, pooled),
                 list(tables.filters), bins if x == FREQUENCY_AXIS else BINS_PER_DECADE)
+    kinds = _privacy_kinds(tables, request, groups)
     if x == K_AXIS:
         plot.curves = _recall_by_k(tables, groups)
     elif x == FREQUENCY_AXIS:
@@ -347,7 +358,34 @@ def build_plot(
         plot.crossings = _crossings(tables, groups, plot.curves)
     else:
         plot.curves = _metric_by_key(tables, groups, x, y, frequency)
+    for curve, kind in zip(plot.curves, kinds, strict=True):
+        curve.privacy = kind
     return plot
+
+
+def _privacy_kinds(tables: SweepTables, request: PlotRequest, groups: list[Group]) -> list[str]:
+    """The kind of ε of each line (:func:`~simulations.sweep_plots.privacy_kind`); a line that would
+    join trials under central ε and trials under local ε is refused: the two ε are different promises."""
+    models = tables.rows.get("privacy_model", [None] * tables.count)
+    protocols = tables.rows.get("protocol", [None] * tables.count)
+    kinds = []
+    for *_, rows in groups:
+        by_kind: dict[str, set[str]] = {}
+        for i in rows.tolist():
+            by_kind.setdefault(privacy_kind(models[i]), set()).add(str(protocols[i]))
+        if CENTRAL in by_kind and LOCAL in by_kind:
+            roles = [f"{flag} {key}" for flag, key in (("--x", request.x), ("--hue", request.hue),
+                                                       ("--col", request.col), ("--row", request.row)) if key]
+            raise InputError(
+                f"report: a line of this plot ({', '.join(roles)}) would join trials under central ε "
+                f"({', '.join(sorted(by_kind[CENTRAL]))}: user-level, the published output) and under local ε "
+                f"({', '.join(sorted(by_kind[LOCAL]))}: each report, against the server), which are different "
+                "promises; give each protocol its own line or panel (--hue protocol.name, --col protocol.name) "
+                "or keep one kind (--where protocol.name=...)"
+            )
+        named = [kind for kind in by_kind if kind]
+        kinds.append(named[0] if len(named) == 1 else " / ".join(sorted(named)))
+    return kinds
 
 
 def _pooled_within(tables: SweepTables, request: PlotRequest, pooled: Sequence[str]) -> list[str]:
@@ -617,6 +655,13 @@ def _crossings(tables: SweepTables, groups: list[Group], curves: list[Curve]) ->
     return found
 
 
+def one_item_per_user(population: dict[str, Any]) -> bool:
+    """Whether every user of a sweep's population holds one item (what TrieHH's Proposition 1 assumes):
+    one word each, or each user's most frequent word alone (tables written before ``per_user`` existed
+    have every user's words)."""
+    return population["words_per_user"] == 1 or population.get("per_user", "all") == "mode"
+
+
 def _single_triehh_setting(tables: SweepTables, rows: np.ndarray) -> dict[str, Any] | None:
     """The one TrieHH setting (one item per user) shared by ``rows``, or None."""
     missing = [None] * tables.count
@@ -632,7 +677,7 @@ def _single_triehh_setting(tables: SweepTables, rows: np.ndarray) -> dict[str, A
     if protocol != "triehh" or theta is None:
         return None
     configs = {tables.rows["config"][i] for i in rows}
-    if {json.loads(text)["population"]["words_per_user"] for text in configs} != {1}:
+    if not all(one_item_per_user(json.loads(text)["population"]) for text in configs):
         return None
     return {"theta": theta, "batch_size": batch, "max_rounds": rounds, "n_users": n_users}
 
@@ -654,7 +699,7 @@ def _triehh_dense(
     settings = []
     for text in {tables.rows["config"][i] for i in rows}:
         config = json.loads(text)
-        if config["protocol"]["name"] != "triehh" or config["population"]["words_per_user"] != 1:
+        if config["protocol"]["name"] != "triehh" or not one_item_per_user(config["population"]):
             return None
         settings.append({"population.users": config["population"]["users"],
                          "privacy.epsilon": config["privacy"]["epsilon"], "privacy.delta": config["privacy"]["delta"],
@@ -740,7 +785,9 @@ def _point_table(tables: SweepTables, swept: Sequence[str]) -> list[str]:
     privacy = [c for c in PRIVACY_COLUMNS if c in rows and any(v is not None for v in rows[c])]
     metrics = [m for m in SUMMARY_METRICS if m in rows]
     names = {"epsilon": "ε spent", "delta": "δ", "param.theta": "θ", "param.batch_size": "m"}
-    header = [*swept, "trials", "failed", *(names[c] for c in privacy), "interval", *(label(m) for m in metrics)]
+    models = rows.get("privacy_model")
+    header = [*swept, "trials", "failed", *(["ε is"] if models else []), *(names[c] for c in privacy), "interval",
+              *(label(m) for m in metrics)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     failed_at: dict[Any, int] = {}
     for point, error in zip(all_rows.get("point", []), all_rows.get("error", [])):
@@ -749,6 +796,8 @@ def _point_table(tables: SweepTables, swept: Sequence[str]) -> list[str]:
         members = [i for i, p in enumerate(rows["point"]) if p == point]
         cells = [value_text(rows[key][members[0]]) if key in rows else "" for key in swept]
         cells += [str(len(members)), str(failed_at.get(point, 0))]
+        if models:
+            cells.append(" / ".join(sorted({privacy_kind(models[i]) or str(models[i]) for i in members})))
         for column in privacy:
             values = sorted({rows[column][i] for i in members if rows[column][i] is not None})
             cells.append(" – ".join(number(v) for v in (values[0], values[-1])) if len(values) > 1

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from fedhh.config import ConfigError, FedhhConfig, Scalar, build_config, file_kind, read_config_text, schema
-from fedhh.data.sources import make_source, sampled_candidates
+from fedhh.data.sources import held_items_per_user, make_source, sampled_candidates
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
 from fedhh.kernels.randomness import derive_key
@@ -80,6 +80,11 @@ NOT_SWEPT = (
     "privacy.ledger", "privacy.max_epsilon",
 )
 TRIAL_SEED_PURPOSE = "sweep.trial"
+# Config keys added after sweeps were first written: at their defaults they change no result, so
+# they stay out of a trial's key there, and re-running an earlier sweep finds its trials again.
+LATER_KEYS = (
+    "population.concentration", "population.per_user", "population.exponential_rate", "run.cap_to_top_k", "protocol.noise",
+)
 
 
 class SweepError(InputError):
@@ -173,7 +178,7 @@ class SweepSpec:
                 seed = trial_seed(point_seed, index)
                 trial_config = config.with_overrides({**FIXED_KEYS, "run.seed": seed})
                 population_seed = seed if self.redraw_population else point_seed
-                identity: dict[str, Any] = {"config": trial_config.to_dict(), "population_seed": population_seed,
+                identity: dict[str, Any] = {"config": _identity(trial_config), "population_seed": population_seed,
                                             "items": self.items}
                 if self.redraw_population:  # absent when false: the keys of shared-population sweeps never change
                     identity["redraw_population"] = True
@@ -181,6 +186,17 @@ class SweepSpec:
                                     self.items))
         _check_distinct(trials, points)
         return trials
+
+
+def _identity(config: FedhhConfig) -> dict[str, dict[str, Scalar]]:
+    """The config as a trial's key reads it: every key but those of :data:`LATER_KEYS` at their defaults."""
+    sections = config.to_dict()
+    known = schema()
+    for dotted in LATER_KEYS:
+        section, _, key = dotted.partition(".")
+        if sections[section][key] == known[section][key].default:
+            del sections[section][key]
+    return sections
 
 
 def trial_seed(seed: int, index: int) -> int:
@@ -376,12 +392,13 @@ def _check_point(config: FedhhConfig, seed: int, solved: set[str]) -> None:
         users = source.n_users
     else:
         users = int(population["users"])
-        drawn_from = {key: value for key, value in population.items() if key not in ("users", "words_per_user")}
+        drawn_from = {key: value for key, value in population.items()
+                      if key not in ("users", "words_per_user", "concentration", "per_user")}
         vocabulary = _digest({"candidates": drawn_from, "codec": codec.describe(), "seed": seed})
         if vocabulary not in solved:  # one encoding check per vocabulary: drawing zipf's takes a while
             codec.require_memory_to_encode(sampled_candidates(population, codec, seed) or [])
             solved.add(vocabulary)
-        require_population_memory(users, words)
+        require_population_memory(users, held_items_per_user(population, codec))
     target = _digest({"protocol": config["protocol"], "privacy": config["privacy"], "users": users,
                       "codec": codec.describe()})
     if target in solved:

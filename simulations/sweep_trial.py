@@ -22,8 +22,8 @@ import numpy as np
 
 from fedhh.data.population import PopulationSource, Shard
 from fedhh.data.sources import SampledSource, make_source
-from fedhh.experiment import Experiment, item_codec
-from fedhh.metrics import Truth, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
+from fedhh.experiment import Experiment, item_codec, report_cap, reported_discoveries
+from fedhh.metrics import Truth, count_errors, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
 from fedhh.protocols import ProtocolResult, ServerProtocol
 from strategies.run_clock import RunClock
 
@@ -32,6 +32,7 @@ from .fast import drive
 from .sweep_spec import Trial
 
 RECALL_KS = (1, 5, 10, 25, 50, 100, 250)
+COUNT_ERRORS = ("mae", "rmse", "relative_error", "items", "without_estimate")  # per set of items, fedhh.metrics.count_errors
 # Columns of the trials table measured in seconds: the only ones that differ between two runs of a sweep.
 TIMING_COLUMNS = ("wall_s", "population_s", "server_s", "shards_s")
 # The items table: column -> pyarrow type name (cells may be null where noted in docs/sweeps.md).
@@ -166,7 +167,9 @@ def _outcome(
     truth = population.truth
     assert truth is not None
     n_users = population.source.n_users
-    discovered = {found.item for found in result.discoveries}
+    reported = reported_discoveries(result.discoveries, report_cap(trial.config))
+    discovered = {found.item for found in reported}
+    estimates = {found.item: found.estimated_count for found in reported}
     top_k = int(trial.config["run"]["top_k"])
     privacy = result.privacy
     row: dict[str, Any] = {
@@ -181,6 +184,8 @@ def _outcome(
         "f1": f1_at_k(discovered, truth, top_k),
         "ncr": ncr_at_k(discovered, truth, top_k),
         "discovered": len(discovered),
+        "found_before_cap": len(result.discoveries),
+        **_count_error_columns(estimates, truth, sorted(discovered), truth.top(top_k)),
         "rounds": len(result.trace),
         "stopped_because": result.stopped_because,
     }
@@ -197,7 +202,6 @@ def _outcome(
         if f1 is not None:
             row[f"{column}_f1"] = f1
     shown = tracked[: trial.items]
-    estimates = {found.item: found.estimated_count for found in result.discoveries}
     names = [truth.items[i] for i in shown.tolist()]
     items = {
         "trial_key": [trial.key] * len(names),
@@ -211,6 +215,18 @@ def _outcome(
            for column in (PREDICTED, EQ5)},
     }
     return row, items
+
+
+def _count_error_columns(
+    estimates: dict[str, float | None], truth: Truth, found: list[str], top: list[str]
+) -> dict[str, Any]:
+    """The count errors (:func:`fedhh.metrics.count_errors`) on the items found and on the true top K,
+    as columns ``count_<error>_found`` and ``count_<error>_top_k``."""
+    columns: dict[str, Any] = {}
+    for where, items in (("found", found), ("top_k", top)):
+        errors = count_errors(estimates, truth, items)
+        columns.update({f"count_{name}_{where}": errors[name] for name in COUNT_ERRORS})
+    return columns
 
 
 def _costs(experiment: Experiment, clock: RunClock) -> dict[str, Any]:

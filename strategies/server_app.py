@@ -67,7 +67,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat, fixed_shards
 from fedhh.data.items import ItemCodec
 from fedhh.data.sources import configured_users
-from fedhh.experiment import Experiment, item_codec, run_record
+from fedhh.experiment import Experiment, item_codec, report_cap, run_record
 from fedhh.privacy.charge import charge_run
 from fedhh.protocols import ProtocolResult, get_protocol
 from fedhh.protocols.communication import Communication
@@ -304,7 +304,7 @@ def dataless_document(
         "n_users": n_users,
         "transport": "flower/devices" if devices else "flower",
         "config": config.to_dict(),
-        **run_record(result, timing),
+        **run_record(result, timing, report_cap(config)),
         **({"communication": communication.to_dict()} if communication is not None else {}),
     }
 

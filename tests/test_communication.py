@@ -136,11 +136,20 @@ def test_rappor_user_sends_its_filter_and_cohort() -> None:
     assert run.communication.max_bits == 128 + 3
 
 
+def test_baselines_send_their_items_in_the_clear() -> None:
+    """central: one item of L = 7 symbols (6 letters and the end) of 5 bits; exact: each item held with
+    its 32-bit share."""
+    central = experiment('protocol.name="central"', "privacy.delta=1e-6").communication
+    assert central.max_bits == central.expected_bits == 7 * 5
+    exact = experiment('protocol.name="exact"').communication
+    assert exact.max_bits == 7 * 5 + 32 and "per item" in exact.note
+
+
 def test_every_builtin_protocol_declares_its_communication() -> None:
     assert all(spec.communication for spec in PROTOCOLS.values() if spec.name in BUILTIN)
 
 
-BUILTIN = ("triehh", "pem", "treehist", "sfp", "bitstogram", "spm", "mcm", "rappor")
+BUILTIN = ("triehh", "pem", "treehist", "sfp", "bitstogram", "spm", "mcm", "rappor", "central", "exact")
 
 
 @pytest.mark.parametrize("name", ["triehh", "mcm"])

@@ -83,7 +83,10 @@ DEPLOYED: dict[str, list[str]] = {"triehh": SHARDED, "pem": PEM_SHARDED, "spm": 
 # reports and codecs; Bitstogram, RAPPOR and SFP (one round) and MCM (two) send summed integer
 # statistics through the generic strategy and codec as SPM does in three, and each has a Flower
 # simulation test.
-COVERED_BY: dict[str, str] = {"treehist": "pem", "bitstogram": "spm", "mcm": "spm", "rappor": "spm", "sfp": "spm"}
+# The baselines (central, exact: one round of an item histogram, as TrieHH's votes) each have a Flower
+# simulation test (tests/test_baselines.py).
+COVERED_BY: dict[str, str] = {"treehist": "pem", "bitstogram": "spm", "mcm": "spm", "rappor": "spm", "sfp": "spm",
+                              "central": "triehh", "exact": "triehh"}
 
 # 32 enrolled users: the smallest population for which TrieHH's (ε, δ) solver
 # finds m >= θ with δ below 1/n (θ = 5, m = 5 for L = 3 rounds).  Only the

@@ -39,3 +39,20 @@ def test_recall_keys_include_top_k(truth: Truth) -> None:
     metrics = utility_metrics({"a", "b"}, truth, 2)
     assert set(metrics["recall_at_k"]) == {"2"}
     assert metrics["recall_at_k"]["2"] == 1.0 and metrics["ncr"] == 1.0
+
+
+def test_count_errors_by_hand(truth: Truth) -> None:
+    """Estimates for a (55 vs 50), c (27 vs 30), zz (4, not in the population: true 0) and b found without
+    an estimate: MAE (5 + 3 + 4) / 3 = 4, RMSE sqrt((25 + 9 + 16) / 3), relative (5/50 + 3/30) / 2 = 0.1
+    (zz has no true count to divide by); on the true top 3 (a, b, c) b has no estimate and is counted."""
+    estimates = {"a": 55.0, "c": 27.0, "zz": 4.0, "b": None}
+    metrics = utility_metrics({"a", "b", "c", "zz"}, truth, 3, estimates)
+    found = metrics["count_error"]["found"]
+    assert (found["items"], found["without_estimate"]) == (3, 1)
+    assert found["mae"] == pytest.approx(4.0) and found["rmse"] == pytest.approx(np.sqrt(50 / 3))
+    assert found["relative_error"] == pytest.approx(0.1)
+    assert metrics["count_error"]["top_k"] == pytest.approx(
+        {"items": 2, "without_estimate": 1, "mae": 4.0, "rmse": np.sqrt(17.0), "relative_error": 0.1})
+    nothing = utility_metrics(set(), truth, 3, {})["count_error"]["found"]
+    assert nothing == {"items": 0, "without_estimate": 0, "mae": None, "rmse": None, "relative_error": None}
+    assert "count_error" not in utility_metrics({"a"}, truth, 3)

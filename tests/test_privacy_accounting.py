@@ -425,7 +425,7 @@ def test_runs_and_totals_without_a_meaningful_guarantee_are_not_charged(tmp_path
     """A run with no guarantee, or a cumulative δ not below 1/n, is refused with the ledger unchanged."""
     path = tmp_path / "ledger.json"
     broken = TrieHHParameters(n_users=1000, max_rounds=3, theta=1, batch_size=100).report()
-    with pytest.raises(LedgerError, match=r"the run to charge \(run_id 'run'\)\.report\.model: a run without a guarantee"):
+    with pytest.raises(LedgerError, match=r"privacy.ledger: this run has no privacy guarantee \(no guarantee: outside Theorem 1"):
         Ledger(path).record(broken, "run")
     assert not path.exists()
     small = solve_triehh(10_000, 4.0, 5e-5, 10).report()  # θ = 8: δ ≈ 2.98e-5 < 1/n = 1e-4 for one run

@@ -13,7 +13,11 @@ from fedhh.config import load_config
 from fedhh.privacy.triehh import PrivacyTargetError
 from fedhh.protocols.common.prefix_encoding import ValueSpace
 from fedhh.protocols.prefix_search.item_discovery import item_discovery
-from fedhh.protocols.prefix_search.sizing import size_treehist
+from fedhh.planning.sizing import FAR_BELOW, SizeAnswer
+from fedhh.protocols.prefix_search.pem_analysis import candidate_designs
+from fedhh.protocols.prefix_search.pem_assumptions import DEFAULT_QUERY_LIMIT
+from fedhh.protocols.prefix_search.search import TOP_K, SearchParameters
+from fedhh.protocols.prefix_search.sizing import answer_search, size_pem, size_treehist
 from fedhh.protocols.prefix_search.treehist_plan import plan_treehist, treehist_parameters
 from fedhh.protocols.triehh.plan import plan_triehh
 from fedhh.protocols.triehh.sizing import _TrieHHFamily, size_triehh
@@ -186,6 +190,80 @@ def test_size_by_recall_on_a_population_config(tmp_path: Path) -> None:
     assert answer.recall >= 0.8 and answer.below_recall is not None and answer.below_recall < 0.8
     assert answer.below_users < answer.users <= answer.below_users * 1.011 + 1
     assert answer.seeds == [0, 1] and {step["users"] for step in answer.steps} >= {answer.users, answer.below_users}
+    # the interval of sizes the runs leave open: every run short at its low end, every run of every size
+    # tried from its high end on at the target
+    low, high = answer.interval
+    assert low is not None and high is not None and low < answer.users <= high
+    steps = {step["users"]: step for step in answer.steps}
+    assert all(run < 0.8 for run in steps[low]["runs"])
+    assert all(run >= 0.8 for users, step in steps.items() if users >= high for run in step["runs"])
+    assert all(step["low"] <= step["recall"] <= step["high"] for step in steps.values())
+
+
+# [Wang19]'s PEM with FLH on 15-bit values, k = 8, an item of share 0.05 found with probability 0.9: sized
+# through the optimizer's design the answer jumped where the design changed (13,047 users at ε = 2.5,
+# 690,871 at ε = 2, 7,816,317 at ε = 1.5, with 0.796 at 1% fewer users at ε = 2).
+FLH_EXAMPLE = {"value_bits": 15, "top_k": 8, "oracle": "flh"}
+FLH_EPSILONS = (1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0)
+
+
+def best_design_discovery(users: int, epsilon: float) -> float:
+    """The best item discovery over every design PEM's optimizer considers, computed here design by design."""
+    space = ValueSpace(15, 2)
+    return max(item_discovery(SearchParameters("pem", users, epsilon, "bits", design.start_length,
+                                               design.segment_lengths, design.shares, "flh", 8, 8, TOP_K),
+                              space, 0.05).probability
+               for design in candidate_designs(space, 8, DEFAULT_QUERY_LIMIT))
+
+
+def test_size_pem_with_flh_is_monotone_in_epsilon_and_does_not_jump() -> None:
+    answers = [size_pem(0.05, 0.9, epsilon, **FLH_EXAMPLE) for epsilon in FLH_EPSILONS]
+    users = [answer.users for answer in answers]
+    assert users == sorted(users, reverse=True) and len(set(users)) == len(users), users
+    for epsilon, answer in zip(FLH_EPSILONS, answers):
+        assert answer.discovery >= 0.9 > answer.below_discovery >= 0.9 - FAR_BELOW, (epsilon, answer)
+        assert answer.warnings == []
+    # the answer is the smallest n at which some design reaches the target: none does at 1% fewer users
+    for epsilon, answer in zip(FLH_EPSILONS[::3], answers[::3]):
+        assert best_design_discovery(answer.users, epsilon) >= 0.9 > best_design_discovery(answer.below_users, epsilon)
+    at_two = answers[FLH_EPSILONS.index(2.0)]
+    assert at_two.users < 50_000  # the three- or four-level design; the optimizer's one-level one levels off
+    assert at_two.parameters["optimizer_discovery"] < 0.9 and len(at_two.parameters["segment_lengths"]) > 1
+
+
+def test_a_fixed_pem_design_finds_the_item_more_often_with_more_users_or_more_epsilon() -> None:
+    """What the search over designs relies on: for each design, discovery grows with n and with ε."""
+    space = ValueSpace(15, 2)
+    users = np.unique(np.geomspace(2_000, 5_000_000, 40).astype(int)).tolist()
+    for design in candidate_designs(space, 8, DEFAULT_QUERY_LIMIT):
+        grid = np.array([[item_discovery(SearchParameters("pem", n, epsilon, "bits", design.start_length,
+                                                          design.segment_lengths, design.shares, "flh", 8, 8, TOP_K),
+                                         space, 0.05).probability for n in users] for epsilon in (1.5, 2.5)])
+        assert np.all(np.diff(grid, axis=1) >= -1e-12) and np.all(grid[1] >= grid[0] - 1e-12), design
+
+
+def test_a_jump_at_the_answer_is_warned_of(capsys: pytest.CaptureFixture[str]) -> None:
+    jump = SizeAnswer("pem", 690_871, 0.05, 0.9, 0.963, 683_962, 0.796, "definition", {})
+    assert len(jump.warnings) == 1 and "0.796 at 683,962 users (1% fewer), far below the target 0.9" in jump.warnings[0]
+    assert jump.to_dict()["warnings"] == jump.warnings
+    assert SizeAnswer("pem", 28_150, 0.05, 0.9, 0.9005, 27_868, 0.8991, "definition", {}).warnings == []
+    assert main(["size", "pem", "--frequency", "0.05", "--discovery", "0.9", "--epsilon", "2", "--bits", "15",
+                 "--top-k", "8", "--oracle", "flh", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["warnings"] == [] and answer["users"] == size_pem(0.05, 0.9, 2.0, **FLH_EXAMPLE).users
+
+
+def test_pem_verify_runs_the_answer_s_design() -> None:
+    """``--verify`` runs the design that reached the target (not the optimizer's), with a Clopper-Pearson
+    interval over its runs."""
+    answer = size_pem(0.05, 0.9, 2.0, **FLH_EXAMPLE)
+    search = answer_search(answer, answer.users)
+    assert (search.start_length, list(search.segment_lengths)) == (answer.parameters["start_length"],
+                                                                  answer.parameters["segment_lengths"])
+    runs = verify_item("pem", answer.users, 0.05, answer.discovery, 12, search=search)
+    low, high = runs.interval
+    assert 0 <= low <= runs.rate <= high <= 1 and high - low > 0.1  # 12 runs: a wide exact interval
+    assert runs.consistent
 
 
 def test_size_by_recall_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

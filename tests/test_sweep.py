@@ -24,7 +24,7 @@ from simulations.sweep import plan_chunks
 from simulations.sweep_report import write_summary
 from simulations.sweep_spec import load_sweep
 from simulations.sweep_tables import SweepTables
-from simulations.sweep_trial import RECALL_KS, TIMING_COLUMNS
+from simulations.sweep_trial import COUNT_ERRORS, RECALL_KS, TIMING_COLUMNS
 
 TINY = """
 [population]
@@ -47,7 +47,8 @@ TIMING = list(TIMING_COLUMNS)
 DOCUMENTED = [
     "trial_key", "point", "trial", "population.users", "privacy.epsilon", "protocol", "seed", "population_seed",
     "n", "epsilon", "delta", "privacy_model", "param.theta", "param.batch_size", "param.max_rounds", "top_k",
-    *(f"recall_at_{k}" for k in RECALL_KS), "precision", "f1", "ncr", "discovered", "rounds", "stopped_because",
+    *(f"recall_at_{k}" for k in RECALL_KS), "precision", "f1", "ncr", "discovered", "found_before_cap",
+    *(f"count_{error}_{where}" for where in ("found", "top_k") for error in COUNT_ERRORS), "rounds", "stopped_because",
     *(f"predicted_recall_at_{k}" for k in RECALL_KS), "predicted_ncr", "user_bits", "user_bits_max", "server_s", "shards_s", "wall_s", "population_s", "error", "config",
 ]
 

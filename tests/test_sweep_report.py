@@ -535,3 +535,57 @@ def test_a_share_never_goes_on_a_log_axis(tmp_path: Path) -> None:
     assert share.axes[0].get_yscale() == "linear" and share.axes[0].get_xscale() == "linear"
     bits = draw(build_plot(tables, PlotRequest("privacy.epsilon", "user_bits")))
     assert bits.axes[0].get_yscale() == "log"
+
+
+# -- central and local ε: never one line --------------------------------------------------------
+
+MODELS = {"triehh": "central, user-level, sampling+threshold", "central": "central, user-level, noisy threshold histogram",
+          "pem": "local, per-user ε-LDP", "exact": "no guarantee: exact counts of every user's items, no noise"}
+
+
+def privacy_sweep(folder: Path, protocols: tuple[str, ...] = ("triehh", "central", "pem", "exact")) -> Path:
+    trials = [{"trial_key": f"{name}-{epsilon}", "point": p, "trial": 0, "privacy.epsilon": epsilon,
+               "protocol.name": name, "protocol": name, "privacy_model": MODELS[name], "f1": 0.1 * p}
+              for p, (name, epsilon) in enumerate((n, e) for n in protocols for e in (2.0, 4.0))]
+    return made_sweep(folder, trials, [], ["privacy.epsilon", "protocol.name"])
+
+
+def test_a_line_joining_central_and_local_epsilon_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = privacy_sweep(tmp_path / "mixed")
+    assert main(["report", str(folder), "--x", "protocol.name", "--y", "f1", "--hue", "privacy.epsilon",
+                 "--output", str(tmp_path / "r")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "would join trials under central ε (central, triehh" in error
+    assert "and under local ε (pem" in error and "--hue protocol.name" in error
+    assert not (tmp_path / "r").exists()
+    # pooling protocols apart is refused too, and lines of one kind each are drawn
+    assert main(["report", str(folder), "--x", "privacy.epsilon", "--y", "f1", "--pool", "protocol.name",
+                 "--output", str(tmp_path / "p")]) == 2
+    assert "would join trials under central ε" in capsys.readouterr().err
+    only_central = privacy_sweep(tmp_path / "central", ("triehh", "central", "exact"))
+    assert main(["report", str(only_central), "--x", "protocol.name", "--y", "f1", "--hue", "privacy.epsilon",
+                 "--output", str(tmp_path / "c")]) == 0
+
+
+def test_central_and_local_epsilon_are_labelled_apart(tmp_path: Path) -> None:
+    from simulations.sweep_figures import axis_label
+
+    folder = privacy_sweep(tmp_path / "mixed")
+    assert main(["report", str(folder), "--x", "privacy.epsilon", "--y", "f1", "--hue", "protocol.name",
+                 "--output", str(tmp_path / "r")]) == 0
+    kinds = {row["protocol.name"]: row["privacy"] for row in read_rows(tmp_path / "r" / "f1-vs-privacy.epsilon-by-protocol.name.csv")}
+    assert kinds == {"triehh": "central (user-level)", "central": "central (user-level)", "pem": "local",
+                     "exact": "no privacy"}
+    plot = build_plot(SweepTables(folder), PlotRequest("privacy.epsilon", "f1", hue="protocol.name"))
+    assert axis_label(plot) == "target ε: central (user-level) ■ or local ●"
+    figure = draw(plot)
+    legend = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert "ε, central (user-level)" in legend and "ε, local" in legend and "no privacy (ε ignored)" in legend
+    assert "triehh — ε central (user-level)" in legend and "pem — ε local" in legend
+    markers = {line.get_label(): line.get_marker() for line in figure.axes[0].get_lines() if not line.get_label().startswith("_")}
+    assert markers["triehh — ε central (user-level)"] == "s" and markers["pem — ε local"] == "o"
+    assert figure.axes[0].get_xlabel() == axis_label(plot)
+    local = build_plot(SweepTables(folder).where(["protocol.name=pem"]), PlotRequest("privacy.epsilon", "f1"))
+    assert axis_label(local) == "target ε, local"
+    summary = (tmp_path / "r" / "summary.md").read_text(encoding="utf-8")
+    assert "| ε is |" in summary and "| central (user-level) |" in summary and "| local |" in summary

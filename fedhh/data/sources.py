@@ -1,9 +1,12 @@
-"""Where a population's items come from: wordfreq, synthetic Zipf, a file, or a built dataset.
+"""Where a population's items come from: wordfreq, synthetic Zipf or exponential, a file, or a built dataset.
 
-Sampled sources (wordfreq, Zipf) never materialise the whole population to
-build one shard: user ``u``'s ``j``-th item is drawn by inverse CDF from a
-uniform keyed by (seed, u, j), so a shard builds only its own users, and any
-shard count yields the same users.  File sources are read once per process
+Sampled sources (wordfreq, Zipf, exponential) never materialise the whole
+population to build one shard: user ``u``'s ``j``-th item is drawn by
+inverse CDF from a uniform keyed by (seed, u, j), so a shard builds only its
+own users, and any shard count yields the same users.  How alike one user's
+words are (``population.concentration``) is :mod:`fedhh.data.user_words`;
+what a user keeps of them (``population.per_user``),
+:mod:`fedhh.data.per_user`.  File sources are read once per process
 and sliced.  Dataset sources (:mod:`fedhh.data.store`) read a
 population written to disk by ``fedhh population build``, a range of users
 at a time.
@@ -26,9 +29,11 @@ from ..kernels.randomness import UserRandom, derive_key
 from ..kernels.sampling import InverseCdf
 from . import cache
 from .items import ALPHABETS, EncodingReport, ItemCodec, ItemError
+from .per_user import keep_per_user
 from .population import PopulationCounts, PopulationSource, Shard, SingleItemShard, Vocabulary
 from .store import MANIFEST, cached_dataset_source
 from .table_errors import CSV_BLOCK_BYTES, check_columns, check_csv_rows, check_utf8, unreadable
+from .user_words import URN_PURPOSE, expected_distinct_items, polya_urn_words
 
 POPULATION_PURPOSE = "population.items"
 ZIPF_STRINGS_PURPOSE = "population.zipf_strings"
@@ -41,7 +46,9 @@ BeforeEncoding = Callable[[int], None]  # called with the number of users before
 
 
 class SampledSource(PopulationSource):
-    """Users draw ``words_per_user`` items i.i.d. from a distribution over candidates.
+    """Users draw ``words_per_user`` items from a distribution over candidates: i.i.d., or with
+    ``concentration`` α > 0 each user's from a Dirichlet(α p) law of its own
+    (:mod:`fedhh.data.user_words`).
 
     The population size is the config's, known before anything is built:
     the memory the candidates' encoding needs is checked first, then
@@ -58,9 +65,13 @@ class SampledSource(PopulationSource):
         codec: ItemCodec,
         seed: int,
         before_encoding: BeforeEncoding | None = None,
+        concentration: float = 0.0,
     ) -> None:
+        if concentration < 0 or not np.isfinite(concentration):
+            raise InputError(f"population.concentration: got {concentration!r}; must be 0 or a finite number > 0")
         self.n_users = n_users
         self.words_per_user = words_per_user
+        self.concentration = concentration
         self.seed = seed
         codec.require_memory_to_encode(candidates)
         if before_encoding is not None:
@@ -90,10 +101,16 @@ class SampledSource(PopulationSource):
 
     def _draw_items(self, start: int, stop: int) -> list[np.ndarray]:
         """Item ids of users ``[start, stop)``, one array per word a user draws (``-1``: a
-        candidate the codec dropped)."""
-        draws = UserRandom(derive_key(self.seed, POPULATION_PURPOSE), np.arange(start, stop))
-        return [self._candidate_item[np.minimum(self._pick(draws.random()), self._candidate_item.size - 1)]
-                for _ in range(self.words_per_user)]
+        candidate the codec dropped): independent draws, or with a concentration, the Pólya urn
+        over the same draws (:func:`fedhh.data.user_words.polya_urn_words`)."""
+        users = np.arange(start, stop)
+        draws = UserRandom(derive_key(self.seed, POPULATION_PURPOSE), users)
+        fresh = (self._candidate_item[np.minimum(self._pick(draws.random()), self._candidate_item.size - 1)]
+                 for _ in range(self.words_per_user))
+        if self.concentration > 0 and self.words_per_user > 1:
+            urn = UserRandom(derive_key(self.seed, URN_PURPOSE), users)
+            return list(polya_urn_words(fresh, self.words_per_user, urn, self.concentration))
+        return list(fresh)
 
     def _single_items(self, start: int, stop: int) -> np.ndarray:
         """Each user's one item id (``-1`` for none) as one array of 4 bytes a user, drawn a chunk
@@ -108,6 +125,7 @@ class SampledSource(PopulationSource):
         return {
             "users": self.n_users,
             "words_per_user": self.words_per_user,
+            **({"concentration": self.concentration} if self.concentration > 0 else {}),
             "vocabulary": self.vocabulary.size,
             "encoding": self.vocabulary.encoding.to_dict(),
         }
@@ -130,11 +148,12 @@ class WordfreqSource(SampledSource):
         codec: ItemCodec,
         seed: int,
         before_encoding: BeforeEncoding | None = None,
+        concentration: float = 0.0,
     ) -> None:
         words, frequencies = wordfreq_candidates(language, vocabulary_size, codec.alphabet.name)
         self.language = language
         self._candidates_key = _candidates_key(language, vocabulary_size, codec.alphabet.name)
-        super().__init__(words, frequencies, n_users, words_per_user, codec, seed, before_encoding)
+        super().__init__(words, frequencies, n_users, words_per_user, codec, seed, before_encoding, concentration)
 
     def _encode(self, candidates: list[str], codec: ItemCodec) -> tuple[Vocabulary, np.ndarray]:
         """Kept in fedhh's cache under the candidates' key and the codec: encoding wordfreq's
@@ -271,6 +290,17 @@ def _spelled_with(words: list[str], ascii_allowed: np.ndarray) -> np.ndarray:
     return bad_before[ends] == bad_before[ends - lengths]
 
 
+def zipf_weights(vocabulary_size: int, exponent: float) -> np.ndarray:
+    """Zipf(s) popularity of ranks ``1..V``, unnormalised: ``r^-s``."""
+    return np.arange(1, vocabulary_size + 1, dtype=np.float64) ** -exponent
+
+
+def exponential_weights(vocabulary_size: int, rate: float) -> np.ndarray:
+    """Exponential (geometric) popularity of ranks ``1..V``, unnormalised: ``e^(-λ (r - 1))``
+    (ranks past ``745 / λ`` weigh 0 in float64: they are never drawn)."""
+    return np.exp(-rate * np.arange(vocabulary_size, dtype=np.float64))
+
+
 class ZipfSource(SampledSource):
     """Random strings with Zipf(s) popularity: ``P(rank r) ∝ r^-s``."""
 
@@ -284,17 +314,50 @@ class ZipfSource(SampledSource):
         codec: ItemCodec,
         seed: int,
         before_encoding: BeforeEncoding | None = None,
+        concentration: float = 0.0,
     ) -> None:
         self.exponent = exponent
         self.item_length = item_length
         strings = random_strings(vocabulary_size, item_length, codec, seed)
-        weights = np.arange(1, vocabulary_size + 1, dtype=np.float64) ** -exponent
-        super().__init__(strings, weights, n_users, words_per_user, codec, seed, before_encoding)
+        weights = zipf_weights(vocabulary_size, exponent)
+        super().__init__(strings, weights, n_users, words_per_user, codec, seed, before_encoding, concentration)
 
     def describe(self) -> dict[str, Any]:
         return {
             "source": "zipf",
             "exponent": self.exponent,
+            "item_length": self.item_length,
+            **self._base_description(),
+        }
+
+
+class ExponentialSource(SampledSource):
+    """Random strings with exponential popularity, [Wang19] §VI's synthetic dataset:
+    ``P(rank r) ∝ e^(-λ (r - 1))``, the geometric law of ratio ``e^-λ`` (a geometric law of
+    success probability ``g`` is ``λ = -ln(1 - g)``), cut at the vocabulary's size."""
+
+    def __init__(
+        self,
+        n_users: int,
+        vocabulary_size: int,
+        rate: float,
+        item_length: int,
+        words_per_user: int,
+        codec: ItemCodec,
+        seed: int,
+        before_encoding: BeforeEncoding | None = None,
+        concentration: float = 0.0,
+    ) -> None:
+        self.rate = rate
+        self.item_length = item_length
+        strings = random_strings(vocabulary_size, item_length, codec, seed)
+        weights = exponential_weights(vocabulary_size, rate)
+        super().__init__(strings, weights, n_users, words_per_user, codec, seed, before_encoding, concentration)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "source": "exponential",
+            "rate": self.rate,
             "item_length": self.item_length,
             **self._base_description(),
         }
@@ -543,23 +606,54 @@ def csv_line(file: Path, row: int) -> int:
             index += 1
 
 
-SAMPLED_SOURCES = ("wordfreq", "zipf")  # populations drawn from the config alone: its users key gives n
+SAMPLED_SOURCES = ("wordfreq", "zipf", "exponential")  # populations drawn from the config alone
+SOURCES = (*SAMPLED_SOURCES, "file", "dataset")
 
 
 def configured_users(population: dict[str, Any]) -> int | None:
-    """``n`` where the config gives it (a sampled population); ``None`` for a file or a dataset,
-    whose size only reading it tells."""
+    """``n`` where the config gives it (a sampled population: its ``users`` key); ``None`` for a
+    file or a dataset, whose size only reading it tells."""
     return int(population["users"]) if population["source"] in SAMPLED_SOURCES else None
 
 
 def sampled_candidates(population: dict[str, Any], codec: ItemCodec, seed: int) -> list[str] | None:
-    """The candidates a sampled population (wordfreq, zipf) draws its users' items from, as its
-    source reads them, without encoding them; ``None`` for a file or a dataset."""
+    """The candidates a sampled population (wordfreq, zipf, exponential) draws its users' items
+    from, as its source reads them, without encoding them; ``None`` for a file or a dataset."""
     if population["source"] == "wordfreq":
         return wordfreq_candidates(population["language"], population["vocabulary"], codec.alphabet.name)[0]
-    if population["source"] == "zipf":
+    if population["source"] in ("zipf", "exponential"):
         return random_strings(population["vocabulary"], population["item_length"], codec, seed)
     return None
+
+
+def sampled_law(population: dict[str, Any], codec: ItemCodec) -> np.ndarray:
+    """The law over its candidates a sampled population's users draw from, normalised."""
+    source = population["source"]
+    if source == "wordfreq":
+        weights = wordfreq_candidates(population["language"], population["vocabulary"], codec.alphabet.name)[1]
+    elif source == "zipf":
+        weights = zipf_weights(population["vocabulary"], population["zipf_exponent"])
+    elif source == "exponential":
+        weights = exponential_weights(population["vocabulary"], population["exponential_rate"])
+    else:
+        raise ValueError(f"population.source {source!r} is not a sampled source")
+    return np.asarray(weights, dtype=np.float64) / float(np.sum(weights))
+
+
+def held_items_per_user(population: dict[str, Any], codec: ItemCodec) -> float:
+    """The items a user of a sampled population holds in memory, for its memory check
+    (:func:`fedhh.resources.require_population_memory`): one when each keeps one
+    (``per_user = "mode"``, or one word each), ``words_per_user`` for independent draws
+    (as many distinct items, but for the rare repeat), and for users with a Dirichlet law of
+    their own the expected number of distinct items they draw
+    (:func:`fedhh.data.user_words.expected_distinct_items`), fewer the more they repeat."""
+    words = int(population["words_per_user"])
+    if population["per_user"] == "mode" or words == 1:
+        return 1
+    concentration = float(population["concentration"])
+    if concentration == 0:
+        return words
+    return expected_distinct_items(sampled_law(population, codec), words, concentration)
 
 
 def make_source(
@@ -570,16 +664,29 @@ def make_source(
     ``before_encoding(n_users)`` runs before the vocabulary is encoded where the config gives the
     population size (the sampled sources); a file's or a dataset's size is known only once read.
     """
+    return keep_per_user(_users_source(population, codec, seed, before_encoding), population["per_user"], seed)
+
+
+def _users_source(
+    population: dict[str, Any], codec: ItemCodec, seed: int, before_encoding: BeforeEncoding | None
+) -> PopulationSource:
+    """The population's users with all their items (before ``population.per_user``)."""
     source = population["source"]
+    concentration = float(population["concentration"])
     if source == "wordfreq":
         return WordfreqSource(
             population["users"], population["language"], population["vocabulary"],
-            population["words_per_user"], codec, seed, before_encoding,
+            population["words_per_user"], codec, seed, before_encoding, concentration,
         )
     if source == "zipf":
         return ZipfSource(
             population["users"], population["vocabulary"], population["zipf_exponent"],
-            population["item_length"], population["words_per_user"], codec, seed, before_encoding,
+            population["item_length"], population["words_per_user"], codec, seed, before_encoding, concentration,
+        )
+    if source == "exponential":
+        return ExponentialSource(
+            population["users"], population["vocabulary"], population["exponential_rate"],
+            population["item_length"], population["words_per_user"], codec, seed, before_encoding, concentration,
         )
     if source == "file":
         path = Path(population["path"])
@@ -589,7 +696,7 @@ def make_source(
         manifest = Path(population["path"]) / MANIFEST
         stamp = manifest.stat().st_mtime_ns if manifest.is_file() else -1
         return cached_dataset_source(str(population["path"]), stamp, codec)
-    raise InputError(f"population.source: got {source!r}; allowed: ['wordfreq', 'zipf', 'file', 'dataset']")
+    raise InputError(f"population.source: got {source!r}; allowed: {list(SOURCES)}")
 
 
 @functools.lru_cache(maxsize=2)

@@ -27,6 +27,7 @@ from .commands import Option, Options
 MAX_USERS = 10**12  # beyond this, the answer is "not reachable"
 PRECISION = 0.01  # the LDP answers: n meets the target, n less this share does not
 LDP_DEFINITION = "the analysis meets the target at n and not at n less 1% (bisection over log n)"
+FAR_BELOW = 0.05  # a discovery rate this far below the target at n less 1% is a jump, and warned of
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,17 @@ class SizeAnswer:
     definition: str
     parameters: dict[str, Any]
 
+    @property
+    def warnings(self) -> list[str]:
+        """What a reader of the answer must know: the analysis jumps at the answer."""
+        if self.target - self.below_discovery <= FAR_BELOW:
+            return []
+        return [f"the analysis gives {self.below_discovery:.3f} at {self.below_users:,} users (1% fewer), far below "
+                f"the target {self.target:g}: the discovery rate jumps at this n, so a population slightly smaller "
+                "than the answer may fall well short of the target"]
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "warnings": self.warnings}
 
 
 def check_share(value: float, flag: str, upper_open: bool = True) -> float:
@@ -125,10 +135,12 @@ def size_by_analysis(
     start: int,
     on_step: Callable[[int, float], None] | None = None,
     hint: str = "",
+    definition: str = LDP_DEFINITION,
 ) -> SizeAnswer:
     """The population (to ``PRECISION``) at which ``rate(n)`` -- the analysis' discovery probability
     and the parameters it used -- reaches ``discovery``; the search starts at ``start`` users and
-    never goes below ``smallest``.  ``hint`` explains an unreachable target."""
+    never goes below ``smallest``.  ``hint`` explains an unreachable target; ``definition`` states
+    the answer's meaning."""
     evaluated: dict[int, tuple[float, dict[str, Any]]] = {}
 
     def evaluate(users: int) -> tuple[float, dict[str, Any]]:
@@ -157,6 +169,6 @@ def size_by_analysis(
     discovered, parameters = evaluate(high)
     below = int(high * (1 - PRECISION))
     return SizeAnswer(protocol, high, frequency, discovery, discovered, below,
-                      evaluate(below)[0] if below >= smallest else 0.0, LDP_DEFINITION, parameters)
+                      evaluate(below)[0] if below >= smallest else 0.0, definition, dict(parameters))
 
 

@@ -43,7 +43,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..results import to_json
-from . import ldp, triehh
+from . import central, ldp, triehh
 from .composition import compose
 from .report import NO_GUARANTEE, CompositionSummary, PrivacyReport
 
@@ -52,7 +52,9 @@ VERSION = 1
 
 Accountant = Callable[[Mapping[str, Any]], tuple[float, float]]
 # Per privacy model (a report's ``model``), the code that derives a run's (ε, δ) from its parameters.
-ACCOUNTANTS: dict[str, Accountant] = {triehh.MODEL: triehh.triehh_guarantee, ldp.MODEL: ldp.ldp_guarantee}
+ACCOUNTANTS: dict[str, Accountant] = {
+    triehh.MODEL: triehh.triehh_guarantee, ldp.MODEL: ldp.ldp_guarantee, central.MODEL: central.central_guarantee,
+}
 DERIVATION_TOLERANCE = 1e-9  # relative: the same formulas on another machine's libm may differ in the last bits
 
 
@@ -299,6 +301,7 @@ class Ledger:
     def preview(self, report: PrivacyReport) -> CompositionSummary:
         """The cumulative guarantee if ``report``'s run were charged now (nothing is written; a ledger
         that could not be written is refused now, as charging would refuse it)."""
+        _check_chargeable(report)
         self._check_writable()
         stored, entries = self._load()
         _check_adjacency(entries, report)
@@ -315,6 +318,7 @@ class Ledger:
         would exceed the budget.
         """
         budget = check_max_epsilon(max_epsilon)
+        _check_chargeable(report)
         if not isinstance(run_id, str) or not run_id:
             raise InputError(f"run_id: must be a non-empty string, got {run_id!r}")
         entry = LedgerEntry(run_id, time.strftime(TIME_FORMAT, time.gmtime()), report)
@@ -420,6 +424,17 @@ def _check_total_delta(path: Path, entries: list[LedgerEntry], total: Compositio
             f"privacy.ledger {str(path)!r}: with this run the runs' cumulative guarantee would be stated at "
             f"δ = {total.delta:.3g}, not below 1/n = 1/{min(sizes):,}, where it means nothing; start a new "
             "ledger with a smaller total δ, or charge fewer runs to this population"
+        )
+
+
+def _check_chargeable(report: PrivacyReport) -> None:
+    """A run without a guarantee (the exact baseline, parameters outside a theorem) has no (ε, δ) to
+    compose: it is refused, never recorded as an infinite ε that would end the ledger's budget."""
+    if not report.has_guarantee:
+        raise LedgerError(
+            f"privacy.ledger: this run has no privacy guarantee ({report.model}; ε = {report.epsilon:g}, "
+            f"δ = {report.delta:g}), so no ledger can charge it and no budget covers it; leave privacy.ledger "
+            "empty to run it"
         )
 
 

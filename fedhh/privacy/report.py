@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 NO_GUARANTEE = "no guarantee"
+# The adjacency of the central models (TrieHH, the curator baseline): their runs compose in one ledger.
+USER_LEVEL = "user-level: populations differ in one user's whole data"
 
 # What every result document holds outside any guarantee (see docs/privacy.md).
 EVALUATION_NOT_COVERED = (

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..errors import InputError
 
-from .report import EVALUATION_NOT_COVERED, NO_GUARANTEE, PUBLIC_INPUTS, Coverage, PrivacyReport
+from .report import EVALUATION_NOT_COVERED, NO_GUARANTEE, PUBLIC_INPUTS, USER_LEVEL, Coverage, PrivacyReport
 from .validation import check_delta, check_epsilon, check_positive_int, check_users
 
 MODEL = "central, user-level, sampling+threshold"
@@ -172,7 +172,7 @@ class TrieHHParameters:
             "prefixes kept only with >= θ votes, no added noise",
             method="Zhu et al. 2020, Theorem 1 (Theorem 2 for several items per user): "
             "ε = L ln(1/(1 - θ m/n)), δ = (θ-2)/((θ-3) θ!)",
-            adjacency="user-level: populations differ in one user's whole data",
+            adjacency=USER_LEVEL,
             parameters={
                 "n_users": self.n_users,
                 "batch_size": self.batch_size,

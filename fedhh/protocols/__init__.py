@@ -5,7 +5,8 @@ the wire declarations of messages (``messages``), the spec (``spec``), the
 registry (``registry``), the bits a user sends (``communication``) and the
 helpers several families share (``common``) -- and one package per
 protocol or family (``triehh``, ``prefix_search`` for PEM and TreeHist,
-``bitstogram``, ``spm``, ``mcm``, ``rappor``, ``sfp``).  Importing it
+``bitstogram``, ``spm``, ``mcm``, ``rappor``, ``sfp``, and the baselines
+``central``, a curator's noisy histogram, and ``exact``, without privacy).  Importing it
 registers the built-in protocols (each package registers its own
 :class:`ProtocolSpec`), in the order their names are listed.
 """
@@ -23,7 +24,7 @@ from .registry import PROTOCOLS, get_protocol, plan, protocol_module, register_p
 from .spec import ContractText, HeldUsers, InvalidReply, ProtocolSpec
 
 # isort: off
-from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp  # noqa: E402,F401  (registers them, in this order)
+from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp, central, exact  # noqa: E402,F401  (registers them, in this order)
 # isort: on
 
 __all__ = [

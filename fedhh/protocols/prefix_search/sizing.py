@@ -1,22 +1,31 @@
 """``fedhh size pem`` and ``fedhh size treehist``: the population in which an item of a given share is found.
 
-* **PEM**: the design ``fedhh plan pem`` chooses for ``n``, and the item's
-  chance to survive every level by the order-statistics model
-  (:mod:`fedhh.protocols.prefix_search.item_discovery`);
+* **PEM**: the best, at each ``n``, of the designs ``fedhh plan pem``
+  considers, by the item's chance to survive every level under the
+  order-statistics model (:mod:`fedhh.protocols.prefix_search.item_discovery`);
 * **TreeHist**: the levels ``fedhh plan treehist`` describes, the same model
   with threshold pruning and the final full-value pass.
 
-PEM's optimizer changes its design with ``n``, so the answer is a
-population ``n`` where the analysis meets the target while ``n`` less 1%
-does not (:func:`fedhh.planning.sizing.size_by_analysis`).
+PEM's optimizer chooses its design for F1 over a Zipf population, not for
+one item, and changes it with ``n``; sized through the optimizer's design,
+the answer would sit where the design changes and jump with ε.  So PEM's
+sizing searches over the designs themselves: every design the optimizer
+considers (:func:`~fedhh.protocols.prefix_search.pem_analysis.candidate_designs`,
+within the query limit), and at each ``n`` the best of them for the item;
+the answer is the smallest ``n`` at which some design reaches the target
+(bisection over ``log n`` to 1%, :func:`fedhh.planning.sizing.size_by_analysis`),
+with that design, and the design the optimizer would choose at ``n``
+beside it.  A fixed design finds the item more often as ``n`` or ε grows,
+so the answer does not jump, and falls as ε grows.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ...errors import InputError
 from ...planning.commands import Option, Options
 from ...planning.sizing import OnStep, SizeAnswer, Sizing, check_share, size_by_analysis
 from ...privacy.validation import check_epsilon, check_positive_int
@@ -30,11 +39,17 @@ from .pem_assumptions import (
 )
 from .pem_plan import DEFAULT_ORACLE as PEM_ORACLE
 from .pem_plan import pem_search_parameters, plan_pem
+from .search import TOP_K, SearchParameters
 from .treehist_plan import treehist_design, treehist_options, treehist_parameters
 
+if TYPE_CHECKING:
+    from .pem_analysis import PEMDesign
+
 COLLISION_ORACLES = ("flh", "cms", "hcms", "count-mean", "count-median", "count-min", "count-sketch")
-PEM_SHOWN = ("start_length", "segment_lengths", "group_shares", "candidates_per_step", "top_k", "oracle",
-             "value_bits", "epsilon", "utility_model", "predicted_f1")
+PEM_DEFINITION = (
+    "the smallest n (bisection over log n, to 1%) at which some design the optimizer considers finds the item "
+    "with the target probability; the analysis at n less 1% falls short"
+)
 
 
 def size_pem(
@@ -44,24 +59,70 @@ def size_pem(
     on_step: Callable[[int, float], None] | None = None,
     **design: Any,
 ) -> SizeAnswer:
-    """The population at which the design ``fedhh plan pem`` chooses (``design``: the options of
-    :func:`plan_pem`) reports an item of share ``frequency`` with probability ``discovery``."""
+    """The smallest population at which a PEM design (``design``: the options of :func:`plan_pem`;
+    every design its optimizer considers is tried) reports an item of share ``frequency`` with
+    probability ``discovery`` (see the module docstring)."""
     from .item_discovery import item_discovery  # scipy: only when sizing
+    from .pem_analysis import UtilityModel, candidate_designs, zipf_frequencies
 
     check_share(frequency, "--frequency", upper_open=False)
     check_share(discovery, "--discovery")
     check_epsilon(epsilon, "--epsilon")
-    value_bits = check_positive_int(design.get("value_bits", 64), "--bits")
+    options = {**_PLAN_DEFAULTS, **design}
+    value_bits = check_positive_int(options["value_bits"], "--bits")
+    top_k = check_positive_int(options["top_k"], "--top-k")
+    kept = check_positive_int(options["candidates_per_step"] or top_k, "--candidates")
     space = ValueSpace(value_bits, 2)
+    designs = candidate_designs(space, kept, check_positive_int(options["query_limit"], "--query-limit"))
+    if not designs:
+        raise InputError(f"--query-limit: {options['query_limit']:,} oracle queries are too few for any design over "
+                         f"{value_bits} bits with {kept} candidates per step")
+    plan_pem(1 << 20, epsilon, **design)  # refuses the options plan_pem refuses (ε no oracle takes, ...)
+
+    def search(users: int, chosen: PEMDesign) -> SearchParameters:
+        return SearchParameters("pem", users, epsilon, "bits", chosen.start_length, tuple(chosen.segment_lengths),
+                                tuple(chosen.shares), options["oracle"], kept, top_k, TOP_K)
 
     def rate(users: int) -> tuple[float, dict[str, Any]]:
-        plan = plan_pem(users, epsilon, **design)
-        found = item_discovery(pem_search_parameters(plan), space, frequency)
-        return found.probability, {key: plan[key] for key in PEM_SHOWN}
+        found = [item_discovery(search(users, chosen), space, frequency).probability for chosen in designs]
+        best = max(range(len(designs)), key=found.__getitem__)  # the first of equals, in the optimizer's order
+        chosen = designs[best]
+        return found[best], {
+            "start_length": chosen.start_length, "segment_lengths": list(chosen.segment_lengths),
+            "group_shares": list(chosen.shares), "candidates_per_step": kept, "top_k": top_k,
+            "oracle": options["oracle"], "value_bits": value_bits, "epsilon": epsilon, "designs_searched": len(designs),
+        }
 
     smallest = max(math.ceil(1 / frequency), value_bits)
-    return size_by_analysis("pem", frequency, discovery, rate, smallest, int(frequency**-2), on_step,
-                            _collision_hint(design.get("oracle", "olh")))
+    answer = size_by_analysis("pem", frequency, discovery, rate, smallest, int(frequency**-2), on_step,
+                              _collision_hint(options["oracle"]), PEM_DEFINITION)
+    chosen = next(d for d in designs if d.start_length == answer.parameters["start_length"]
+                  and list(d.segment_lengths) == answer.parameters["segment_lengths"])
+    utility = UtilityModel(space, answer.users, epsilon, top_k, options["oracle"],
+                           zipf_frequencies(options["zipf_exponent"], options["distinct"]), model=options["model"])
+    optimizer = plan_pem(answer.users, epsilon, **design)
+    answer.parameters.update({
+        "utility_model": options["model"],
+        "predicted_f1": utility.predict(chosen).f1,  # of this design, on the optimizer's Zipf assumption
+        "optimizer_design": {key: optimizer[key] for key in ("start_length", "segment_lengths", "group_shares")},
+        "optimizer_discovery": item_discovery(pem_search_parameters(optimizer), space, frequency).probability,
+    })
+    return answer
+
+
+_PLAN_DEFAULTS: dict[str, Any] = {
+    "value_bits": 64, "top_k": 32, "oracle": PEM_ORACLE, "query_limit": DEFAULT_QUERY_LIMIT,
+    "candidates_per_step": None, "zipf_exponent": DEFAULT_ZIPF_EXPONENT, "distinct": DEFAULT_DISTINCT_VALUES,
+    "model": ORDER_STATISTICS,
+}  # plan_pem's defaults, for the options a caller leaves out
+
+
+def answer_search(answer: SizeAnswer, users: int) -> SearchParameters:
+    """The search parameters of a PEM answer's design at ``users`` (what ``--verify`` runs)."""
+    shown = answer.parameters
+    return SearchParameters("pem", users, shown["epsilon"], "bits", shown["start_length"],
+                            tuple(shown["segment_lengths"]), tuple(shown["group_shares"]), shown["oracle"],
+                            shown["candidates_per_step"], shown["top_k"], TOP_K)
 
 
 def size_treehist(
@@ -139,7 +200,7 @@ PEM_SIZING = Sizing(
                choices=MODELS),
     ),
     _pem_answer,
-    lambda args, answer: {"search": pem_search_parameters(plan_pem(answer.users, args.epsilon, **_pem_design(args)))},
+    lambda args, answer: {"search": answer_search(answer, answer.users)},
 )
 TREEHIST_SIZING = Sizing(
     "TreeHist", 20, treehist_options(top_k_default=None), _treehist_answer,

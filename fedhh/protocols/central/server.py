@@ -1,0 +1,105 @@
+"""The curator baseline's server: it adds noise to the summed histogram once and releases what passes τ."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...data.items import ItemCodec
+from ...kernels.randomness import KeyedRandomness
+from ...privacy.central import LAPLACE, CentralParameters, solve_central
+from ...privacy.report import PrivacyReport
+from ..base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
+from ..spec import Section
+from .messages import ItemHistogram, ItemRequest
+
+NOISE_PURPOSE = "central.noise"
+
+
+def noisy_counts(counts: np.ndarray, params: CentralParameters, generator: np.random.Generator) -> np.ndarray:
+    """``counts`` plus independent noise of the mechanism's law and scale, one draw per entry."""
+    counts = np.asarray(counts, dtype=np.float64)
+    if params.noise == LAPLACE:
+        return counts + generator.laplace(0.0, params.scale, counts.size)
+    return counts + generator.normal(0.0, params.scale, counts.size)
+
+
+def released(noisy: np.ndarray, params: CentralParameters) -> np.ndarray:
+    """Which noisy counts the mechanism releases: those above the threshold τ."""
+    return noisy > params.threshold
+
+
+class CentralServer(ServerProtocol):
+    """One round: sum the users' items, add noise to each item's count, release the ``top_k`` largest
+    noisy counts above τ (the full released set when fewer pass)."""
+
+    name = "central"
+    request_type = ItemRequest
+    response_type = ItemHistogram
+
+    def __init__(self, params: CentralParameters, top_k: int, codec: ItemCodec, seed: int) -> None:
+        self.params = params
+        self.top_k = top_k
+        self.codec = codec
+        self.seed = seed
+        self._randomness = KeyedRandomness(seed)
+        self._found: list[Discovery] | None = None
+        self._trace: list[RoundRecord] = []
+
+    @property
+    def trace(self) -> list[RoundRecord]:
+        return list(self._trace)
+
+    @property
+    def max_rounds(self) -> int:
+        return 1
+
+    def privacy_report(self) -> PrivacyReport:
+        return self.params.report()
+
+    def next_request(self) -> ItemRequest | None:
+        return ItemRequest(round=1) if self._found is None else None
+
+    def absorb(self, response: Response) -> None:
+        if not isinstance(response, ItemHistogram):
+            raise TypeError(f"central expects an ItemHistogram, got {type(response).__name__}")
+        if self._found is not None or response.round != 1:
+            raise ValueError(f"response for round {response.round}, but no request is pending")
+        # the histogram's rows come in one canonical order whatever the sharding, so the noise is too
+        noisy = noisy_counts(response.counts, self.params, self._randomness.generator(NOISE_PURPOSE, 1))
+        passed = np.flatnonzero(released(noisy, self.params))
+        shown = passed[np.lexsort((passed, -noisy[passed]))][: self.top_k]
+        rows = response.items[shown]
+        self._found = [
+            Discovery(item, tuple(row), estimated_count=float(count))
+            for item, row, count in zip(self.codec.decode_rows(rows), rows.tolist(), noisy[shown].tolist())
+        ]
+        self._trace.append(RoundRecord(
+            1,
+            {"above_threshold": int(passed.size), "released": len(self._found)},
+            server_view={"users_counted": int(response.responding_users), "items_present": int(response.counts.size)},
+        ))
+
+    def result(self) -> ProtocolResult:
+        return ProtocolResult(
+            protocol=self.name,
+            discoveries=list(self._found or []),
+            frequent_prefixes=[],
+            trace=self.trace,
+            privacy=self.privacy_report(),
+            params={
+                "noise": self.params.noise,
+                "scale": self.params.scale,
+                "threshold": self.params.threshold,
+                "top_k": self.top_k,
+                "max_length": self.codec.max_length,
+                "unit_size": self.codec.unit_size,
+                "alphabet": self.codec.alphabet.name,
+            },
+            stopped_because="one round" if self._found is not None else "not finished",
+        )
+
+
+def build_central(privacy: Section, protocol: Section, n_users: int, codec: ItemCodec, seed: int) -> CentralServer:
+    """The curator's histogram from a config: scale and τ solved from the (ε, δ) target."""
+    params = solve_central(n_users, privacy["epsilon"], privacy["delta"], str(protocol["noise"]))
+    return CentralServer(params, int(protocol["top_k"]), codec, seed)
