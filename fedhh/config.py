@@ -11,7 +11,6 @@ Flower's run config, so a run is described identically under every driver.
 from __future__ import annotations
 
 import copy
-import math
 import os
 import stat
 import tomllib
@@ -20,75 +19,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .schema import ConfigError, Key, Scalar
+from .schema import (
+    AUTO_SHARDS,
+    DEFAULT_PROTOCOL,
+    DEFAULT_SHARDS,
+    ConfigError,
+    ConfigSection,
+    Key,
+    PopulationSection,
+    PrivacySection,
+    ProtocolSection,
+    RunSection,
+    Scalar,
+)
+from .schema import MAX_SHARDS as MAX_SHARDS  # the shards a run may have, re-exported here
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; anything this large is not one
 
-# Shards are the unit of transport: each costs a fixed time per round (a
-# SuperNode's messages, an actor call).  Flower simulations are run with
-# thousands of SuperNodes (2,048 measured, benchmarks/RESULTS.md); beyond
-# the in-memory engine of Flower 1.41 and 1.42, which scans every message in flight
-# for every node it polls, makes a round cost O(nodes^2): at 4,096 nodes
-# about 4x the 2,048-node round, at 10^5 (a typo for users) hours.
-MAX_SHARDS = 4096
-DEFAULT_SHARDS = 8
-# run.shards = "auto": a Flower federation's SuperNodes decide how many shards there are (each
-# node's config names its shard); a driver that starts the shards itself starts DEFAULT_SHARDS.
-AUTO_SHARDS = "auto"
-
-
-def _positive(value: float) -> bool:
-    return math.isfinite(value) and value > 0
-
-
-# The sections and keys every run has.  ``[protocol]`` lists here what every
-# protocol reads (the name and the public item codec); each protocol adds its
-# own keys in its spec, and :func:`schema` assembles the whole.
-BASE_SCHEMA: dict[str, dict[str, Key]] = {
-    "population": {
-        "source": Key(str, "wordfreq", "where users' items come from (exponential: [Wang19] §VI's geometric law; dataset: a folder written by fedhh population build)", ("wordfreq", "zipf", "exponential", "file", "dataset")),
-        "users": Key(int, 1_000_000, "number of users n (wordfreq, zipf, exponential)", check=lambda v: v >= 1, constraint=">= 1"),
-        "language": Key(str, "en", "wordfreq language code"),
-        "vocabulary": Key(int, 100_000, "distinct candidate items (wordfreq: top words; zipf, exponential: random strings)", check=lambda v: v >= 1, constraint=">= 1"),
-        "words_per_user": Key(int, 1, "items drawn per user (local frequencies; > 1 uses Algorithm 3)", check=lambda v: v >= 1, constraint=">= 1"),
-        "concentration": Key(float, 0.0, "how alike a user's words are (sampled sources): each user draws from its own Dirichlet(α p) law around the population's p, so its next word repeats one of its own with probability j / (j + α); 0: independent draws (α = ∞)", check=lambda v: v == 0 or _positive(v), constraint="0 or a finite number > 0"),
-        "per_user": Key(str, "all", "what each user keeps of its items: all, or only its most frequent (mode; ties at random, keyed by the seed and the user)", ("all", "mode")),
-        "zipf_exponent": Key(float, 1.1, "Zipf exponent s of the synthetic source", check=_positive, constraint="> 0"),
-        "exponential_rate": Key(float, 0.05, "rate λ of the exponential source: P(rank r) ∝ e^(-λ (r - 1)), a geometric law", check=_positive, constraint="a finite number > 0"),
-        "item_length": Key(int, 8, "characters per synthetic item", check=lambda v: v >= 1, constraint=">= 1"),
-        "path": Key(str, "", "file source: .txt (one item per line, one user per line), .csv or .parquet (columns user, item); dataset source: the folder written by fedhh population build"),
-    },
-    "protocol": {
-        "max_length": Key(int, 10, "maximum item length in characters (bytes for the bytes alphabet)", check=lambda v: v >= 1, constraint=">= 1"),
-        "unit_size": Key(int, 1, "characters per symbol", check=lambda v: 1 <= v <= 4, constraint="in 1..4"),
-        "alphabet": Key(str, "lowercase", "public alphabet", ("lowercase", "ascii", "bytes")),
-        "overlong": Key(str, "drop", "items longer than max_length", ("error", "drop", "truncate")),
-        "unknown_chars": Key(str, "error", "items with characters outside the alphabet", ("error", "drop")),
-    },
-    "privacy": {
-        "epsilon": Key(float, 4.0, "target ε", check=_positive, constraint="a finite number > 0"),
-        "delta": Key(float, 1e-12, "target δ", check=lambda v: 0 < v < 1, constraint="in the open interval (0, 1)"),
-        "ledger": Key(str, "", "privacy ledger (JSON) composing repeated runs on the same population; empty: none"),
-        "max_epsilon": Key(float, 0.0, "cumulative ε budget of the ledger; 0: no budget",
-                           check=lambda v: v == 0 or _positive(v), constraint="0 or a finite number > 0"),
-    },
-    "run": {
-        "seed": Key(int, 0, "seed of every random choice in the simulation", check=lambda v: v >= 0, constraint=">= 0"),
-        "driver": Key(str, "flower", "transport", ("flower", "fast")),
-        "backend": Key(str, "auto", "fast driver backend (auto: Ray when RAY_ADDRESS names a cluster, else in-process)", ("auto", "inprocess", "ray")),
-        "shards": Key(int, DEFAULT_SHARDS, "shards of users (Flower SuperNodes or Ray actors); \"auto\" (the default of `flwr run .`): one per SuperNode that connects, each holding the shard its node config names; where fedhh starts the shards itself (fedhh run, the fast driver), 8", check=lambda v: 1 <= v <= MAX_SHARDS, constraint=f"in 1..{MAX_SHARDS:,} (and at most the number of users)", special=(AUTO_SHARDS,)),
-        "top_k": Key(int, 100, "K of the true top-K used by precision, F1 and NCR", check=lambda v: v >= 1, constraint=">= 1"),
-        "cap_to_top_k": Key(bool, False, "report at most run.top_k discoveries, the protocol's best by its own estimated counts (TrieHH: votes), so that protocols reporting everything above a threshold compare at a fixed K; recorded in the result's cap_to_top_k"),
-        "evaluation": Key(bool, True, "write the exact ground truth (true counts and ranks, metrics) into the result's evaluation section; false for real data, which no guarantee covers there"),
-        "federation": Key(str, "shards", "what each Flower SuperNode holds: a shard of the configured population, or one device user's own data (devices: n = population.users)", ("shards", "devices")),
-        "round_timeout": Key(float, 120.0, "seconds a Flower round waits for replies; a node without a valid reply by then is counted late and its users' answers are lost", check=_positive, constraint="a finite number > 0"),
-        "connect_timeout": Key(float, 120.0, "seconds the Flower server waits for its SuperNodes before round 1", check=_positive, constraint="a finite number > 0"),
-        "secure_aggregation": Key(bool, False, "sum each round's responses with Flower's SecAgg+ so the server sees only sums"),
-    },
+# The sections and keys every run has (their typed sections are declared in fedhh.schema); each
+# protocol adds its own ``[protocol]`` keys in its spec, and :func:`schema` assembles the whole.
+SECTIONS: dict[str, type[ConfigSection]] = {
+    "population": PopulationSection,
+    "protocol": ProtocolSection,
+    "privacy": PrivacySection,
+    "run": RunSection,
 }
-
-
-DEFAULT_PROTOCOL = "triehh"
+BASE_SCHEMA: dict[str, dict[str, Key]] = {name: section.keys() for name, section in SECTIONS.items()}
 
 
 def schema() -> dict[str, dict[str, Key]]:
@@ -116,12 +72,31 @@ _SCHEMA: dict[tuple[str, ...], dict[str, dict[str, Key]]] = {}  # by the registe
 
 @dataclass(frozen=True)
 class FedhhConfig:
-    """A validated configuration (every key present, every value checked)."""
+    """A validated configuration (every key present, every value checked): each section as a mapping
+    (``config["privacy"]["epsilon"]``, as written in result.json and Flower's run config) or typed
+    (``config.privacy.epsilon``)."""
 
     sections: dict[str, dict[str, Scalar]]
 
     def __getitem__(self, section: str) -> dict[str, Scalar]:
         return self.sections[section]
+
+    @property
+    def population(self) -> PopulationSection:
+        return PopulationSection.of(self.sections["population"])
+
+    @property
+    def protocol(self) -> ProtocolSection:
+        """The keys every protocol reads (a protocol's own: its keys' section of ``config["protocol"]``)."""
+        return ProtocolSection.of(self.sections["protocol"])
+
+    @property
+    def privacy(self) -> PrivacySection:
+        return PrivacySection.of(self.sections["privacy"])
+
+    @property
+    def run(self) -> RunSection:
+        return RunSection.of(self.sections["run"])
 
     def get(self, dotted: str) -> Scalar:
         section, key = _split(dotted)
@@ -133,7 +108,7 @@ class FedhhConfig:
     def to_flat(self) -> dict[str, Scalar]:
         return {f"{s}.{k}": v for s, keys in self.sections.items() for k, v in keys.items()}
 
-    def with_overrides(self, overrides: Mapping[str, Scalar]) -> "FedhhConfig":
+    def with_overrides(self, overrides: Mapping[str, Scalar]) -> FedhhConfig:
         merged = self.to_dict()
         for dotted, value in overrides.items():
             section, key = _split(dotted)
@@ -143,7 +118,7 @@ class FedhhConfig:
 
 def fixed_shards(config: FedhhConfig) -> int | None:
     """``run.shards`` as a number, or ``None`` for ``"auto"`` (the federation's SuperNodes decide)."""
-    shards = config["run"]["shards"]
+    shards = config.run.shards
     return None if shards == AUTO_SHARDS else int(shards)
 
 

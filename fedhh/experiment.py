@@ -30,13 +30,13 @@ from .resources import require_population_memory
 
 def item_codec(config: FedhhConfig) -> ItemCodec:
     """The public item codec of a run (``[protocol]``), as the server and every device build it."""
-    protocol = config["protocol"]
+    protocol = config.protocol
     return ItemCodec(
-        get_alphabet(protocol["alphabet"]),
-        protocol["unit_size"],
-        protocol["max_length"],
-        overlong=protocol["overlong"],
-        unknown_chars=protocol["unknown_chars"],
+        get_alphabet(protocol.alphabet),
+        protocol.unit_size,
+        protocol.max_length,
+        overlong=protocol.overlong,
+        unknown_chars=protocol.unknown_chars,
     )
 
 
@@ -47,17 +47,15 @@ def check_needs(config: FedhhConfig) -> None:
     and the privacy target.  A file's or a dataset's size is known only once it is read, so
     nothing is checked for them here.  A sweep calls it for every grid point before any runs."""
     codec = item_codec(config)
-    population, seed = config["population"], int(config["run"]["seed"])
-    candidates = sampled_candidates(population, codec, seed)
+    seed = config.run.seed
+    candidates = sampled_candidates(config["population"], codec, seed)
     if candidates is None:
         return
     codec.require_memory_to_encode(candidates)
-    n_users = int(population["users"])
-    require_population_memory(n_users, held_items_per_user(population, codec))
+    n_users = config.population.users
+    require_population_memory(n_users, held_items_per_user(config["population"], codec))
     _check_shards(config, n_users)
-    get_protocol(config["protocol"]["name"]).build_server(
-        config["privacy"], n_users, codec, seed, protocol=config["protocol"]
-    )
+    get_protocol(config.protocol.name).build_server(config.privacy, n_users, codec, seed, protocol=config["protocol"])
 
 
 def _check_shards(config: FedhhConfig, n_users: int) -> None:
@@ -143,8 +141,8 @@ class Experiment:
         population, drawn with its own seed); it must be encoded with this config's codec."""
         self.config = config
         self.codec = item_codec(config)
-        self.spec = get_protocol(config["protocol"]["name"])
-        self.seed = int(config["run"]["seed"])
+        self.spec = get_protocol(config.protocol.name)
+        self.seed = config.run.seed
         self.randomness = KeyedRandomness(self.seed)
         # What the run will need is checked before anything is charged or started, and where the
         # config gives the population size (sampled sources), before the vocabulary is encoded.
@@ -156,7 +154,7 @@ class Experiment:
         self.source: PopulationSource = source
         self.n_users = self.source.n_users
         if self._fresh_server is None:  # a file's or a dataset's size is known once it is read
-            self.source.require_memory(int(config["population"]["words_per_user"]))
+            self.source.require_memory(config.population.words_per_user)
             _check_shards(config, self.n_users)
             self._solve(self.n_users)
         assert self._fresh_server is not None
@@ -187,12 +185,12 @@ class Experiment:
     def _solve(self, n_users: int) -> None:
         """Build the first server for ``n_users``, solving the privacy target (vocabulary not offered yet)."""
         self._fresh_server = self.spec.build_server(
-            self.config["privacy"], n_users, self.codec, self.seed, protocol=self.config["protocol"]
+            self.config.privacy, n_users, self.codec, self.seed, protocol=self.config["protocol"]
         )
 
     def _build_server(self) -> ServerProtocol:
         server = self.spec.build_server(
-            self.config["privacy"], self.n_users, self.codec, self.seed, protocol=self.config["protocol"]
+            self.config.privacy, self.n_users, self.codec, self.seed, protocol=self.config["protocol"]
         )
         server.offer_vocabulary(self.source.vocabulary)
         return server
@@ -244,7 +242,7 @@ class Experiment:
         }
         if self.communication is not None:
             document["communication"] = self.communication.to_dict()
-        if self.config["run"]["evaluation"]:
+        if self.config.run.evaluation:
             document["evaluation"] = self.evaluate(document["heavy_hitters"], counts)
         return document
 
@@ -264,7 +262,7 @@ class Experiment:
         index = {item: i for i, item in enumerate(truth.items)}
         discovered = {hit["item"] for hit in heavy_hitters}
         estimates = {hit["item"]: hit.get("estimated_count") for hit in heavy_hitters}
-        top_k = int(self.config["run"]["top_k"])
+        top_k = self.config.run.top_k
 
         def truth_of(item: str) -> dict[str, Any]:
             i = index.get(item)

@@ -42,7 +42,7 @@ class Truth:
     order: np.ndarray  # item ids by decreasing frequency (ties: lower id first)
 
     @classmethod
-    def from_counts(cls, items: list[str], frequency: np.ndarray, holders: np.ndarray) -> "Truth":
+    def from_counts(cls, items: list[str], frequency: np.ndarray, holders: np.ndarray) -> Truth:
         order = np.lexsort((np.arange(len(items)), -frequency))
         return cls(items, frequency, holders, order)
 
@@ -84,7 +84,7 @@ def ncr_at_k(discovered: set[str], truth: Truth, k: int) -> float:
     return score / (size * (size + 1) / 2)
 
 
-def count_errors(estimates: Mapping[str, float], truth: Truth, items: Iterable[str]) -> dict[str, Any]:
+def count_errors(estimates: Mapping[str, float | None], truth: Truth, items: Iterable[str]) -> dict[str, Any]:
     """How far the estimated counts of ``items`` are from their true counts (see the module docstring):
     ``mae``, ``rmse`` and ``relative_error`` (``None`` without any estimate; the relative error over
     the items whose true count is positive), over ``items`` estimated items, ``without_estimate`` left out."""
@@ -110,7 +110,7 @@ def count_errors(estimates: Mapping[str, float], truth: Truth, items: Iterable[s
 
 
 def utility_metrics(
-    discovered: set[str], truth: Truth, top_k: int, estimates: Mapping[str, float] | None = None
+    discovered: set[str], truth: Truth, top_k: int, estimates: Mapping[str, float | None] | None = None
 ) -> dict[str, object]:
     """Recall@K for the usual K and ``top_k``, precision, F1 and NCR at ``top_k``, the items
     discovered, and with ``estimates`` (item -> estimated count) the count errors on the items found

@@ -94,7 +94,7 @@ def base_cut(
     noise = _checked_noise(noise, "base-cut")
     if not (math.isfinite(false_positives) and false_positives > 0):
         raise ValueError(f"false_positives must be a finite number > 0, got {false_positives}")
-    from scipy.special import ndtri  # here, not at import: scipy costs a run that never cuts ~0.2 s
+    from scipy.special import ndtri  # here, not at import: a run that never cuts does not pay scipy's import
 
     tail = min(false_positives / values.size, 0.5)
     threshold = math.sqrt(noise.zero_count) * -float(ndtri(tail))  # Phi^-1(1 - tail), exact in the far tail

@@ -77,7 +77,7 @@ def cgroup_memory_limit() -> int | None:
         return None
     own: dict[str, str] = {}  # file system type -> the process's group in that hierarchy
     for line in groups:
-        hierarchy, controllers, group = (line.split(":", 2) + ["", ""])[:3]
+        hierarchy, controllers, group = [*line.split(":", 2), "", ""][:3]
         if hierarchy == "0" and not controllers:
             own["cgroup2"] = group
         elif "memory" in controllers.split(","):
@@ -93,11 +93,11 @@ def cgroup_memory_limit() -> int | None:
             continue
         relative = os.path.relpath(own[kind], root)
         folder = point / relative if not relative.startswith("..") else point
-        for group in (folder, *folder.parents):
-            limit = _read_limit(group / CGROUP_LIMIT_FILES[kind])
+        for level in (folder, *folder.parents):
+            limit = _read_limit(level / CGROUP_LIMIT_FILES[kind])
             if limit is not None:
                 limits.append(limit)
-            if group == point:
+            if level == point:
                 break
     return min(limits, default=None)
 

@@ -373,7 +373,7 @@ class ResultsFolder:
         overwrite_hint: str = "--overwrite",
         must_be_new: bool = False,
         kind: str | None = None,
-    ) -> "ResultsFolder":
+    ) -> ResultsFolder:
         """Check and lock ``path`` for one run's results, or raise :class:`OutputError`.
 
         ``field`` names the setting in messages (``--output``, ``output-dir``),
@@ -392,7 +392,7 @@ class ResultsFolder:
         return folder
 
     @classmethod
-    def claim_new(cls, base: str | Path, *, field: str = "output") -> "ResultsFolder":
+    def claim_new(cls, base: str | Path, *, field: str = "output") -> ResultsFolder:
         """Claim ``base``, or ``base-2``, ``base-3``, ... : the first name nothing holds or writes."""
         base = Path(base)
         for attempt in range(1, MAX_NAME_ATTEMPTS + 1):
@@ -567,7 +567,7 @@ class ResultsFolder:
             _remove_made(self._created)
         self._created = []
 
-    def __enter__(self) -> "ResultsFolder":
+    def __enter__(self) -> ResultsFolder:
         return self
 
     def __exit__(
@@ -617,7 +617,7 @@ class IncrementalFolder:
     def claim(
         cls, path: str | Path, *, kind: str, field: str = "--output",
         subfolders: dict[str, re.Pattern[str]] | None = None, nested: tuple[str, ...] = (),
-    ) -> "IncrementalFolder":
+    ) -> IncrementalFolder:
         """Check and lock ``path`` for a job of ``kind``, or raise :class:`OutputError`."""
         folder = cls(path, kind=kind, field=field, subfolders=subfolders or {}, nested=nested)
         try:
@@ -740,7 +740,7 @@ class IncrementalFolder:
             _remove_made(self._created)
         self._created = []
 
-    def __enter__(self) -> "IncrementalFolder":
+    def __enter__(self) -> IncrementalFolder:
         return self
 
     def __exit__(
@@ -813,7 +813,9 @@ def _hidden_folders(folder: Path, name: str, suffix: str) -> list[Path]:
         entries = list(os.scandir(folder))
     except OSError:
         return []
-    return [Path(entry.path) for entry in entries if pattern.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False)]
+    return [
+        Path(entry.path) for entry in entries if pattern.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False)
+    ]
 
 
 def write_result(

@@ -117,8 +117,8 @@ def prediction_key(server: ServerProtocol) -> Hashable:
     if isinstance(server, TrieHHServer):
         return ("triehh", server.params)
     if isinstance(server, (PEMServer, TreeHistServer)):
-        return (server.name, server.params, server.level_epsilon, server.oracle_seed)
-    return (server.name,)
+        return (server.variant.name, server.params, server.level_epsilon, server.oracle_seed)
+    return (type(server),)
 
 
 def pem_identification(server: PEMServer, shard: Shard, truth: Truth) -> dict[str, np.ndarray]:

@@ -59,14 +59,22 @@ def add_audit_arguments(audit: argparse.ArgumentParser) -> None:
     triehh.add_argument("--epsilon", type=float, help="target ε > 0 (parameters solved as in `fedhh run`)")
     triehh.add_argument("--theta", type=int, help="audit this threshold instead of solving (with --batch-size)")
     triehh.add_argument("--batch-size", type=int, help="audit this batch size m instead of solving (with --theta)")
-    triehh.add_argument("--trials", type=int, default=1_000_000, help="one-round draws per population and c (default 1e6)")
+    triehh.add_argument(
+        "--trials", type=int, default=1_000_000, help="one-round draws per population and c (default 1e6)"
+    )
     triehh.add_argument("--run-trials", type=int, default=1000,
                         help="whole runs per population and c (the server view chooses its event on half of them; "
                         "default 1000; 0 skips)")
     triehh.add_argument("--holders", type=_holder_list, help="c values to sweep, comma-separated (default: a sweep)")
-    triehh.add_argument("--observe", choices=OBSERVABLES, default="trie",
-                        help="whole-run output audited: the trie (covered by the theorem) or the server's raw vote totals")
-    triehh.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE, help="confidence of the bounds (default 0.95)")
+    triehh.add_argument(
+        "--observe",
+        choices=OBSERVABLES,
+        default="trie",
+        help="whole-run output audited: the trie (covered by the theorem) or the server's raw vote totals",
+    )
+    triehh.add_argument(
+        "--confidence", type=float, default=DEFAULT_CONFIDENCE, help="confidence of the bounds (default 0.95)"
+    )
     triehh.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     triehh.add_argument("--json", action="store_true", help="print JSON instead of tables")
     triehh.set_defaults(func=run_triehh_audit)
@@ -97,7 +105,9 @@ def add_audit_arguments(audit: argparse.ArgumentParser) -> None:
     central.add_argument("--noise", choices=NOISES, default=LAPLACE, help="noise of the counts (default laplace)")
     central.add_argument("--trials", type=int, default=200_000, help="draws per population and c (default 200,000)")
     central.add_argument("--holders", type=_holder_list, help="c values, comma-separated (default: 0, 1 and near τ)")
-    central.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE, help="confidence of the bounds (default 0.95)")
+    central.add_argument(
+        "--confidence", type=float, default=DEFAULT_CONFIDENCE, help="confidence of the bounds (default 0.95)"
+    )
     central.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     central.add_argument("--json", action="store_true", help="print JSON instead of a table")
     central.set_defaults(func=run_central_audit)
@@ -222,8 +232,13 @@ def run_ldp_audit(args: argparse.Namespace) -> int:
     if audit.conditional_on is not None:
         table.add_row(f"audited conditionally on the {audit.conditional_on}",
                       f"{audit.public_draws:,} drawn, every bucket of each")
-        table.add_row(f"{audit.conditional_on} independent of the value", "yes" if audit.exhaustive else "[bold red]no[/]")
-    table.add_row("distinct reports enumerated" if audit.conditional_on else "distinct reports seen", f"{audit.distinct_reports:,}")
+        table.add_row(
+            f"{audit.conditional_on} independent of the value", "yes" if audit.exhaustive else "[bold red]no[/]"
+        )
+    table.add_row(
+        "distinct reports enumerated" if audit.conditional_on else "distinct reports seen",
+        f"{audit.distinct_reports:,}",
+    )
     if audit.conditional_on is None:
         table.add_row("probability mass seen (min over values)", f"{audit.coverage:.6f}")
         table.add_row("enumeration complete", "yes" if audit.exhaustive else "no (ε is a lower bound)")

@@ -36,8 +36,9 @@ from typing import NamedTuple
 from fedhh import __version__
 from fedhh.config import FedhhConfig, load_config
 from fedhh.errors import InputError, one_line
-from .interrupts import exit_status, interruptible
 from fedhh.results import ResultsFolder, to_json
+
+from .interrupts import exit_status, interruptible
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -76,6 +77,11 @@ def ray_address(address: str | None) -> Iterator[None]:
 def _run(args: argparse.Namespace) -> int:
     if args.overwrite and args.output is None:
         raise InputError("--overwrite: replaces the folder named by --output; give --output too")
+    if args.protocol_module:
+        from fedhh.protocols.registry import import_protocol_module
+
+        for module in args.protocol_module:
+            import_protocol_module(module)
     config = load_config(args.config, args.set)
     from .plot_process import plots_aside
     from .report import print_run_report
@@ -119,6 +125,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--json", action="store_true", help="print result.json instead of the summary")
     run.add_argument("--ray-address", help="run on this existing Ray cluster (host:port; default: $RAY_ADDRESS; "
                      "'auto' is refused): the fast driver's shards become actors there (run.backend auto)")
+    run.add_argument("--protocol-module", action="append", default=[], metavar="MODULE",
+                     help="import MODULE (on the Python path) before the config is read: a module that "
+                     "registers a protocol defined outside fedhh (repeatable); on Flower, every node imports it too")
     run.set_defaults(func=_run)
 
 
@@ -213,8 +222,8 @@ def named_command(argv: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(only=named_command(argv)).parse_args(argv)
     try:
+        args = build_parser(only=named_command(argv)).parse_args(argv)  # plan's and size's read the protocols
         with interruptible():
             return int(args.func(args))
     except InputError as error:
@@ -259,8 +268,8 @@ def run() -> None:
 
     The objects still alive are frozen first (``gc.freeze``): Python's last
     collection at exit would otherwise traverse every object the run's
-    imports left (Flower, Ray, fastapi, SQLAlchemy), 0.6 s on a quiet machine
-    and over 1.5 s on a loaded one, only to free memory the exit frees anyway.
+    imports left (Flower, Ray, fastapi, SQLAlchemy), a second or more, only to
+    free memory the exit frees anyway.
     """
     status = main()
     gc.freeze()

@@ -4,7 +4,7 @@ Flower's SuperNode (1.41, 1.42), in its default ``--isolation subprocess`` mode,
 starts a ``flower-superexec`` that starts a fresh ``flwr-clientapp``
 process for every message: a Python interpreter, Flower's and fedhh's
 imports and the node's experiment and shard, rebuilt for every round
-(about 2.5 s of CPU on this 2-core machine, far more under load).  Started
+(seconds of CPU, far more under load).  Started
 with ``--isolation process``, the SuperNode runs no executor of its own and
 waits for one to ask its Runtime API for tasks.  This is that executor, as
 one process that lives as long as the node: it acquires each ClientApp
@@ -49,7 +49,9 @@ POLL_INTERVAL = 0.1  # seconds between task requests when the node has none: one
 
 def runtime_client(address: str, component: str, token: str | None = None) -> RuntimeHttpClient:
     """An insecure (loopback) client of the SuperNode's Runtime API, as Flower's own processes build it."""
-    interceptors = [RuntimeVersionHttpInterceptor(component_name=component)]
+    interceptors: list[RuntimeVersionHttpInterceptor | RuntimeTokenHttpInterceptor] = [
+        RuntimeVersionHttpInterceptor(component_name=component)
+    ]
     if token is not None:
         interceptors.append(RuntimeTokenHttpInterceptor(token))
     return RuntimeHttpClient.from_server_address(
@@ -109,7 +111,10 @@ class ClientAppProcess:
             # the same error reply flwr-clientapp sends: the server counts the node as failed
             code, reason = ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"{type(error)}:<'{error}'>"
             if isinstance(error, LoadClientAppError):
-                code, reason = ErrorCode.LOAD_CLIENT_APP_EXCEPTION, "An exception was raised when attempting to load `ClientApp`"
+                code, reason = (
+                    ErrorCode.LOAD_CLIENT_APP_EXCEPTION,
+                    "An exception was raised when attempting to load `ClientApp`",
+                )
             details = reason
             if message is not None:
                 reply = Message(Error(code=code, reason=reason), reply_to=message)

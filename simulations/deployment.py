@@ -52,8 +52,8 @@ from typing import IO
 
 from fedhh.config import FedhhConfig, Scalar, fixed_shards, parse_override
 from fedhh.errors import InputError, one_line
-from .interrupts import exit_status, interruptible
 
+from .interrupts import exit_status, interruptible
 from .processes import descendants, processes
 from .supernode import IDLE_POLL
 
@@ -206,7 +206,7 @@ class LocalDeployment:
         }
         self._bin = bin_dir
 
-    def __enter__(self) -> "LocalDeployment":
+    def __enter__(self) -> LocalDeployment:
         return self
 
     def __exit__(
@@ -247,7 +247,9 @@ class LocalDeployment:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if superlink.process.poll() is not None:
-                raise RuntimeError(f"flower-superlink exited with code {superlink.process.returncode}\n{superlink.tail()}")
+                raise RuntimeError(
+                    f"flower-superlink exited with code {superlink.process.returncode}\n{superlink.tail()}"
+                )
             try:
                 with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/health", timeout=1):
                     return superlink
@@ -356,7 +358,9 @@ class LocalDeployment:
             try:  # the output has ended: the process is about to exit
                 process.wait(timeout=max(started + timeout - time.monotonic(), STOP_GRACE))
             except subprocess.TimeoutExpired:
-                raise TimeoutError(f"flwr run did not finish within {timeout:.0f} s:\n" + "\n".join(lines[-40:])) from None
+                raise TimeoutError(
+                    f"flwr run did not finish within {timeout:.0f} s:\n" + "\n".join(lines[-40:])
+                ) from None
         finally:
             managed.log.write_text("\n".join(lines) + "\n", encoding="utf-8")
             managed.stop()
@@ -487,7 +491,10 @@ def _deploy(args: argparse.Namespace) -> int:
     run_config: dict[str, Scalar] = {
         **config.to_flat(), OUTPUT_DIR: str(output), OVERWRITE: args.overwrite, RUN_ID: run_id, PROGRESS: False,
     }
-    with tempfile.TemporaryDirectory(prefix="fedhh-deployment-") as scratch, LocalDeployment(Path(scratch)) as deployment:
+    with (
+        tempfile.TemporaryDirectory(prefix="fedhh-deployment-") as scratch,
+        LocalDeployment(Path(scratch)) as deployment,
+    ):
         deployment.start_superlink()
         for index in range(supernodes):
             deployment.add_supernode(f"supernode-{index}", {"partition-id": index, "num-partitions": supernodes})

@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from fedhh.config import FedhhConfig
 from fedhh.data.population import PopulationCounts, Shard, check_shard_count
@@ -46,8 +46,8 @@ class FastRun:
 def choose_backend(requested: str) -> Backend:
     """``auto`` uses Ray only when a Ray cluster is named (``RAY_ADDRESS``, never ``auto``).
 
-    A round costs O(sampled users), about 3 ms for a million users, so on one
-    machine Ray's start-up (seconds) and per-call overhead (ms per actor)
+    A round costs O(sampled users), milliseconds for a million users, so on
+    one machine Ray's start-up (seconds) and per-call overhead (per actor)
     only pay where the shards live on other machines.
     """
     if requested == "auto":
@@ -59,12 +59,13 @@ def choose_backend(requested: str) -> Backend:
 
 def drive(
     server: ServerProtocol,
-    answer: Callable[[Request], Sequence[Response]],
+    answer: Callable[[Any], Sequence[Response]],  # a request of the server's protocol -> the shards' responses
     on_round: Callable[[ServerProtocol], None] | None = None,
     clock: RunClock | None = None,
 ) -> ProtocolResult:
-    """Run a server to completion against a function returning the shards' responses;
-    ``clock`` (if given) accumulates the server's and the shards' time (:class:`RunClock`)."""
+    """Run a server to completion against a function returning the shards' responses (at least one,
+    summed by their class's ``combine``); ``clock`` (if given) accumulates the server's and the shards'
+    time (:class:`RunClock`)."""
     clock = clock if clock is not None else RunClock()
     while True:
         with clock.server():
@@ -74,7 +75,7 @@ def drive(
         with clock.shards():
             responses = answer(request)
         with clock.server():
-            server.absorb(server.response_type.combine(list(responses)))
+            server.absorb(type(responses[0]).combine(list(responses)))
         if on_round is not None:
             on_round(server)
     with clock.server():
@@ -138,7 +139,7 @@ class RayShards:
     """
 
     MAX_RESTARTS = 3  # per actor and run; a shard that keeps dying fails the run
-    INIT_ARGS: dict[str, Any] = {"log_to_driver": False, "configure_logging": False, "logging_level": "ERROR"}
+    INIT_ARGS: ClassVar[dict[str, Any]] = {"log_to_driver": False, "configure_logging": False, "logging_level": "ERROR"}
 
     def __init__(self, config: FedhhConfig, num_shards: int) -> None:
         """Start one actor per shard; Ray must be running (:func:`~simulations.ray_runtime.ray_runtime`)."""
@@ -152,7 +153,7 @@ class RayShards:
         placements = dataset_placement(config, num_shards)  # a population on disk: the nodes holding it
         if placements is None:
             actor_class = holder.options(num_cpus=min(1.0, cpus / num_shards), **retries)
-            self.actors = [actor_class.remote(flat, i, num_shards) for i in range(num_shards)]
+            self.actors: list[Any] = [actor_class.remote(flat, i, num_shards) for i in range(num_shards)]
         else:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -202,7 +203,7 @@ def run_fast(
         server = experiment.make_server()
         clock = RunClock()
         rounds_started = time.perf_counter()
-        with RoundProgress(server, enabled=show_progress) as progress:
+        with RoundProgress(server, label=experiment.spec.name, enabled=show_progress) as progress:
             result = drive(server, holders.answer, progress.update, clock)
         rounds = time.perf_counter() - rounds_started
     timing = {"setup_s": setup, "rounds_s": rounds, "server_s": clock.server_s, "shards_s": clock.shards_s}

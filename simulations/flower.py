@@ -65,7 +65,6 @@ from fedhh.data.population import PopulationSource
 from fedhh.data.sources import SampledSource
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
-from .interrupts import restore_stop_handlers, stop_deferred, stop_handlers, stop_requested
 from fedhh.privacy.charge import check_budget
 from fedhh.protocols import protocol_module
 from fedhh.results import ResultsFolder
@@ -74,6 +73,7 @@ from strategies.client_app import make_client_app
 from strategies.plugins import PROTOCOL_MODULE
 from strategies.server_app import PROGRESS, RUN_ID, PreparedRun, StopHandle, make_server_app
 
+from .interrupts import restore_stop_handlers, stop_deferred, stop_handlers, stop_requested
 from .plot_process import plots_aside
 from .progress import RoundProgress, StatusLine
 from .ray_runtime import DEFAULT_NUM_CPUS, ray_runtime, run_init_args
@@ -168,7 +168,9 @@ def run_flower_simulation(
             status("starting Flower's simulation engine")
         progress = status.rounds if status is not None else RoundProgress
         with _flower_logging(verbose, log), ray_runtime(**init_args):
-            population = SharedPopulation.put(experiment.source) if isinstance(experiment.source, SampledSource) else None
+            population = (
+                SharedPopulation.put(experiment.source) if isinstance(experiment.source, SampledSource) else None
+            )
             handlers = stop_handlers()
             try:
                 with stop_deferred(stop.requested.set):  # never inside the engine: the module's doc
@@ -204,9 +206,9 @@ class _Writing(threading.Thread):
 
     The ServerApp hands its document over when its last round ends; Flower
     then stops its engine (its workers notice within their 1 s queue
-    timeout) and shuts Ray down, 1-1.5 s mostly spent waiting.  Writing the
-    results folder (result files, the plot drawn by the plot process) in
-    that time rather than before it saves the writing's 0.3-0.7 s.  The
+    timeout) and shuts Ray down, mostly waiting.  Writing the results folder
+    (result files, the plot drawn by the plot process) in that time rather
+    than before it takes the writing off the run's time.  The
     write runs in the driver's context (its plot process); its error is
     raised by :meth:`result`, after the simulation has ended.
     """
@@ -214,7 +216,7 @@ class _Writing(threading.Thread):
     def __init__(self, context: contextvars.Context, write: Callable[[dict[str, Any]], Path | None],
                  document: dict[str, Any]) -> None:
         super().__init__(name="fedhh-write-result")
-        self._write = functools.partial(context.run, write, document)
+        self._write: Callable[[], Path | None] = functools.partial(context.run, write, document)
         self._path: Path | None = None
         self._error: BaseException | None = None
         self.start()
@@ -222,7 +224,7 @@ class _Writing(threading.Thread):
     def run(self) -> None:
         try:
             self._path = self._write()
-        except BaseException as error:  # noqa: BLE001  (raised by result(), in the driver's thread)
+        except BaseException as error:  # raised by result(), in the driver's thread
             self._error = error
 
     def result(self) -> Path | None:
@@ -255,7 +257,7 @@ class SharedPopulation:
     ref: Any = field(compare=False)  # ray.ObjectRef
 
     @classmethod
-    def put(cls, source: PopulationSource) -> "SharedPopulation":
+    def put(cls, source: PopulationSource) -> SharedPopulation:
         import ray
 
         ref = ray.put(source)

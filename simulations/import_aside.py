@@ -10,9 +10,9 @@ from types import ModuleType
 class ImportAside(threading.Thread):
     """A module imported by a thread of its own while this one waits on something else.
 
-    ``fedhh run`` imports Flower's modules (1.1 s of a quiet machine's CPU)
-    while ``ray.init`` starts Ray's processes and mostly waits for them
-    (2.7 s), rather than one after the other.  ``ray.init`` itself stays in
+    ``fedhh run`` imports Flower's modules (CPU-bound) while ``ray.init``
+    starts Ray's processes and mostly waits for them, rather than one after
+    the other.  ``ray.init`` itself stays in
     the main thread: a driver connected from another thread loses its
     connection to the object store when that thread ends.
     """
@@ -27,7 +27,7 @@ class ImportAside(threading.Thread):
     def run(self) -> None:
         try:
             self._module = importlib.import_module(self._name)
-        except BaseException as error:  # noqa: BLE001  (raised by module(), in the thread that needs it)
+        except BaseException as error:  # raised by module(), in the thread that needs it
             self._error = error
 
     def module(self) -> ModuleType:

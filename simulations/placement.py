@@ -83,10 +83,14 @@ def find_holdings(run_folder: str, manifest: dict[str, Any]) -> tuple[list[Holdi
 
     nodes = {node["NodeID"]: float(node["Resources"].get("CPU", 0.0)) for node in ray.nodes() if node["Alive"]}
     probe = ray.remote(num_cpus=0)(_held_on_this_node)  # runs even where every CPU is taken
-    answers = ray.get([
-        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(run_folder, manifest)
-        for node_id in nodes
-    ])
+    answers = ray.get(
+        [
+            probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
+                run_folder, manifest
+            )
+            for node_id in nodes
+        ]
+    )
     holdings = [Holding(node_id, folder, frozenset(shards)) for node_id, held in answers for folder, shards in held]
     return holdings, nodes
 
@@ -168,7 +172,7 @@ def _placed(config: FedhhConfig, num_shards: int) -> tuple[list[Placement] | Non
     stored shards it was placed from."""
     from fedhh.data.store import PopulationStore
 
-    folder = os.path.abspath(config["population"]["path"])  # the nodes' workers do not share this directory
+    folder = os.path.abspath(config.population.path)  # the nodes' workers do not share this directory
     store = PopulationStore(folder)
     holdings, node_cpus = find_holdings(folder, store.manifest)
     placed = place_shards(holdings, node_cpus, folder, [s.first_user for s in store.shards], store.n_users, num_shards)

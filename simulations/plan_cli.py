@@ -40,7 +40,9 @@ def add_plan_parser(plans: argparse._SubParsersAction, name: str) -> argparse.Ar
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:
     """Declared options as ``parser``'s arguments."""
     for option in options:
-        settings: dict[str, Any] = {"action": "store_true"} if option.switch else {"type": option.type, "default": option.default}
+        settings: dict[str, Any] = (
+            {"action": "store_true"} if option.switch else {"type": option.type, "default": option.default}
+        )
         if option.required:
             settings["required"] = True
         for name in ("dest", "choices", "metavar", "help"):

@@ -1,7 +1,7 @@
 """Plots drawn by a side process forked when a run starts.
 
-Importing matplotlib takes about 0.5 s and drawing the discovery plot about
-0.3 s: a third of the default ``fedhh run``, all of it after the rounds.  A
+Importing matplotlib and drawing the discovery plot take a large share of
+the default ``fedhh run``, all of it after the rounds.  A
 child forked before the population is built imports matplotlib on the other
 core while the run computes; at the end the run sends it the result and waits
 for the file.  The same drawing function runs either way, so the file is the
@@ -77,7 +77,7 @@ def _serve(connection: Connection, parent_end: Connection) -> None:
     import matplotlib.figure  # noqa: F401  (the point of this process: imported while the run computes)
     from matplotlib.mathtext import MathTextParser
 
-    # Log axes label their ticks in mathtext, whose parser (built once per process, 0.05 s)
+    # Log axes label their ticks in mathtext, whose parser (built once per process)
     # would otherwise be built when the result is drawn, after the run.
     MathTextParser("agg").parse(r"$10^{0}$")
 

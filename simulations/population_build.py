@@ -80,7 +80,9 @@ def _source(flat_config: tuple[tuple[str, Any], ...]) -> PopulationSource:
     return make_source(config["population"], item_codec(config), int(config["run"]["seed"]))
 
 
-def _build_shard(flat_config: tuple[tuple[str, Any], ...], index: int, num_shards: int, staging: str) -> PopulationCounts:
+def _build_shard(
+    flat_config: tuple[tuple[str, Any], ...], index: int, num_shards: int, staging: str
+) -> PopulationCounts:
     """Build stored shard ``index`` into ``staging``; return its true counts (all that goes back)."""
     source = _source(flat_config)
     shard = source.build_shard(index, num_shards)
@@ -128,9 +130,10 @@ def build_population(
     codec = item_codec(config)
     staging = output.staging_path
     streamed: StreamedTableSource | None = None
-    if population["source"] == "file" and Path(population["path"]).suffix.lower() in STREAMED_SUFFIXES:
-        streamed = StreamedTableSource(population["path"], codec, staging)  # one pass, spilled
-        source: PopulationSource = keep_per_user(streamed, population["per_user"], int(config["run"]["seed"]))
+    path = config.population.path
+    if population["source"] == "file" and Path(path).suffix.lower() in STREAMED_SUFFIXES:
+        streamed = StreamedTableSource(path, codec, staging)  # one pass, spilled
+        source: PopulationSource = keep_per_user(streamed, config.population.per_user, config.run.seed)
     else:
         source = make_source(population, codec, int(config["run"]["seed"]))  # the vocabulary; checks the config
     num_shards = stored_shard_count(source.n_users, shards, streamed.rows if streamed is not None else 0)

@@ -34,7 +34,9 @@ def processes() -> list[ProcessEntry]:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue  # it ended while we looked
-        entries.append(ProcessEntry(int(stat.parent.name), int(fields[1]), int(fields[2]), fields[0] == "Z", int(fields[19])))
+        entries.append(
+            ProcessEntry(int(stat.parent.name), int(fields[1]), int(fields[2]), fields[0] == "Z", int(fields[19]))
+        )
     return entries
 
 

@@ -10,9 +10,9 @@ from types import TracebackType
 from typing import TextIO
 
 from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.live import Live
 from rich.spinner import Spinner
 
 from fedhh.protocols import ServerProtocol
@@ -29,14 +29,14 @@ class RoundProgress:
     """
 
     def __init__(
-        self, server: ServerProtocol, enabled: bool = True, label: str = "", console: Console | None = None,
+        self, server: ServerProtocol, label: str, enabled: bool = True, console: Console | None = None,
         redirect_output: bool = True,
     ) -> None:
         self._server = server
         self._progress: Progress | None = None
         if enabled:
             self._progress = Progress(
-                TextColumn(f"[bold]{label or server.name}[/] round"),
+                TextColumn(f"[bold]{label}[/] round"),
                 MofNCompleteColumn(),
                 BarColumn(),
                 TimeElapsedColumn(),
@@ -48,7 +48,7 @@ class RoundProgress:
             )
             self._task = self._progress.add_task("", total=server.max_rounds)
 
-    def __enter__(self) -> "RoundProgress":
+    def __enter__(self) -> RoundProgress:
         if self._progress is not None:
             self._progress.start()
         return self
@@ -125,7 +125,7 @@ class StatusLine:
         else:
             self._live.update(spinner, refresh=True)
 
-    def rounds(self, server: ServerProtocol, *, label: str = "") -> RoundProgress:
+    def rounds(self, server: ServerProtocol, *, label: str) -> RoundProgress:
         """The bar of the run's rounds, drawn in place of the status line (a ``ProgressFactory``)."""
         self.clear()
         return RoundProgress(server, enabled=self.enabled, label=label, console=self.console, redirect_output=False)
@@ -137,7 +137,7 @@ class StatusLine:
             self._live = None
         self._shown = ""
 
-    def __enter__(self) -> "StatusLine":
+    def __enter__(self) -> StatusLine:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

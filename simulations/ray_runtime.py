@@ -58,8 +58,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from fedhh.errors import InputError
-from .interrupts import Interrupted, restore_stop_handlers, stop_deferred, stop_handlers
 
+from .interrupts import Interrupted, restore_stop_handlers, stop_deferred, stop_handlers
 from .processes import descendant_identities, stop_leftovers
 
 LEFTOVER_GRACE = 2.0  # seconds a Ray process left after shutdown gets between SIGTERM and SIGKILL
@@ -166,9 +166,8 @@ def _worker_environment(local: bool) -> Iterator[None]:
     Ray starts ahead of time from serving the first actors, which then wait
     seconds for new ones.  Ray starts its workers at niceness 15 by default:
     next to busy processes of normal priority (a loaded machine) they get
-    almost no CPU (measured: 5 s of CPU in 7 minutes at load 19), so a run
-    would starve rather than slow down; at 0 they share the CPU like the
-    driver does.
+    almost no CPU, so a run would starve rather than slow down; at 0 they
+    share the CPU like the driver does.
     """
     if not local:
         yield

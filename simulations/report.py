@@ -81,7 +81,8 @@ def plot_discovery(result: dict[str, Any], path: Path, shown_ranks: int = 500) -
                     label="true top items")
         hit = [(r, f) for r, f in found.items() if r <= len(top)]
         if hit:
-            axes.scatter(*zip(*hit), s=9, color="tab:blue", zorder=3, label="discovered")
+            ranks, frequencies = zip(*hit)
+            axes.scatter(ranks, frequencies, s=9, color="tab:blue", zorder=3, label="discovered")
         axes.set_xlabel("true rank")
         axes.set_ylabel("true frequency (share of users)")
         axes.legend(loc="upper right", fontsize=8)
@@ -135,8 +136,8 @@ def minor_grid(axes: Any, alpha: float) -> None:
         if high <= MINOR_LABELS_BELOW * low:
             axes.grid(True, which="minor", axis=axis.axis_name, alpha=alpha)
             continue
-        values = [value for value in LogLocator(subs=tuple(range(2, 10))).tick_values(low, high).tolist()
-                  if low <= value <= high]
+        ticks: Any = LogLocator(subs=tuple(range(2, 10))).tick_values(low, high)  # an array
+        values = [value for value in ticks.tolist() if low <= value <= high]
         axes.add_collection(LineCollection([segment(value) for value in values], transform=transform, **style),
                             autolim=False)
         axis.set_minor_locator(NullLocator())

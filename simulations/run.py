@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from fedhh.config import ConfigError, FedhhConfig, with_fixed_shards
+from fedhh.config import ConfigError, FedhhConfig, fixed_shards, with_fixed_shards
 from fedhh.experiment import Experiment
 from fedhh.privacy.charge import charge_run, check_budget, run_label
 from fedhh.results import ResultsFolder
@@ -67,12 +67,13 @@ def run_experiment(
         experiment = Experiment(config)
     population_s = time.perf_counter() - started
     run_id = run_label(output.path.name)
-    run = config["run"]
     # A run over budget is refused before Ray starts or shards are built; the charge itself comes
     # once the shards are placed (a population on disk may be refused there).
     check_budget(config["privacy"], experiment.privacy, run_id)
+    shards = fixed_shards(config)
+    assert shards is not None  # with_fixed_shards above
     charged = []
-    fast = run_fast(experiment, run["shards"], run["backend"], show_progress=show_progress,
+    fast = run_fast(experiment, shards, config.run.backend, show_progress=show_progress,
                     when_placed=lambda: charged.append(charge_run(config["privacy"], experiment.privacy, run_id)))
     privacy = charged[0]
     timing = {"population_s": population_s, **fast.timing}

@@ -37,7 +37,7 @@ from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.metrics import recall_at_k
 from fedhh.planning.sizing import PRECISION, check_share
 from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh
-from fedhh.protocols import ServerProtocol
+from fedhh.protocols import Response, ServerProtocol
 from fedhh.protocols.prefix_search.pem import PEMServer
 from fedhh.protocols.prefix_search.reports import respond as prefix_respond
 from fedhh.protocols.prefix_search.search import SearchParameters
@@ -131,14 +131,16 @@ def verify_item(
             raise ValueError("verify_item: TrieHH needs its privacy target (ε, δ, L)")
         epsilon, delta, max_rounds = privacy
         if max_rounds < 2:
-            raise InputError(f"--max-rounds: --verify needs an item of at least one character, so L >= 2, got {max_rounds}")
+            raise InputError(
+                f"--max-rounds: --verify needs an item of at least one character, so L >= 2, got {max_rounds}"
+            )
         codec = ItemCodec(get_alphabet("lowercase"), 1, max_rounds - 1)
         params = solve_triehh(users, epsilon, delta, max_rounds)
 
         def server(run_seed: int) -> ServerProtocol:
             return TrieHHServer(params, codec, run_seed)
 
-        respond = triehh_respond
+        respond: Callable[..., Response] = triehh_respond
     else:
         if search is None:
             raise ValueError(f"verify_item: {protocol} needs its search parameters")
@@ -156,7 +158,8 @@ def verify_item(
     for trial in range(trials):
         run_seed = seed + trial
         randomness = KeyedRandomness(run_seed)
-        result = drive(server(run_seed), lambda request: [respond(request, shard, randomness)])
+        answer = lambda request: [respond(request, shard, randomness)]  # noqa: B023, E731 (called at once, below)
+        result = drive(server(run_seed), answer)
         found += any(discovery.item == item for discovery in result.discoveries)
         if progress is not None:
             progress(trial + 1, trials)

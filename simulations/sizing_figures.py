@@ -74,7 +74,10 @@ def pem_case(letters: int, distinct: int, runs: int) -> dict[str, Any]:
     found = np.zeros(SHOWN_RANKS, dtype=np.int64)
     for run in range(runs):
         randomness = KeyedRandomness(1000 + run)
-        result = drive(PEMServer(params, population.codec, 1000 + run), lambda request: [respond(request, shard, randomness)])
+        result = drive(
+            PEMServer(params, population.codec, 1000 + run),
+            lambda request: [respond(request, shard, randomness)],  # noqa: B023 (called at once)
+        )
         found += [item in {d.item for d in result.discoveries} for item in top]
     frequencies = truth.frequency[truth.order] / PEM_USERS
     design = PEMDesign(0, (bits,), (1.0,), PEM_TOP_K)

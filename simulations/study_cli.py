@@ -57,6 +57,9 @@ def add_sweep_arguments(sweep: argparse.ArgumentParser) -> None:
     sweep.add_argument("--json", action="store_true",
                        help="print a JSON summary on stdout (tables written, trial counts, status, what the exit "
                        "status means) instead of the closing lines")
+    sweep.add_argument("--protocol-module", action="append", default=[], metavar="MODULE",
+                       help="import MODULE (on the Python path) before the sweep file is read: a module that "
+                       "registers a protocol defined outside fedhh (repeatable); every worker imports it too")
     sweep.set_defaults(func=_sweep)
 
 
@@ -127,6 +130,11 @@ def _sweep(args: argparse.Namespace) -> int:
     name = Path(os.path.realpath(args.sweep_file)).stem  # the sweep file's own name, as spec.path has it
     output = Path(args.output) if args.output else Path("results") / "sweeps" / name
     output_path(output, "--output")  # a folder fedhh must never write is refused before the sweep file is read
+    if args.protocol_module:
+        from fedhh.protocols.registry import import_protocol_module
+
+        for module in args.protocol_module:
+            import_protocol_module(module)
     spec = load_sweep(args.sweep_file, DEFAULT_MAX_TRIALS if args.max_trials is None else args.max_trials)
     console = Console(stderr=True, soft_wrap=True)
     try:
@@ -146,7 +154,8 @@ def _sweep(args: argparse.Namespace) -> int:
     folder = escape(str(outcome.folder))
     console.print(
         f"[bold]sweep[/] {outcome.total} trials: {outcome.computed} run now ({outcome.failed} failed), "
-        f"{outcome.skipped} done before, {outcome.not_run} not run; {outcome.seconds:.1f} s; {escape(one_line(outcome.status))}"
+        f"{outcome.skipped} done before, {outcome.not_run} not run; {outcome.seconds:.1f} s; "
+        f"{escape(one_line(outcome.status))}"
     )
     if outcome.rows is None:
         console.print("[bold]tables[/] not rebuilt: the folder cannot be written")
@@ -179,8 +188,14 @@ def _sweep_summary(outcome: Any, csv: bool, status: int) -> dict[str, Any]:
         "folder": str(folder),
         "tables": tables,  # null: not rebuilt, the folder cannot be written
         "rows": outcome.rows,
-        "trials": {"total": outcome.total, "run_now": outcome.computed, "failed_now": outcome.failed,
-                   "done_before": outcome.skipped, "not_run": outcome.not_run, "failed_in_tables": outcome.failed_total},
+        "trials": {
+            "total": outcome.total,
+            "run_now": outcome.computed,
+            "failed_now": outcome.failed,
+            "done_before": outcome.skipped,
+            "not_run": outcome.not_run,
+            "failed_in_tables": outcome.failed_total,
+        },
         "errors": [{"error": error, "trials": count} for error, count in outcome.errors.most_common()],
         "status": outcome.status,
         "seconds": outcome.seconds,

@@ -22,7 +22,9 @@ disk); the tables are rebuilt at the end, also after Ctrl-C.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
+import logging
 import math
 import multiprocessing
 import os
@@ -32,7 +34,6 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent import futures
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -40,7 +41,12 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import (
-    BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 
 from fedhh.errors import InputError
@@ -183,10 +189,10 @@ class RayTrials:
         if self._connected_here:
             try:
                 ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False, logging_level="ERROR")
+                         configure_logging=False, logging_level=logging.ERROR)
             except (ConnectionError, ValueError, RuntimeError) as error:
                 raise InputError(f"--ray-address {address}: cannot connect to a Ray cluster ({error})") from None
-        self._ray = ray
+        self._ray: Any = ray
         self.workers = max(int(ray.cluster_resources().get("CPU", 1)), 1)
         self._task = ray.remote(num_cpus=1, num_returns="streaming")(run_chunk)
         self._task_in = ray.remote(num_cpus=1, num_returns="streaming")(run_chunk_in)
@@ -196,14 +202,14 @@ class RayTrials:
     def place(self, trials: Sequence[Trial]) -> None:
         """The nodes holding every stored shard of each population on disk the trials run from (see
         :mod:`simulations.placement`); refuses one that no node holds whole, before any trial runs."""
-        for path, config in {trial.config["population"]["path"]: trial.config for trial in trials
+        for path, config in {trial.config.population.path: trial.config for trial in trials
                              if trial.config["population"]["source"] == "dataset"}.items():
             holders = whole_population_holders(config)
             if holders is not None:
                 self._placements[path] = itertools.cycle(holders)  # the chunks of a population in turn
 
     def _submit(self, chunk: Chunk) -> Any:
-        holders = self._placements.get(chunk[0].config["population"]["path"])
+        holders = self._placements.get(chunk[0].config.population.path)
         if holders is None:
             return self._task.remote(chunk)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -283,7 +289,7 @@ class SweepProgress:
             note = f"({skipped} done before)" if skipped else ""
             self._task = self._progress.add_task(note, total=total, failures=0)
 
-    def __enter__(self) -> "SweepProgress":
+    def __enter__(self) -> SweepProgress:
         if self._progress is not None:
             self._progress.start()
         return self
@@ -319,7 +325,9 @@ def run_sweep(
     started = time.perf_counter()
     trials = spec.expand()
     with SweepFolder.claim(output, spec) as folder:
-        executor = make_executor(workers or default_workers(), ray_address)  # a cluster that cannot be reached writes nothing
+        executor = make_executor(
+            workers or default_workers(), ray_address
+        )  # a cluster that cannot be reached writes nothing
         try:
             executor.place(trials)  # nor does a population on disk that no node of the cluster holds
         except BaseException:

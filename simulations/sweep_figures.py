@@ -104,6 +104,7 @@ def draw(plot: Plot) -> Any:
     row_values = list(dict.fromkeys(curve.row for curve in plot.curves))
     col_values = list(dict.fromkeys(curve.col for curve in plot.curves))
     hues = list(dict.fromkeys(curve.hue for curve in plot.curves))
+    where: dict[tuple[Any, Any], tuple[int, int]]  # (row value, column value) -> its panel
     if plot.row is None and len(col_values) > WRAP:  # only columns: wrap them
         columns, lines = WRAP, math.ceil(len(col_values) / WRAP)
         where = {(None, c): divmod(i, WRAP) for i, c in enumerate(col_values)}
@@ -182,7 +183,9 @@ def draw(plot: Plot) -> Any:
     handles = list(legend.values()) if plot.hue else []
     grey = "0.3"
     if unbinned:
-        handles.append(Line2D([], [], color=grey, marker="o", ls="", ms=3, label="each item: share of its trials found"))
+        handles.append(
+            Line2D([], [], color=grey, marker="o", ls="", ms=3, label="each item: share of its trials found")
+        )
     else:
         handles.append(Line2D([], [], color=grey, marker="o", ms=3.5, label="simulated: mean over trials"))
         for method in plot.methods:
@@ -197,12 +200,12 @@ def draw(plot: Plot) -> Any:
             handles.append(Line2D([], [], color=grey, marker=PRIVACY_MARKERS[kind], ls="", ms=4, label=text))
     figure.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False,
                   title=label(plot.hue) or None, title_fontsize=8, alignment="left")
-    title = f"{label(plot.y)} against {label(plot.x)}"
+    heading = f"{label(plot.y)} against {label(plot.x)}"
     if plot.pooled:
-        title += f" (pooled over {', '.join(plot.pooled)})"
+        heading += f" (pooled over {', '.join(plot.pooled)})"
     if plot.filters:
-        title += f"; {', '.join(plot.filters)}"
-    figure.suptitle(title, fontsize=11)
+        heading += f"; {', '.join(plot.filters)}"
+    figure.suptitle(heading, fontsize=11)
     figure.tight_layout()
     return figure
 

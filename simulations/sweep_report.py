@@ -215,8 +215,9 @@ def plan_plots(
         if _overlaps(key, [*given, *([x] if x else [])]):
             raise InputError(f"--pool {key}: already an axis of the plot")
     if x is not None:
-        x_axis = x if x in (K_AXIS, FREQUENCY_AXIS) else _checked(tables, x, "--x")
-        request = PlotRequest(x_axis, y or _default_y(tables, x_axis), roles["--hue"], roles["--row"], roles["--col"])
+        if x not in (K_AXIS, FREQUENCY_AXIS):
+            _checked(tables, x, "--x")
+        request = PlotRequest(x, y or _default_y(tables, x), roles["--hue"], roles["--row"], roles["--col"])
         check_axes(tables, request)
         check_placed(tables, request, pooled, explicit=True)
         return [request], pooled
@@ -228,9 +229,9 @@ def plan_plots(
         taken = [first] if first else []
         chosen: dict[str, str | None] = {}
         for flag in ("--hue", "--col", "--row"):
-            chosen[flag] = roles[flag] or next((axis for axis in free if axis not in taken), None)
-            if chosen[flag] and not roles[flag]:
-                taken.append(chosen[flag])
+            chosen[flag] = axis = roles[flag] or next((axis for axis in free if axis not in taken), None)
+            if axis and not roles[flag]:
+                taken.append(axis)
         return PlotRequest(first or "", "", chosen["--hue"], chosen["--row"], chosen["--col"])
 
     first = free[0] if free else None

@@ -1,45 +1,23 @@
 """A sweep file: a base experiment, the grid of values to try, and its trials, all checked up front.
 
-A sweep is TOML::
+A sweep file is TOML: an optional ``base`` config, inline sections applied
+over it, and a ``[sweep]`` table of axes (dotted keys with lists of values),
+zipped groups (``[sweep.zip]``, ``[[sweep.zip]]``), ``trials``, ``items`` and
+``redraw_population`` (the format: ``docs/sweeps.md``).  The grid is the
+product of the axes and the zipped groups.  Every grid point is validated as
+a whole config before anything runs, with an error naming the key and the
+point, and passes the checks ``fedhh run`` makes before it starts
+(:func:`check_points`); a sweep of more than :data:`DEFAULT_MAX_TRIALS`
+trials, counted from its axes before any point is made, needs
+``--max-trials``.
 
-    base = "../default.toml"          # optional, relative to this file
-    [population]                      # optional inline sections, applied over the base
-    users = 100_000
-
-    [sweep]
-    trials = 10                       # runs per grid point
-    items = 500                       # true top items whose discovery each trial records
-    redraw_population = false         # true: each trial draws its own population
-    "population.users" = [10_000, 100_000, 1_000_000]
-    "privacy.epsilon" = [1, 2, 4, 8]
-
-    [sweep.zip]                       # axes that move together: one axis of paired values
-    "protocol.name" = ["pem", "treehist"]
-    "protocol.oracle" = ["olh", "count-sketch-hadamard"]
-
-(``[[sweep.zip]]`` gives several zipped groups.)  The grid is the product of
-the ``[sweep]`` axes and the zipped groups.  Every grid point is validated
-as a whole config before anything runs, and an error names the key and the
-point, so a typo at the 37th point does not surface an hour in.  Each point
-also passes the checks ``fedhh run`` makes before it starts
-(:func:`check_points`): its population's path, the memory its population
-needs, and a privacy target that is not refused for a δ of no meaning.
-
-A sweep runs at most :data:`DEFAULT_MAX_TRIALS` trials unless asked for
-more (``--max-trials``): its size is counted from the lengths of its axes
-before any grid point is made, so a sweep of 10^12 trials is refused at once.
-
-Trials: point ``p``'s trial ``i`` runs with the seed derived from the
-point's ``run.seed`` and ``i``; its population is drawn once with the
-point's ``run.seed`` itself and shared by every trial of the point (and by
-every point with the same population), as in the papers' Monte Carlo runs
-over one fixed data set.  With ``redraw_population = true`` each trial
-draws its own population with its own seed instead (the trial is then
-exactly ``fedhh run`` with that seed), so that the spread over trials, and
-the intervals of a report, cover the population's variability too; the
-flag is part of each trial's key, so a sweep resumed after flipping it runs
-the trials again, and one flipped back finds them done.  Sweeps run on the fast driver in process (the
-transport changes no result), so the transport keys are not swept.
+Point ``p``'s trial ``i`` runs with the seed derived from the point's
+``run.seed`` and ``i``; its population is drawn once with the point's
+``run.seed`` and shared by every trial of the point (and every point with
+the same population), unless ``redraw_population = true`` gives each trial
+its own (a flag that is part of each trial's key).  Sweeps run on the fast
+driver in process (the transport changes no result), so the transport keys
+are not swept.
 """
 
 from __future__ import annotations
@@ -65,7 +43,7 @@ from fedhh.errors import InputError
 from fedhh.experiment import item_codec
 from fedhh.kernels.randomness import derive_key
 from fedhh.privacy.triehh import PrivacyTargetError
-from fedhh.protocols import get_protocol
+from fedhh.protocols import get_protocol, protocol_module
 from fedhh.resources import require_population_memory
 
 DEFAULT_TRIALS = 1
@@ -83,7 +61,11 @@ TRIAL_SEED_PURPOSE = "sweep.trial"
 # Config keys added after sweeps were first written: at their defaults they change no result, so
 # they stay out of a trial's key there, and re-running an earlier sweep finds its trials again.
 LATER_KEYS = (
-    "population.concentration", "population.per_user", "population.exponential_rate", "run.cap_to_top_k", "protocol.noise",
+    "population.concentration",
+    "population.per_user",
+    "population.exponential_rate",
+    "run.cap_to_top_k",
+    "protocol.noise",
 )
 
 
@@ -102,6 +84,7 @@ class Trial:
     config: FedhhConfig
     population_seed: int
     items: int
+    protocol_module: str = ""  # the module that registers its protocol, if not one of fedhh's own
 
     @property
     def seed(self) -> int:
@@ -183,7 +166,7 @@ class SweepSpec:
                 if self.redraw_population:  # absent when false: the keys of shared-population sweeps never change
                     identity["redraw_population"] = True
                 trials.append(Trial(_digest(identity), point, index, dict(values), trial_config, population_seed,
-                                    self.items))
+                                    self.items, protocol_module(str(trial_config["protocol"]["name"]))))
         _check_distinct(trials, points)
         return trials
 
@@ -418,7 +401,9 @@ def _check_population_path(path: str, source: str) -> None:
     except FileNotFoundError:
         raise InputError(f"population.path: {path!r} does not exist") from None
     except (OSError, ValueError) as error:
-        raise InputError(f"population.path: cannot read {path!r} ({getattr(error, 'strerror', None) or error})") from None
+        raise InputError(
+            f"population.path: cannot read {path!r} ({getattr(error, 'strerror', None) or error})"
+        ) from None
     if source == "file" and not stat.S_ISREG(mode):
         raise InputError(f"population.path: {path!r} is {file_kind(mode)}, not a regular file")
 

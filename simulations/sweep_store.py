@@ -73,14 +73,16 @@ class SweepFolder:
         self.manifest_path = self.path / MANIFEST
 
     @classmethod
-    def claim(cls, path: str | Path, spec: SweepSpec) -> "SweepFolder":
+    def claim(cls, path: str | Path, spec: SweepSpec) -> SweepFolder:
         """Claim the folder, to fill or to resume in if it holds an earlier run of the same sweep file."""
         folder = IncrementalFolder.claim(path, kind=KIND, field="--output", subfolders={TRIALS_DIR: TRIAL_FILE},
                                          nested=(REPORT_FOLDER,))
         sweep = cls(folder, spec)
         try:
             previous = sweep.read_manifest() if folder.resumed else None
-            if previous is not None and (previous.get("format") != FORMAT or previous.get("sweep_file") != str(spec.path)):
+            if previous is not None and (
+                previous.get("format") != FORMAT or previous.get("sweep_file") != str(spec.path)
+            ):
                 raise OutputError(
                     f"--output: {str(sweep.path)!r} holds a sweep of {previous.get('sweep_file')!r}, not of "
                     f"{str(spec.path)!r}; choose another folder"
@@ -94,7 +96,7 @@ class SweepFolder:
         """Give the folder up (its lock); what was written stays, to resume from."""
         self.folder.release()
 
-    def __enter__(self) -> "SweepFolder":
+    def __enter__(self) -> SweepFolder:
         return self
 
     def __exit__(

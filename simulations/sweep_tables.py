@@ -41,7 +41,9 @@ class SweepTables:
         try:
             self.manifest = json.loads((self.folder / MANIFEST).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            raise InputError(f"folder: {str(self.folder)!r} holds no sweep ({MANIFEST}); run fedhh sweep first") from None
+            raise InputError(
+                f"folder: {str(self.folder)!r} holds no sweep ({MANIFEST}); run fedhh sweep first"
+            ) from None
         paths = {name: self.folder / f"{name}.parquet" for name in (TRIALS_TABLE, ITEMS_TABLE)}
         missing = [str(path) for path in paths.values() if not path.is_file()]
         if missing:
@@ -91,7 +93,7 @@ class SweepTables:
 
     def numeric(self, name: str, flag: str = "--y") -> np.ndarray:
         values = self.column(name, flag)
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) or v is None for v in values):
+        if not all((isinstance(v, (int, float)) and not isinstance(v, bool)) or v is None for v in values):
             raise InputError(f"{flag} {name}: not a numeric column; allowed: {self.numeric_columns()}, "
                              f"{DISCOVERY} or recall@K")
         return np.array([math.nan if v is None else float(v) for v in values])
@@ -102,7 +104,7 @@ class SweepTables:
 
     # -- selection --------------------------------------------------------------------------
 
-    def where(self, filters: Sequence[str]) -> "SweepTables":
+    def where(self, filters: Sequence[str]) -> SweepTables:
         """The trials whose columns hold the values of ``filters`` (``KEY=VALUE``, the value read as
         a config value; several values of one key: any of them; several keys: all of them)."""
         if not filters:
@@ -112,7 +114,9 @@ class SweepTables:
             key, sep, value = text.partition("=")
             key = key.strip()
             if not sep or not key:
-                raise InputError(f"--where {text!r}: expected KEY=VALUE, a column of {TRIALS_TABLE}.parquet and a value")
+                raise InputError(
+                    f"--where {text!r}: expected KEY=VALUE, a column of {TRIALS_TABLE}.parquet and a value"
+                )
             if key not in self.rows:
                 raise InputError(f"--where {key}: not a column of {TRIALS_TABLE}.parquet; allowed: {sorted(self.rows)}")
             parsed = config_value(key, value)
@@ -128,7 +132,7 @@ class SweepTables:
             raise InputError(f"--where {' '.join(filters)}: no successful trial holds all these values together")
         return self._subset(np.array(keep, dtype=np.int64), list(filters))
 
-    def _subset(self, keep: np.ndarray, filters: list[str]) -> "SweepTables":
+    def _subset(self, keep: np.ndarray, filters: list[str]) -> SweepTables:
         chosen = object.__new__(SweepTables)
         chosen.folder, chosen.manifest, chosen.all_rows = self.folder, self.manifest, self.all_rows
         chosen.rows = {column: [values[i] for i in keep.tolist()] for column, values in self.rows.items()}
@@ -189,5 +193,5 @@ def config_value(key: str, text: str) -> Any:
 
 def _equal(cell: Any, value: Any) -> bool:
     if isinstance(cell, bool) or isinstance(value, bool):
-        return cell is value or cell == value and type(cell) is type(value)
+        return cell is value or (cell == value and type(cell) is type(value))
     return bool(cell == value)

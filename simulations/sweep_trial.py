@@ -25,6 +25,7 @@ from fedhh.data.sources import SampledSource, make_source
 from fedhh.experiment import Experiment, item_codec, report_cap, reported_discoveries
 from fedhh.metrics import Truth, count_errors, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
 from fedhh.protocols import ProtocolResult, ServerProtocol
+from fedhh.protocols.registry import import_protocol_module
 from strategies.run_clock import RunClock
 
 from .analytic import EQ5, PREDICTED, expected_f1, expected_ncr, expected_recall, predicted_discovery, prediction_key
@@ -32,7 +33,8 @@ from .fast import drive
 from .sweep_spec import Trial
 
 RECALL_KS = (1, 5, 10, 25, 50, 100, 250)
-COUNT_ERRORS = ("mae", "rmse", "relative_error", "items", "without_estimate")  # per set of items, fedhh.metrics.count_errors
+# per set of items, fedhh.metrics.count_errors
+COUNT_ERRORS = ("mae", "rmse", "relative_error", "items", "without_estimate")
 # Columns of the trials table measured in seconds: the only ones that differ between two runs of a sweep.
 TIMING_COLUMNS = ("wall_s", "population_s", "server_s", "shards_s")
 # The items table: column -> pyarrow type name (cells may be null where noted in docs/sweeps.md).
@@ -57,7 +59,7 @@ class TrialRecord:
         return {"key": self.key, "row": self.row, "items": self.items}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrialRecord":
+    def from_dict(cls, data: dict[str, Any]) -> TrialRecord:
         return cls(str(data["key"]), dict(data["row"]), dict(data["items"]))
 
 
@@ -141,6 +143,8 @@ def run_trial(trial: Trial, cache: PopulationCache) -> TrialRecord:
     population_s = 0.0
     started = time.perf_counter()
     try:
+        if trial.protocol_module:  # a worker process knows fedhh's own protocols only
+            import_protocol_module(trial.protocol_module, "the sweep's protocol module")
         population, population_s = cache.get(trial)
         started = time.perf_counter()
         experiment = Experiment(trial.config, source=population.source)

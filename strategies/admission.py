@@ -41,7 +41,16 @@ from flwr.serverapp import Grid
 from .codec import MessageDecodeError
 from .errors import FederationError, last_line
 from .exchange import exchange, pause
-from .shards import SHARD_INFO_CODEC, SHARD_INFO_MESSAGE, SHARD_QUERY_CODEC, SHARDS, Federation, ShardInfo, ShardQuery, admit
+from .shards import (
+    SHARD_INFO_CODEC,
+    SHARD_INFO_MESSAGE,
+    SHARD_QUERY_CODEC,
+    SHARDS,
+    Federation,
+    ShardInfo,
+    ShardQuery,
+    admit,
+)
 
 LOGGER = logging.getLogger("flwr.fedhh")  # strategies.base's: the run's own lines
 WAIT_POLL = 0.05  # seconds between looks for newly connected nodes
@@ -104,7 +113,7 @@ class Admission:
             )
         n_users = self.n_users if self.n_users is not None else _population(infos)
         federation = admit(infos, n_users, len(infos) if expected is None else expected, self.kind)
-        for node, problem in sorted({**problems, **federation.refused}.items()):
+        for _, problem in sorted({**problems, **federation.refused}.items()):
             LOGGER.warning("left out of the federation: %s", problem)
         LOGGER.info(
             "%d node(s) admitted, holding %d of %d users",

@@ -80,7 +80,7 @@ class _PendingRound:
 class RoundDisplay(Protocol):
     """What shows a run's rounds as they are absorbed (e.g. ``simulations.progress.RoundProgress``)."""
 
-    def __enter__(self) -> "RoundDisplay": ...
+    def __enter__(self) -> RoundDisplay: ...
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
@@ -111,7 +111,7 @@ class RoundAggregation(Protocol):
 
     label: str  # for the strategy's summary line
 
-    def run_round(self, strategy: "ProtocolStrategy", server_round: int, grid: Grid) -> MetricRecord | None:
+    def run_round(self, strategy: ProtocolStrategy, server_round: int, grid: Grid) -> MetricRecord | None:
         """Ask the round's nodes, absorb the sum of what came back, return the round's metrics."""
 
 
@@ -120,7 +120,7 @@ class PlainAggregation:
 
     label = "replies checked one by one"
 
-    def run_round(self, strategy: "ProtocolStrategy", server_round: int, grid: Grid) -> MetricRecord | None:
+    def run_round(self, strategy: ProtocolStrategy, server_round: int, grid: Grid) -> MetricRecord | None:
         messages = strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid)
         replies, pushed = exchange(grid, list(messages), strategy.round_timeout, strategy.stop)
         strategy.count_undelivered(pushed)
@@ -166,11 +166,6 @@ class ProtocolStrategy(Strategy):
             raise InputError(f"run.federation: got {federation_kind!r}; allowed: {[SHARDS, DEVICES]}")
         if federation_kind == DEVICES and num_shards != n_users:
             raise InputError(f"a device federation has one shard per user: num_shards must be n = {n_users}")
-        if (server.request_type, server.response_type) != (spec.request_type, spec.response_type):
-            raise TypeError(
-                f"{server.name} exchanges {server.request_type.__name__}/{server.response_type.__name__}, "
-                f"the spec of {spec.name!r} declares {spec.request_type.__name__}/{spec.response_type.__name__}"
-            )
         for name, value in (("run.round_timeout", round_timeout), ("run.connect_timeout", connect_timeout)):
             if not value > 0:
                 raise InputError(f"{name}: must be > 0 seconds, got {value}")
@@ -201,11 +196,12 @@ class ProtocolStrategy(Strategy):
     def summary(self) -> None:
         """Log what this strategy will run."""
         holds = "one device user each" if self.federation_kind == DEVICES else "one shard of users each"
+        shards = f"{self.num_shards} shard(s)" if self.num_shards is not None else "one shard per SuperNode"
         LOGGER.info(
             "%s: %s over %s (%s), %d users, at most %d rounds, round timeout %.0f s, %s",
             type(self).__name__,
-            self.server.name,
-            f"{self.num_shards} shard(s)" if self.num_shards is not None else 'the SuperNodes\' shards (run.shards = "auto")',
+            self.spec.name,
+            shards,
             holds,
             self.n_users,
             self.server.max_rounds,
@@ -265,7 +261,11 @@ class ProtocolStrategy(Strategy):
                 participation.failed.append(shard.shard_index)
                 participation.reasons[shard.shard_index] = last_line(reply.error.reason)
                 LOGGER.warning(
-                    "round %d: shard %d (node %d) failed: %s", server_round, shard.shard_index, node, last_line(reply.error.reason)
+                    "round %d: shard %d (node %d) failed: %s",
+                    server_round,
+                    shard.shard_index,
+                    node,
+                    last_line(reply.error.reason),
                 )
                 continue
             try:
@@ -275,14 +275,22 @@ class ProtocolStrategy(Strategy):
                 participation.reasons[shard.shard_index] = str(error)
                 self._notices[node] = f"round {server_round}: the server refused your reply: {error}"
                 LOGGER.warning(
-                    "round %d: rejected the reply of shard %d (node %d): %s", server_round, shard.shard_index, node, error
+                    "round %d: rejected the reply of shard %d (node %d): %s",
+                    server_round,
+                    shard.shard_index,
+                    node,
+                    error,
                 )
         for node in pending.asked:
             if node not in seen:
-                shard = self.federation.members[node].shard_index
-                participation.late.append(shard)
+                late = self.federation.members[node].shard_index
+                participation.late.append(late)
                 LOGGER.warning(
-                    "round %d: no reply from shard %d (node %d) within %g s", server_round, shard, node, self.round_timeout
+                    "round %d: no reply from shard %d (node %d) within %g s",
+                    server_round,
+                    late,
+                    node,
+                    self.round_timeout,
                 )
         participation.answered = len(responses)
         return None, self.absorb_round(server_round, responses, participation)
@@ -330,7 +338,7 @@ class ProtocolStrategy(Strategy):
         self.setup_seconds = time.perf_counter() - started
 
         result = Result()
-        label = f"{self.server.name} on Flower"
+        label = f"{self.spec.name} on Flower"
         display = _NoDisplay() if self.progress is None else self.progress(self.server, label=label)
         with display as progress:
             server_round = 0
@@ -354,7 +362,7 @@ class ProtocolStrategy(Strategy):
                 )
         LOGGER.info(
             "%s finished after %d round(s): %s",
-            self.server.name,
+            self.spec.name,
             server_round,
             self.server.result().stopped_because,
         )
@@ -443,7 +451,7 @@ class ProtocolStrategy(Strategy):
                 f"see the warnings above, and run.round_timeout = {self.round_timeout:g} s"
             )
         with self.clock.server():
-            self.server.absorb(self.server.response_type.combine(responses))
+            self.server.absorb(self.spec.response_type.combine(responses))
         return round_metrics(self.server.trace[-1], participation)
 
 

@@ -32,7 +32,6 @@ no version, is refused with a reason naming both versions.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -143,7 +142,7 @@ class MessageCodec(Generic[MessageT]):
             value = scalars[name]
             if type(value) is not kind:
                 raise fail(name, f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
-            if name in self.minimums and not value >= self.minimums[name]:
+            if name in self.minimums and not scalars[name] >= self.minimums[name]:
                 raise fail(name, f"must be >= {self.minimums[name]}, got {value!r}")
         symbols: dict[str, tuple[int, str]] = {}
         for name, spec in self.arrays.items():
@@ -236,7 +235,12 @@ def _plain_scalar(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-@functools.cache
+_CODECS: dict[type, MessageCodec[Any]] = {}
+
+
 def codec_for(message_type: type[MessageT]) -> MessageCodec[MessageT]:
     """The codec of a message class, built once per process."""
-    return MessageCodec(message_type)
+    codec = _CODECS.get(message_type)
+    if codec is None:
+        codec = _CODECS[message_type] = MessageCodec(message_type)
+    return codec

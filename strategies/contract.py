@@ -88,11 +88,16 @@ def field_table(message_type: type) -> str:
             spec = layout.arrays[name]
             shape = "(" + ", ".join(str(dim) for dim in spec.shape) + ("," if len(spec.shape) == 1 else "") + ")"
             minimum = "" if spec.minimum is None else str(spec.minimum)
-            rows.append(f"| `{ARRAYS_RECORD}` | `{name}` | {spec.dtype} | `{shape}` | {minimum} | {_cell(comments.get(name, ''))} |")
+            rows.append(
+                f"| `{ARRAYS_RECORD}` | `{name}` | {spec.dtype} | `{shape}` | {minimum} | "
+                f"{_cell(comments.get(name, ''))} |"
+            )
         else:
             kind = hints[name].__name__
             minimum = str(layout.minimums[name]) if name in layout.minimums else ""
-            rows.append(f"| `{SCALARS_RECORD}` | `{name}` | {kind} | scalar | {minimum} | {_cell(comments.get(name, ''))} |")
+            rows.append(
+                f"| `{SCALARS_RECORD}` | `{name}` | {kind} | scalar | {minimum} | {_cell(comments.get(name, ''))} |"
+            )
     if len(rows) == 2:
         return "No fields: the message is its envelope alone."
     return "\n".join(rows)
@@ -136,12 +141,12 @@ def _options(name: str) -> str:
     return ", ".join(options) or "none"
 
 
-def _sketch_kind(oracle: object) -> str:
+def _sketch_kind(oracle: typing.Any) -> str:
     inner = getattr(oracle, "inner", None)
     if inner is None:
         return ""
-    signed = "signed (count sketch)" if getattr(oracle, "signed") else "unsigned"
-    return f"; inner `{inner.name}`, {signed}, server estimator `{getattr(oracle, 'estimator')}`"
+    signed = "signed (count sketch)" if oracle.signed else "unsigned"
+    return f"; inner `{inner.name}`, {signed}, server estimator `{oracle.estimator}`"
 
 
 def _declaring_class(cls: type) -> type:
@@ -196,7 +201,8 @@ def oracle_sections(texts: Sequence[ContractText]) -> list[str]:
         f"statistics* when the oracle has a flat form of at most `FLAT_CELLS_LIMIT` = {FLAT_CELLS_LIMIT} "
         "cells (`counts` = the cells, `reporters` = the report counts), else with the *support counts* of "
         f"the request's candidates (`counts`, flat in row-major order, and `reporters`){notes}. Both are sums over "
-        "reports, so a node adds up its users'; the server adds up the nodes'. Definitions are above; `v` is the user's value (an "
+        "reports, so a node adds up its users'; the server adds up the nodes'. Definitions are above; "
+        "`v` is the user's value (an "
         "integer key in `[0, d)`), `n` the number of reports, `C` the number of candidates. A report's "
         "fields, in the order below (a field of shape `(w,)` gives `w` columns), are also the columns that "
         "mode `collect` sends, each as uint64.",

@@ -15,7 +15,7 @@ class RunStopped(RuntimeError):
     """The process driving the run asked it to stop (Ctrl-C or SIGTERM)."""
 
 
-def last_line(text: str) -> str:
+def last_line(text: str | None) -> str:
     """The last non-empty line of an error text (a ClientApp's traceback ends with its message)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else text
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else (text or "")

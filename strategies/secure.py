@@ -82,10 +82,10 @@ MAX_VECTOR = 1_000_000  # entries of one dense response: 8 MB per node per round
 def request_to_fitins(codec: MessageCodec[Any], request: Request) -> FitIns:
     """A request in the legacy FitIns that SecAgg+ forwards: arrays as tensors, scalars as config."""
     encoded = codec.encode(request)
-    arrays = encoded[ARRAYS_RECORD]
+    arrays = cast(ArrayRecord, encoded[ARRAYS_RECORD])
     return FitIns(
         parameters=ndarrays_to_parameters([arrays[name].numpy() for name in codec.arrays]),
-        config=dict(encoded[SCALARS_RECORD]),
+        config=dict(cast(Mapping[str, Any], encoded[SCALARS_RECORD])),
     )
 
 
@@ -220,7 +220,9 @@ class _OneRound(LegacyStrategy):
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list[Any]:
         return []
 
-    def aggregate_evaluate(self, server_round: int, results: list[Any], failures: list[Any]) -> tuple[None, dict[str, Any]]:
+    def aggregate_evaluate(
+        self, server_round: int, results: list[Any], failures: list[Any]
+    ) -> tuple[None, dict[str, Any]]:
         return None, {}
 
     def evaluate(self, server_round: int, parameters: Parameters) -> None:

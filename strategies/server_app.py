@@ -1,55 +1,29 @@
 """The ServerApp: build the server from the run config, run it, write the result.
 
 The run config holds the fedhh config as dotted keys (``population.users``,
-the tables of ``[tool.flwr.app.config]`` in ``pyproject.toml``, overridable
-with ``flwr run --run-config``), plus keys that only the Flower app reads:
+the tables of ``[tool.flwr.app.config]`` in ``pyproject.toml``) and the keys
+only the Flower app reads: ``output-dir`` (claimed before anything else,
+:mod:`fedhh.results`), ``overwrite``, ``progress``, ``run-id`` (the run's name
+in ``privacy.ledger``) and ``protocol-module`` (:mod:`strategies.plugins`);
+``docs/flower.md`` lists them.  What is drawn and written besides
+``result.json`` is the caller's (:func:`make_server_app` composes a result
+writer and a progress display), so this layer never imports the one above
+it.  The ServerApp charges the run to ``privacy.ledger`` itself, once, after
+every check and before round 1, whichever way the run was started.
 
-* ``output-dir``: the results folder (``result.json``; for a shards
-  federation also CSVs and a plot; written atomically); a relative path is
-  relative to the working directory of the process running the ServerApp
-  (for ``flwr run`` on a local SuperLink: where it was started).  It is
-  claimed before anything else (``fedhh.results``): a folder that holds
-  anything is refused, unless it holds a previous fedhh result and
-* ``overwrite`` is true;
-* ``progress``: whether to draw the per-round progress bar;
-* ``run-id``: the name under which ``privacy.ledger`` records the run
-  (empty: the results folder's name and Flower's run id);
-* ``protocol-module``: a module to import that registers the protocol
-  ``protocol.name`` names, when it is not one of fedhh's own
-  (``strategies.plugins``).
-
-What is drawn and written besides ``result.json`` is the caller's: the
-ServerApp is composed with a result writer and a progress display
-(:func:`make_server_app`), so this transport layer never imports the
-layer above it.  ``simulations.flower_app:app``, the ServerApp that
-``flwr run .`` loads, writes the full results folder and draws progress.
-
-The ServerApp charges the run to ``privacy.ledger`` itself, once, after
-every check and before round 1 (``fedhh.privacy.charge``), so a run is
-charged and held to ``privacy.max_epsilon`` whichever way it was started:
-``fedhh run``, ``flwr run`` or ``simulations.deployment``.
-
-What the server knows depends on ``run.federation`` and ``run.evaluation``:
-
-* ``shards``: the population config describes the users, and each
-  SuperNode builds its shard of them.  With ``run.evaluation`` (the
-  default) the server builds the same population, to write the discovery
-  next to the true counts.  Without it the server reads nothing of the
-  users' data (a population file need not exist on the server): ``n`` is
-  ``population.users`` for a sampled population, else what the nodes
-  report, and the result describes no population;
-  ``run.shards = "auto"`` runs on the SuperNodes that connect
-  (``strategies.admission``);
-* ``devices``: the data stays on the devices.  The server knows only the
-  public parameters and ``n = population.users``, the enrolled population
-  the privacy parameters are solved for (never the number of devices that
-  happen to be online, which whoever controls the devices could steer).
-  It waits up to ``run.connect_timeout`` for the n devices and runs with
-  those that came; its result has no true counts.
-
-Either way every round line of the result carries the round's
-participation (``strategies.participation``), and a ``participation``
-summary says which shards were lost and why the privacy report holds.
+With ``run.federation = "shards"`` each SuperNode builds its shard of the
+population the config describes.  With ``run.evaluation`` (the default)
+the server builds the same population, to write the discovery next to the
+true counts; without it the server reads nothing of the users' data (a
+population file need not exist on the server): ``n`` is
+``population.users`` for a sampled population, else what the nodes
+report, and the result describes no population.  ``run.shards = "auto"``
+runs on the SuperNodes that connect (:mod:`strategies.admission`).  With
+``"devices"`` the data stays on the devices: the server knows only the
+public parameters and ``n = population.users`` (never the number of devices
+online, which whoever controls the devices could steer), waits up to
+``run.connect_timeout`` for them and writes no true counts.  Every round
+line carries the round's participation (:mod:`strategies.participation`).
 """
 
 from __future__ import annotations
@@ -272,9 +246,10 @@ def _run(
 def secure_aggregation(spec: ProtocolSpec, codec: ItemCodec, context: Context) -> SecureAggregation:
     """The SecAgg+ aggregation step of a protocol whose spec lays its responses out densely."""
     if spec.dense is None:
+        reason = f" ({spec.no_dense_reason})" if spec.no_dense_reason else ""
         raise ConfigError(
             f"run.secure_aggregation: protocol {spec.name!r} has no fixed-length layout to sum "
-            "securely; set run.secure_aggregation = false"
+            f"securely{reason}; set run.secure_aggregation = false"
         )
     return SecureAggregation(context, spec.dense(codec), codec_for(spec.request_type))
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from fedhh.data.population import shard_bounds
 from fedhh.errors import InputError
-from fedhh.protocols.messages import scalar_field
+from fedhh.protocols.messages import message, scalar_field
 
 from .codec import MessageCodec
 from .errors import FederationError
@@ -51,7 +51,7 @@ class ShardQuery:
 SHARD_QUERY_CODEC: MessageCodec[ShardQuery] = MessageCodec(ShardQuery)
 
 
-@dataclass(frozen=True)
+@message
 class ShardInfo:
     """A node's answer to "which users do you hold?"."""
 

@@ -74,7 +74,9 @@ class OracleAudit:
     @property
     def violated(self) -> bool:
         """The randomizer is not ε-LDP at its claimed ε."""
-        return self.epsilon_lower > self.claimed_epsilon + TOLERANCE or (self.exhaustive and self.delta_upper > TOLERANCE)
+        return self.epsilon_lower > self.claimed_epsilon + TOLERANCE or (
+            self.exhaustive and self.delta_upper > TOLERANCE
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "violated": self.violated}
@@ -118,7 +120,10 @@ def audit_oracle(
     another (a protocol's share of a user's budget, say).
     """
     if isinstance(domain, bool) or not isinstance(domain, int) or not 2 <= domain <= MAX_AUDIT_DOMAIN:
-        raise InputError(f"domain: the exact audit enumerates value pairs; must be an integer in 2..{MAX_AUDIT_DOMAIN}, got {domain!r}")
+        raise InputError(
+            f"domain: the exact audit enumerates value pairs; must be an integer in 2..{MAX_AUDIT_DOMAIN}, "
+            f"got {domain!r}"
+        )
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise InputError(f"samples: must be an integer >= 1 (reports drawn per value), got {samples!r}")
     oracle = make_oracle(name, epsilon=epsilon, domain=domain, **options)
@@ -188,7 +193,9 @@ def _conditional_audit(
     drawn = np.unique(getattr(reports, public))
     drawn = drawn[: max(16, CONDITIONAL_BUDGET // (buckets * domain * domain))]
     enumerated = type(reports)(**{public: np.repeat(drawn, buckets), private: np.tile(np.arange(buckets), drawn.size)})
-    joint = np.stack([oracle.report_probabilities(v, enumerated) for v in range(domain)]).reshape(domain, drawn.size, buckets)
+    joint = np.stack([oracle.report_probabilities(v, enumerated) for v in range(domain)]).reshape(
+        domain, drawn.size, buckets
+    )
     mass = joint.sum(axis=2)  # P(this hash function | v)
     independent = bool(np.all(np.abs(mass - mass[:1]) <= TOLERANCE * mass[:1]))
     # Joint probabilities: the hash function's probability cancels in every ratio when it is

@@ -1,64 +1,23 @@
 """Empirical privacy audit of TrieHH: a lower bound on the ε actually spent.
 
 A guarantee is an upper bound; an audit measures a lower bound, so a user
-sees how loose the theorem is (and a lower bound above the guarantee is a
-bug in the mechanism or in the accountant).  (ε, δ)-DP promises, for every
-pair of neighbouring populations D, D' and every event E of the output,
-``P_D'(E) <= e^ε P_D(E) + δ`` (and the same with D, D' swapped).  So with a
-lower confidence bound on ``P_D'(E)`` and an upper one on ``P_D(E)``, every
-ε the mechanism can satisfy obeys
+sees how loose the theorem is (a lower bound above the guarantee is a bug in
+the mechanism or in the accountant).  For neighbouring populations D (``c``
+holders of the target's item among ``n`` users) and D' (the target user
+added), every event E of the output bounds ε from below by
+``ln((lower(P_D'(E)) - δ) / upper(P_D(E)))``, with a Bonferroni split of the
+error over every bound computed.  The loss lives where a round passes with
+a tiny probability, so the vote counts are drawn from a proposal population
+with more holders and weighed by their exact likelihood ratio (empirical
+Bernstein bounds); without a tilt the bounds are Clopper-Pearson's.
 
-    ε >= ln((lower(P_D'(E)) - δ) / upper(P_D(E)))
+* :func:`audit_round`: one round, vote counts drawn vectorised;
+* :func:`audit_run`: whole runs of the real server and client, observing the
+  trie's depth (importance-sampled) or the server's view of the votes.
 
-and with a Bonferroni split of the error over every bound computed, the
-maximum over the events holds with the stated confidence.
-
-The neighbouring populations are TrieHH's worst case (add/remove of one
-user, the paper's adjacency): D has ``n`` users of whom ``c`` hold the
-target's item, D' adds the target user (``n + 1`` users, ``c + 1``
-holders).  ``c`` is swept (the sweep includes the ``c`` where the exact
-one-round ε is largest), because the privacy loss of the threshold is
-largest for few holders (Lemma 2 of the paper pays δ there) and smallest for
-many (Lemma 1).  The other users hold nothing: what they hold does not
-change the votes on the target's path, and empty users keep runs cheap.
-
-**Where the loss lives, and importance sampling.**  At the reference
-setting (n = 10^6, θ = 15, m = 21,978) the largest loss is at about 71
-holders, where a round passes with probability about 1e-10: no plain
-simulation sees that event, so a plain Monte Carlo bound stays at 0 while
-the exact one-round ε is 0.19.  The event that detects the loss is "the
-prefix is added" with few holders, so the audit draws the round's vote
-count from a *proposal* population with more holders, ``c_q = θ n / m``
-(where θ votes are typical), and weighs each draw by the exact likelihood
-ratio of the vote count, ``P_c(x) / P_{c_q}(x)``.  The weighted indicator is
-an unbiased estimate of the event's probability under ``c`` holders, each
-term lies in ``[0, B]`` with ``B = max_{x >= θ} P_c(x) / P_{c_q}(x)``, and
-its confidence bounds are the empirical Bernstein bounds of Maurer and
-Pontil (2009, Theorem 4).  Where no tilt is needed (``c >= c_q``) the
-weights are 1 and the bounds are Clopper-Pearson's.  The weights assume the
-server samples m of n users uniformly without replacement (so the vote count
-is hypergeometric, which :func:`run_trajectories`'s real runs are tested
-against); the threshold, the trie and the event are what the draws test.
-
-* :func:`audit_round`: one round, vote counts drawn vectorised; the events
-  are "the prefix is added" (D' favoured) and "it is not" (D favoured).
-* :func:`audit_run`: whole runs of the real :class:`TrieHHServer` and
-  :func:`respond`, observing either the trie (what Theorem 1 covers: here,
-  the depth the target's path reaches; importance-sampled, each run weighted
-  by its rounds' vote counts) or the server's view (the total votes
-  received, sub-threshold ones included, which the server sees unless secure
-  aggregation hides them, and which fedhh therefore never publishes; plain
-  Monte Carlo).  The trie's event for each ``c`` is the one the exact depth
-  distributions single out, fixed before any run; the server view's is
-  chosen on a first half of the runs and measured on the second half.  Either
-  way the choice does not bias the bound.  At the reference setting a run's
-  loss is as rare as a round's, and a run costs milliseconds where a vote
-  count costs nanoseconds: the run audit then needs tens of thousands of
-  runs to say anything, and says so (``trials_needed``).
-
-Both report, for each ``c``, the exact ε of that pair of populations at the
-stated δ (the round's vote count, and the run's trie depth, are products of
-hypergeometric tails), next to the guarantee.
+Both report, for each ``c``, the exact ε of that pair of populations next to
+the guarantee.  The reasoning, the events and the reference setting are in
+``docs/derivations.md`` ("TrieHH's empirical privacy audit").
 """
 
 from __future__ import annotations
@@ -88,7 +47,9 @@ Progress = Callable[[int], None]  # called with the number of draws or runs just
 
 
 # statistics -------------------------------------------------------------------
-def clopper_pearson(hits: np.ndarray, trials: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+def clopper_pearson(
+    hits: np.ndarray | int, trials: np.ndarray | int, alpha: float
+) -> tuple[np.ndarray, np.ndarray]:
     """One-sided Clopper-Pearson bounds, each holding with probability ``1 - alpha``."""
     hits = np.asarray(hits, dtype=np.float64)
     trials = np.asarray(trials, dtype=np.float64)
@@ -106,7 +67,7 @@ class Estimate:
     lower: float
     upper: float
 
-    def complement(self) -> "Estimate":
+    def complement(self) -> Estimate:
         return Estimate(1.0 - self.mean, 1.0 - self.upper, 1.0 - self.lower)
 
 
@@ -141,7 +102,8 @@ def epsilon_from_bounds(more: Estimate, less: Estimate, delta: float) -> float:
 
 
 def epsilon_lower_bound(
-    hits_more: np.ndarray, trials_more: np.ndarray, hits_less: np.ndarray, trials_less: np.ndarray,
+    hits_more: np.ndarray | int, trials_more: np.ndarray | int, hits_less: np.ndarray | int,
+    trials_less: np.ndarray | int,
     delta: float, alpha: float,
 ) -> np.ndarray:
     """:func:`epsilon_from_bounds` of plain counts (Clopper-Pearson, ``alpha / 2`` per side)."""
@@ -309,7 +271,7 @@ class _Sampler:
     weights: np.ndarray
 
     @classmethod
-    def build(cls, params: TrieHHParameters, holders: int, with_target: bool) -> "_Sampler":
+    def build(cls, params: TrieHHParameters, holders: int, with_target: bool) -> _Sampler:
         n_users = params.n_users + int(with_target)
         proposal = proposal_holders(params, holders) + int(with_target)
         holders += int(with_target)
@@ -487,7 +449,9 @@ def audit_run(
     if observe not in OBSERVABLES:
         raise InputError(f"observe: got {observe!r}; allowed: {list(OBSERVABLES)}")
     if params.max_rounds < 2:
-        raise InputError(f"max_rounds: the run audit needs an item of >= 1 symbol, i.e. L >= 2, got {params.max_rounds}")
+        raise InputError(
+            f"max_rounds: the run audit needs an item of >= 1 symbol, i.e. L >= 2, got {params.max_rounds}"
+        )
     started = time.perf_counter()
     swept = run_holders(params, delta, observe) if holders is None else _check_holders(holders, params)
     events = []
@@ -566,7 +530,11 @@ def _exact_best_depth_event(params: TrieHHParameters, holders: int, delta: float
     for depth in range(1, params.max_rounds + 1):
         reach, reach_with = p_without**depth, p_with**depth
         for favoured, more, less in ((True, reach_with, reach), (False, 1 - reach, 1 - reach_with)):
-            score = math.log((more - delta) / less) if more > delta and less > 0 else (math.inf if more > delta else -math.inf)
+            score = (
+                math.log((more - delta) / less)
+                if more > delta and less > 0
+                else (math.inf if more > delta else -math.inf)
+            )
             if score > best[0]:
                 best = (score, depth, favoured)
     return best[1], best[2]
@@ -585,7 +553,7 @@ def _trials_needed(
         if mean <= 0 or not reached_favoured:
             return None
         moments.append((mean, float(terms.var(ddof=1)), bound))
-    (p_less, var_less, bound_less), (p_more, var_more, bound_more) = moments
+    (p_less, _, _), (p_more, _, _) = moments
     target = 0.5 * math.log(max(p_more - delta, 1e-300) / p_less)
     if target <= 0:
         return None
@@ -599,7 +567,9 @@ def _trials_needed(
     return None
 
 
-def _threshold_events(without: np.ndarray, with_: np.ndarray) -> list[tuple[str, Callable[[np.ndarray], np.ndarray], bool]]:
+def _threshold_events(
+    without: np.ndarray, with_: np.ndarray
+) -> list[tuple[str, Callable[..., np.ndarray], bool]]:
     """Candidate events "outcome >= t" (D' favoured) and "outcome < t" (D favoured)."""
     values = np.unique(np.concatenate([without, with_]))
     events = []
@@ -621,6 +591,7 @@ def _best_vote_event(
         score = float(epsilon_lower_bound(more, select, less, select, delta, alpha))
         if best is None or score > best[0]:
             best = (score, name, indicator, favours_with)
+    assert best is not None  # the runs' outcomes hold a value: there is an event
     _, name, indicator, favours_with = best
     measured = without.size - select
     hits0, hits1 = int(indicator(without[select:]).sum()), int(indicator(with_[select:]).sum())

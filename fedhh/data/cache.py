@@ -1,8 +1,8 @@
 """fedhh's cache folder: slow, deterministic preparations kept between processes.
 
-Every ``fedhh run`` on wordfreq reads and filters wordfreq's whole list
-(321,180 English words, about 0.3 s with wordfreq's import) to get the same
-candidates; a study of hundreds of runs pays it every time.  An entry here
+Every ``fedhh run`` on wordfreq would import wordfreq and filter its whole
+list (321,180 English words) to get the same candidates; a study of hundreds
+of runs would pay it every time.  An entry here
 holds such a result as numpy arrays, named by a digest of everything it
 depends on (its *key*: versions and parameters), and stores that key to be
 checked on reading: a changed input gives another name, never a stale entry.
@@ -96,7 +96,8 @@ def store(kind: str, key: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path
         return None
     try:
         with os.fdopen(descriptor, "wb") as handle:
-            np.savez(handle, key=np.frombuffer(_key_text(key).encode("utf-8"), dtype=np.uint8), **arrays)
+            entry: dict[str, Any] = {"key": np.frombuffer(_key_text(key).encode("utf-8"), dtype=np.uint8), **arrays}
+            np.savez(handle, **entry)
         os.link(temporary, path)  # fails if the name exists: whatever is there stays
     except OSError:
         return None

@@ -32,7 +32,7 @@ def check_shard_count(n_users: int, num_shards: int) -> int:
 
     An empty shard would be a SuperNode or Ray actor with nothing to answer,
     and each shard costs a fixed time per round whatever it holds; the
-    upper bound for all runs, :data:`fedhh.config.MAX_SHARDS`, is part of the
+    upper bound for all runs, :data:`fedhh.schema.MAX_SHARDS`, is part of the
     config's validation.
     """
     if num_shards < 1:
@@ -155,7 +155,7 @@ class Vocabulary:
         return self._prefix_index
 
     @classmethod
-    def encode(cls, candidates: list[str], codec: ItemCodec) -> tuple["Vocabulary", np.ndarray]:
+    def encode(cls, candidates: list[str], codec: ItemCodec) -> tuple[Vocabulary, np.ndarray]:
         """Encode candidate items into a vocabulary of distinct symbol rows.
 
         Returns the vocabulary and, per candidate, its item id, or ``-1``
@@ -234,7 +234,7 @@ class Shard:
         return int(self.n_users - np.count_nonzero(np.diff(self.item_offsets)))
 
     @classmethod
-    def single_item(cls, vocabulary: Vocabulary, first_user: int, item_ids: np.ndarray) -> "Shard":
+    def single_item(cls, vocabulary: Vocabulary, first_user: int, item_ids: np.ndarray) -> Shard:
         """One item per user; ``item_ids < 0`` marks users holding nothing."""
         holds = item_ids >= 0
         offsets = np.concatenate(([0], np.cumsum(holds, dtype=np.int64)))
@@ -252,7 +252,7 @@ class Shard:
         n_users: int,
         local_users: np.ndarray,
         item_ids: np.ndarray,
-    ) -> "Shard":
+    ) -> Shard:
         """Build from (local user, item id) occurrences; repeats become counts."""
         keep = item_ids >= 0
         key = local_users[keep].astype(np.int64) * max(vocabulary.size, 1) + item_ids[keep]
@@ -262,7 +262,7 @@ class Shard:
         ids = unique_key % max(vocabulary.size, 1)
         return cls(vocabulary, first_user, offsets, ids, counts.astype(np.int64))
 
-    def slice(self, start: int, stop: int) -> "Shard":
+    def slice(self, start: int, stop: int) -> Shard:
         """The users with global ids in ``[start, stop)`` (a sub-shard)."""
         lo, hi = start - self.first_user, stop - self.first_user
         if not 0 <= lo <= hi <= self.n_users:
@@ -333,7 +333,7 @@ class SingleItemShard(Shard):
     def item_counts(self) -> np.ndarray:  # type: ignore[override]
         return np.broadcast_to(np.int64(1), self.item_ids.shape)
 
-    def slice(self, start: int, stop: int) -> "SingleItemShard":
+    def slice(self, start: int, stop: int) -> SingleItemShard:
         lo, hi = start - self.first_user, stop - self.first_user
         if not 0 <= lo <= hi <= self.n_users:
             raise ValueError(f"users [{start}, {stop}) are not all in this shard")

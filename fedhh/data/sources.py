@@ -84,7 +84,7 @@ class SampledSource(PopulationSource):
         """The candidates' vocabulary and each candidate's item id (:meth:`Vocabulary.encode`)."""
         return Vocabulary.encode(candidates, codec)
 
-    def with_users(self, n_users: int) -> "SampledSource":
+    def with_users(self, n_users: int) -> SampledSource:
         """The same distribution over the same encoded vocabulary for ``n_users`` users (sweeps
         over the population size encode the vocabulary and index its prefixes once); the first
         ``min(n, n')`` users are the same in both."""
@@ -156,8 +156,8 @@ class WordfreqSource(SampledSource):
         super().__init__(words, frequencies, n_users, words_per_user, codec, seed, before_encoding, concentration)
 
     def _encode(self, candidates: list[str], codec: ItemCodec) -> tuple[Vocabulary, np.ndarray]:
-        """Kept in fedhh's cache under the candidates' key and the codec: encoding wordfreq's
-        100,000 words and finding the distinct rows takes 0.08 s, reading them back 0.01 s."""
+        """Kept in fedhh's cache under the candidates' key and the codec: reading the encoded
+        words back costs a fraction of encoding them and finding the distinct rows."""
         key = None if self._candidates_key is None else {
             **self._candidates_key, "vocabulary_format": VOCABULARY_FORMAT, "codec": codec.describe()
         }
@@ -197,7 +197,12 @@ def _vocabulary_from_arrays(arrays: dict[str, np.ndarray], codec: ItemCodec) -> 
     """The vocabulary :func:`_vocabulary_arrays` stored (``ValueError`` if they do not fit together)."""
     rows, key_order = arrays["rows"], arrays["key_order"]
     items = cache.array_to_texts(arrays["items"], int(rows.shape[0]))
-    if rows.dtype != np.int64 or rows.ndim != 2 or rows.shape[1] != codec.max_rounds or key_order.shape != rows.shape[:1]:
+    if (
+        rows.dtype != np.int64
+        or rows.ndim != 2
+        or rows.shape[1] != codec.max_rounds
+        or key_order.shape != rows.shape[:1]
+    ):
         raise ValueError("a cached vocabulary's arrays do not fit its codec")
     kept, overlong, truncated, unknown = (int(count) for count in arrays["encoding"].tolist())
     return Vocabulary(items, rows, codec, EncodingReport(kept, overlong, truncated, unknown), key_order=key_order)
@@ -210,7 +215,7 @@ def wordfreq_candidates(language: str, size: int, alphabet: str) -> tuple[list[s
 
     Kept in fedhh's cache folder (:mod:`fedhh.data.cache`) under wordfreq's
     version and these parameters: a later process reads them back without
-    importing wordfreq (0.15 s) or filtering its list (0.2 s).
+    importing wordfreq or filtering its list.
     """
     key = _candidates_key(language, size, alphabet)
     cached = cache.load("wordfreq", key) if key is not None else None
@@ -401,7 +406,7 @@ class FileSource(PopulationSource):
         if not items:
             raise InputError(f"population.path: {path!r} has no items")
         user_index, self.n_users = factorize([str(user) for user in users])
-        item_index, distinct_count = factorize(items)
+        item_index, _ = factorize(items)
         distinct = list(dict.fromkeys(items))
         try:
             self.vocabulary, candidate_item = Vocabulary.encode(distinct, codec)

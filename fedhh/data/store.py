@@ -164,7 +164,9 @@ class PopulationStore:
         except (OSError, UnicodeDecodeError) as error:
             raise InputError(f"{FIELD}: {folder}: cannot read {MANIFEST} ({error})") from None
         except ValueError as error:
-            raise InputError(f"{FIELD}: {folder}: {MANIFEST} is not valid JSON ({error}); build the population again") from None
+            raise InputError(
+                f"{FIELD}: {folder}: {MANIFEST} is not valid JSON ({error}); build the population again"
+            ) from None
         self.manifest = self._checked(manifest, listed, folder)
         self.n_users = int(self.manifest["users"])
         self.shards = [
@@ -188,7 +190,9 @@ class PopulationStore:
             expected = 0
             for entry in shards:
                 if entry["first_user"] != expected or not isinstance(entry["users"], int) or entry["users"] < 1:
-                    raise broken(f"lists shard {entry.get('file')!r} at users {entry['first_user']}.., expected {expected}..")
+                    raise broken(
+                        f"lists shard {entry.get('file')!r} at users {entry['first_user']}.., expected {expected}.."
+                    )
                 if entry["file"] not in listed:
                     raise broken(f"lists shard {entry['file']!r}, which is not in the folder")
                 expected += entry["users"]
@@ -231,12 +235,15 @@ class PopulationStore:
                 return parquet.read(columns=columns, use_threads=False)
             return parquet.read_row_groups(row_groups, columns=columns, use_threads=False)
         except FileNotFoundError:
-            raise InputError(f"{FIELD}: {str(self.path)!r}: {file.name} is missing; build the population again") from None
+            raise InputError(
+                f"{FIELD}: {str(self.path)!r}: {file.name} is missing; build the population again"
+            ) from None
         except MemoryError:  # the machine's problem, not the file's
             raise
         except Exception as error:  # pyarrow raises many types for damaged files
-            raise InputError(f"{FIELD}: {str(self.path)!r}: {file.name} cannot be read ({error}); "
-                             "build the population again") from None
+            raise InputError(
+                f"{FIELD}: {str(self.path)!r}: {file.name} cannot be read ({error}); build the population again"
+            ) from None
 
     def read_users(self, start: int, stop: int) -> list[tuple[int, Any]]:
         """The users ``[start, stop)`` as (first user, Arrow table of one row per user) pieces, one per

@@ -97,7 +97,9 @@ class StreamedTableSource(PopulationSource):
             user, item = batch.column("user"), batch.column("item")
             check_users_present(self.path, user, rows)
             if bad_item is None:  # reported only if no row further on lacks its user
-                found = _first_row(pc.is_null(item), pc.equal(item, "")) if _is_text(item) else (0 if len(item) else None)
+                found = (
+                    _first_row(pc.is_null(item), pc.equal(item, "")) if _is_text(item) else (0 if len(item) else None)
+                )
                 bad_item = None if found is None else rows + found
             if bad_item is None:
                 user_codes = _codes(user, users)
@@ -107,7 +109,9 @@ class StreamedTableSource(PopulationSource):
             rows += len(batch)
         self._spill_pairs(None, None)
         if bad_item is not None:
-            raise ItemError(f"population.path {path!r}: {occurrence_place(path, bad_item)} has an empty or non-text item")
+            raise ItemError(
+                f"population.path {path!r}: {occurrence_place(path, bad_item)} has an empty or non-text item"
+            )
         if not items:
             raise InputError(f"population.path {path!r} has no items")
         self.n_users = len(users)
@@ -170,7 +174,9 @@ def _number(column: Any, known: dict[str, int]) -> tuple[np.ndarray, np.ndarray]
     distinct = encoded.dictionary.to_pylist()
     if not _is_text(column):
         distinct = [str(value) for value in distinct]
-    codes = np.fromiter((known.setdefault(value, len(known)) for value in distinct), dtype=np.int64, count=len(distinct))
+    codes = np.fromiter(
+        (known.setdefault(value, len(known)) for value in distinct), dtype=np.int64, count=len(distinct)
+    )
     return codes, encoded.indices.to_numpy(zero_copy_only=False)
 
 

@@ -3,12 +3,11 @@
 fedhh's dense linear algebra is small: RAPPOR's normal equations (at most
 1,025 columns), Walsh-Hadamard transforms as two products of at most 64 x 64
 matrices, SPM's segment-pair counts.  On such sizes OpenBLAS's threads save
-little on an idle machine and cost much on a busy one -- on this project's
-2-core machine RAPPOR's solve of 300 columns took 3.2 ms either way when idle,
-but 102.6 ms with numpy's default of one thread per core against 3.2 ms with
-one beside a single CPU-bound process (benchmarks/bench_small_products.py,
-benchmarks/RESULTS.md) -- and a run's parallelism comes from its shards
-(processes, Ray actors), which threads inside each would oversubscribe.
+little on an idle machine and cost much on a busy one, where a product with
+numpy's default of one thread per core waits for the cores the other
+processes hold (benchmarks/bench_small_products.py measures it); and a run's
+parallelism comes from its shards (processes, Ray actors), which threads
+inside each would oversubscribe.
 
 The limit is scoped (:func:`single_blas_thread` restores the previous
 setting on exit), so a program that embeds fedhh keeps its own BLAS
@@ -33,6 +32,6 @@ def single_blas_thread() -> AbstractContextManager[Any]:
 
 @functools.lru_cache(maxsize=2)
 def _controller(scipy_linalg_loaded: bool) -> ThreadpoolController:
-    """The libraries loaded now (cached: finding them costs about 0.3 ms, limiting them 13 µs);
+    """The libraries loaded now (cached: finding them costs far more than limiting them);
     keyed by whether scipy.linalg, which brings its own OpenBLAS, has been imported."""
     return ThreadpoolController()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -53,7 +53,7 @@ def _mix_in_place(z: np.ndarray) -> np.ndarray:
     """SplitMix64's mixing of ``z`` (already offset by the golden ratio), overwriting ``z``: one
     scratch array instead of a temporary per operation, and the eight passes made a chunk of
     :data:`_CHUNK` words at a time, so they run in the cache instead of streaming the whole
-    array through memory eight times (10^6 words: 4.7 -> 1.4 ms, CPU time, load 1)."""
+    array through memory eight times."""
     if z.ndim == 0:
         z = z ^ (z >> np.uint64(30))
         z = z * _MUL1
@@ -134,7 +134,7 @@ def keyed_ranges_words(key: np.uint64, ranges: tuple[tuple[int, int], ...], colu
     return np.concatenate(pieces).reshape(n_users, columns)
 
 
-def philox_state(key: np.uint64, block: int, counter: int = 0) -> dict:
+def philox_state(key: np.uint64, block: int, counter: int = 0) -> Any:
     """The state of the Philox-4x64 stream keyed ``(key, block)`` about to produce the four words of
     ``counter`` (what ``np.random.Philox(key=[key, block], counter=[counter, 0, 0, 0])`` starts in)."""
     return {
@@ -166,10 +166,9 @@ def uniform_from_bits(bits: np.ndarray) -> np.ndarray:
 def _scaled_integers(words: np.ndarray, span: float, low: int) -> np.ndarray:
     """``low + floor(uniform_from_bits(words) x span)`` as int64 (``span`` an integer below
     ``2^52``), written over ``words`` (1-d, contiguous; a fresh array, not kept, spares the
-    page faults of another): the same floats and integers, a chunk of :data:`_CHUNK` words at a time (the
-    whole-array passes streamed 8 MB each through memory: with the chunked SplitMix64, SFP's
-    public positions, ``UserRandom.integers(0, 3)`` for 10^6 users, took 11.0 ms instead of 19.4,
-    CPU time, load 1).  Truncation is ``floor`` here: every product is >= 0."""
+    page faults of another): the same floats and integers, a chunk of :data:`_CHUNK` words at a time,
+    in the cache rather than in whole-array passes through memory.  Truncation is ``floor`` here:
+    every product is >= 0."""
     out = words.view(np.int64)  # a chunk is read before its integers are written over it
     tops = np.empty(min(words.size, _CHUNK), dtype=np.uint64)
     uniforms = np.empty(tops.size, dtype=np.float64)
@@ -253,7 +252,7 @@ class _PerUserDraws:
         draws += low_arr
         return draws
 
-    def _one_integer_each(self, low: int, span: int, size: int | None) -> np.ndarray:
+    def _one_integer_each(self, low: int, span: int, size: int | tuple[int, ...] | None) -> np.ndarray:
         """One integer a user, uniform on ``[low, low + span)``: ``low + floor(u span)`` for the user's
         uniform ``u`` (:func:`_scaled_integers`), or for a power-of-two ``span = 2^s``, the same
         ``floor(k 2^-53 2^s) = k >> (53 - s)``: the top ``s`` bits of the word, without floats."""

@@ -1,12 +1,11 @@
 """Reused scratch arrays for hot loops that would otherwise allocate fresh ones on every call.
 
 Why: a fresh array of a few hundred KiB comes from the operating system
-(``mmap``) and every page of it faults on first touch; the sparse sampler
-and its counting (:mod:`fedhh.kernels.sparse_bernoulli`,
-:class:`fedhh.oracles.unary.UnaryEncoding`) took about 2.5 ns a set bit
-in those faults alone (of 8.5 for the walk; CPU time, 200 blocks of 4,096
-users x 1,024 bits, load 1) -- as much as the logarithm and the division
-together.  Borrowed arrays keep their pages.
+(``mmap``) and every page of it faults on first touch; for the sparse
+sampler and its counting (:mod:`fedhh.kernels.sparse_bernoulli`,
+:class:`fedhh.oracles.unary.UnaryEncoding`) those faults cost as much as
+the logarithm and the division of the walk together.  Borrowed arrays keep
+their pages.
 
 Each thread has its own pool (simulated shards may run in threads), and an
 array is lent to one borrower at a time: a nested borrow of the same shapes

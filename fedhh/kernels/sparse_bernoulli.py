@@ -1,90 +1,21 @@
 """The set bits of a keyed grid of independent Bernoulli(q) bits, at a cost proportional to them.
 
 A simulated shard of ``n`` users each holding ``w`` independent bits that
-are 1 with a small probability ``q`` (the "other" bits of OUE: ``q' =
-0.018`` at ε = 4, about 19 set bits of 1,024) need not draw ``n w``
-uniforms to find the few ``n w q`` ones: it walks from one set bit to the
-next by geometric gaps.
+are 1 with a small probability ``q`` (the "other" bits of OUE) need not
+draw ``n w`` uniforms to find the few ``n w q`` ones: it walks from one set
+bit to the next by geometric gaps, ``G = floor(log U / log(1 - q))``, whose
+positions are exactly the 1s of independent Bernoulli(q) bits (up to the
+53-bit truncation of ``U``: every tail within ``2^-52``).
 
-Law.  Lay the grid's bits on a line and let ``G_1, G_2, ...`` be
-independent with ``G = floor(log U / log(1 - q))``, ``U`` uniform on
-``(0, 1]``: ``P(G >= k) = P(U <= (1 - q)^k) = (1 - q)^k``, so ``G`` is the
-number of 0 bits before the next 1 of a Bernoulli(q) sequence, and the
-positions ``G_1, G_1 + 1 + G_2, ...`` are exactly the 1s of a sequence of
-independent Bernoulli(q) bits -- every bit of every user independent with
-probability ``q``, which is the law of the device's "other" bits.
-
-Truncation and rounding.  ``U = 1 - k 2^-53`` (exactly ``(2^53 - k)
-2^-53``), ``k`` the top 53 bits of a 64-bit word (``Generator.random``'s
-``k 2^-53``), so ``P(U <= (1 - q)^k)`` is ``(1 - q)^k`` rounded down to a
-multiple of ``2^-53``.  The step is computed as ``floor(log(U) / log(1 -
-q) + 1)``: ``log``, the division and the ``+ 1`` round by an ulp or so,
-which can move the comparison ``x >= k`` (``x = log U / log(1 - q)``) only
-for the few grid points ``U`` next to ``(1 - q)^k``
-(:func:`steps_from_uniforms`).  Checked exhaustively at every ``k`` with
-``(1 - q)^k >= 2^-53`` (``tests/test_sparse_bernoulli.py``: OUE's ``q'``
-at ε = 2, 4 and 6, and ``q = 0.05``; OUE's and SUE's at ε from 1.95 to 8
-when tried): at most one grid point moves, so every tail ``P(G >= k)`` is
-within ``2 x 2^-53 = 2^-52`` of ``(1 - q)^k``.  (A product with ``1 /
-log(1 - q)``, a third of the division's cost, moved two at ε = 4: ``3 x
-2^-53``, and so did one with ``1 / log(1 - q)`` split in two doubles; the
-division, correctly rounded, stays.)  In total
-variation a gap's law is within ``2^-52`` times the number of gap lengths
-a 53-bit ``U`` reaches, ``K = 53 ln 2 / -log(1 - q)`` (the longest gap,
-exceeded by the exact law with probability ``2^-53``): about ``2^-41`` at
-``q' = 0.018`` (``K = 2,024``), so the ``N`` set bits of a run are within
-``N 2^-41`` (``5e-4`` for ``10^9`` set bits) of the exact law -- far below
-anything a simulation can detect.
-
-Keys and sharding.  The line is cut into blocks of
-:data:`fedhh.kernels.randomness.GRID_USERS` consecutive global users (``GRID_USERS
-x w`` bits, user ``u``'s row at bits ``[r w, (r + 1) w)``, ``r = u mod
-GRID_USERS``), each walked by its own SFC64 generator seeded by the
-SplitMix64 hashes of ``(call key, block)`` (:func:`block_stream`),
-the call key being one call of the range's
-:class:`fedhh.kernels.randomness.RangeRandom` (so a user's bits depend only on the
-seed, purpose, round, its global id and the call sequence).  A range that
-starts inside a block replays the block's walk from the block's first user
-and drops the bits before its own users; one that ends inside a block stops
-walking at its last user.  Every user's bits are therefore the same in any
-range, shard or transport, at the price, for a range that does not start
-on a block boundary, of walking up to ``GRID_USERS - 1`` users' rows more.
-
-Why blocks rather than a fixed number of gap words per user (with a
-further keyed draw for the few users whose gaps fall short of ``w``): a
-per-user budget must cover a user's mean number of set bits plus several
-standard deviations (36 words for OUE's 18 expected set bits of 1,024),
-so it draws about twice the words the walk needs, on an ``(n, S)`` array
-of cumulative sums and masks; the block walk draws one word per set bit
-(plus a margin of 6 sd per block, 2% at SFP's sizes, drawn in one go and
-dropped), on flat arrays, and needs no second mechanism.
-Measured on SFP's OUE rows (200,000 users x 1,024 bits, ``q' = 0.018``,
-CPU time, load 2.9): 13 ns a set bit (0.25 µs a user) for the walk and
-the rows and columns of its bits, 66 ns for a 36-word budget, 184 ns (3.4
-µs a user) for a 32-bit uniform per bit.
-
-Why SFC64 and ``Generator.random(out=...)``: the walk needs no random
-access into a block's stream (it always starts at the block's first bit),
-so a counter-based generator buys nothing there; SFC64 gives a 64-bit word
-in 1.4 ns against Philox's 3.3, and ``random`` writes the 53-bit floats
-into a reused buffer in one pass (Philox's raw words took four more: shift,
-conversion, ``+ 1``, scaling).  The walk alone went from 12 to 7.5 ns a
-set bit (same rows, CPU time, load 1).  Its arrays are scratch kept from
-call to call (:mod:`fedhh.kernels.scratch`: fresh ones cost their page faults), and
-the positions are :func:`running_sum`'s (``np.cumsum`` in half the time):
-8.5 to 5.0 ns a set bit on whole blocks of 1,024-bit rows, 8.8 to 7.4 in
-TreeHist's run beside its counting (CPU time, load 1-2), the same bits.
-
-Several ranges.  A :meth:`fedhh.kernels.randomness.RangeRandom.over_ranges` batch
-walks each range's blocks in turn (``first`` counting the ranges' users in
-order): every range's bits are the ones it has alone.
-
-Leading uniforms.  :func:`grid_pieces` with ``leading=True`` first takes
-``GRID_USERS / 2`` words of each block's stream, a 32-bit uniform for each
-of its rows (a unary encoding's own bits), and walks on from there: another
-grid than ``leading=False``'s for the same key, of the same law, and the
-same in any range (a block's words are drawn whole whatever part of it the
-range holds).
+The line of bits is cut into blocks of
+:data:`fedhh.kernels.randomness.GRID_USERS` consecutive global users, each
+walked by its own SFC64 generator keyed by (call key, block), the call key
+being one call of a :class:`fedhh.kernels.randomness.RangeRandom`: a user's
+bits depend only on the seed, purpose, round, its global id and the call
+sequence, so they are the same in any range, shard or transport.  The law,
+the rounding bound, the keys and the choice of blocks and of SFC64 are
+derived in the documentation (``docs/derivations.md``, "Bernoulli bits by
+geometric gaps").
 """
 
 from __future__ import annotations
@@ -138,15 +69,14 @@ class GridPiece(NamedTuple):
 def grid_pieces(rng: RangeRandom, width: int, probability: float, leading: bool = False) -> Iterator[GridPiece]:
     """:func:`grid_set_bits`'s pieces (the same bits), each with two scratch arrays a consumer
     that counts the bits may work in, in the cache the walk just warmed, instead of arrays of its
-    own (fewer arrays in flight: 10.2-10.3 instead of 10.8-11.4 ns a set bit for OUE's walk and
-    counting, 1,024-bit rows, 2^17 users a call, CPU time, load 1).
+    own (fewer arrays in flight).
 
     ``leading``: each block's stream first gives ``GRID_USERS / 2`` 64-bit words, row ``r``'s
     32-bit uniform being half ``r`` (low half first) -- drawn whole whatever part of the block
     the range holds, so the walk that follows on the same stream is the same -- and the block's
     first piece carries the range's users' uniforms (a different grid from ``leading=False``'s,
     of the same law, and still a pure function of the call key and the users' global ids).
-    SFC64 gives them for about 1 ns a user against about 5 for a call of keyed Philox words.
+    SFC64 gives them for a fraction of the cost of a call of keyed Philox words.
     """
     if not isinstance(rng, RangeRandom):
         raise TypeError(f"grid_set_bits: rng must be a RangeRandom, got {type(rng).__name__}")
@@ -189,7 +119,12 @@ def _walk(
 
 
 def _block_positions(
-    stream: np.random.Generator, length: int, probability: float, uniforms: np.ndarray, steps: np.ndarray, line: np.ndarray
+    stream: np.random.Generator,
+    length: int,
+    probability: float,
+    uniforms: np.ndarray,
+    steps: np.ndarray,
+    line: np.ndarray,
 ) -> Iterator[np.ndarray]:
     """Ascending positions below ``length`` of the 1s on a block's line walked with ``stream``
     (module docstring), in pieces of at most :data:`MAX_DRAW` (the stream is read in order, so
@@ -226,11 +161,10 @@ def running_sum(steps: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> np.n
     """``out[i] = steps[0] + ... + steps[i]`` (1-d integer arrays, exact; ``out`` and ``scratch``, of at
     least ``steps.size // 2`` elements, overlap neither ``steps`` nor each other).
 
-    Why not ``np.cumsum`` alone: it adds one element at a time, each waiting for the sum before
-    (about 2 ns an element); summing neighbouring pairs first (one vectorised pass) halves that
-    chain, the sum at each even index is then the pair's end minus its second step.  0.74 ns an
-    element instead of 1.96 (32,768 int64 steps, CPU time, load 1); integer sums, so the same
-    values to the bit.
+    Why not ``np.cumsum`` alone: it adds one element at a time, each waiting for the sum before;
+    summing neighbouring pairs first (one vectorised pass) halves that chain, the sum at each even
+    index is then the pair's end minus its second step.  Integer sums, so the same values to the
+    bit.
     """
     pairs = steps.size // 2
     if pairs == 0:
@@ -249,8 +183,8 @@ def row_divider(width: int, limit: int = GRID_USERS) -> Callable[[np.ndarray, np
     (a block's line: ``limit`` rows), exact, by the cheapest route: a shift for a power of two,
     else a multiplication and a shift, else (when the product could overflow) ``floor_divide``.
 
-    Why: numpy's ``floor_divide`` by 1,023 costs 1.1 ns an element, the multiplication and
-    shift 0.5 (16,384 int64, CPU time, load 1).  ``M = ceil(2^s / w)``, ``e = M w - 2^s < w``:
+    Why: numpy's ``floor_divide`` costs about twice the multiplication and the shift.
+    ``M = ceil(2^s / w)``, ``e = M w - 2^s < w``:
     ``p M / 2^s = p / w + p e / (w 2^s)``, and ``p e < 2^s`` (``s`` chosen with ``limit w^2 <=
     2^s``) keeps the excess below ``1 / w``, which no fraction ``(p mod w) / w`` can reach 1 with.
     """
@@ -281,7 +215,7 @@ def block_stream(key: np.uint64, block: int, stream: np.random.Generator | None 
     block)``, its counter 1, advanced 12 steps -- numpy's own seeding of SFC64, with the hashes
     for its ``SeedSequence`` words.  ``stream``: an SFC64 generator to set to that state and
     return (a walk keeps one for all its blocks: setting a state costs a tenth of building a
-    seed sequence, a bit generator and a generator, about 8 µs a block)."""
+    seed sequence, a bit generator and a generator)."""
     if stream is None:
         stream = np.random.Generator(np.random.SFC64(0))
     base = _splitmix64(int(key) ^ _splitmix64(int(block)))
@@ -297,8 +231,8 @@ def block_stream(key: np.uint64, block: int, stream: np.random.Generator | None 
 
 
 def _splitmix64(x: int) -> int:
-    """SplitMix64 (:func:`fedhh.kernels.randomness.splitmix64`) on one Python integer: a few hundred ns
-    where a numpy scalar's dozen operations cost microseconds."""
+    """SplitMix64 (:func:`fedhh.kernels.randomness.splitmix64`) on one Python integer: a numpy
+    scalar's dozen operations would cost several times more."""
     z = (x + 0x9E3779B97F4A7C15) & _MASK_64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK_64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK_64

@@ -20,13 +20,13 @@ from .sampling import RandomSource
 
 __all__ = [
     "BASE_ORACLES",
+    "ORACLE_NAMES",
+    "SKETCHES",
     "FrequencyOracle",
     "Histogram",
     "LinearVariance",
-    "ORACLE_NAMES",
     "PureOracle",
     "RandomSource",
-    "SKETCHES",
     "Support",
     "key_items",
     "key_rows",

@@ -28,7 +28,6 @@ only candidate-set queries make sense.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -114,7 +113,9 @@ def check_groups(groups: Any, n_users: int, n_groups: Any) -> np.ndarray:
         )
     array = array.astype(np.int64, copy=False)
     if array.size and (int(array.min()) < -1 or int(array.max()) >= n_groups):
-        raise InputError(f"groups must be in [-1, {n_groups}), got values from {int(array.min())} to {int(array.max())}")
+        raise InputError(
+            f"groups must be in [-1, {n_groups}), got values from {int(array.min())} to {int(array.max())}"
+        )
     return array
 
 
@@ -167,7 +168,7 @@ class Support:
     """
 
     counts: np.ndarray
-    n_users: np.ndarray
+    n_users: np.ndarray | int
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "counts", np.asarray(self.counts, dtype=np.int64))
@@ -176,7 +177,7 @@ class Support:
     def __add__(self, other: Support) -> Support:
         if not isinstance(other, Support):
             return NotImplemented
-        if other.counts.shape != self.counts.shape or other.n_users.shape != self.n_users.shape:
+        if other.counts.shape != self.counts.shape or np.shape(other.n_users) != np.shape(self.n_users):
             raise ValueError(
                 f"Support: cannot add supports of shapes {self.counts.shape} and {other.counts.shape}; "
                 "shards must answer the same candidate list"
@@ -203,7 +204,7 @@ class LinearVariance:
 class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
     """An ε-LDP frequency oracle over the integer domain ``[0, domain)``."""
 
-    name: ClassVar[str]
+    name: str  # set by each class (a sketch's depends on its estimator)
     max_domain: ClassVar[int] = MAX_DOMAIN
 
     def __init__(self, epsilon: float, domain: int) -> None:
@@ -362,11 +363,16 @@ class FrequencyOracle(ABC, Generic[ReportsT, StatisticsT]):
         return check_values(values, self.domain, field)
 
 
-@functools.cache
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _field_names(statistics_type: type) -> tuple[str, ...]:
     """A statistics dataclass's field names, looked up once per type (a sketch flattens one
     statistics per row and batch)."""
-    return tuple(field.name for field in dataclasses.fields(statistics_type))
+    names = _FIELD_NAMES.get(statistics_type)
+    if names is None:
+        names = _FIELD_NAMES[statistics_type] = tuple(field.name for field in dataclasses.fields(statistics_type))
+    return names
 
 
 class HistogramFlatForm:
@@ -374,7 +380,7 @@ class HistogramFlatForm:
     histogram's keys in ``[0, histogram_size)``: the dense counts (GRR's reported values,
     Hadamard response's outputs, the Hadamard mechanism's coefficient sums)."""
 
-    name: ClassVar[str]
+    name: str
     statistics_type: ClassVar[type]
 
     @property

@@ -147,7 +147,7 @@ class CountSketchHadamard(FrequencyOracle[CountSketchHadamardReports, CountSketc
             f"width={self.width}, estimator={self.estimator!r})"
         )
 
-    def cells(self, hashes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def cells(self, hashes: np.ndarray, values: np.ndarray | np.integer) -> tuple[np.ndarray, np.ndarray]:
         """``(h_j(v), g_j(v) = -1)`` for hash indices and values (broadcasting)."""
         mixed = mix_keys(values)
         multipliers, offsets = self.bucket_hashes
@@ -158,7 +158,7 @@ class CountSketchHadamard(FrequencyOracle[CountSketchHadamardReports, CountSketc
 
     def randomize(self, values: np.ndarray, rng: RandomSource) -> CountSketchHadamardReports:
         values = self._values(values)
-        n_users = values.shape[0]
+        n_users: int = values.shape[0]
         check_rng_batch(rng, n_users)
         hashes = rng.integers(0, self.hashes, size=n_users)
         rows = rng.integers(0, self.width, size=n_users)

@@ -41,7 +41,7 @@ from .sampling import RandomSource, check_rng_batch, randomized_response
 
 _BLOCK_ENTRIES = 1 << 17  # (function, candidate) hashes per numpy pass: 1 MB, in cache
 _CANDIDATES_PER_TASK = 2048
-COMPILED_HASHES = 1 << 24  # (function, candidate) hashes from which a decode is compiled: about 70 ms in numpy
+COMPILED_HASHES = 1 << 24  # (function, candidate) hashes from which a decode is compiled
 MAX_HASH_FUNCTIONS = 1 << 20
 
 
@@ -107,7 +107,9 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
         with np.errstate(over="ignore"):
             self.function_seeds = splitmix64(base + np.arange(self.hash_functions, dtype=np.uint64))
         self.multipliers, self.offsets = expand_seeds(self.function_seeds)
-        self._row_starts = np.arange(self.hash_functions, dtype=np.uint64) * np.uint64(self.g)  # row j of the flat table
+        self._row_starts = np.arange(self.hash_functions, dtype=np.uint64) * np.uint64(
+            self.g
+        )  # row j of the flat table
         e = math.exp(self.epsilon)
         self.keep_probability = e / (e + self.g - 1)
         self.p = self.keep_probability
@@ -121,7 +123,7 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
 
     def randomize(self, values: np.ndarray, rng: RandomSource) -> FastLocalHashReports:
         values = self._values(values)
-        n_users = values.shape[0]
+        n_users: int = values.shape[0]
         check_rng_batch(rng, n_users)
         functions = rng.integers(0, self.hash_functions, size=n_users)
         hashed = hash_expanded(self.multipliers[functions], self.offsets[functions], mix_keys(values), self.g)

@@ -30,6 +30,7 @@ block: ``O(n + K log b)``, the cheapest of all the oracles.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -167,10 +168,12 @@ class HadamardResponse(HistogramFlatForm, FrequencyOracle[HadamardResponseReport
         totals = np.zeros(blocks.shape[0], dtype=np.int64)
         order = np.argsort(blocks, kind="stable")
         sorted_blocks = blocks[order]
-        starts = np.flatnonzero(np.r_[True, sorted_blocks[1:] != sorted_blocks[:-1]]) if blocks.size else []
+        starts: np.ndarray | list[int] = (
+            np.flatnonzero(np.r_[True, sorted_blocks[1:] != sorted_blocks[:-1]]) if blocks.size else []
+        )
         bounds = np.r_[starts, blocks.size].astype(np.intp)
         shift = np.uint64(self.block_bits)
-        for first, last in zip(bounds[:-1], bounds[1:], strict=True):
+        for first, last in itertools.pairwise(bounds):
             block = sorted_blocks[first]
             low = block << shift
             lo = np.searchsorted(outputs.keys, low, side="left")

@@ -30,9 +30,9 @@ twice as fast (see :func:`count_supports`).
 Large decodes run compiled loops instead of numpy passes
 (:mod:`fedhh.oracles.compiled_hashing`, with numba): the same integer
 operations, so the same counts, several times faster.  ``FEDHH_NUMBA``
-chooses: unset or ``auto``, compiled for decodes that take numpy about
-70 ms or more (:data:`COMPILED_PAIRS`; a smaller one costs less in numpy
-than loading the compiled code, once per process); ``1``, compiled for
+chooses: unset or ``auto``, compiled for decodes of at least
+:data:`COMPILED_PAIRS` (report, candidate) pairs (a smaller one costs less
+in numpy than loading the compiled code, once per process); ``1``, compiled for
 every decode; ``0``, numpy only.  Where numba fails to import, every
 decode takes the numpy path.
 """
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import os
+import typing
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
@@ -59,15 +60,15 @@ _THREADED_WORK = 1 << 24  # decodes this large are split over the cores
 MAX_RANGE = 1 << 31
 NUMBA_VARIABLE = "FEDHH_NUMBA"
 NUMBA_SETTINGS = ("auto", "1", "0")
-COMPILED_PAIRS = 1 << 28  # (report, candidate) pairs from which an OLH decode is compiled: about 70 ms in numpy
+COMPILED_PAIRS = 1 << 28  # (report, candidate) pairs from which an OLH decode is compiled
 
 
-def mix_keys(keys: np.ndarray) -> np.ndarray:
+def mix_keys(keys: np.ndarray | np.integer) -> np.ndarray:
     """Bijectively scramble uint64 keys so structured domains hash like random ones."""
     return splitmix64(np.asarray(keys, dtype=np.uint64))
 
 
-def expand_seeds(seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def expand_seeds(seeds: np.ndarray | np.integer) -> tuple[np.ndarray, np.ndarray]:
     """The (odd multiplier, offset) pair that a 64-bit seed names."""
     seeds = np.asarray(seeds, dtype=np.uint64)
     multipliers = splitmix64(seeds) | np.uint64(1)
@@ -93,7 +94,7 @@ def hash_expanded(multipliers: np.ndarray, offsets: np.ndarray, mixed_keys: np.n
     return z
 
 
-def hash_keys(seeds: np.ndarray, keys: np.ndarray, g: int) -> np.ndarray:
+def hash_keys(seeds: np.ndarray | np.integer, keys: np.ndarray | np.integer, g: int) -> np.ndarray:
     """Buckets in ``[0, g)`` of raw keys under the functions named by ``seeds``."""
     check_range_size(g)
     return hash_expanded(*expand_seeds(seeds), mix_keys(keys), g)
@@ -110,12 +111,12 @@ def local_hash_parameters(seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (multipliers >> np.uint64(32)).astype(np.uint32) | np.uint32(1), (offsets >> np.uint64(32)).astype(np.uint32)
 
 
-def local_hash_keys(keys: np.ndarray) -> np.ndarray:
+def local_hash_keys(keys: np.ndarray | np.integer) -> np.ndarray:
     """The 32-bit key the local-hashing family hashes: the top half of the mixed key."""
     return (mix_keys(keys) >> np.uint64(32)).astype(np.uint32)
 
 
-def local_hash(seeds: np.ndarray, keys: np.ndarray, g: int) -> np.ndarray:
+def local_hash(seeds: np.ndarray, keys: np.ndarray | np.integer, g: int) -> np.ndarray:
     """Buckets in ``[0, g)`` of raw keys under the 32-bit functions named by ``seeds`` (broadcasting)."""
     check_range_size(g)
     multipliers, offsets = local_hash_parameters(seeds)
@@ -157,8 +158,8 @@ def count_supports(seeds: np.ndarray, buckets: np.ndarray, g: int, candidates: n
         return np.concatenate(map_blocks(lambda part: count_wide(*reports, keys[part]), parts, pairs))
     # tasks: blocks of reports against every candidate
     parts = slices(multipliers.size, _NARROW_TASK)
-    results = map_blocks(lambda part: count_narrow(*(column[part] for column in reports), keys), parts, pairs)
-    return np.sum(results, axis=0, dtype=np.int64)
+    results = map_blocks(lambda part: count_narrow(multipliers[part], shifted[part], widths[part], keys), parts, pairs)
+    return typing.cast(np.ndarray, np.sum(results, axis=0, dtype=np.int64))
 
 
 def compiled_kernels(work: int, threshold: int) -> ModuleType | None:

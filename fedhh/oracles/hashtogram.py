@@ -1,44 +1,16 @@
 """Hashtogram (Bassily, Nissim, Stemmer and Thakurta; [Bassily17] §4): one Hadamard bit of a hashed value.
 
-[Bassily17]'s frequency oracle gives user ``j`` a public random column
-``Z[., j]`` of signs and lets it send its own entry ``Z[v_j, j]`` through
-randomised response; ``sum_j y_j Z[v, j] / c`` estimates the count of any
-``v``.  Hashtogram makes that fast: a public hash ``h_r: V -> [T]`` per row
-``r`` maps values into ``T`` buckets (``T`` a power of two), users are split
-uniformly over the ``R`` rows, and ``Z[v, j] = W[s_j, h_r(v)]`` with ``W``
-the ``T x T`` Walsh-Hadamard matrix and ``s_j`` a uniform public index.  A
-user holding ``v`` thus sends the bit ``W[s, h_r(v)]``, kept with
-probability ``e^ε / (1 + e^ε)``: the report ``(r, s, y)`` is ε-LDP because
-``(r, s)`` does not depend on ``v``.  When the domain fits the width the
-hash is the identity (no collisions): the oracle is then the simplified one
-of §4 with Hadamard columns (the Hadamard mechanism with one coefficient).
-
-Decoding (derivation).  With ``c = (e^ε - 1) / (e^ε + 1)``, ``E[y W[s, b]] =
-c [h_r(v_j) = b]`` over ``s`` and the coin, so the server sums each row's
-signed bits per index, ``Z_r[s]``, and one fast Walsh-Hadamard transform
-gives every bucket at once: ``a_r(b) = (W Z_r)[b] / c`` counts the row's
-users hashed to ``b``.  ``S(v) = sum_r a_r(h_r(v))`` (the mean over rows of
-``R a_r``) has expectation ``f(v) + (n - f(v)) / T`` over random hashes, so
-
-    f_hat(v) = (S(v) - n / T) / (1 - 1/T)
-
-is unbiased (with the identity hash, ``f_hat = S``): the ``mean`` estimator.
-Its variance, over the coins, the indices, the rows and pairwise-independent
-hashes:
-
-    Var f_hat(v) = [n / c^2 - f(v) - (n - f(v)) / T^2
-                    + (1/T)(1 - 1/T) sum_{u != v} f(u) (f(u) - 1) / R] / (1 - 1/T)^2,
-
-the last term being the users of one heavy value ``u`` colliding with ``v``
-together in a row (it falls as ``1/(R T)``, which is why rows help).
-
-That term is heavy-tailed: a candidate sharing a bucket with a very heavy
-value in one row gains that value's whole row count.  The ``median``
-estimator ([Bassily17]'s) takes the median over rows of the per-row
-estimates ``(R a_r(h_r(v)) - n / T) / (1 - 1/T)`` instead, which ignores a
-minority of colliding rows; for roughly Gaussian rows it costs a factor
-``pi / 2`` in variance and is unbiased up to the collisions it does not
-remove.
+A public hash ``h_r: V -> [T]`` per row ``r`` maps values into ``T`` buckets
+(``T`` a power of two); users are split uniformly over the ``R`` rows, and a
+user holding ``v`` sends ``W[s, h_r(v)]`` (``W`` the ``T x T`` Walsh-Hadamard
+matrix, ``s`` a uniform public index), kept with probability
+``e^ε / (1 + e^ε)``: the report ``(r, s, y)`` is ε-LDP because ``(r, s)``
+does not depend on ``v``.  When the domain fits the width the hash is the
+identity.  The server decodes every bucket of a row with one fast
+Walsh-Hadamard transform and estimates a value by the ``mean`` over rows
+(unbiased) or, against heavy collisions, the ``median`` ([Bassily17]'s).
+The estimators and their variance are derived in ``docs/derivations.md``
+("Hashtogram's decoder").
 """
 
 from __future__ import annotations
@@ -93,7 +65,8 @@ class HashtogramReports:
 
 @dataclass(frozen=True)
 class HashtogramStatistics:
-    """``sums[r, s]``: signed sum of the bits reported in row ``r`` at index ``s``; ``users[r]``: reports of row ``r``."""
+    """``sums[r, s]``: signed sum of the bits reported in row ``r`` at index ``s``;
+    ``users[r]``: reports of row ``r``."""
 
     sums: np.ndarray
     users: np.ndarray
@@ -153,7 +126,7 @@ class Hashtogram(FrequencyOracle[HashtogramReports, HashtogramStatistics]):
             f"width={self.width}, seed={self.seed}, estimator={self.estimator!r})"
         )
 
-    def buckets(self, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    def buckets(self, rows: np.ndarray, values: np.ndarray | np.integer) -> np.ndarray:
         """``h_r(v)`` for rows and values (broadcasting); the value itself when the domain fits."""
         if not self.hashed:
             return np.broadcast_to(np.asarray(values, dtype=np.uint64), np.broadcast(rows, values).shape)
@@ -162,7 +135,7 @@ class Hashtogram(FrequencyOracle[HashtogramReports, HashtogramStatistics]):
 
     def randomize(self, values: np.ndarray, rng: RandomSource) -> HashtogramReports:
         values = self._values(values)
-        n_users = values.shape[0]
+        n_users: int = values.shape[0]
         check_rng_batch(rng, n_users)
         rows = rng.integers(0, self.rows, size=n_users)
         indices = rng.integers(0, self.width, size=n_users)
@@ -173,18 +146,24 @@ class Hashtogram(FrequencyOracle[HashtogramReports, HashtogramStatistics]):
     def aggregate(self, reports: HashtogramReports) -> HashtogramStatistics:
         check_kind(self.name, reports, HashtogramReports, "reports")
         if len(reports) and (int(reports.rows.max()) >= self.rows or int(reports.indices.max()) >= self.width):
-            raise ValueError(f"{self.name}: reports must have rows in [0, {self.rows}) and indices in [0, {self.width})")
+            raise ValueError(
+                f"{self.name}: reports must have rows in [0, {self.rows}) and indices in [0, {self.width})"
+            )
         cells = reports.rows.astype(np.int64) * self.width + reports.indices
         signs = 1 - 2 * reports.negative.astype(np.int64)
         sums = np.bincount(cells, weights=signs, minlength=self.rows * self.width)
         users = np.bincount(reports.rows, minlength=self.rows)
-        return HashtogramStatistics(np.rint(sums).astype(np.int64).reshape(self.rows, self.width), users.astype(np.int64))
+        return HashtogramStatistics(
+            np.rint(sums).astype(np.int64).reshape(self.rows, self.width), users.astype(np.int64)
+        )
 
     def support(self, statistics: HashtogramStatistics, candidates: np.ndarray) -> Support:
         """``(W Z_r)[h_r(v)]`` for every row and candidate, shaped ``(rows, candidates)``."""
         check_kind(self.name, statistics, HashtogramStatistics, "statistics")
         if statistics.sums.shape != (self.rows, self.width):
-            raise ValueError(f"{self.name}: statistics.sums must have shape {(self.rows, self.width)}, got {statistics.sums.shape}")
+            raise ValueError(
+                f"{self.name}: statistics.sums must have shape {(self.rows, self.width)}, got {statistics.sums.shape}"
+            )
         candidates = self._values(candidates, "candidates")
         columns = fwht(statistics.sums)
         index = np.arange(self.rows)[:, None]
@@ -200,7 +179,10 @@ class Hashtogram(FrequencyOracle[HashtogramReports, HashtogramStatistics]):
 
     def estimate_support(self, support: Support) -> np.ndarray:
         if support.counts.ndim != 2 or support.counts.shape[0] != self.rows:
-            raise ValueError(f"{self.name}: support.counts must have shape (rows={self.rows}, candidates), got {support.counts.shape}")
+            raise ValueError(
+                f"{self.name}: support.counts must have shape (rows={self.rows}, candidates), "
+                f"got {support.counts.shape}"
+            )
         reports = float(np.sum(support.n_users))
         if self.estimator == "median":
             per_row = support.counts * (self.rows / self.bias)
@@ -241,6 +223,8 @@ class Hashtogram(FrequencyOracle[HashtogramReports, HashtogramStatistics]):
         return (n_users / self.bias**2 - counts - (n_users - counts) * t**2 + colliding) / (1 - t) ** 2
 
     def report_probabilities(self, value: int, reports: HashtogramReports) -> np.ndarray:
-        honest = hadamard_parity(reports.indices.astype(np.uint64), self.buckets(reports.rows.astype(np.intp), np.uint64(value)))
+        honest = hadamard_parity(
+            reports.indices.astype(np.uint64), self.buckets(reports.rows.astype(np.intp), np.uint64(value))
+        )
         chosen = np.where(honest == reports.negative.astype(bool), self.keep_probability, 1 - self.keep_probability)
         return chosen / (self.rows * self.width)

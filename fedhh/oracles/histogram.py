@@ -11,6 +11,7 @@ population (``truth`` in the variance formulas).
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,6 +118,9 @@ class _DenseHistogram(Histogram):
     """A :class:`Histogram` held as the dense count vector it was made of (:meth:`Histogram.of_owned_dense`):
     ``keys`` and ``counts`` are those :meth:`Histogram.from_dense` would give, found on first read."""
 
+    _dense: np.ndarray
+    _sparse: Histogram | None
+
     @classmethod
     def _of(cls, dense: np.ndarray) -> _DenseHistogram:
         histogram = object.__new__(cls)
@@ -127,13 +131,13 @@ class _DenseHistogram(Histogram):
     def _keys_and_counts(self) -> Histogram:
         if self._sparse is None:
             object.__setattr__(self, "_sparse", Histogram.from_dense(self._dense))
-        return self._sparse
+        return typing.cast(Histogram, self._sparse)
 
-    @property  # type: ignore[override]
+    @property
     def keys(self) -> np.ndarray:
         return self._keys_and_counts().keys
 
-    @property  # type: ignore[override]
+    @property
     def counts(self) -> np.ndarray:
         return self._keys_and_counts().counts
 

@@ -33,10 +33,10 @@ from .direct import DirectEncoding
 from .fast_local_hashing import FastLocalHashing
 from .hadamard_mechanism import HadamardMechanism
 from .hadamard_response import HadamardResponse
-from .hashtogram import Hashtogram
 from .hashing import MAX_RANGE
+from .hashtogram import Hashtogram
 from .local_hashing import BinaryLocalHashing, OptimisedLocalHashing
-from .sketches import SketchOracle
+from .sketches import SketchEstimator, SketchOracle
 from .unary import OptimisedUnaryEncoding, SymmetricUnaryEncoding
 
 BASE_ORACLES: dict[str, Callable[..., FrequencyOracle]] = {
@@ -62,7 +62,7 @@ def _sketch(
     inner: str,
     inner_options: Mapping[str, Any] | None,
     seed: int,
-    estimator: str,
+    estimator: SketchEstimator,
     signed: bool,
 ) -> SketchOracle:
     if inner not in BASE_ORACLES:
@@ -90,7 +90,7 @@ def count_min(epsilon: float, domain: int, rows: int = 16, width: int = 1024, in
 
 def count_sketch(epsilon: float, domain: int, rows: int = 16, width: int = 1024, inner: str = "flh",
                  inner_options: Mapping[str, Any] | None = None, seed: int = 0,
-                 estimator: str = "median") -> SketchOracle:
+                 estimator: SketchEstimator = "median") -> SketchOracle:
     return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, estimator, signed=True)
 
 

@@ -30,7 +30,8 @@ c_u^2 / k``).  The estimate's variance is that times ``(m / (m - 1))^2``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,6 +59,7 @@ from .unary import UnaryEncoding
 
 SketchEstimator = Literal["mean", "median", "min"]
 SKETCH_ESTIMATORS: tuple[str, ...] = ("mean", "median", "min")
+_ROW_REDUCERS: dict[str, Callable[..., Any]] = {"mean": np.mean, "median": np.median, "min": np.min}
 MAX_ROWS = 1 << 16
 _HASHED_AT_ONCE = 1 << 22  # (row, candidate) symbols hashed in one pass of a decoding
 MAX_DOMAIN_ESTIMATES = 1 << 22  # values domain_estimates enumerates
@@ -164,7 +166,7 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
             f"domain={self.domain}, inner={self.inner!r})"
         )
 
-    def symbols(self, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    def symbols(self, rows: np.ndarray, values: np.ndarray | np.integer) -> np.ndarray:
         """The inner-oracle symbol of each value in the given rows (broadcasting)."""
         mixed = mix_keys(values)
         multipliers, offsets = self.row_hashes
@@ -177,8 +179,9 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
 
     def randomize(self, values: np.ndarray, rng: RandomSource) -> SketchReports:
         values = self._values(values)
-        check_rng_batch(rng, values.shape[0])
-        rows = rng.integers(0, self.rows, size=values.shape[0])
+        n_users: int = values.shape[0]
+        check_rng_batch(rng, n_users)
+        rows = rng.integers(0, self.rows, size=n_users)
         return SketchReports(rows, self.inner.randomize(self.symbols(rows, values), rng))
 
     def randomize_aggregate(self, values: np.ndarray, rng: RandomSource) -> SketchStatistics:
@@ -187,13 +190,14 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         :meth:`randomize_aggregate_groups` with one group (row ``j`` is inner group ``j``),
         without building and checking that group."""
         values = self._values(values)
+        n_users: int = values.shape[0]
         if not isinstance(rng, np.random.Generator):
-            check_rng_batch(rng, values.shape[0])
-            rows = rng.integers(0, self.rows, size=values.shape[0])
+            check_rng_batch(rng, n_users)
+            rows = rng.integers(0, self.rows, size=n_users)
             return SketchStatistics(
                 tuple(self.inner.randomize_aggregate_groups(self.symbols(rows, values), rows, self.rows, rng))
             )
-        rows = rng.integers(0, self.rows, size=values.shape[0])
+        rows = rng.integers(0, self.rows, size=n_users)
         symbols = self.symbols(rows, values)
         return SketchStatistics(
             tuple(self.inner.randomize_aggregate(symbols[members], rng) for members in self._row_members(rows))
@@ -206,14 +210,17 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         randomises the rows' symbols grouped by (group, row), group ``g``'s row ``j`` being
         inner group ``g x rows + j`` (group -1 stays -1: drawn, not counted)."""
         values = self._values(values)
-        groups = check_groups(groups, values.shape[0], n_groups)
-        check_rng_batch(rng, values.shape[0])
-        rows = rng.integers(0, self.rows, size=values.shape[0])
+        n_users: int = values.shape[0]
+        groups = check_groups(groups, n_users, n_groups)
+        check_rng_batch(rng, n_users)
+        rows = rng.integers(0, self.rows, size=n_users)
         inner_groups = np.where(groups >= 0, groups * self.rows + rows, -1)
         inner = self.inner.randomize_aggregate_groups(
             self.symbols(rows, values), inner_groups, int(n_groups) * self.rows, rng
         )
-        return [SketchStatistics(tuple(inner[group * self.rows : (group + 1) * self.rows])) for group in range(n_groups)]
+        return [
+            SketchStatistics(tuple(inner[group * self.rows : (group + 1) * self.rows])) for group in range(n_groups)
+        ]
 
     def randomize_support(self, values: np.ndarray, candidates: np.ndarray, rng: RandomSource) -> Support:
         """The candidates' support counts of the users' reports; over unary rows (CMS), only the
@@ -248,8 +255,9 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
             return super().randomize_support(values, candidates, rng)
         values = self._values(values)
         read, column_of, read_columns, width = self._read_cells(self._values(candidates, "candidates"))
-        check_rng_batch(rng, values.shape[0])
-        rows = rng.integers(0, self.rows, size=values.shape[0])
+        n_users: int = values.shape[0]
+        check_rng_batch(rng, n_users)
+        rows = rng.integers(0, self.rows, size=n_users)
         own = column_of[rows * self.inner.domain + self.symbols(rows, values).view(np.int64)]
         restricted = type(self.inner)(self.inner.epsilon, width + 1)
         per_row = restricted.randomize_aggregate_groups(own, rows, self.rows, rng)
@@ -401,13 +409,14 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
                 f"{self.name}: support.counts must have shape (rows={self.rows}, {1 + self.signed}, candidates), "
                 f"got {support.counts.shape}"
             )
+        n_users = typing.cast(np.ndarray, support.n_users)  # a sketch's support: one report count a row
         if isinstance(self.inner, HadamardMechanism):  # counts / (t bias): elementwise, no row's report count
-            return self._combine(self.inner.estimate_support(support), support.n_users)
+            return self._combine(self.inner.estimate_support(support), n_users)
         row_estimates = np.empty(support.counts.shape)
         for row, halves in enumerate(support.counts):
             for half, counts in enumerate(halves):
-                row_estimates[row, half] = self.inner.estimate_support(Support(counts, support.n_users[row]))
-        return self._combine(row_estimates, support.n_users)
+                row_estimates[row, half] = self.inner.estimate_support(Support(counts, n_users[row]))
+        return self._combine(row_estimates, n_users)
 
     def estimates(self, statistics: Sequence[SketchStatistics], candidates: np.ndarray) -> list[np.ndarray]:
         """:meth:`estimate` of each statistics for the same candidates.  When whole rows are
@@ -424,7 +433,9 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
             self._check_statistics(stats)
             row_estimates = np.empty(symbols.shape)
             for row, row_stats in enumerate(stats.rows):
-                row_estimates[row] = self.inner.estimate_support(self.inner.support(row_stats, all_symbols))[symbols[row]]
+                row_estimates[row] = self.inner.estimate_support(self.inner.support(row_stats, all_symbols))[
+                    symbols[row]
+                ]
             results.append(self._combine(row_estimates, np.array([row.n_users for row in stats.rows], dtype=np.int64)))
         return results
 
@@ -456,7 +467,9 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
             for row in range(self.rows):
                 symbols = hash_expanded(multipliers[row], offsets[row], block_keys, self.width)
                 if self.signed:
-                    symbols += hash_expanded(sign_multipliers[row], sign_offsets[row], block_keys, 2) * np.uint64(self.width)
+                    symbols += hash_expanded(sign_multipliers[row], sign_offsets[row], block_keys, 2) * np.uint64(
+                        self.width
+                    )
                 symbols = symbols.view(np.intp)  # below 2**32: the same numbers (numpy's fastest gather is by intp)
                 for index, table in enumerate(tables[row]):
                     if row == 0:
@@ -491,7 +504,7 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
             per_row = (row_estimates[:, 0] - row_estimates[:, 1]) * self.rows
             return per_row.mean(axis=0) if self.estimator == "mean" else np.median(per_row, axis=0)
         per_row = row_estimates[:, 0] * self.rows
-        combined = {"mean": np.mean, "median": np.median, "min": np.min}[self.estimator](per_row, axis=0)
+        combined = _ROW_REDUCERS[self.estimator](per_row, axis=0)
         if self.estimator == "min":
             return combined
         return (self.width / (self.width - 1)) * (combined - float(n_users.sum()) / self.width)

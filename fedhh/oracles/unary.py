@@ -8,47 +8,17 @@ independently.  Two inputs differ in two bits, so the worst-case ratio is
 * SUE: ``p = e^(ε/2) / (e^(ε/2) + 1)``, ``q = 1 - p``;
 * OUE: ``p = 1/2``, ``q = 1 / (e^ε + 1)`` (minimises the variance).
 
-A bit is a uniform 32-bit word compared with an integer threshold (two bits
-per 64-bit word, no float per bit): ``T_p = floor(p 2^32)`` and ``T_q =
-ceil(q 2^32)`` (:func:`word_thresholds`).  The rounding is conservative, so
-the realised ``p' = T_p / 2^32 <= p`` and ``q' = T_q / 2^32 >= q`` keep every
-report ε-LDP exactly; they are the oracle's ``p`` and ``q``, which its
-estimates, variances and report probabilities use (they differ from the
-ideal values by under 2^-32).
-
-Two client paths give the same statistics (the per-value support counts):
-
-* ``randomize``: per-user bit rows, packed 8 per byte -- the deployment path
-  and the one that stays identical under any sharding with per-user keyed
-  randomness (``UserRandom``, ``RangeRandom``); memory and time grow as
-  ``users x d``, so it is for small domains (a sketch's rows).
-* ``randomize_aggregate`` with a ``numpy.random.Generator``: the shard's
-  counts directly.  Column ``v`` of the bit matrix is a sum of independent
-  Bernoulli bits, ``n_v`` of them with probability ``p`` and ``n - n_v`` with
-  probability ``q``, and all bits of all columns are independent; so the
-  count vector has *exactly* the law ``Binomial(n_v, p) + Binomial(n - n_v, q)``
-  independently per ``v``, which is what is sampled, in ``O(n + d)``.
-  It is the same distribution, not the same sample.
-* ``randomize_aggregate`` (and ``randomize_aggregate_groups``) with a
-  :class:`fedhh.kernels.randomness.RangeRandom` and ``q' <=``
-  :data:`SPARSE_MAX_Q`: the counts of the set bits only
-  (:mod:`fedhh.kernels.sparse_bernoulli`), one call on the rng.  A user holding
-  ``v`` has ``d - 1`` "other" slots, an independent Bernoulli(``q'``) row
-  walked by geometric gaps over a keyed grid, and slot ``c`` is its bit
-  at column ``(v + 1 + c) mod d`` -- a bijection from the slots onto the
-  columns other than ``v``; its bit at ``v`` is an own bit, a uniform
-  32-bit word below ``T_p`` (the grid's block stream gives one per user
-  before its walk).  So every column but ``v`` is an independent
-  Bernoulli(``q'``) bit and column ``v`` an independent Bernoulli(``p'``)
-  one: the device's law, with the device's realised ``p'`` and ``q'``, up
-  to the walk's 53-bit truncation (every tail of a gap within ``2^-52``);
-  a different sample from ``randomize``'s, but still a function of the
-  user's global id and the call sequence, so the same under any sharding.
-  (Until issue 12's wave 5 the walk covered all ``d`` columns and the bit
-  at ``v`` was replaced: the same law, at a per-bit comparison with the
-  user's value; walking ``d - 1`` slots needs none.)  Above
-  :data:`SPARSE_MAX_Q` (SUE below ε = 2 ln 7 = 3.9, OUE below ε = ln 7 =
-  1.95) the bits are drawn densely and counted without packing.
+A bit is a uniform 32-bit word compared with an integer threshold, rounded
+conservatively (:func:`word_thresholds`), so the realised ``p' <= p`` and
+``q' >= q`` keep every report ε-LDP exactly; they are the oracle's ``p`` and
+``q``.  Three client paths give the same statistics: ``randomize`` (per-user
+bit rows, the deployment path), ``randomize_aggregate`` with a
+``numpy.random.Generator`` (each column's exact Binomial law) and, with a
+:class:`~fedhh.kernels.randomness.RangeRandom` and ``q' <=``
+:data:`SPARSE_MAX_Q`, the set bits alone by geometric gaps
+(:mod:`fedhh.kernels.sparse_bernoulli`).  Why each draws the device's law is
+derived in ``docs/derivations.md`` ("Unary encodings: three client paths,
+one law").
 """
 
 from __future__ import annotations
@@ -57,6 +27,7 @@ import math
 from abc import abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numpy as np
 
@@ -71,13 +42,10 @@ MAX_UNARY_DOMAIN = 1 << 26
 WORD_SCALE = 1 << 32  # a bit compares a uniform 32-bit word with its threshold
 _WORDS_PER_DRAW = 128  # 256 bits per call on the rng: fixed, so the call sequence never depends on the shard
 _BYTE_SUM_ROWS = 255  # rows a uint8 column sum can take without overflowing
-# The sparse sampler cost about 19 ns a set bit with its counting, the dense path about 3.3 ns a
-# bit (half a Philox word, a comparison, a column sum): on 1,024-bit rows they cost the same near
-# q' = 0.155; at q' = 0.142 the sampler was 16% cheaper, at 0.119 23%, at 0.100 52% (CPU time,
-# 100,000 users, load 2.9).  The switch depends on q' alone, so every shard takes the same path.
-# Since the sampler's SFC64 walk and one-buffer counting (about 15 ns a set bit, 200,000 users,
-# load 1; about 9 since issue 12's wave 5) it is cheaper still below q' = 0.125; the switch stays
-# there so no result moves.
+# The sparse sampler walks the set bits, the dense path draws and counts every bit (half a
+# Philox word, a comparison, a column sum a bit): on 1,024-bit rows they cost the same near
+# q' = 0.155, and the sampler is cheaper below.  The switch depends on q' alone, so every shard
+# takes the same path (and a shard's sample depends on the path: the switch fixes the results).
 SPARSE_MAX_Q = 0.125
 
 
@@ -179,7 +147,9 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         t_p, t_q = (np.uint32(threshold) for threshold in self.thresholds)
         for first in range(0, self.domain, 2 * _WORDS_PER_DRAW):
             width = min(2 * _WORDS_PER_DRAW, self.domain - first)
-            words = random_words(rng, n_users, -(-width // 2)).astype("<u8", copy=False)  # little-endian: low half first
+            words = random_words(rng, n_users, -(-width // 2)).astype(
+                "<u8", copy=False
+            )  # little-endian: low half first
             uniforms = words.view("<u4")[:, :width]
             block = uniforms < t_q
             own = np.flatnonzero((values >= first) & (values < first + width))
@@ -221,7 +191,7 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
             return [self.randomize_aggregate(values[members], rng) for members in group_members(groups, int(n_groups))]
         return super().randomize_aggregate_groups(values, groups, n_groups, rng)
 
-    def _sparse(self, rng: RandomSource) -> bool:
+    def _sparse(self, rng: RandomSource) -> TypeGuard[RangeRandom]:
         return isinstance(rng, RangeRandom) and self.q <= SPARSE_MAX_Q
 
     def _sparse_statistics(
@@ -275,7 +245,7 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         # own bits added as 0 or 1 in every user's cell: no select or compress (half the bits set at
         # random: either costs a mispredicted branch a user), no bincount's array of every cell
         np.add.at(counts, own_cells, own.view(np.uint8).astype(tally))
-        halves = counts[: n_groups * stride].reshape(n_groups, 2, d)
+        halves: np.ndarray = counts[: n_groups * stride].reshape(n_groups, 2, d)
         per_group = halves[:, 0].astype(np.int64)
         per_group += halves[:, 1]
         return [UnaryStatistics(row, int(users)) for row, users in zip(per_group, reporters, strict=True)]
@@ -291,7 +261,9 @@ class UnaryEncoding(PureOracle[UnaryReports, UnaryStatistics]):
         counts = np.zeros(self.domain, dtype=np.int64)
         rows_per_block = max(1, (1 << 24) // max(self.domain, 1))
         for first in range(0, len(reports), rows_per_block):
-            counts += column_counts(np.unpackbits(reports.bits[first : first + rows_per_block], axis=1, count=self.domain))
+            counts += column_counts(
+                np.unpackbits(reports.bits[first : first + rows_per_block], axis=1, count=self.domain)
+            )
         return UnaryStatistics(counts, len(reports))
 
     def flat_size(self) -> int | None:

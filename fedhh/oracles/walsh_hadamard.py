@@ -15,11 +15,11 @@ from ..kernels.blas import single_blas_thread
 
 _PAIR_BLOCK = 1 << 20
 _KRONECKER_MAX = 1 << 12  # longest transform done as two matrix products (sides of at most 64): from 2^13 on
-# OpenBLAS goes multi-threaded and, on a busy machine, slower than the butterflies by 5-15x
+# OpenBLAS goes multi-threaded and, on a busy machine, several times slower than the butterflies
 _FLOAT_EXACT = 1 << 53
 
 
-def hadamard_parity(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+def hadamard_parity(rows: np.ndarray | np.integer, columns: np.ndarray | np.integer) -> np.ndarray:
     """True where ``H[rows, columns] = -1`` (broadcasting), without forming the matrix."""
     return (np.bitwise_count(np.bitwise_and(rows, columns, dtype=np.uint64)) & np.uint8(1)).view(bool)
 
@@ -38,8 +38,8 @@ def fwht(values: np.ndarray) -> np.ndarray:
     Lengths up to :data:`_KRONECKER_MAX` of signed integers go through two small
     matrix products: ``H_{ab} = H_a (x) H_b``, so with ``t`` viewed as an
     ``a x b`` matrix the transform is ``H_a t H_b`` -- a few BLAS calls
-    instead of ``log2`` of the length passes in numpy (a sketch row of 1,024:
-    about 8x faster).  They run in float64, which is exact when every partial
+    instead of ``log2`` of the length passes in numpy, several times faster.
+    They run in float64, which is exact when every partial
     sum is an integer below ``2^53``: guaranteed when ``max |t| x length`` is.
     """
     values = np.asarray(values)

@@ -34,6 +34,11 @@ class Option:
     switch: bool = False  # a flag that takes no value: true when given
     metavar: str | None = None
 
+    @property
+    def attribute(self) -> str:
+        """The attribute the parsed value is read into (argparse's, from the flag, unless ``dest`` names it)."""
+        return self.dest or self.flag.lstrip("-").replace("-", "_")
+
 
 JSON_OPTION = Option("--json", "print JSON instead of a table", switch=True)
 
@@ -65,7 +70,7 @@ def ldp_plan_command(name: str, summary: str, planner: Planner, options: Sequenc
     """The plan command of an LDP ``planner(n_users, epsilon, **options)``: ``--users``, ``--epsilon``,
     the planner's own ``options`` (each help ending with its default), ``--json``; its table lists the
     planner's answer entry by entry."""
-    dests = tuple(option.dest for option in options)
+    dests = tuple(option.attribute for option in options)
 
     def plan(args: Options) -> dict[str, Any]:
         return planner(n_users=args.users, epsilon=args.epsilon, **{dest: getattr(args, dest) for dest in dests})

@@ -22,12 +22,13 @@ from .report import PrivacyReport
 
 
 def run_label(name: str) -> str:
-    """A ledger name for one run: ``name`` (its results folder) and when it started, e.g. ``day-1@2026-01-01T06:00:00.123Z``.
+    """A ledger name for one run: ``name`` (its results folder) and when it started,
+    e.g. ``day-1@2026-01-01T06:00:00.123Z``.
 
     Unique per run even when a results folder is replaced (``--overwrite``),
     so the ledger's refusal of a run charged twice keeps its meaning.
     """
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return f"{name}@{now.strftime('%Y-%m-%dT%H:%M:%S')}.{now.microsecond // 1000:03d}Z"
 
 

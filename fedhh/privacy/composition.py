@@ -88,7 +88,7 @@ def pld_composition(guarantees: Iterable[Guarantee], delta: float, discretizatio
     groups are convolved: a ledger of daily runs with one setting costs one
     self-composition whatever its length.
     """
-    # dp-accounting (and the scipy.signal it loads) costs ~0.5 s at import; only ledgers compose
+    # dp-accounting (and the scipy.signal it loads) is a slow import; only ledgers compose
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pld_module
 
@@ -105,6 +105,7 @@ def pld_composition(guarantees: Iterable[Guarantee], delta: float, discretizatio
         if count > 1:
             pld = pld.self_compose(count)
         composed = pld if composed is None else composed.compose(pld)
+    assert composed is not None  # guarantees were given
     return float(composed.get_epsilon_for_delta(delta))
 
 

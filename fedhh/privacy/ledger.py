@@ -164,7 +164,9 @@ class _Reader:
         seen: dict[str, int] = {}
         for index, entry in enumerate(entries):
             if entry.run_id in seen:
-                raise self.fail(f"runs[{index}]", f"run_id {entry.run_id!r} is charged twice (also runs[{seen[entry.run_id]}])")
+                raise self.fail(
+                    f"runs[{index}]", f"run_id {entry.run_id!r} is charged twice (also runs[{seen[entry.run_id]}])"
+                )
             seen[entry.run_id] = index
             if entry.report.adjacency != entries[0].report.adjacency:
                 raise self.fail(f"runs[{index}] (run_id {entry.run_id!r})", "its adjacency differs from runs[0]'s, "
@@ -185,12 +187,14 @@ class _Reader:
         try:
             time.strptime(recorded_at, TIME_FORMAT)
         except ValueError:
-            raise self.fail(f"{where}.recorded_at", f"must be a UTC time like 2026-01-31T23:59:59Z, got {recorded_at!r}") from None
+            raise self.fail(
+                f"{where}.recorded_at", f"must be a UTC time like 2026-01-31T23:59:59Z, got {recorded_at!r}"
+            ) from None
         return LedgerEntry(run_id, recorded_at, self.report(data["report"], f"{where}.report"))
 
     def report(self, data: Any, where: str) -> PrivacyReport:
         data = self.keys(data, where, {"epsilon", "delta", "parameters", *_REPORT_TEXT_KEYS}, _REPORT_KEYS)
-        texts = {key: self.text(data[key], f"{where}.{key}") for key in _REPORT_TEXT_KEYS}
+        texts: dict[str, Any] = {key: self.text(data[key], f"{where}.{key}") for key in _REPORT_TEXT_KEYS}
         if texts["model"].startswith(NO_GUARANTEE):
             raise self.fail(f"{where}.model", f"a run without a guarantee cannot be composed: {texts['model']!r}")
         parameters = data["parameters"]
@@ -270,7 +274,9 @@ class Ledger:
         except OSError as error:
             raise LedgerError(f"privacy.ledger {str(self.path)!r}: cannot be read ({error.strerror})") from None
         if not stat.S_ISREG(status.st_mode):
-            raise LedgerError(f"privacy.ledger {str(self.path)!r}: not a regular file; name a JSON file (created if absent)")
+            raise LedgerError(
+                f"privacy.ledger {str(self.path)!r}: not a regular file; name a JSON file (created if absent)"
+            )
         if status.st_size > MAX_LEDGER_BYTES:
             raise LedgerError(
                 f"privacy.ledger {str(self.path)!r}: {status.st_size:,} bytes, more than a ledger's "

@@ -39,7 +39,7 @@ class Coverage:
         return {"covered": list(self.covered), "not_covered": list(self.not_covered)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Coverage":
+    def from_dict(cls, data: Mapping[str, Any]) -> Coverage:
         return cls(tuple(map(str, data.get("covered", ()))), tuple(map(str, data.get("not_covered", ()))))
 
 
@@ -69,7 +69,7 @@ class CompositionSummary:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "CompositionSummary":
+    def from_dict(cls, data: Mapping[str, Any]) -> CompositionSummary:
         """Read back :meth:`to_dict` output (JSON writes infinity as the string "inf")."""
         values = {key: float(value) for key, value in data.items() if key not in ("runs", "tightest")}
         return cls(runs=int(data["runs"]), tightest=str(data["tightest"]), **values)
@@ -111,7 +111,7 @@ class PrivacyReport:
         """A finite ε with δ < 1: parameters outside a theorem report (inf, 1)."""
         return math.isfinite(self.epsilon) and self.delta < 1 and not self.model.startswith(NO_GUARANTEE)
 
-    def with_composition(self, summary: CompositionSummary) -> "PrivacyReport":
+    def with_composition(self, summary: CompositionSummary) -> PrivacyReport:
         return replace(self, composition=summary)
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,7 +125,7 @@ class PrivacyReport:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PrivacyReport":
+    def from_dict(cls, data: dict[str, Any]) -> PrivacyReport:
         """Read back :meth:`to_dict` output (also after a JSON round trip that
         wrote infinity as the string "inf")."""
         composition = data.get("composition")

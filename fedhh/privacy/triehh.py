@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError
-
 from .report import EVALUATION_NOT_COVERED, NO_GUARANTEE, PUBLIC_INPUTS, USER_LEVEL, Coverage, PrivacyReport
 from .validation import check_delta, check_epsilon, check_positive_int, check_users
 
@@ -274,7 +273,7 @@ def _count_text(count: float) -> str:
 
 
 def worst_case_discovery_rate(
-    holders: np.ndarray | int, n_users: int, batch_size: int, theta: int, length: int
+    holders: np.ndarray | Sequence[int] | int, n_users: int, batch_size: int, theta: int, length: int
 ) -> np.ndarray:
     """Probability that an item held by ``holders`` users, sharing no prefix with
     any other item, is discovered in ``length`` rounds (Proposition 1).
@@ -292,15 +291,17 @@ def hypergeometric_survival(
     ``total`` of which ``successes`` succeed (broadcasting): ``scipy.stats.hypergeom.sf(k,
     total, successes, draws)`` bit for bit, from the Boost function scipy.stats evaluates it
     with (a ufunc of scipy.special), and 1 below the support, 0 from its top, as scipy.stats
-    sets them.  Without scipy.stats's import: about 0.5 s a process, most of a small sweep's
-    time in each of its workers (and every device imports this module)."""
+    sets them.  Without scipy.stats's import, which would be most of a small sweep's time in
+    each of its workers (and every device imports this module)."""
     try:
         from scipy.special._ufuncs import _hypergeom_sf
     except ImportError:  # a scipy without it (the ufunc is not public)
         from scipy.stats import hypergeom
 
         return np.asarray(hypergeom.sf(k, total, successes, draws), dtype=np.float64)
-    k, total, successes, draws = np.broadcast_arrays(*(np.asarray(a, dtype=np.int64) for a in (k, total, successes, draws)))
+    k, total, successes, draws = np.broadcast_arrays(
+        *(np.asarray(a, dtype=np.int64) for a in (k, total, successes, draws))
+    )
     survival = np.where(k < np.maximum(draws - (total - successes), 0), 1.0, 0.0)
     inside = (k >= draws - (total - successes)) & (k >= 0) & (k < np.minimum(successes, draws))
     survival[inside] = _hypergeom_sf(k[inside], successes[inside], draws[inside], total[inside])

@@ -8,7 +8,8 @@ protocol or family (``triehh``, ``prefix_search`` for PEM and TreeHist,
 ``bitstogram``, ``spm``, ``mcm``, ``rappor``, ``sfp``, and the baselines
 ``central``, a curator's noisy histogram, and ``exact``, without privacy).  Importing it
 registers the built-in protocols (each package registers its own
-:class:`ProtocolSpec`), in the order their names are listed.
+:class:`ProtocolSpec`), in the order their names are listed, then those of
+the installed plugins (:func:`~fedhh.protocols.registry.load_plugins`).
 """
 
 from .base import (
@@ -20,20 +21,22 @@ from .base import (
     RoundRecord,
     ServerProtocol,
 )
-from .registry import PROTOCOLS, get_protocol, plan, protocol_module, register_protocol, split_budget
+from .registry import PROTOCOLS, get_protocol, load_plugins, plan, protocol_module, register_protocol, split_budget
 from .spec import ContractText, HeldUsers, InvalidReply, ProtocolSpec
 
 # isort: off
-from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp, central, exact  # noqa: E402,F401  (registers them, in this order)
+from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp, central, exact  # noqa: F401  (registers them, in this order)
 # isort: on
 
+load_plugins()  # then the protocols of installed plugins (the fedhh.protocols entry points)
+
 __all__ = [
+    "PROTOCOLS",
     "ClientFunction",
     "ContractText",
     "Discovery",
     "HeldUsers",
     "InvalidReply",
-    "PROTOCOLS",
     "ProtocolResult",
     "ProtocolSpec",
     "Request",

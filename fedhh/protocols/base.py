@@ -24,24 +24,27 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..data.population import Shard, Vocabulary
 from ..kernels.randomness import RandomnessSource
 from ..privacy.report import PrivacyReport
-from .messages import scalar_field
+from .messages import message, scalar_field
 
+RequestT = TypeVar("RequestT", bound="Request")
 ResponseT = TypeVar("ResponseT", bound="Response")
+RequestT_contra = TypeVar("RequestT_contra", bound="Request", contravariant=True)
+ResponseT_co = TypeVar("ResponseT_co", bound="Response", covariant=True)
 
 
-@dataclass(frozen=True)
+@message
 class Request:
     """What one round asks of the users; every shard receives the same request."""
 
     round: int = scalar_field(minimum=1)
 
 
-@dataclass(frozen=True)
+@message
 class Response:
     """The additive answer of a batch of users to one request."""
 
@@ -100,11 +103,8 @@ class ProtocolResult:
 
 
 class ServerProtocol(ABC):
-    """The server side of a protocol, as a state machine over rounds."""
-
-    name: ClassVar[str]
-    request_type: ClassVar[type[Request]]
-    response_type: ClassVar[type[Response]]
+    """The server side of a protocol, as a state machine over rounds (its name and message classes
+    are its spec's: :class:`~fedhh.protocols.spec.ProtocolSpec`)."""
 
     @abstractmethod
     def next_request(self) -> Request | None:
@@ -152,7 +152,7 @@ class ServerProtocol(ABC):
         ignore it.  A deployment's server is never offered one."""
 
 
-class ClientFunction(Protocol):
+class ClientFunction(Protocol[RequestT_contra, ResponseT_co]):
     """The client side: answer a request for every user of a shard."""
 
-    def __call__(self, request: Request, shard: Shard, randomness: RandomnessSource) -> Response: ...
+    def __call__(self, request: RequestT_contra, shard: Shard, randomness: RandomnessSource) -> ResponseT_co: ...

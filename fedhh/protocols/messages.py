@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,22 @@ def array_field(dtype: str, shape: tuple[int | str, ...], minimum: int | float |
 def scalar_field(minimum: int | float) -> Any:
     """A numeric scalar field with its smallest allowed value (an int field has 0 unless declared)."""
     return dataclasses.field(metadata={MINIMUM: minimum})
+
+
+def summed(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """The element-wise int64 sum of equally shaped arrays: what the shards' additive counts combine to."""
+    return typing.cast(np.ndarray, np.sum(arrays, axis=0, dtype=np.int64))
+
+
+MessageT = typing.TypeVar("MessageT")
+
+
+@typing.dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, array_field, scalar_field))
+def message(cls: type[MessageT]) -> type[MessageT]:
+    """A protocol message class: a frozen dataclass (``@message`` is ``@dataclass(frozen=True)``, and
+    tells type checkers that :func:`array_field` and :func:`scalar_field` declare fields without a
+    default)."""
+    return dataclass(frozen=True)(cls)
 
 
 @dataclass(frozen=True)

@@ -2,29 +2,35 @@
 
 A protocol module registers its spec once, when it is imported
 (``SPEC = register_protocol(ProtocolSpec(...))``); the built-in ones are
-imported by the package (``fedhh/protocols/__init__.py``).  A protocol
-defined elsewhere (a plugin, a test) registers the same way; a transport
-that runs in other processes imports the module that registered it
-(:func:`protocol_module`, the Flower app's ``protocol-module`` key), so
-every process knows the same protocols.
+imported by the package (``fedhh/protocols/__init__.py``), which then
+imports every module an installed distribution names in the
+:data:`PLUGIN_GROUP` entry-point group (:func:`load_plugins`).  A protocol
+defined elsewhere (a plugin, a module named by ``--protocol-module``, a
+test) registers the same way; a transport that runs in other processes
+imports the module that registered it (:func:`protocol_module`, the Flower
+app's ``protocol-module`` key), so every process knows the same protocols.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import InputError
+from ..errors import InputError, one_line
 from ..privacy.ldp import BudgetSplit
 from ..schema import Key
 from .spec import ProtocolSpec
 
-PROTOCOLS: dict[str, ProtocolSpec] = {}
+PROTOCOLS: dict[str, ProtocolSpec[Any, Any, Any]] = {}
 _MODULES: dict[str, str] = {}  # protocol name -> the module that registered it
 BUILTIN_PACKAGE = __name__.rpartition(".")[0]  # fedhh.protocols
+PLUGIN_GROUP = "fedhh.protocols"  # entry points naming modules that register protocols
+SpecT = TypeVar("SpecT", bound=ProtocolSpec[Any, Any, Any])
 
 
-def register_protocol(spec: ProtocolSpec, module: str | None = None) -> ProtocolSpec:
+def register_protocol(spec: SpecT, module: str | None = None) -> SpecT:
     """Make ``spec`` selectable as ``protocol.name``; returns it.
 
     ``module`` is the importable module that registers it (default: the
@@ -46,7 +52,27 @@ def register_protocol(spec: ProtocolSpec, module: str | None = None) -> Protocol
     return spec
 
 
-def get_protocol(name: str) -> ProtocolSpec:
+def import_protocol_module(module: str, source: str = "--protocol-module") -> None:
+    """Import ``module``, which registers protocols defined outside fedhh; any failure is an
+    :class:`~fedhh.errors.InputError` naming ``source`` (what named the module) and the module."""
+    try:
+        importlib.import_module(module)
+    except Exception as error:  # the module's own failure, whatever it is, is the plugin's
+        cause = str(error) if isinstance(error, (InputError, ImportError)) else f"{type(error).__name__}: {error}"
+        raise InputError(f"{source}: cannot import {module!r} ({one_line(cause)})") from error
+
+
+def load_plugins() -> None:
+    """Import the module of every entry point of the :data:`PLUGIN_GROUP` group that an installed
+    distribution declares (in its ``entry_points.txt``: ``[fedhh.protocols]`` then ``NAME = MODULE``);
+    each module registers its protocols.  A module that cannot be imported is an
+    :class:`~fedhh.errors.InputError` naming the entry point and its distribution."""
+    for entry in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        dist = f", distribution {entry.dist.name} {entry.dist.version}" if entry.dist is not None else ""
+        import_protocol_module(entry.module, f"protocol plugin {entry.name!r} ({PLUGIN_GROUP} entry point{dist})")
+
+
+def get_protocol(name: str) -> ProtocolSpec[Any, Any, Any]:
     try:
         return PROTOCOLS[name]
     except KeyError:

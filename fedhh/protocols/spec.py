@@ -18,7 +18,8 @@ A protocol is registered once, with one :class:`ProtocolSpec`
   (``check_reply``), and why the privacy report still holds when some
   nodes do not answer (``dropout_privacy``);
 * optionally, a fixed-length layout of its responses over public
-  candidates, which secure aggregation needs to sum them (``dense``);
+  candidates, which secure aggregation needs to sum them (``dense``), or
+  why it has none (``no_dense_reason``);
 * optionally, for an ε-LDP protocol, how each user's ε is divided among
   the reports the user sends (``budget``, read by the privacy report and
   :func:`fedhh.protocols.registry.split_budget`);
@@ -37,12 +38,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
 from ..privacy.ldp import BudgetRule
-from .base import ClientFunction, Request, Response, RoundRecord, ServerProtocol
+from ..schema import PrivacySection
+from .base import ClientFunction, Request, RequestT, Response, ResponseT, RoundRecord, ServerProtocol
 
 if TYPE_CHECKING:
     from ..data.items import ItemCodec
@@ -52,8 +54,7 @@ if TYPE_CHECKING:
     from .communication import Communication
 
 Section = Mapping[str, Any]
-# (privacy section, protocol section, n_users, item codec, seed) -> the run's server
-Builder = Callable[[Section, Section, int, "ItemCodec", int], ServerProtocol]
+ServerT = TypeVar("ServerT", bound=ServerProtocol)
 
 
 class InvalidReply(ValueError):
@@ -91,7 +92,7 @@ class DenseLayout(Protocol):
         vector, checked (:class:`InvalidReply` if no honest nodes can have sent it)."""
 
 
-def ask_every_node(request: Request, node: HeldUsers) -> Request | None:
+def ask_every_node(request: RequestT, node: HeldUsers) -> RequestT | None:
     """The default narrowing: every node gets the round's request as it is."""
     return request
 
@@ -103,6 +104,12 @@ def accept_any_reply(request: Request, response: Response, node: HeldUsers, serv
 def no_reply_budget(request: Request, node: HeldUsers, server: ServerProtocol) -> int | None:
     """The default reply budget: unbounded (``None``)."""
     return None
+
+
+# The reason of a protocol whose replies could be laid out densely but are not yet.
+DENSE_NOT_DECLARED = (
+    "not declared: its replies are sums of a length fixed by the request, which a dense layout could carry"
+)
 
 
 def list_round_values(record: RoundRecord) -> str:
@@ -125,34 +132,44 @@ class ContractText:
 
 
 @dataclass(frozen=True)
-class ProtocolSpec:
-    """One protocol, as every driver and transport sees it (see the module docstring)."""
+class ProtocolSpec(Generic[RequestT, ResponseT, ServerT]):
+    """One protocol, as every driver and transport sees it (see the module docstring): generic over its
+    request and response classes and its server's class, which its functions take."""
 
     name: str
     summary: str  # one line, for help texts and error messages
-    build: Builder
-    respond: ClientFunction
-    request_type: type[Request]
-    response_type: type[Response]
+    # (privacy section, protocol section, n_users, item codec, seed) -> the run's server
+    build: Callable[[PrivacySection, Section, int, ItemCodec, int], ServerT]
+    respond: ClientFunction[RequestT, ResponseT]
+    request_type: type[RequestT]
+    response_type: type[ResponseT]
     dropout_privacy: str  # why the privacy report holds when some asked users do not answer
     keys: Mapping[str, Key] = field(default_factory=dict)  # its own [protocol] keys
-    narrow: Callable[[Request, HeldUsers], Request | None] = ask_every_node
-    reply_budget: Callable[[Request, HeldUsers, ServerProtocol], int | None] = no_reply_budget
-    check_reply: Callable[[Request, Response, HeldUsers, ServerProtocol], None] = accept_any_reply
+    narrow: Callable[[RequestT, HeldUsers], RequestT | None] = ask_every_node
+    reply_budget: Callable[[RequestT, HeldUsers, ServerT], int | None] = no_reply_budget
+    check_reply: Callable[[RequestT, ResponseT, HeldUsers, ServerT], None] = accept_any_reply
     describe_round: Callable[[RoundRecord], str] = list_round_values
     dense: Callable[[ItemCodec], DenseLayout] | None = None  # None: no secure aggregation
+    no_dense_reason: str = ""  # without dense: why (told to a run that asks for secure aggregation)
     budget: BudgetRule | None = None  # ε-LDP protocols: each user's ε among its reports
     planner: Planner | None = None  # plan(**target) -> dict (fedhh.protocols.plan)
     plan_command: PlanCommand | None = None  # `fedhh plan NAME`
     sizing: Sizing | None = None  # `fedhh size NAME`
-    communication: Callable[[ServerProtocol], Communication] | None = None  # from its fresh server
+    communication: Callable[[ServerT], Communication] | None = None  # from its fresh server
     contract: ContractText | None = None  # its prose in the message contract beyond its messages
 
     def build_server(
-        self, privacy: Section, n_users: int, codec: ItemCodec, seed: int, protocol: Section | None = None
-    ) -> ServerProtocol:
-        """The server of one run; ``protocol`` is the config's ``[protocol]`` section
-        (the defaults of this protocol's own keys when not given)."""
+        self,
+        privacy: PrivacySection | Section,
+        n_users: int,
+        codec: ItemCodec,
+        seed: int,
+        protocol: Section | None = None,
+    ) -> ServerT:
+        """The server of one run; ``privacy`` and ``protocol`` are the config's ``[privacy]`` and
+        ``[protocol]`` sections (``protocol``: the defaults of this protocol's own keys when not given)."""
+        if not isinstance(privacy, PrivacySection):
+            privacy = PrivacySection.of(privacy)
         if protocol is None:
             protocol = {name: key.default for name, key in self.keys.items()}
         return self.build(privacy, protocol, n_users, codec, seed)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
-from ..spec import ProtocolSpec
+from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
 from .client import respond
 from .messages import BitstogramRequest, BitstogramResponse
 from .nodes import check_reply, describe_round, reply_budget
@@ -44,16 +44,20 @@ from .wire import bitstogram_bits
 SPEC = register_protocol(
     ProtocolSpec(
         name=NAME,
-        summary="Bitstogram (Bassily et al.): values hashed into channels, each channel's heavy hitter recovered bit by bit",
+        summary=(
+            "Bitstogram (Bassily et al.): values hashed into channels, each channel's heavy hitter recovered "
+            "bit by bit"
+        ),
         build=build_bitstogram,
-        respond=respond,  # type: ignore[arg-type]
+        respond=respond,
         request_type=BitstogramRequest,
         response_type=BitstogramResponse,
         dropout_privacy=DROPOUT_PRIVACY,
         keys=KEYS,
-        reply_budget=reply_budget,  # type: ignore[arg-type]
-        check_reply=check_reply,  # type: ignore[arg-type]
+        reply_budget=reply_budget,
+        check_reply=check_reply,
         describe_round=describe_round,
+        no_dense_reason=DENSE_NOT_DECLARED,
         budget=BUDGET,
         planner=plan_bitstogram,
         plan_command=BITSTOGRAM_PLAN,

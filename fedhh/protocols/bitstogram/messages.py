@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...oracles.hashtogram import Hashtogram
 from ..base import Request, Response
-from ..messages import array_field, scalar_field
+from ..messages import array_field, message, scalar_field, summed
 
 
-@dataclass(frozen=True)
+@message
 class BitstogramRequest(Request):
     """The one round: every public parameter a device needs to send its two reports."""
 
@@ -35,7 +34,7 @@ class BitstogramRequest(Request):
                           estimator="median")
 
 
-@dataclass(frozen=True)
+@message
 class BitstogramResponse(Response):
     """A shard's summed oracle statistics: per bit position, and of the whole values; additive."""
 
@@ -54,8 +53,8 @@ class BitstogramResponse(Response):
             round=responses[0].round,
             sampled_users=sum(r.sampled_users for r in responses),
             responding_users=sum(r.responding_users for r in responses),
-            bit_sums=np.sum([r.bit_sums for r in responses], axis=0, dtype=np.int64),
-            bit_users=np.sum([r.bit_users for r in responses], axis=0, dtype=np.int64),
-            final_sums=np.sum([r.final_sums for r in responses], axis=0, dtype=np.int64),
-            final_users=np.sum([r.final_users for r in responses], axis=0, dtype=np.int64),
+            bit_sums=summed([r.bit_sums for r in responses]),
+            bit_users=summed([r.bit_users for r in responses]),
+            final_sums=summed([r.final_sums for r in responses]),
+            final_users=summed([r.final_users for r in responses]),
         )

@@ -14,7 +14,9 @@ from ..spec import HeldUsers, InvalidReply
 from .messages import BitstogramRequest, BitstogramResponse
 
 
-def check_reply(request: BitstogramRequest, response: BitstogramResponse, node: HeldUsers, server: ServerProtocol) -> None:
+def check_reply(
+    request: BitstogramRequest, response: BitstogramResponse, node: HeldUsers, server: ServerProtocol
+) -> None:
     """Raise :class:`InvalidReply` unless ``response`` is a possible answer of the node."""
     check_all_users_report(response, node)
     tag = type(response).__name__
@@ -30,7 +32,9 @@ def check_reply(request: BitstogramRequest, response: BitstogramResponse, node: 
                                           np.arange(node.first_user, node.first_user + node.users)),
                             minlength=request.value_bits)
     if not np.array_equal(response.bit_users, positions):
-        raise InvalidReply(f"{tag}.bit_users: {response.bit_users.tolist()}, its users per bit position {positions.tolist()}")
+        raise InvalidReply(
+            f"{tag}.bit_users: {response.bit_users.tolist()}, its users per bit position {positions.tolist()}"
+        )
     if int(response.final_users.sum()) != node.users:
         raise InvalidReply(f"{tag}.final_users: they add up to {int(response.final_users.sum())}, not {node.users}")
     if np.any(np.abs(response.bit_sums).sum(axis=1) > positions) or int(np.abs(response.final_sums).sum()) > node.users:

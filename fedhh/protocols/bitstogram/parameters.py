@@ -12,7 +12,7 @@ from ...oracles.base import FLAT_CELLS_LIMIT
 from ...oracles.hashtogram import Hashtogram
 from ...privacy.ldp import BudgetRule, BudgetSplit
 from ...privacy.validation import check_users
-from ...schema import Key
+from ...schema import ConfigSection, Key
 from ..common.keys import TOP_K_KEY
 
 NAME = "bitstogram"
@@ -26,11 +26,29 @@ def _power_of_two_or_auto(value: int) -> bool:
     return value == 0 or (value >= 2 and value & (value - 1) == 0)
 
 
-KEYS: dict[str, Key] = {
-    "buckets": Key(int, 0, "Bitstogram: T, channels values are hashed into and width of its Hashtogram oracles; 0: the power of two at or above sqrt(n)", check=_power_of_two_or_auto, constraint="0 or a power of two >= 2"),
-    "hashtogram_rows": Key(int, 0, "Bitstogram: R, hash rows of the Hashtogram oracle that estimates whole values; 0: about ln n", check=lambda v: v >= 0, constraint=">= 0"),
-    "top_k": TOP_K_KEY,  # shared with PEM/TreeHist: values reported at most
-}
+@dataclass(frozen=True)
+class BitstogramKeys(ConfigSection):
+    """Bitstogram's own ``[protocol]`` keys."""
+
+    buckets: int = Key(
+        int,
+        0,
+        "Bitstogram: T, channels values are hashed into and width of its Hashtogram oracles; "
+        "0: the power of two at or above sqrt(n)",
+        check=_power_of_two_or_auto,
+        constraint="0 or a power of two >= 2",
+    ).field()
+    hashtogram_rows: int = Key(
+        int,
+        0,
+        "Bitstogram: R, hash rows of the Hashtogram oracle that estimates whole values; 0: about ln n",
+        check=lambda v: v >= 0,
+        constraint=">= 0",
+    ).field()
+    top_k: int = TOP_K_KEY.field()  # shared with PEM/TreeHist: values reported at most
+
+
+KEYS: dict[str, Key] = BitstogramKeys.keys()
 
 
 BUDGET = BudgetRule(
@@ -84,14 +102,17 @@ class BitstogramParameters:
         return BUDGET.split(NAME, self.epsilon)
 
 
-def bitstogram_parameters(protocol: Mapping[str, Any], epsilon: float, n_users: int, value_bits: int) -> BitstogramParameters:
+def bitstogram_parameters(
+    protocol: Mapping[str, Any], epsilon: float, n_users: int, value_bits: int
+) -> BitstogramParameters:
     """A config's ``[protocol]`` section as Bitstogram's parameters (0: automatic)."""
     BUDGET.split(NAME, epsilon)  # refuses a per-user ε no report's oracle can take, naming privacy.epsilon
+    keys = BitstogramKeys.of(protocol)
     return BitstogramParameters(
         n_users=n_users,
         epsilon=epsilon,
         value_bits=value_bits,
-        buckets=int(protocol["buckets"]) or auto_buckets(n_users),
-        rows=int(protocol["hashtogram_rows"]) or auto_rows(n_users),
-        top_k=int(protocol["top_k"]),
+        buckets=keys.buckets or auto_buckets(n_users),
+        rows=keys.hashtogram_rows or auto_rows(n_users),
+        top_k=keys.top_k,
     )

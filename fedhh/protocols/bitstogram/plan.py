@@ -43,7 +43,9 @@ def plan_bitstogram(
 ) -> dict[str, Any]:
     """Bitstogram's parameters for ``n`` users at ε, the guarantee, and the chance of each frequency."""
     check_frequencies(frequencies)
-    params = bitstogram_parameters({"buckets": buckets, "hashtogram_rows": rows, "top_k": top_k}, epsilon, n_users, value_bits)
+    params = bitstogram_parameters(
+        {"buckets": buckets, "hashtogram_rows": rows, "top_k": top_k}, epsilon, n_users, value_bits
+    )
     parameters = {"value_bits": value_bits, "buckets": params.buckets, "hashtogram_rows": params.rows, "top_k": top_k}
     return {
         "protocol": NAME,
@@ -65,7 +67,9 @@ BITSTOGRAM_PLAN = ldp_plan_command(
     plan_bitstogram,
     [
         Option("--bits", "value length m in bits", int, 64, "value_bits"),
-        Option("--buckets", "T, channels and Hashtogram width (0: the power of two at or above sqrt(n))", int, 0, "buckets"),
+        Option(
+            "--buckets", "T, channels and Hashtogram width (0: the power of two at or above sqrt(n))", int, 0, "buckets"
+        ),
         Option("--hashtogram-rows", "Hashtogram hash rows (0: about ln n)", int, 0, "rows"),
         Option("--top-k", "k, values reported at most", int, 32, "top_k"),
     ],

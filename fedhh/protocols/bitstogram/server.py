@@ -11,6 +11,7 @@ import numpy as np
 
 from ...data.items import ItemCodec
 from ...oracles.hashtogram import HashtogramStatistics
+from ...schema import PrivacySection
 from ..base import Response
 from ..common.prefix_encoding import PrefixEncoding
 from ..common.value_reports import (
@@ -25,8 +26,6 @@ class BitstogramServer(ValueReportingServer):
     """One round of reports, then channels decoded bit by bit and candidates estimated (the package docstring)."""
 
     name = NAME
-    request_type = BitstogramRequest
-    response_type = BitstogramResponse
     oracle_label = ORACLE
     rounds = 1
     finished = "one round: channels decoded and candidates estimated"
@@ -74,7 +73,9 @@ class BitstogramServer(ValueReportingServer):
         pairs = np.arange(2 * self.params.buckets, dtype=np.uint64)
         recovered = np.empty((self.params.buckets, self.params.value_bits), dtype=np.uint8)
         for position in range(self.params.value_bits):
-            statistics = HashtogramStatistics(response.bit_sums[position][None, :], response.bit_users[position : position + 1])
+            statistics = HashtogramStatistics(
+                response.bit_sums[position][None, :], response.bit_users[position : position + 1]
+            )
             estimates = oracle.estimate(statistics, pairs).reshape(self.params.buckets, 2)
             recovered[:, position] = estimates[:, 1] > estimates[:, 0]
         return recovered
@@ -109,7 +110,9 @@ class BitstogramServer(ValueReportingServer):
 
 
 def build_bitstogram(
-    privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
+    privacy: PrivacySection, protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
 ) -> BitstogramServer:
     value_bits = PrefixEncoding("bits", codec).length
-    return BitstogramServer(bitstogram_parameters(protocol, float(privacy["epsilon"]), n_users, value_bits), codec, seed)
+    return BitstogramServer(
+        bitstogram_parameters(protocol, privacy.epsilon, n_users, value_bits), codec, seed
+    )

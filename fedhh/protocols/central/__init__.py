@@ -17,22 +17,14 @@ registered here.
 
 from __future__ import annotations
 
-from ...privacy.central import LAPLACE, NOISES
-from ...schema import Key
-from ..common.keys import TOP_K_KEY
 from ..registry import register_protocol
 from ..spec import ContractText, ProtocolSpec
 from .client import respond
 from .messages import ItemHistogram, ItemRequest
-from .nodes import DROPOUT_PRIVACY, check_reply, describe_round
+from .nodes import DROPOUT_PRIVACY, NO_DENSE_LAYOUT, check_reply, describe_round
 from .plan import CENTRAL_PLAN, plan_central
-from .server import CentralServer, build_central
+from .server import NAME, CentralKeys, CentralServer, build_central
 from .wire import central_bits
-
-KEYS: dict[str, Key] = {
-    "noise": Key(str, LAPLACE, "central: noise added by the curator to each item's count (laplace: scale 1/ε; gaussian: σ at (ε, δ/2))", NOISES),
-    "top_k": TOP_K_KEY,
-}
 
 CONTRACT = ContractText(definitions=(
     "The curator baseline (central): a user holding several items sends one of them, each with probability its "
@@ -42,19 +34,20 @@ CONTRACT = ContractText(definitions=(
 
 SPEC = register_protocol(
     ProtocolSpec(
-        name="central",
+        name=NAME,
         summary="curator baseline: noisy counts of the items present above a threshold for (ε, δ); central DP",
         build=build_central,
-        respond=respond,  # type: ignore[arg-type]
+        respond=respond,
         request_type=ItemRequest,
         response_type=ItemHistogram,
         dropout_privacy=DROPOUT_PRIVACY,
-        keys=KEYS,
-        check_reply=check_reply,  # type: ignore[arg-type]
+        keys=CentralKeys.keys(),
+        check_reply=check_reply,
         describe_round=describe_round,
+        no_dense_reason=NO_DENSE_LAYOUT,
         planner=plan_central,
         plan_command=CENTRAL_PLAN,
-        communication=central_bits,  # type: ignore[arg-type]
+        communication=central_bits,
         contract=CONTRACT,
     )
 )

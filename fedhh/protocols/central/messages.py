@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...data.prefixes import sum_histograms
 from ..base import Request, Response
-from ..messages import array_field
+from ..messages import array_field, message
 
 
-@dataclass(frozen=True)
+@message
 class ItemRequest(Request):
     """The one round: every user sends its item (one of them, for a user holding several)."""
 
 
-@dataclass(frozen=True)
+@message
 class ItemHistogram(Response):
     """How many users of a batch sent each item (a sparse, additive histogram)."""
 

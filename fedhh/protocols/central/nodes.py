@@ -11,6 +11,10 @@ from ..spec import HeldUsers, InvalidReply
 from .messages import ItemHistogram, ItemRequest
 from .server import CentralServer
 
+NO_DENSE_LAYOUT = (
+    "its replies are histograms of the items users hold, whose set is not public: no list of fixed length "
+    "holds them (every string of up to max_length symbols would)"
+)
 DROPOUT_PRIVACY = (
     "unchanged: a user whose item is lost is a user outside the population, and the guarantee "
     "(add/remove one user) holds for every population; the noise is added once, by the server, after "
@@ -26,7 +30,9 @@ def check_reply(request: ItemRequest, response: ItemHistogram, node: HeldUsers, 
 def check_histogram(response: ItemHistogram, users: int, symbols: int) -> None:
     """Raise :class:`InvalidReply` unless ``response`` is a possible histogram of ``users`` users' items."""
     if response.sampled_users != users:
-        raise InvalidReply(f"ItemHistogram.sampled_users: the node holds {users} users, it says {response.sampled_users}")
+        raise InvalidReply(
+            f"ItemHistogram.sampled_users: the node holds {users} users, it says {response.sampled_users}"
+        )
     total = int(response.counts.sum())
     if total != response.responding_users or total > users:
         raise InvalidReply(f"ItemHistogram.counts: they add up to {total}, responding_users says "

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ...data.items import ItemCodec
 from ...kernels.randomness import KeyedRandomness
-from ...privacy.central import LAPLACE, CentralParameters, solve_central
+from ...privacy.central import LAPLACE, NOISES, CentralParameters, solve_central
 from ...privacy.report import PrivacyReport
+from ...schema import ConfigSection, Key, PrivacySection
 from ..base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
+from ..common.keys import TOP_K_KEY
 from ..spec import Section
 from .messages import ItemHistogram, ItemRequest
+
+NAME = "central"
 
 NOISE_PURPOSE = "central.noise"
 
@@ -31,10 +37,6 @@ def released(noisy: np.ndarray, params: CentralParameters) -> np.ndarray:
 class CentralServer(ServerProtocol):
     """One round: sum the users' items, add noise to each item's count, release the ``top_k`` largest
     noisy counts above τ (the full released set when fewer pass)."""
-
-    name = "central"
-    request_type = ItemRequest
-    response_type = ItemHistogram
 
     def __init__(self, params: CentralParameters, top_k: int, codec: ItemCodec, seed: int) -> None:
         self.params = params
@@ -81,7 +83,7 @@ class CentralServer(ServerProtocol):
 
     def result(self) -> ProtocolResult:
         return ProtocolResult(
-            protocol=self.name,
+            protocol=NAME,
             discoveries=list(self._found or []),
             frequent_prefixes=[],
             trace=self.trace,
@@ -99,7 +101,23 @@ class CentralServer(ServerProtocol):
         )
 
 
-def build_central(privacy: Section, protocol: Section, n_users: int, codec: ItemCodec, seed: int) -> CentralServer:
+@dataclass(frozen=True)
+class CentralKeys(ConfigSection):
+    """The curator baseline's own ``[protocol]`` keys."""
+
+    noise: str = Key(
+        str,
+        LAPLACE,
+        "central: noise added by the curator to each item's count (laplace: scale 1/ε; gaussian: σ at (ε, δ/2))",
+        NOISES,
+    ).field()
+    top_k: int = TOP_K_KEY.field()
+
+
+def build_central(
+    privacy: PrivacySection, protocol: Section, n_users: int, codec: ItemCodec, seed: int
+) -> CentralServer:
     """The curator's histogram from a config: scale and τ solved from the (ε, δ) target."""
-    params = solve_central(n_users, privacy["epsilon"], privacy["delta"], str(protocol["noise"]))
-    return CentralServer(params, int(protocol["top_k"]), codec, seed)
+    keys = CentralKeys.of(protocol)
+    params = solve_central(n_users, privacy.epsilon, privacy.delta, keys.noise)
+    return CentralServer(params, keys.top_k, codec, seed)

@@ -62,8 +62,11 @@ def value_table(shard: Shard, value_bits: int) -> tuple[np.ndarray, np.ndarray]:
 class ValueParameters(Protocol):
     """What the base reads of a protocol's parameters."""
 
-    value_bits: int
-    top_k: int
+    @property
+    def value_bits(self) -> int: ...
+
+    @property
+    def top_k(self) -> int: ...
 
 
 def reported_discoveries(encoding: PrefixEncoding, reported: tuple[np.ndarray, np.ndarray] | None) -> list[Discovery]:
@@ -93,13 +96,14 @@ def check_all_users_report(response: Response, node: HeldUsers) -> None:
 class ValueReportingServer(ServerProtocol):
     """The server of a protocol whose last round estimates candidate values and reports the best.
 
-    A subclass sets :attr:`oracle_label` (the primitive the privacy report
+    A subclass sets :attr:`name`, :attr:`oracle_label` (the primitive the privacy report
     names), :attr:`rounds`, :attr:`finished` (why a finished run stopped) and
     :attr:`trace_fields` (the fields every trace line carries, ``None`` in the
     rounds that have no value for them, so the trace is a table), finds its
     candidates, and calls :meth:`_report` in its last round.
     """
 
+    name: ClassVar[str]  # the protocol's, as its results name it
     oracle_label: ClassVar[str]
     rounds: ClassVar[int]
     finished: ClassVar[str]
@@ -141,7 +145,9 @@ class ValueReportingServer(ServerProtocol):
 
     def result(self) -> ProtocolResult:
         found = reported_discoveries(self.encoding, self._reported)
-        return ProtocolResult(self.name, found, [], self.trace, self.privacy_report(), self.describe(), self.stopped_because())
+        return ProtocolResult(
+            self.name, found, [], self.trace, self.privacy_report(), self.describe(), self.stopped_because()
+        )
 
     @property
     def trace(self) -> list[RoundRecord]:

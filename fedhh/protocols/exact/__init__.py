@@ -16,17 +16,14 @@ here.  It has no planner: there is nothing to solve.
 
 from __future__ import annotations
 
-from ...schema import Key
-from ..common.keys import TOP_K_KEY
 from ..registry import register_protocol
 from ..spec import ContractText, ProtocolSpec
 from .client import respond
 from .messages import ItemsRequest, ItemWeights
-from .nodes import DROPOUT_PRIVACY, check_reply, describe_round
-from .server import ExactServer, build_exact
+from .nodes import DROPOUT_PRIVACY, NO_DENSE_LAYOUT, check_reply, describe_round
+from .server import NAME, ExactKeys, ExactServer, build_exact
 from .wire import exact_bits
 
-KEYS: dict[str, Key] = {"top_k": TOP_K_KEY}
 CONTRACT = ContractText(definitions=(
     "The exact baseline (exact) has no privacy: a user sends every item it holds, in the clear, with its share "
     "of the user's items in units of 2^-32.",
@@ -34,17 +31,18 @@ CONTRACT = ContractText(definitions=(
 
 SPEC = register_protocol(
     ProtocolSpec(
-        name="exact",
+        name=NAME,
         summary="baseline without privacy: the exact top k of all users' items (the ceiling of comparisons)",
         build=build_exact,
-        respond=respond,  # type: ignore[arg-type]
+        respond=respond,
         request_type=ItemsRequest,
         response_type=ItemWeights,
         dropout_privacy=DROPOUT_PRIVACY,
-        keys=KEYS,
-        check_reply=check_reply,  # type: ignore[arg-type]
+        keys=ExactKeys.keys(),
+        check_reply=check_reply,
         describe_round=describe_round,
-        communication=exact_bits,  # type: ignore[arg-type]
+        no_dense_reason=NO_DENSE_LAYOUT,
+        communication=exact_bits,
         contract=CONTRACT,
     )
 )

@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...data.population import SHARE_BITS
 from ...data.prefixes import row_keys
 from ..base import Request, Response
-from ..messages import array_field
+from ..messages import array_field, message
 
 SHARE_UNIT = 1 << SHARE_BITS  # a user's whole weight: its shares of its items add up to this (to rounding)
 
 
-@dataclass(frozen=True)
+@message
 class ItemsRequest(Request):
     """The one round: every user sends all of its items with their shares."""
 
 
-@dataclass(frozen=True)
+@message
 class ItemWeights(Response):
     """Per item, the sum over a batch's users of the item's share of the user's items, in units of
     ``2**-32`` (one user holding one item gives it ``2**32``): a sparse, additive histogram."""

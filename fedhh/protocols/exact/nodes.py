@@ -11,7 +11,13 @@ from ..spec import HeldUsers, InvalidReply
 from .messages import SHARE_UNIT, ItemsRequest, ItemWeights
 from .server import ExactServer
 
-DROPOUT_PRIVACY = "none to keep: the exact baseline has no privacy guarantee; lost users' items are missing from the counts"
+NO_DENSE_LAYOUT = (
+    "its replies are histograms of the items users hold, whose set is not public: no list of fixed length "
+    "holds them (every string of up to max_length symbols would)"
+)
+DROPOUT_PRIVACY = (
+    "none to keep: the exact baseline has no privacy guarantee; lost users' items are missing from the counts"
+)
 
 
 def check_reply(request: ItemsRequest, response: ItemWeights, node: HeldUsers, server: ExactServer) -> None:
@@ -34,4 +40,7 @@ def check_reply(request: ItemsRequest, response: ItemWeights, node: HeldUsers, s
 
 def describe_round(record: RoundRecord) -> str:
     values = record.values
-    return f"{values['users']:,} users hold {values['items_present']:,} distinct items; the top {values['released']:,} published"
+    return (
+        f"{values['users']:,} users hold {values['items_present']:,} distinct items; "
+        f"the top {values['released']:,} published"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -10,9 +11,13 @@ from ...data.items import ItemCodec
 from ...data.population import Vocabulary
 from ...data.prefixes import row_keys
 from ...privacy.report import EVALUATION_NOT_COVERED, NO_GUARANTEE, Coverage, PrivacyReport
+from ...schema import ConfigSection, PrivacySection
 from ..base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
+from ..common.keys import TOP_K_KEY
 from ..spec import Section
 from .messages import SHARE_UNIT, ItemsRequest, ItemWeights
+
+NAME = "exact"
 
 MODEL = f"{NO_GUARANTEE}: exact counts of every user's items, no noise"
 COVERAGE = Coverage(
@@ -32,10 +37,6 @@ class ExactServer(ServerProtocol):
     broken by the vocabulary's order when the server is offered the vocabulary (every simulation),
     else by the items' symbol rows.
     """
-
-    name = "exact"
-    request_type = ItemsRequest
-    response_type = ItemWeights
 
     def __init__(self, top_k: int, codec: ItemCodec) -> None:
         self.top_k = top_k
@@ -98,7 +99,7 @@ class ExactServer(ServerProtocol):
 
     def result(self) -> ProtocolResult:
         return ProtocolResult(
-            protocol=self.name,
+            protocol=NAME,
             discoveries=list(self._found or []),
             frequent_prefixes=[],
             trace=self.trace,
@@ -109,6 +110,13 @@ class ExactServer(ServerProtocol):
         )
 
 
-def build_exact(privacy: Section, protocol: Section, n_users: int, codec: ItemCodec, seed: int) -> ExactServer:
+@dataclass(frozen=True)
+class ExactKeys(ConfigSection):
+    """The exact baseline's own ``[protocol]`` keys."""
+
+    top_k: int = TOP_K_KEY.field()
+
+
+def build_exact(privacy: PrivacySection, protocol: Section, n_users: int, codec: ItemCodec, seed: int) -> ExactServer:
     """The exact top k from a config (the privacy target is ignored: this baseline has none)."""
-    return ExactServer(int(protocol["top_k"]), codec)
+    return ExactServer(ExactKeys.of(protocol).top_k, codec)

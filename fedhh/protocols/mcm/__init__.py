@@ -28,7 +28,7 @@ from __future__ import annotations
 from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
-from ..spec import ProtocolSpec
+from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
 from .client import respond
 from .messages import MCMRequest, MCMResponse
 from .nodes import check_reply, describe_round, reply_budget
@@ -40,16 +40,20 @@ from .wire import mcm_bits
 SPEC = register_protocol(
     ProtocolSpec(
         name=NAME,
-        summary="MCM (Bassily and Smith, as Wang et al. §VI-A run it): k^1.5 channels decoded bit by bit with OLH, top k",
+        summary=(
+            "MCM (Bassily and Smith, as Wang et al. §VI-A run it): k^1.5 channels decoded bit by bit with OLH, "
+            "top k"
+        ),
         build=build_mcm,
-        respond=respond,  # type: ignore[arg-type]
+        respond=respond,
         request_type=MCMRequest,
         response_type=MCMResponse,
         dropout_privacy=DROPOUT_PRIVACY,
         keys=KEYS,
-        reply_budget=reply_budget,  # type: ignore[arg-type]
-        check_reply=check_reply,  # type: ignore[arg-type]
+        reply_budget=reply_budget,
+        check_reply=check_reply,
         describe_round=describe_round,
+        no_dense_reason=DENSE_NOT_DECLARED,
         budget=BUDGET,
         planner=plan_mcm,
         plan_command=MCM_PLAN,

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..base import Request, Response
-from ..messages import array_field, scalar_field
+from ..messages import array_field, message, scalar_field, summed
 
 
-@dataclass(frozen=True)
+@message
 class MCMRequest(Request):
     """A round: the (channel, bit) pairs of every position, or the candidates' full values."""
 
@@ -25,7 +24,7 @@ class MCMRequest(Request):
     candidates: np.ndarray = array_field("uint64", ("C",))  # final: keys of the candidate values
 
 
-@dataclass(frozen=True)
+@message
 class MCMResponse(Response):
     """OLH support counts: ``[position, 2h]`` pairs (bits) or one per candidate (final); additive."""
 
@@ -43,6 +42,6 @@ class MCMResponse(Response):
             round=responses[0].round,
             sampled_users=sum(r.sampled_users for r in responses),
             responding_users=sum(r.responding_users for r in responses),
-            counts=np.sum([r.counts for r in responses], axis=0, dtype=np.int64),
-            reporters=np.sum([r.reporters for r in responses], axis=0, dtype=np.int64),
+            counts=summed([r.counts for r in responses]),
+            reporters=summed([r.reporters for r in responses]),
         )

@@ -23,7 +23,9 @@ def check_reply(request: MCMRequest, response: MCMResponse, node: HeldUsers, ser
     else:
         ids = np.arange(node.first_user, node.first_user + node.users)
         expected_counts = request.value_bits * 2 * request.channels
-        expected = np.bincount(bit_positions(request.partition_seed, request.value_bits, ids), minlength=request.value_bits)
+        expected = np.bincount(
+            bit_positions(request.partition_seed, request.value_bits, ids), minlength=request.value_bits
+        )
     if response.counts.size != expected_counts or not np.array_equal(response.reporters, expected):
         raise InvalidReply(f"{tag}: {response.counts.size} counts from reporters {response.reporters.tolist()}, "
                            f"expected {expected_counts} from {expected.tolist()}")
@@ -40,5 +42,11 @@ def reply_budget(request: MCMRequest, node: HeldUsers, server: ServerProtocol) -
 def describe_round(record: RoundRecord) -> str:
     values = record.values
     if values["stage"] == BITS:
-        return f"(channel, bit) pairs from {values['users']:,} users: {values['channels']:,} channels, {values['candidates']:,} candidates"
-    return f"full values from {values['users']:,} users: {values['candidates']:,} candidates, {values['reported']} reported"
+        return (
+            f"(channel, bit) pairs from {values['users']:,} users: {values['channels']:,} channels, "
+            f"{values['candidates']:,} candidates"
+        )
+    return (
+        f"full values from {values['users']:,} users: {values['candidates']:,} candidates, "
+        f"{values['reported']} reported"
+    )

@@ -10,7 +10,7 @@ from typing import Any
 from ...errors import InputError
 from ...privacy.ldp import BudgetRule
 from ...privacy.validation import check_users
-from ...schema import Key
+from ...schema import ConfigSection, Key
 from ..common.keys import TOP_K_KEY
 
 NAME = "mcm"
@@ -21,10 +21,21 @@ ITEM_PURPOSE = "mcm.item"
 BIT_PURPOSE = "mcm.bit-report"
 FULL_PURPOSE = "mcm.full-report"
 
-KEYS: dict[str, Key] = {
-    "channels": Key(int, 0, "MCM: h, channels values are hashed into; 0: ceil(k^1.5) ([Wang19] §VI-A)", check=lambda v: v == 0 or 2 <= v <= MAX_CHANNELS, constraint=f"0 or in 2..{MAX_CHANNELS:,}"),
-    "top_k": TOP_K_KEY,
-}
+@dataclass(frozen=True)
+class MCMKeys(ConfigSection):
+    """MCM's own ``[protocol]`` keys."""
+
+    channels: int = Key(
+        int,
+        0,
+        "MCM: h, channels values are hashed into; 0: ceil(k^1.5) ([Wang19] §VI-A)",
+        check=lambda v: v == 0 or 2 <= v <= MAX_CHANNELS,
+        constraint=f"0 or in 2..{MAX_CHANNELS:,}",
+    ).field()
+    top_k: int = TOP_K_KEY.field()
+
+
+KEYS: dict[str, Key] = MCMKeys.keys()
 
 
 BUDGET = BudgetRule(
@@ -57,6 +68,6 @@ class MCMParameters:
 
 def mcm_parameters(protocol: Mapping[str, Any], epsilon: float, n_users: int, value_bits: int) -> MCMParameters:
     BUDGET.split(NAME, epsilon)  # refuses a per-user ε no report's oracle can take, naming privacy.epsilon
-    top_k = int(protocol["top_k"])
-    channels = int(protocol["channels"]) or max(2, math.ceil(top_k**1.5))
-    return MCMParameters(n_users, epsilon, value_bits, channels, top_k)
+    keys = MCMKeys.of(protocol)
+    channels = keys.channels or max(2, math.ceil(keys.top_k**1.5))
+    return MCMParameters(n_users, epsilon, value_bits, channels, keys.top_k)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,6 +10,8 @@ import numpy as np
 
 from ...data.items import ItemCodec
 from ...oracles import Support, make_oracle
+from ...oracles.local_hashing import LocalHashing
+from ...schema import PrivacySection
 from ..base import Response
 from ..common.prefix_encoding import PrefixEncoding
 from ..common.value_reports import (
@@ -23,8 +26,6 @@ class MCMServer(ValueReportingServer):
     """Channels decoded bit by bit by majority, then the candidates' full values (the package docstring)."""
 
     name = NAME
-    request_type = MCMRequest
-    response_type = MCMResponse
     oracle_label = ORACLE
     rounds = 2
     finished = "channels decoded and candidates estimated"
@@ -33,8 +34,12 @@ class MCMServer(ValueReportingServer):
 
     def __init__(self, params: MCMParameters, codec: ItemCodec, seed: int) -> None:
         super().__init__(params, codec, BUDGET.split(NAME, params.epsilon))
-        self.bit_oracle = make_oracle(ORACLE, epsilon=self.split.parts[0][1], domain=2 * params.channels)
-        self.final_oracle = make_oracle(ORACLE, epsilon=self.split.parts[1][1], domain=self.encoding.domain(params.value_bits))
+        self.bit_oracle = typing.cast(  # OLH
+            LocalHashing, make_oracle(ORACLE, epsilon=self.split.parts[0][1], domain=2 * params.channels)
+        )
+        self.final_oracle = make_oracle(
+            ORACLE, epsilon=self.split.parts[1][1], domain=self.encoding.domain(params.value_bits)
+        )
         self.channel_seed = public_seed(seed, "mcm.channels")
         self.partition_seed = public_seed(seed, "mcm.partition")
         self._candidates: np.ndarray | None = None
@@ -42,12 +47,12 @@ class MCMServer(ValueReportingServer):
     def next_request(self) -> MCMRequest | None:
         if self._reported is not None:
             return None
-        final = self._candidates is not None
+        candidates = self._candidates  # set once the channels are decoded: the final round
         return MCMRequest(
-            round=len(self._trace) + 1, mode=FINAL if final else BITS, value_bits=self.params.value_bits,
-            channels=self.params.channels, bit_epsilon=self.split.parts[0][1], final_epsilon=self.split.parts[1][1],
-            channel_seed=self.channel_seed, partition_seed=self.partition_seed,
-            candidates=self.encoding.keys(self._candidates) if final else np.zeros(0, dtype=np.uint64),
+            round=len(self._trace) + 1, mode=FINAL if candidates is not None else BITS,
+            value_bits=self.params.value_bits, channels=self.params.channels, bit_epsilon=self.split.parts[0][1],
+            final_epsilon=self.split.parts[1][1], channel_seed=self.channel_seed, partition_seed=self.partition_seed,
+            candidates=self.encoding.keys(candidates) if candidates is not None else np.zeros(0, dtype=np.uint64),
         )
 
     def absorb(self, response: Response) -> None:
@@ -86,6 +91,8 @@ class MCMServer(ValueReportingServer):
         }
 
 
-def build_mcm(privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int) -> MCMServer:
+def build_mcm(
+    privacy: PrivacySection, protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
+) -> MCMServer:
     value_bits = PrefixEncoding("bits", codec).length
-    return MCMServer(mcm_parameters(protocol, float(privacy["epsilon"]), n_users, value_bits), codec, seed)
+    return MCMServer(mcm_parameters(protocol, privacy.epsilon, n_users, value_bits), codec, seed)

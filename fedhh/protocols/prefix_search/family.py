@@ -19,6 +19,7 @@ from typing import Any
 
 from ...data.items import ItemCodec
 from ...errors import InputError
+from ...schema import PrivacySection
 from ..spec import ProtocolSpec
 from .config import PREFIX_KEYS, search_parameters
 from .contract import CONTRACT
@@ -36,9 +37,9 @@ def prefix_search_spec(server: type[PrefixSearchServer]) -> ProtocolSpec:
     variant = server.variant
 
     def build(
-        privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
+        privacy: PrivacySection, protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
     ) -> PrefixSearchServer:
-        params = search_parameters(variant, protocol, float(privacy["epsilon"]), n_users, codec, seed)
+        params = search_parameters(variant, protocol, privacy.epsilon, n_users, codec, seed)
         return server(params, codec, seed)
 
     VARIANTS[variant.name] = variant
@@ -46,15 +47,19 @@ def prefix_search_spec(server: type[PrefixSearchServer]) -> ProtocolSpec:
         name=variant.name,
         summary=variant.summary,
         build=build,
-        respond=respond,  # type: ignore[arg-type]
+        respond=respond,
         request_type=PrefixRequest,
         response_type=PrefixResponse,
         dropout_privacy=DROPOUT_PRIVACY,
         keys=PREFIX_KEYS,
-        narrow=narrow,  # type: ignore[arg-type]
-        reply_budget=reply_budget,  # type: ignore[arg-type]
-        check_reply=check_reply,  # type: ignore[arg-type]
+        narrow=narrow,
+        reply_budget=reply_budget,
+        check_reply=check_reply,
         describe_round=describe_round,
+        no_dense_reason=(
+            "not declared: a level round's counts have a length fixed by the request, but a one-shot "
+            "collection sends its users' distinct report rows, which no fixed-length vector holds"
+        ),
         budget=variant.budget,
         planner=variant.planner,
         plan_command=variant.plan_command,

@@ -81,7 +81,9 @@ def _estimates(
     return means, np.sqrt(variance[:2] + split), math.sqrt(variance[2])
 
 
-def item_discovery(params: SearchParameters, space: ValueSpace, frequency: float, oracle_seed: int = 0) -> ItemDiscovery:
+def item_discovery(
+    params: SearchParameters, space: ValueSpace, frequency: float, oracle_seed: int = 0
+) -> ItemDiscovery:
     """The probability that a run of ``params`` over values of ``space`` reports an item of
     population share ``frequency`` (see the module docstring for the setting)."""
     if not 0 < frequency <= 1:

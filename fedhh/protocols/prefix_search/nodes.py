@@ -98,7 +98,9 @@ def _check_collection(
     sent = np.bincount(levels.astype(np.int64), weights=response.report_counts, minlength=request.levels)
     expected = level_sizes(request.partition_seed, request.level_bounds, node.first_user, node.users)
     if not np.array_equal(np.rint(sent).astype(np.int64), expected):
-        raise InvalidReply(f"{tag}.report_rows: reports per level {sent.astype(int).tolist()}, its users per level {expected.tolist()}")
+        raise InvalidReply(
+            f"{tag}.report_rows: reports per level {sent.astype(int).tolist()}, its users per level {expected.tolist()}"
+        )
 
 
 def narrow(request: PrefixRequest, node: HeldUsers) -> PrefixRequest | None:

@@ -59,13 +59,13 @@ def level_draws_from_ranges(oracle: FrequencyOracle) -> bool:
 
     Range streams pay where a user's report costs many words: a sketch of unary rows (CMS) whose
     sparse sampler serves them (``q' <=`` its ``SPARSE_MAX_Q``: OUE from ε = ln 7, SUE from
-    2 ln 7) walks a member's ~``q' d`` set bits where its own stream draws all ``d`` bits (at the
-    benchmark's ε = 4 per report: 0.64 µs against 7.3 µs a member, CPU, 200,000 users).  Every
-    other oracle draws a few words a user, where the members' own streams measured cheaper
-    (benchmarks/RESULTS.md, "Issue 12: TreeHist per-user cost (wave 2)").  A plain unary encoding
-    over a level's whole domain (PEM's OUE rows of up to 4,096 bits) keeps its members' streams
-    too: it was not measured on the range path, and keeping it keeps PEM's results.  The choice
-    depends on the oracle alone, so every shard and device of a round makes the same one.
+    2 ln 7) walks a member's ~``q' d`` set bits where its own stream draws all ``d`` bits, about
+    ten times fewer words at ε = 4.  Every other oracle draws a few words a user, where the
+    members' own streams cost less (benchmarks/RESULTS.md, "Where a TreeHist level's members draw
+    their randomness from").  A
+    plain unary encoding over a level's whole domain (PEM's OUE rows of up to 4,096 bits) keeps
+    its members' streams too, which keeps PEM's results.  The choice depends on the oracle alone,
+    so every shard and device of a round makes the same one.
     """
     return unary_sketch(oracle) and oracle.inner.q <= SPARSE_MAX_Q  # type: ignore[attr-defined]
 
@@ -114,7 +114,9 @@ def shard_counts(oracle: FrequencyOracle, statistics: object, candidates: np.nda
     return support.counts.ravel(), np.atleast_1d(support.n_users)
 
 
-def decode_counts(oracle: FrequencyOracle, counts: np.ndarray, reporters: np.ndarray, candidates: np.ndarray) -> Support:
+def decode_counts(
+    oracle: FrequencyOracle, counts: np.ndarray, reporters: np.ndarray, candidates: np.ndarray
+) -> Support:
     """The candidates' support from the (summed) counts of :func:`shard_counts`."""
     if not answers_with_support(oracle, candidates.size):
         return oracle.support(oracle.from_flat(counts, reporters), candidates)

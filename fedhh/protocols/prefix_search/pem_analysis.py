@@ -1,64 +1,16 @@
 """PEM's utility analysis ([Wang19] §IV-B, eqs. (4)-(5)), a better survival model, and the optimizer of §IV-C.
 
 Eq. (4) weighs, over the top-k values, the product over levels of each
-value's chance to survive the level: ``w_j = 1/k`` gives the expected F1
-(with ``k`` outputs, precision = recall), ``w_j ∝ k + 1 - j`` the expected
-NCR.  Each level's survival comes from one of two models:
-
-* ``order-statistics`` (default, :mod:`fedhh.protocols.prefix_search.selection_model`):
-  value ``j`` survives when fewer than ``|C_i|`` of the *other* candidates --
-  the other values of the assumed population (the most frequent one by
-  one, the tail in bins) and the zero-frequency candidates -- have a larger
-  estimate; each value is a candidate with the probability that its prefix
-  survived the levels before.  It accounts for the values ranked just below
-  ``k``, which compete for the same places (``docs/sizing.md`` compares it
-  with runs);
-* ``eq5``: [Wang19]'s eq. (5), kept for comparison and as the optimizer's
-  cheap screen.
-
-Eq. (5) is written there for OLH's support counts.  Here it is written on the
-estimates, which makes it hold for any oracle with a variance model and
-reduces to eq. (5) for pure oracles (OLH, GRR, ...):
-
-* the level's ``n_i = n share_i`` users hold ``v_j`` about ``c_j = n_i f_j``
-  times; its estimate is normal with mean ``c_j`` and variance
-  ``Var_oracle(c_j) + c_j (1 - f_j)``.  The second term is the random split
-  of holders into groups, which the paper's model (each of the ``n_i`` users
-  holds ``v_j`` with probability ``f_j``) contains: for a pure oracle,
-  ``n_i p_j (1 - p_j) / (p - q)^2`` is exactly the oracle's variance plus
-  ``c_j (1 - f_j)``;
-* the ``N_i = |D_i| - k`` other candidates are taken to have frequency 0
-  (the paper's simplification), with standard deviation ``σ_0`` each, so
-  the threshold above which ``s`` of them are expected is
-  ``T(s) = σ_0 Φ^-1(1 - s / N_i)``;
-* the ``j - 1`` more frequent values are assumed ranked first, leaving
-  ``s_j = |C_i| - j + 1`` places for ``v_j``.  (The paper's text says
-  ``k - j + 1`` places; its formula writes ``Φ^-1((k - j)/N)``, which would
-  make the ``k``-th value impossible to find.  The text is used here.)
-
-so ``Piden_j[i] = Φ((c_j - T(s_j)) / sd_j)``.  The fixed threshold ``T`` is
-a large-``N_i`` shortcut (the paper: "especially safe when N[i] is
-large"), and it ignores the frequent values beyond the top k: near rank k
-eq. (5) is optimistic, and with very short segments (``N_i`` close to the
-number of places) every level looks near-certain.  The optimizer therefore
-ranks only designs inside the regime the seed validated, with at least
-``MIN_BRANCHING`` candidates per kept prefix at every level.
-
-The variance model comes from the oracle itself (``variance(candidates,
-truth)``), evaluated on the Zipf population the planner assumes; for FLH it
-includes the hash-choice term that heavy values add.  Every oracle's
-variance is a polynomial of degree at most two in the number of reporters
-(linear noise, quadratic collision terms), so it is fitted once per level
-domain from three population scales.
-
-Optimizer (§IV-C): for every start length γ near ``log_B |C|`` and every
-number of levels ``g``, the segments are as equal as possible (Observation
-2), the groups equal, and the design is kept if its total number of oracle
-queries ``Σ |D_i|`` stays within the limit (and it branches enough, above);
-the best predicted F1 wins (see :func:`optimize_pem` for how eq. (5)
-screens for the order-statistics model).  Then the group split is refined
-by moving users between neighbouring groups (and to the last one) while the
-predicted F1 improves.
+value's chance to survive the level (``w_j = 1/k``: the expected F1;
+``w_j ∝ k + 1 - j``: the expected NCR).  A level's survival comes from the
+``order-statistics`` model (the default,
+:mod:`fedhh.protocols.prefix_search.selection_model`) or from [Wang19]'s
+eq. (5), written here on the estimates so that it holds for any oracle with
+a variance model.  The optimizer (§IV-C) ranks designs of equal segments
+and groups within the query limit by their predicted F1, then refines the
+group split.  The model's assumptions, where eq. (5) is optimistic and why
+the optimizer keeps to designs that branch enough are in
+``docs/derivations.md`` ("PEM's utility model and optimizer").
 """
 
 from __future__ import annotations
@@ -328,11 +280,15 @@ def optimize_pem(
     Under the order-statistics model, eq. (5) (about ten times cheaper) screens the designs
     first and the ``SCREENED_DESIGNS`` it ranks best are compared by the model itself.  The
     group split is refined by a local search under eq. (5) and kept only if the model agrees
-    it helps (measured: the refined split changes the predicted F1 by under 0.01, while a
-    search under the model would cost a hundred times more).
+    it helps (the refined split changes the predicted F1 little, while a search under the model
+    would cost a hundred times more).
     """
     check_positive_int(query_limit, "protocol.query_limit")
-    kept = model.top_k if candidates_per_step is None else check_positive_int(candidates_per_step, "protocol.candidates_per_step")
+    kept = (
+        model.top_k
+        if candidates_per_step is None
+        else check_positive_int(candidates_per_step, "protocol.candidates_per_step")
+    )
     designs = candidate_designs(model.space, kept, query_limit, start_lengths)
     if not designs:
         raise InputError(

@@ -1,46 +1,17 @@
 """What a prefix search (PEM, TreeHist) asks of users, and how a shard of users answers.
 
-Users are split into levels by public randomness: user ``u`` answers level
-``i`` when a uniform keyed by (partition seed, ``u``) falls in the level's
-share of ``[0, 1)``.  The server and a device compute the same split from
-the request alone, and a user's level never depends on sharding.  Each user
-sends one report per level it belongs to (PEM: its group's prefix with the
-whole ε; TreeHist: its level's prefix with ε/2, and in addition its full
-value with ε/2), randomised by the level's frequency oracle with
-randomness keyed by (purpose, level, global user id): a level's members
-draw from their own streams, every user's full-value report from the
-Philox range streams of its block of consecutive users (cheaper a word,
-and every user draws; see :func:`_member_draws`).  With CMS (sketch rows
-of a unary encoding, whose shard statistics come from a sparse sampler over
-range streams) a level's members draw from range streams laid over the
-level's members alone (:func:`_ranked_draws`).  A user holding no
-encodable item reports the empty value (all-zero units), so taking part
-reveals nothing.
-
-Three modes, one message pair for every variant of the family:
-
-* ``level`` (interactive): the members of one level answer the candidate
-  prefixes; the shard sends its reports' statistics in the oracle's flat
-  form (FLH's table, a sketch's rows, ...), which add up over shards so the
-  server decodes once per round, or, for an oracle whose statistics grow
-  with the reports (OLH), the candidates' support counts, which cost each
-  shard only its own reports; with CMS, the candidates' support counts too
-  when they are fewer than the flat cells (fewer candidates than the
-  sketch's width: TreeHist's final pass, a level of few prefixes), which a
-  simulated shard samples alone, not the rows' other bits
-  (:func:`~fedhh.protocols.prefix_search.oracles.answers_with_support`);
-* ``final`` (TreeHist, interactive): every user's full-value report answers
-  the surviving candidates, the same way;
-* ``collect`` (non-interactive, one shot): every user's reports, before any
-  candidate is known, as a table of distinct report rows with counts.
-
-The reports are the same in both ways of collecting them (same keys, same
-calls), and statistics and support counts are exact integer sums, so a
-one-shot run and an interactive run of one seed, over any number of shards,
-decode the same statistics -- except with CMS's unary rows, whose
-interactive statistics (or support counts) come from the sparse sampler:
-the same law as the sum of the device reports the one-shot table holds, a
-different sample.
+Users are split into levels by public randomness keyed by (partition seed,
+user), which the server and a device compute from the request alone.  Each
+user sends one report per level it belongs to (PEM: its group's prefix with
+the whole ε; TreeHist: its level's prefix with ε/2 and its full value with
+ε/2), randomised by the level's frequency oracle with randomness keyed by
+(purpose, level, global user id); a user holding no encodable item reports
+the empty value.  One message pair serves three modes: ``level`` and
+``final`` (interactive: the oracle's flat statistics, or the candidates'
+support counts) and ``collect`` (one shot: the distinct report rows with
+counts).  Which randomness each path draws from, and why a one-shot run
+and an interactive one decode the same statistics, is in
+``docs/derivations.md`` ("How a shard answers a prefix search").
 """
 
 from __future__ import annotations
@@ -48,7 +19,6 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -60,7 +30,7 @@ from ...oracles.sampling import RandomSource
 from ..base import Request, Response
 from ..common.item_choice import choose_items
 from ..common.prefix_encoding import PrefixEncoding
-from ..messages import array_field, scalar_field
+from ..messages import array_field, message, scalar_field, summed
 from .oracles import answers_with_support, level_draws_from_ranges, level_oracle, shard_counts
 from .report_table import distinct_rows, merge_tables, to_table
 
@@ -69,14 +39,16 @@ MODES: tuple[str, ...] = (LEVEL, FINAL, COLLECT)
 LEVEL_PURPOSE = "prefix.level-report"
 FINAL_PURPOSE = "prefix.final-report"
 ITEM_PURPOSE = "prefix.item"
-USERS_PER_BLOCK = 1 << 15  # users drawn and randomised at once: bounds a block's memory (CMS: 1 KB of words a user a call)
+USERS_PER_BLOCK = (
+    1 << 15
+)  # users drawn and randomised at once: bounds a block's memory (CMS: 1 KB of words a user a call)
 CACHED_LEVEL_USERS = 1 << 22  # largest range whose users' levels are kept between rounds
 LEVELS_AT_ONCE = 1 << 14  # users whose levels are hashed in one pass
 
 ResponseT = TypeVar("ResponseT", bound="PrefixResponse")
 
 
-@dataclass(frozen=True)
+@message
 class PrefixRequest(Request):
     """One round of a prefix search, with every public parameter a device needs to answer it."""
 
@@ -101,7 +73,7 @@ class PrefixRequest(Request):
         )
 
 
-@dataclass(frozen=True)
+@message
 class PrefixResponse(Response):
     """The reports' counts (level, final) or the report table (collect); additive."""
 
@@ -130,8 +102,8 @@ class PrefixResponse(Response):
             round=first.round,
             sampled_users=sum(r.sampled_users for r in responses),
             responding_users=sum(r.responding_users for r in responses),
-            counts=np.sum([r.counts for r in responses], axis=0, dtype=np.int64),
-            reporters=np.sum([r.reporters for r in responses], axis=0, dtype=np.int64),
+            counts=summed([r.counts for r in responses]),
+            reporters=summed([r.reporters for r in responses]),
             report_rows=rows,
             report_counts=counts,
         )
@@ -145,7 +117,7 @@ def user_levels(partition_seed: int, level_bounds: np.ndarray, user_ids: np.ndar
     that is the number of inner bounds ``b <= u``, and ``b <= u`` exactly when
     ``w >> 11 >= ceil(b 2^53)`` (``b 2^53`` is exact in float64, ``u`` a multiple of ``2^-53``):
     a few integer comparisons of the words, the same levels without floats or a binary search
-    (200,000 users: 3.8 -> 1.8 ms).  Drawn :data:`LEVELS_AT_ONCE` users at a time (a user's level is
+    (half the time).  Drawn :data:`LEVELS_AT_ONCE` users at a time (a user's level is
     a function of its id alone): the hashes' temporaries then stay in cache."""
     ids = np.asarray(user_ids, dtype=np.int64)
     bounds = np.asarray(level_bounds, dtype=np.float64)
@@ -246,7 +218,7 @@ def _member_draws(
     purpose, round_, first_user = draws
     starts = list(range(0, max(values.size, 1), USERS_PER_BLOCK))
     if len(starts) > 1 and values.size - starts[-1] < USERS_PER_BLOCK // 4:
-        starts.pop()  # a short last block joins the one before: a call's fixed cost (~0.1 ms) for a few users
+        starts.pop()  # a short last block joins the one before: a call's fixed cost is not worth a few users
     for first, end in zip(starts, [*starts[1:], max(values.size, 1)]):
         block = values[first:end]
         if members is None:
@@ -366,7 +338,9 @@ def _summed_counts(
     if oracle.flat_size() is None:
         statistics = functools.reduce(operator.add, (oracle.randomize_aggregate(block, rng) for block, rng in batches))
         return shard_counts(oracle, statistics, candidates)
-    support = functools.reduce(operator.add, (oracle.randomize_support(block, candidates, rng) for block, rng in batches))
+    support = functools.reduce(
+        operator.add, (oracle.randomize_support(block, candidates, rng) for block, rng in batches)
+    )
     return support.counts.ravel(), np.atleast_1d(support.n_users)
 
 

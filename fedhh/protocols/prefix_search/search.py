@@ -60,8 +60,8 @@ if TYPE_CHECKING:
 
 
 def postprocessors() -> dict[str, PostProcessor]:
-    """The post-processing methods by name, imported when first needed: they load scipy
-    (about 0.5 s), which a device importing this module to answer requests never uses."""
+    """The post-processing methods by name, imported when first needed: they load scipy (a slow
+    import), which a device importing this module to answer requests never uses."""
     from ...postprocess import POSTPROCESSORS
 
     return POSTPROCESSORS
@@ -208,12 +208,6 @@ class PrefixSearchServer(ServerProtocol):
     a subclass names its :class:`PrefixVariant`."""
 
     variant: ClassVar[PrefixVariant]
-    request_type = PrefixRequest
-    response_type = PrefixResponse
-
-    def __init_subclass__(cls, **options: Any) -> None:
-        super().__init_subclass__(**options)
-        cls.name = cls.variant.name  # the protocol's name, as every server declares it
 
     @property
     def final_pass(self) -> bool:
@@ -225,7 +219,7 @@ class PrefixSearchServer(ServerProtocol):
         self.seed = seed
         self.encoding = PrefixEncoding(params.encoding, codec)
         self.lengths = params.lengths(self.encoding.length)
-        self.split: BudgetSplit = self.variant.budget.split(self.name, params.epsilon)
+        self.split: BudgetSplit = self.variant.budget.split(self.variant.name, params.epsilon)
         self.level_epsilon = self.split.parts[0][1]
         self.final_epsilon = self.split.parts[1][1] if self.final_pass else 0.0
         self.bounds = np.concatenate(([0.0], np.cumsum(params.shares)))
@@ -361,7 +355,7 @@ class PrefixSearchServer(ServerProtocol):
 
     def absorb(self, response: Response) -> None:
         if not isinstance(response, PrefixResponse):
-            raise TypeError(f"{self.name} expects a PrefixResponse, got {type(response).__name__}")
+            raise TypeError(f"{self.variant.name} expects a PrefixResponse, got {type(response).__name__}")
         pending = self._pending
         if pending is None:
             raise ValueError(f"response for round {response.round}, but no request is pending")
@@ -543,7 +537,7 @@ class PrefixSearchServer(ServerProtocol):
     def result(self) -> ProtocolResult:
         discoveries = self.discovered()
         return ProtocolResult(
-            protocol=self.name,
+            protocol=self.variant.name,
             discoveries=discoveries,
             frequent_prefixes=[],
             trace=self.trace,

@@ -166,7 +166,9 @@ def _poisson_excess(limit: int) -> float:
     return limit + 12 * math.sqrt(limit + 1) + 12
 
 
-def _refined_normal_cdf(at: np.ndarray, mean: np.ndarray, variance: np.ndarray, third: np.ndarray) -> np.ndarray:
+def _refined_normal_cdf(
+    at: np.ndarray | float, mean: np.ndarray, variance: np.ndarray, third: np.ndarray
+) -> np.ndarray:
     """P(X <= at) for a Poisson-binomial X with these cumulants: the normal approximation with
     continuity correction and Volkova's skewness term; exact where X is certain (variance 0)."""
     sd = np.sqrt(np.maximum(variance, 0.0))

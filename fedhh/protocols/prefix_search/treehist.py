@@ -37,15 +37,17 @@ PAPER_SEGMENT = 1  # one unit per level: the binary prefix tree for bit values
 
 TREEHIST = PrefixVariant(
     name="treehist",
-    summary="TreeHist (Bassily et al.): a prefix tree scanned level by level with ε-LDP reports, then a final estimation pass",
+    summary=(
+        "TreeHist (Bassily et al.): a prefix tree scanned level by level with ε-LDP reports, then a final "
+        "estimation pass"
+    ),
     final_pass=True,  # the survivors are estimated from everyone's full-value reports
     default_oracle=COUNT_SKETCH_HADAMARD,
     default_selection=THRESHOLD,
     default_segment=PAPER_SEGMENT,
     budget=BudgetRule(
         (("prefix at a uniformly chosen level", 0.5), ("full string", 0.5)),
-        "Bassily et al., Practical Locally Private Heavy Hitters (TreeHist); "
-        "even split as in Cormode et al.'s survey",
+        "Bassily et al., Practical Locally Private Heavy Hitters (TreeHist); even split as in Cormode et al.'s survey",
     ),
     planner=plan_treehist,
     plan_command=TREEHIST_PLAN,

@@ -90,7 +90,9 @@ def detectable_share(params: SearchParameters, space: ValueSpace, probability: f
         return low
     while high / low > 1.01:
         middle = math.sqrt(low * high)
-        low, high = (low, middle) if item_discovery(params, space, middle).probability >= probability else (middle, high)
+        low, high = (
+            (low, middle) if item_discovery(params, space, middle).probability >= probability else (middle, high)
+        )
     return high
 
 
@@ -183,7 +185,9 @@ def _treehist_table(args: Options, plan: dict[str, Any]) -> PlanTable:
     ]
     rows += [(f"share found with probability {share}", "not reachable" if frequency is None else f"{frequency:.3g}")
              for share, frequency in plan["detectable_share"].items()]
-    rows += [(f"discovery, item of share {frequency}", f"{rate:.3f}") for frequency, rate in plan["discovery_rate"].items()]
+    rows += [
+        (f"discovery, item of share {frequency}", f"{rate:.3f}") for frequency, rate in plan["discovery_rate"].items()
+    ]
     notes = [f"privacy: {plan['model']}, ε = {args.epsilon:g}, δ = 0; an item sharing no prefix, "
              "no value competing for its places (see docs/sizing.md)"]
     return PlanTable(f"TreeHist plan: n = {args.users:,}, ε = {args.epsilon:g}, m = {args.bits} bits", rows, notes)

@@ -25,7 +25,8 @@ def rappor_budget(bloom_hashes: int = 2) -> BudgetRule:
 
 
 def rappor_split(epsilon: float, bloom_hashes: int = 2) -> BudgetSplit:
-    """:func:`rappor_budget` for a per-user ``epsilon`` (refused, naming privacy.epsilon, outside the oracles' range)."""
+    """:func:`rappor_budget` for a per-user ``epsilon`` (refused, naming privacy.epsilon, outside the
+    oracles' range)."""
     return rappor_budget(bloom_hashes).split(NAME, epsilon)
 
 

@@ -82,7 +82,9 @@ class BloomEncoder:
         """``(n, h)`` bits of each item key in its cohort's filter (broadcasting ``keys`` and ``cohorts``)."""
         multipliers, offsets = self._hashes
         index = np.asarray(cohorts, dtype=np.int64)[..., None] * self.bloom_hashes + np.arange(self.bloom_hashes)
-        return hash_expanded(multipliers[index], offsets[index], mix_keys(keys)[..., None], self.bloom_bits).astype(np.int64)
+        return hash_expanded(multipliers[index], offsets[index], mix_keys(keys)[..., None], self.bloom_bits).astype(
+            np.int64
+        )
 
     def set_bits(self, keys: np.ndarray, cohorts: np.ndarray, holds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(users, bits)``: where the true Bloom filters are set; a user without an item
@@ -168,7 +170,8 @@ class FilterMasks:
         self.table: tuple[np.ndarray, np.ndarray] | None = None
         if keys.size * encoder.cohorts <= users:
             pairs = keys.size * encoder.cohorts
-            # every (item, cohort) pair, then one per cohort for users holding no item: item -1 indexes them from the end
+            # every (item, cohort) pair, then one per cohort for users holding no item: item -1 indexes them
+            # from the end
             positions = np.zeros((pairs + encoder.cohorts, encoder.bloom_hashes), dtype=np.uint16)
             positions[:pairs] = pair_positions(encoder, keys).reshape(pairs, -1)
             self.table = encoder.filter_masks(positions, np.arange(positions.shape[0]) < pairs)
@@ -176,9 +179,13 @@ class FilterMasks:
     def of(self, items: np.ndarray, cohorts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(words, masks)`` of item ``items[u]`` (an index into the keys; negative: none) in cohort ``cohorts[u]``."""
         if self.table is None:
-            return self.encoder.filter_masks(self.encoder.positions(self.keys[np.maximum(items, 0)], cohorts), items >= 0)
+            return self.encoder.filter_masks(
+                self.encoder.positions(self.keys[np.maximum(items, 0)], cohorts), items >= 0
+            )
         words, masks = self.table
-        pair = (items * self.encoder.cohorts + cohorts).astype(np.intp, copy=False)  # in [-C, 0) for item -1: no item's columns
+        pair = (items * self.encoder.cohorts + cohorts).astype(
+            np.intp, copy=False
+        )  # in [-C, 0) for item -1: no item's columns
         if self.encoder.report_words > 1:
             return np.take(words, pair, axis=1), np.take(masks, pair, axis=1)
         return words[:, :0], np.take(masks, pair, axis=1)

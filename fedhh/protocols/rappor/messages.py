@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..base import Request, Response
-from ..messages import array_field, scalar_field
+from ..messages import array_field, message, scalar_field, summed
 from .encoding import BloomEncoder
 
 
-@dataclass(frozen=True)
+@message
 class RapporRequest(Request):
     """Send your randomised Bloom filter (every public parameter a device needs)."""
 
@@ -34,7 +33,7 @@ def _encoder(epsilon: float, bloom_bits: int, bloom_hashes: int, cohorts: int, h
     return BloomEncoder(epsilon, bloom_bits, bloom_hashes, cohorts, hash_seed)
 
 
-@dataclass(frozen=True)
+@message
 class RapporResponse(Response):
     """Per cohort, how many reports have each bit set (cohort-major), and how many reports there are."""
 
@@ -51,6 +50,6 @@ class RapporResponse(Response):
             round=responses[0].round,
             sampled_users=sum(r.sampled_users for r in responses),
             responding_users=sum(r.responding_users for r in responses),
-            ones=np.sum([r.ones for r in responses], axis=0, dtype=np.int64),
-            reporters=np.sum([r.reporters for r in responses], axis=0, dtype=np.int64),
+            ones=summed([r.ones for r in responses]),
+            reporters=summed([r.reporters for r in responses]),
         )

@@ -20,6 +20,7 @@ from ...kernels.blas import single_blas_thread
 from ...privacy.ldp import ldp_report
 from ...privacy.report import Coverage, PrivacyReport
 from ...privacy.validation import check_users
+from ...schema import PrivacySection
 from ..base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
 from ..common.report_mode import SIGNIFICANT, TOP_K, check_report_mode
 from ..common.value_reports import public_seed
@@ -34,6 +35,7 @@ from .parameters import (
     NAME,
     POPULATION_DICTIONARY_NOTE,
     SIGNIFICANCE,
+    RapporKeys,
 )
 
 
@@ -76,9 +78,6 @@ class Regression:
 class RapporServer(ServerProtocol):
     """One round of Bloom filters, decoded by regression against the candidate dictionary."""
 
-    name = NAME
-    request_type = RapporRequest
-    response_type = RapporResponse
 
     def __init__(self, params: RapporParameters, codec: ItemCodec, seed: int) -> None:
         self.params = params
@@ -99,7 +98,9 @@ class RapporServer(ServerProtocol):
 
     def _set_dictionary(self, dictionary: Vocabulary) -> None:
         if dictionary.size == 0:
-            raise InputError(f"protocol.candidates: the dictionary ({self.dictionary_source}) holds no encodable candidate")
+            raise InputError(
+                f"protocol.candidates: the dictionary ({self.dictionary_source}) holds no encodable candidate"
+            )
         check_bloom_size(self.params.bloom_bits, self.params.cohorts, dictionary.size)
         self.dictionary = dictionary
 
@@ -178,6 +179,7 @@ class RapporServer(ServerProtocol):
         })
         if p.candidates:
             return report
+        assert report.coverage is not None  # an LDP report states what it covers
         coverage = Coverage(report.coverage.covered, (*report.coverage.not_covered, POPULATION_DICTIONARY_NOTE))
         return dataclasses.replace(report, coverage=coverage)
 
@@ -227,7 +229,9 @@ def read_dictionary(path: str, codec: ItemCodec) -> Vocabulary:
     return vocabulary
 
 
-def decode(encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.ndarray, at_least: int = 0) -> Regression:
+def decode(
+    encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.ndarray, at_least: int = 0
+) -> Regression:
     """Bit estimates, screening, regression and the significance threshold (the package docstring).
 
     ``at_least``: the best-scored candidates regressed whatever their score
@@ -251,9 +255,13 @@ def decode(encoder: BloomEncoder, response: RapporResponse, candidate_keys: np.n
             positions = known[first : first + CANDIDATES_PER_BLOCK]
         else:
             positions = encoder.positions(keys[:, None], all_cohorts[None, :])  # (K, C, h)
-        scores[first : first + keys.size] = centred.ravel().take(positions + cohort_rows).reshape(keys.size, -1).sum(axis=1)
+        scores[first : first + keys.size] = (
+            centred.ravel().take(positions + cohort_rows).reshape(keys.size, -1).sum(axis=1)
+        )
     spread = 1.4826 * float(np.median(np.abs(centred)))  # robust sd of a bit estimate: heavy bits stand out
-    screen = NormalDist().inv_cdf(1 - 1 / max(candidate_keys.size, 2)) * spread * math.sqrt(encoder.bloom_hashes * cohorts)
+    screen = (
+        NormalDist().inv_cdf(1 - 1 / max(candidate_keys.size, 2)) * spread * math.sqrt(encoder.bloom_hashes * cohorts)
+    )
     limit = min(max(1, bits * cohorts // 4), MAX_REGRESSED)
     ranked = np.argsort(-scores, kind="stable")
     chosen = np.sort(ranked[:limit])
@@ -304,16 +312,6 @@ def solve_normal(normal: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def build_rappor(
-    privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
+    privacy: PrivacySection, protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
 ) -> RapporServer:
-    params = RapporParameters(
-        n_users=n_users,
-        epsilon=float(privacy["epsilon"]),
-        bloom_bits=int(protocol["bloom_bits"]),
-        bloom_hashes=int(protocol["bloom_hashes"]),
-        cohorts=int(protocol["cohorts"]),
-        candidates=str(protocol["candidates"]),
-        report=str(protocol["report"]),
-        top_k=int(protocol["top_k"]),
-    )
-    return RapporServer(params, codec, seed)
+    return RapporServer(RapporParameters(n_users, privacy.epsilon, **RapporKeys.of(protocol).values()), codec, seed)

@@ -1,43 +1,20 @@
 """Apple's Sequence Fragment Puzzle (Apple 2017; [Cormode21] §5): fragments tagged with the
 word's hash, reassembled by the server, then estimated by a full-word sketch.
 
-Every value is its ``U`` symbols, padded with zeros (``protocol.max_length``
-characters in ``unit_size``-character symbols), cut into ``P = U / f``
-fragments of ``f = protocol.fragment_length`` symbols.  Each user
-
-* is assigned one fragment position by public randomness (sent in the clear:
-  it depends on nothing the user holds) and reports that fragment of its
-  value concatenated with an 8-bit public hash of the whole value, through
-  a sketch oracle (Apple's CMS, count-mean over OUE, or HCMS, over HM(1)),
-  with ``fragment_share x ε``;
-* reports its whole value through a second sketch with the rest of ε
-  (``protocol.word_pass = false``: no full-word report, the whole ε on
-  the fragment).
-
-A shard sends the flat statistics of both sketches, per position for the
-fragments: additive, decoded once.  The server
-
-1. estimates every (fragment, hash) pair at every position (the ``B^f x
-   256`` pairs are enumerated: a sketch decodes each row once) and keeps,
-   per position, the best ``protocol.fragment_candidates`` of those above
-   the noise level (``Φ⁻¹(1 - 1/pairs)`` times a robust spread of the
-   estimates, most pairs being held by nobody);
-2. solves the puzzle: for every hash value, every way of choosing one kept
-   fragment per position with that hash is a candidate word, kept only if
-   it is the encoding of some item and its own hash is that hash (the hash
-   is what keeps "apples" and "orange" from becoming "orales");
-3. estimates the candidates with the full-word sketch (without one, with
-   the mean of their fragments' estimates) and reports the best
-   ``protocol.words_reported`` of those with a positive estimate.
-
-With ``protocol.report = "top_k"`` (:mod:`fedhh.protocols.common.report_mode`) the
-server keeps the best ``protocol.fragment_candidates`` pairs per position
-whatever the noise level and reports the best ``protocol.words_reported``
-candidates whatever their estimate, as pure-ldp does (every candidate the
-puzzle assembles, if fewer).
-
-Both reports are ε-LDP by their oracles at their share of ε; a user's
-guarantee is their sum (basic composition), as the privacy report states.
+Every value is cut into ``P`` fragments of ``protocol.fragment_length``
+symbols.  Each user reports, through a sketch oracle (CMS or HCMS), one
+fragment at a position drawn by public randomness (sent in the clear)
+together with an 8-bit public hash of the whole value, with
+``fragment_share x ε``, and its whole value through a second sketch with
+the rest of ε (``protocol.word_pass = false``: none).  The server keeps each
+position's (fragment, hash) pairs above the noise level, solves the puzzle
+(every way of choosing one kept fragment per position with one hash, kept
+if it encodes an item whose own hash matches) and reports the best
+candidates by the full-word estimate (``protocol.report = "top_k"``: the
+``K`` best whatever their noise, :mod:`fedhh.protocols.common.report_mode`).
+Both reports are ε-LDP at their share of ε; a user's guarantee is their sum.
+The decoder is described step by step in ``docs/derivations.md`` ("SFP's
+puzzle").
 
 The package: its keys and constants (``parameters``), budget split and the
 noise of its sketches (``analysis``), public encoding (``encoding``),
@@ -50,7 +27,7 @@ from __future__ import annotations
 
 from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..registry import register_protocol
-from ..spec import ProtocolSpec
+from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
 from .analysis import sfp_budget
 from .client import respond
 from .messages import SFPRequest, SFPResponse
@@ -63,9 +40,12 @@ from .wire import sfp_bits
 SPEC = register_protocol(
     ProtocolSpec(
         name=NAME,
-        summary="Apple's Sequence Fragment Puzzle: hashed fragments through a sketch, reassembled, then a full-word sketch",
+        summary=(
+            "Apple's Sequence Fragment Puzzle: hashed fragments through a sketch, reassembled, then a full-word "
+            "sketch"
+        ),
         build=build_sfp,
-        respond=respond,  # type: ignore[arg-type]
+        respond=respond,
         request_type=SFPRequest,
         response_type=SFPResponse,
         dropout_privacy=(
@@ -73,9 +53,10 @@ SPEC = register_protocol(
             "only removes its users' reports"
         ),
         keys=SFP_KEYS,
-        reply_budget=reply_budget,  # type: ignore[arg-type]
-        check_reply=check_reply,  # type: ignore[arg-type]
+        reply_budget=reply_budget,
+        check_reply=check_reply,
         describe_round=describe_round,
+        no_dense_reason=DENSE_NOT_DECLARED,
         budget=sfp_budget(),
         planner=plan_sfp,
         plan_command=SFP_PLAN,

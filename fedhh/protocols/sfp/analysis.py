@@ -16,7 +16,9 @@ def sfp_budget(fragment_share: float = 0.5, word_pass: bool = True) -> BudgetRul
     """The fragment report takes ``fragment_share x ε`` and the full word the rest; without
     the word pass the fragment report takes the whole ε."""
     if isinstance(fragment_share, bool) or not isinstance(fragment_share, (int, float)) or not 0 < fragment_share < 1:
-        raise InputError(f"protocol.fragment_share: must be a number in the open interval (0, 1), got {fragment_share!r}")
+        raise InputError(
+            f"protocol.fragment_share: must be a number in the open interval (0, 1), got {fragment_share!r}"
+        )
     fragment = "fragment with the word's 8-bit hash"
     parts = ((fragment, 1.0),) if not word_pass else ((fragment, fragment_share), ("full word", 1 - fragment_share))
     return BudgetRule(

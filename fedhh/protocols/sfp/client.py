@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ...data.population import Shard
 from ...kernels.randomness import RandomnessSource
 from ..common.item_choice import choose_items
 from .encoding import user_positions, vocabulary_values
-from .messages import SFPRequest, SFPResponse
+from .messages import SFPRequest, SFPResponse, flat_cells
 from .parameters import FRAGMENT_PURPOSE, ITEM_PURPOSE, USERS_PER_BLOCK, WORD_PURPOSE
 
 
@@ -53,11 +55,13 @@ def respond(request: SFPRequest, shard: Shard, randomness: RandomnessSource) -> 
         items[holders] = chosen
     user_ids = np.arange(shard.first_user, shard.first_user + shard.n_users, dtype=np.uint64)
     positions = user_positions(request.position_seed, fragments.positions, user_ids)
-    fragment_counts = np.zeros((fragments.positions, fragment_oracle.flat_size()), dtype=np.int64)
+    fragment_counts = np.zeros((fragments.positions, flat_cells(fragment_oracle)), dtype=np.int64)
     fragment_reporters = np.zeros((fragments.positions, request.sketch_rows), dtype=np.int64)
-    word_counts = np.zeros(0 if word_oracle is None else word_oracle.flat_size(), dtype=np.int64)
+    word_counts = np.zeros(0 if word_oracle is None else flat_cells(word_oracle), dtype=np.int64)
     word_reporters = np.zeros(0 if word_oracle is None else request.sketch_rows, dtype=np.int64)
-    for first, stop in user_blocks(shard.first_user, shard.n_users):  # users' private draws: one pass per block and report
+    for first, stop in user_blocks(
+        shard.first_user, shard.n_users
+    ):  # users' private draws: one pass per block and report
         held, placed = items[first:stop], positions[first:stop]
         block_users = (shard.first_user + first, held.size)
         per_position = fragment_oracle.randomize_aggregate_groups(
@@ -68,7 +72,9 @@ def respond(request: SFPRequest, shard: Shard, randomness: RandomnessSource) -> 
             fragment_counts[position] += cells
             fragment_reporters[position] += reporters
         if word_oracle is not None:
-            stats = word_oracle.randomize_aggregate(words[held], randomness.for_range(WORD_PURPOSE, request.round, *block_users))
+            stats = word_oracle.randomize_aggregate(
+                words[held], randomness.for_range(WORD_PURPOSE, request.round, *block_users)
+            )
             cells, reporters = word_oracle.to_flat(stats)
             word_counts += cells
             word_reporters += reporters
@@ -89,5 +95,4 @@ def user_blocks(first_user: int, n_users: int) -> list[tuple[int, int]]:
     no block's walk is replayed by two of the shard's blocks)."""
     bounds = range((first_user // USERS_PER_BLOCK + 1) * USERS_PER_BLOCK, first_user + n_users, USERS_PER_BLOCK)
     cuts = [first_user, *bounds, first_user + n_users]
-    return [(start - first_user, stop - first_user) for start, stop in zip(cuts[:-1], cuts[1:], strict=True)
-            if stop > start]
+    return [(start - first_user, stop - first_user) for start, stop in itertools.pairwise(cuts) if stop > start]

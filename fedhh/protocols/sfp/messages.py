@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...data.items import ItemCodec
 from ...oracles.sketches import SketchOracle
 from ..base import Request, Response
-from ..messages import array_field, scalar_field
+from ..messages import array_field, message, scalar_field, summed
 from .encoding import FragmentCodec, sketch
 from .parameters import HASH_VALUES
 
 
-@dataclass(frozen=True)
+@message
 class SFPRequest(Request):
     """Send your fragment report and your word report (every public parameter a device needs)."""
 
@@ -40,7 +39,15 @@ class SFPRequest(Request):
         return sketch(self.oracle, self.word_epsilon, 1 << 64, self.sketch_rows, self.sketch_width, self.oracle_seed)
 
 
-@dataclass(frozen=True)
+def flat_cells(oracle: SketchOracle) -> int:
+    """The cells of a sketch's flat statistics (the server refuses, when it is built, a sketch without)."""
+    cells = oracle.flat_size()
+    if cells is None:
+        raise ValueError(f"{oracle.name}: {oracle.rows} rows of {oracle.width} columns have no flat form")
+    return cells
+
+
+@message
 class SFPResponse(Response):
     """The two sketches' flat statistics, the fragments' per position; additive."""
 
@@ -62,6 +69,6 @@ class SFPResponse(Response):
             round=responses[0].round,
             sampled_users=sum(r.sampled_users for r in responses),
             responding_users=sum(r.responding_users for r in responses),
-            **{name: np.sum([getattr(r, name) for r in responses], axis=0, dtype=np.int64)
+            **{name: summed([getattr(r, name) for r in responses])
                for name in ("fragment_counts", "fragment_reporters", "word_counts", "word_reporters")},
         )

@@ -8,7 +8,7 @@ from ..base import RoundRecord, ServerProtocol
 from ..common.value_reports import check_all_users_report
 from ..spec import HeldUsers, InvalidReply
 from .encoding import user_positions
-from .messages import SFPRequest, SFPResponse
+from .messages import SFPRequest, SFPResponse, flat_cells
 from .server import SFPServer
 
 
@@ -32,9 +32,9 @@ def check_reply(request: SFPRequest, response: SFPResponse, node: HeldUsers, ser
 
 def reply_budget(request: SFPRequest, node: HeldUsers, server: ServerProtocol) -> int:
     assert isinstance(server, SFPServer)
-    cells = server.positions * (request.fragment_oracle(server.codec).flat_size() + request.sketch_rows)
+    cells = server.positions * (flat_cells(request.fragment_oracle(server.codec)) + request.sketch_rows)
     if request.word_epsilon > 0:
-        cells += request.word_oracle().flat_size() + request.sketch_rows
+        cells += flat_cells(request.word_oracle()) + request.sketch_rows
     return 8 * cells + 2048
 
 

@@ -16,6 +16,7 @@ from ...errors import InputError
 from ...privacy.ldp import ldp_report
 from ...privacy.report import PrivacyReport
 from ...privacy.validation import check_users
+from ...schema import PrivacySection
 from ..base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
 from ..common.report_mode import SIGNIFICANT, check_report_mode
 from ..common.value_reports import public_seed
@@ -29,6 +30,7 @@ from .parameters import (
     ORACLE_PURPOSE,
     POSITION_PURPOSE,
     SKETCH_ORACLES,
+    SFPKeys,
 )
 
 
@@ -43,15 +45,17 @@ class SFPParameters:
     word_pass: bool
     fragment_candidates: int
     words_reported: int
-    oracle: str
-    sketch_rows: int
-    sketch_width: int
+    fragment_oracle: str  # the oracle of both sketches
+    fragment_sketch_rows: int  # rows of both sketches
+    fragment_sketch_width: int  # width of both sketches
     report: str = SIGNIFICANT  # significant | top_k (fedhh.protocols.common.report_mode)
 
     def __post_init__(self) -> None:
         check_users(self.n_users)
-        if self.oracle not in SKETCH_ORACLES:
-            raise InputError(f"protocol.fragment_oracle: got {self.oracle!r}; allowed: {list(SKETCH_ORACLES)}")
+        if self.fragment_oracle not in SKETCH_ORACLES:
+            raise InputError(
+                f"protocol.fragment_oracle: got {self.fragment_oracle!r}; allowed: {list(SKETCH_ORACLES)}"
+            )
         sfp_split(self.epsilon, fragment_share=self.fragment_share, word_pass=self.word_pass)
         check_report_mode(self.report)
 
@@ -69,9 +73,6 @@ class Puzzle:
 class SFPServer(ServerProtocol):
     """One round of fragment and word reports, the puzzle solved once."""
 
-    name = NAME
-    request_type = SFPRequest
-    response_type = SFPResponse
 
     def __init__(self, params: SFPParameters, codec: ItemCodec, seed: int) -> None:
         self.params = params
@@ -85,19 +86,19 @@ class SFPServer(ServerProtocol):
         self._request = SFPRequest(
             round=1,
             fragment_length=params.fragment_length,
-            oracle=params.oracle,
+            oracle=params.fragment_oracle,
             fragment_epsilon=self.split.parts[0][1],
             word_epsilon=self.split.parts[1][1] if len(self.split.parts) > 1 else 0.0,
-            sketch_rows=params.sketch_rows,
-            sketch_width=params.sketch_width,
+            sketch_rows=params.fragment_sketch_rows,
+            sketch_width=params.fragment_sketch_width,
             position_seed=self.seeds[POSITION_PURPOSE],
             oracle_seed=self.seeds[ORACLE_PURPOSE],
             hash_seed=self.seeds[HASH_PURPOSE],
         )
         if self._request.fragment_oracle(codec).flat_size() is None:  # also refuses a sketch that cannot be built
             raise InputError(
-                f"protocol.fragment_sketch_width: {params.sketch_rows} rows x {params.sketch_width} columns are too "
-                "many cells for a shard to send; use fewer rows or a narrower sketch"
+                f"protocol.fragment_sketch_width: {params.fragment_sketch_rows} rows x {params.fragment_sketch_width} "
+                "columns are too many cells for a shard to send; use fewer rows or a narrower sketch"
             )
         self.fragments = self._request.fragment_codec(codec)
         self._puzzle: Puzzle | None = None
@@ -162,8 +163,8 @@ class SFPServer(ServerProtocol):
         rows, fragment_means = self._assemble(kept, kept_estimates)
         if rows.shape[0] and self._request.word_epsilon > 0:
             word_oracle = self._request.word_oracle()
-            statistics = word_oracle.from_flat(response.word_counts, response.word_reporters)
-            estimates = word_oracle.estimate(statistics, self.fragments.word_keys(rows))
+            words = word_oracle.from_flat(response.word_counts, response.word_reporters)
+            estimates = word_oracle.estimate(words, self.fragments.word_keys(rows))
         else:
             estimates = fragment_means
         return Puzzle(kept, rows, estimates, thresholds)
@@ -184,7 +185,9 @@ class SFPServer(ServerProtocol):
                 pieces[longest] = (keys[strongest], scores[strongest])
             grids = np.meshgrid(*[np.arange(keys.size) for keys, _ in pieces], indexing="ij")
             choice = [grid.ravel() for grid in grids]
-            fragments = np.stack([keys[pick] // HASH_VALUES for (keys, _), pick in zip(pieces, choice, strict=True)], axis=1)
+            fragments = np.stack(
+                [keys[pick] // HASH_VALUES for (keys, _), pick in zip(pieces, choice, strict=True)], axis=1
+            )
             scores = np.mean([s[pick] for (_, s), pick in zip(pieces, choice, strict=True)], axis=0)
             rows = self.fragments.unfragment(fragments.astype(np.int64))
             valid = self.fragments.encoding.reportable(rows)
@@ -197,9 +200,9 @@ class SFPServer(ServerProtocol):
 
     def privacy_report(self) -> PrivacyReport:
         p = self.params
-        return ldp_report(self.split, p.oracle, {
+        return ldp_report(self.split, p.fragment_oracle, {
             "positions": self.positions, "fragment_length": p.fragment_length, "hash_bits": 8,
-            "sketch_rows": p.sketch_rows, "sketch_width": p.sketch_width,
+            "sketch_rows": p.fragment_sketch_rows, "sketch_width": p.fragment_sketch_width,
             "position": "sent in the clear: drawn by public randomness, independent of the user's value",
         })
 
@@ -219,10 +222,16 @@ class SFPServer(ServerProtocol):
             trace=self.trace,
             privacy=self.privacy_report(),
             params={
-                "fragment_length": p.fragment_length, "positions": self.positions, "fragment_share": p.fragment_share,
+                "fragment_length": p.fragment_length,
+                "positions": self.positions,
+                "fragment_share": p.fragment_share,
                 "word_pass": p.word_pass,
-                "fragment_candidates": p.fragment_candidates, "words_reported": p.words_reported, "report": p.report,
-                "oracle": p.oracle, "sketch_rows": p.sketch_rows, "sketch_width": p.sketch_width,
+                "fragment_candidates": p.fragment_candidates,
+                "words_reported": p.words_reported,
+                "report": p.report,
+                "oracle": p.fragment_oracle,
+                "sketch_rows": p.fragment_sketch_rows,
+                "sketch_width": p.fragment_sketch_width,
                 "fragment_thresholds": [round(t, 1) for t in self._puzzle.thresholds] if self._puzzle else None,
             },
             stopped_because="one round of fragment and word reports decoded" if self._trace else "not finished",
@@ -230,19 +239,6 @@ class SFPServer(ServerProtocol):
 
 
 def build_sfp(
-    privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
+    privacy: PrivacySection, protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
 ) -> SFPServer:
-    params = SFPParameters(
-        n_users=n_users,
-        epsilon=float(privacy["epsilon"]),
-        fragment_length=int(protocol["fragment_length"]),
-        fragment_share=float(protocol["fragment_share"]),
-        word_pass=bool(protocol["word_pass"]),
-        fragment_candidates=int(protocol["fragment_candidates"]),
-        words_reported=int(protocol["words_reported"]),
-        oracle=str(protocol["fragment_oracle"]),
-        sketch_rows=int(protocol["fragment_sketch_rows"]),
-        sketch_width=int(protocol["fragment_sketch_width"]),
-        report=str(protocol["report"]),
-    )
-    return SFPServer(params, codec, seed)
+    return SFPServer(SFPParameters(n_users, privacy.epsilon, **SFPKeys.of(protocol).values()), codec, seed)

@@ -22,10 +22,19 @@ def sfp_bits(server: SFPServer) -> Communication:
     epsilons = [epsilon for _, epsilon in server.split.parts]  # the fragment's, then the word pass's if any
     seed = server.seeds[ORACLE_PURPOSE]
     domain = server.fragments.fragment_values * HASH_VALUES
-    fragment_oracle = sketch(params.oracle, epsilons[0], domain, params.sketch_rows, params.sketch_width, seed)
+    fragment_oracle = sketch(
+        params.fragment_oracle, epsilons[0], domain, params.fragment_sketch_rows, params.fragment_sketch_width, seed
+    )
     fragment = index_bits(server.positions) + fragment_oracle.report_bits()
-    reports = [SentReport(f"fragment with its position ({params.oracle})", fragment, 1.0)]
+    reports = [SentReport(f"fragment with its position ({params.fragment_oracle})", fragment, 1.0)]
     if len(epsilons) > 1:
-        word_oracle = sketch(params.oracle, epsilons[1], 1 << 64, params.sketch_rows, params.sketch_width, seed)
-        reports.append(SentReport(f"whole word ({params.oracle})", word_oracle.report_bits(), 1.0))
+        word_oracle = sketch(
+            params.fragment_oracle,
+            epsilons[1],
+            1 << 64,
+            params.fragment_sketch_rows,
+            params.fragment_sketch_width,
+            seed,
+        )
+        reports.append(SentReport(f"whole word ({params.fragment_oracle})", word_oracle.report_bits(), 1.0))
     return Communication(tuple(reports), sum(report.bits for report in reports))

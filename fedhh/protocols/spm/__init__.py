@@ -40,7 +40,7 @@ from __future__ import annotations
 from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
-from ..spec import ProtocolSpec
+from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
 from .client import respond
 from .messages import SPMRequest, SPMResponse
 from .nodes import check_reply, describe_round, reply_budget
@@ -52,16 +52,20 @@ from .wire import spm_bits
 SPEC = register_protocol(
     ProtocolSpec(
         name=NAME,
-        summary="SPM (Wang et al. §III-C): segment patterns, then segment pairs, then the assembled candidates, OLH at ε/3 each",
+        summary=(
+            "SPM (Wang et al. §III-C): segment patterns, then segment pairs, then the assembled candidates, "
+            "OLH at ε/3 each"
+        ),
         build=build_spm,
-        respond=respond,  # type: ignore[arg-type]
+        respond=respond,
         request_type=SPMRequest,
         response_type=SPMResponse,
         dropout_privacy=DROPOUT_PRIVACY,
         keys=KEYS,
-        reply_budget=reply_budget,  # type: ignore[arg-type]
-        check_reply=check_reply,  # type: ignore[arg-type]
+        reply_budget=reply_budget,
+        check_reply=check_reply,
         describe_round=describe_round,
+        no_dense_reason=DENSE_NOT_DECLARED,
         budget=BUDGET,
         planner=plan_spm,
         plan_command=SPM_PLAN,

@@ -1,7 +1,9 @@
-"""SPM's device side: three OLH reports at ε/3 (the user's pair of segments and its whole value), read in three stages."""
+"""SPM's device side: three OLH reports at ε/3 (the user's pair of segments and its whole value), read in
+three stages."""
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import numpy as np
@@ -43,7 +45,9 @@ def users_values(request: SPMRequest, shard: Shard, randomness: RandomnessSource
     """The value bits ``[V + 1, m]`` of the vocabulary (the empty value last) and each user's row in it."""
     encoding = PrefixEncoding("bits", shard.vocabulary.codec)
     if encoding.length != request.value_bits:
-        raise ValueError(f"request.value_bits: {request.value_bits}, but the item codec gives {encoding.length}-bit values")
+        raise ValueError(
+            f"request.value_bits: {request.value_bits}, but the item codec gives {encoding.length}-bit values"
+        )
     bits = np.concatenate([encoding.units(shard.vocabulary), np.zeros((1, request.value_bits), dtype=np.uint8)])
     items = np.full(shard.n_users, -1, dtype=np.int64)
     holders, chosen = choose_items(shard, np.arange(shard.n_users), randomness, ITEM_PURPOSE, 0)
@@ -55,7 +59,7 @@ def segment_reports(request: SPMRequest, shard: Shard, randomness: RandomnessSou
                     reporters: np.ndarray, values: np.ndarray) -> tuple[LocalHashing, Any]:
     """The OLH reports of ``segment`` by its reporters (local ids), keyed by (segment, global id)."""
     width = int(request.bounds[segment + 1] - request.bounds[segment])
-    oracle = make_oracle(ORACLE, epsilon=request.epsilon, domain=1 << width)
+    oracle = typing.cast(LocalHashing, make_oracle(ORACLE, epsilon=request.epsilon, domain=1 << width))  # OLH
     rng = randomness.for_users(SEGMENT_PURPOSE, segment, reporters + shard.first_user)
     return oracle, oracle.randomize(values, rng)
 
@@ -98,11 +102,15 @@ def respond(request: SPMRequest, shard: Shard, randomness: RandomnessSource) -> 
     if request.mode == FINAL:
         encoding = PrefixEncoding("bits", shard.vocabulary.codec)
         oracle = make_oracle(ORACLE, epsilon=request.epsilon, domain=encoding.domain(request.value_bits))
-        reports = oracle.randomize(encoding.keys(bits)[items], randomness.for_users(FULL_PURPOSE, 0, local + shard.first_user))
+        reports = oracle.randomize(
+            encoding.keys(bits)[items], randomness.for_users(FULL_PURPOSE, 0, local + shard.first_user)
+        )
         support = oracle.support(reports, request.candidates)
         return _response(request, shard, support.counts, np.array([shard.n_users]))
     values = segment_keys(bits, request.bounds)[items]  # [users, g]
-    pairs = segment_pairs(request.segments)[user_pairs(request.partition_seed, request.segments, local + shard.first_user)]
+    pairs = segment_pairs(request.segments)[
+        user_pairs(request.partition_seed, request.segments, local + shard.first_user)
+    ]
     counts, reporters = [], []
     supports: list[np.ndarray] = []  # pairs: per segment, [its reporters, |C_i|] support indicators
     for segment in range(request.segments):
@@ -117,13 +125,19 @@ def respond(request: SPMRequest, shard: Shard, randomness: RandomnessSource) -> 
             supported = local_hash(reports.seeds[:, None], patterns[None, :], oracle.g) == reports.buckets[:, None]
             supports.append(supported)
     if request.mode == PAIRS:
-        for pair, (first, second) in enumerate(segment_pairs(request.segments)):
+        for first, second in segment_pairs(request.segments):
             group = np.flatnonzero(np.all(pairs == (first, second), axis=1))
             a = supports[first][np.searchsorted(np.flatnonzero((pairs == first).any(axis=1)), group)].astype(np.float64)
-            b = supports[second][np.searchsorted(np.flatnonzero((pairs == second).any(axis=1)), group)].astype(np.float64)
+            b = supports[second][np.searchsorted(np.flatnonzero((pairs == second).any(axis=1)), group)].astype(
+                np.float64
+            )
             with single_blas_thread():
                 pair_counts = a.T @ b
-            counts += [np.rint(pair_counts).astype(np.int64).ravel(), a.sum(axis=0).astype(np.int64), b.sum(axis=0).astype(np.int64)]
+            counts += [
+                np.rint(pair_counts).astype(np.int64).ravel(),
+                a.sum(axis=0).astype(np.int64),
+                b.sum(axis=0).astype(np.int64),
+            ]
             reporters.append(group.size)
     return _response(request, shard, np.concatenate(counts), np.asarray(reporters))
 

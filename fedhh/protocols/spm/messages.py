@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..base import Request, Response
-from ..messages import array_field, scalar_field
+from ..messages import array_field, message, scalar_field, summed
 
 
-@dataclass(frozen=True)
+@message
 class SPMRequest(Request):
     """One of the three rounds, with every public parameter a device needs to answer it."""
 
@@ -22,11 +21,12 @@ class SPMRequest(Request):
     epsilon: float = scalar_field(minimum=0.0)  # ε of each report
     partition_seed: int  # public seed of the users' segment pairs
     patterns: np.ndarray = array_field("uint64", ("P",))  # pairs: C_0, C_1, ... concatenated
-    pattern_offsets: np.ndarray = array_field("int64", ("segments+1",))  # pairs: C_i = patterns[offsets[i]:offsets[i+1]]
+    # pairs: C_i = patterns[offsets[i]:offsets[i+1]]
+    pattern_offsets: np.ndarray = array_field("int64", ("segments+1",))
     candidates: np.ndarray = array_field("uint64", ("C",))  # final: keys of the candidate values
 
 
-@dataclass(frozen=True)
+@message
 class SPMResponse(Response):
     """Support counts (segments: every pattern; pairs: joint and single per pair; final: candidates); additive."""
 
@@ -44,6 +44,6 @@ class SPMResponse(Response):
             round=responses[0].round,
             sampled_users=sum(r.sampled_users for r in responses),
             responding_users=sum(r.responding_users for r in responses),
-            counts=np.sum([r.counts for r in responses], axis=0, dtype=np.int64),
-            reporters=np.sum([r.reporters for r in responses], axis=0, dtype=np.int64),
+            counts=summed([r.counts for r in responses]),
+            reporters=summed([r.reporters for r in responses]),
         )

@@ -32,7 +32,10 @@ def check_reply(request: SPMRequest, response: SPMResponse, node: HeldUsers, ser
     check_all_users_report(response, node)
     counts, reporters = expected_sizes(request)
     if response.counts.size != counts or response.reporters.size != reporters:
-        raise InvalidReply(f"{tag}.counts: {response.counts.size} counts from {response.reporters.size} groups, expected {counts} from {reporters}")
+        raise InvalidReply(
+            f"{tag}.counts: {response.counts.size} counts from {response.reporters.size} groups, "
+            f"expected {counts} from {reporters}"
+        )
     ids = np.arange(node.first_user, node.first_user + node.users)
     if request.mode == FINAL:
         expected = np.array([node.users])
@@ -44,7 +47,9 @@ def check_reply(request: SPMRequest, response: SPMResponse, node: HeldUsers, ser
             chosen = segment_pairs(request.segments)[pairs]
             expected = np.array([(chosen == s).any(axis=1).sum() for s in range(request.segments)])
     if not np.array_equal(response.reporters, expected):
-        raise InvalidReply(f"{tag}.reporters: {response.reporters.tolist()}, the node's users per group {expected.tolist()}")
+        raise InvalidReply(
+            f"{tag}.reporters: {response.reporters.tolist()}, the node's users per group {expected.tolist()}"
+        )
     limit = int(response.reporters.max(initial=0)) if request.mode != FINAL else node.users
     if response.counts.size and int(response.counts.max()) > limit:
         raise InvalidReply(f"{tag}.counts: a count exceeds {limit}, the most its reports can support")
@@ -62,4 +67,7 @@ def describe_round(record: RoundRecord) -> str:
     if values["stage"] == PAIRS:
         return (f"segment pairs from {values['users']:,} users: {values['value_pairs_kept']} value pairs kept "
                 f"per segment pair, {values['candidates']:,} candidates")
-    return f"full values from {values['users']:,} users: {values['candidates']:,} candidates, {values['reported']} reported"
+    return (
+        f"full values from {values['users']:,} users: {values['candidates']:,} candidates, "
+        f"{values['reported']} reported"
+    )

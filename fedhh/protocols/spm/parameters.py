@@ -11,7 +11,7 @@ import numpy as np
 from ...errors import InputError
 from ...privacy.ldp import BudgetRule
 from ...privacy.validation import check_users
-from ...schema import Key
+from ...schema import ConfigSection, Key
 from ..common.keys import TOP_K_KEY
 
 NAME = "spm"
@@ -25,10 +25,22 @@ ITEM_PURPOSE = "spm.item"
 SEGMENT_PURPOSE = "spm.segment-report"
 FULL_PURPOSE = "spm.full-report"
 
-KEYS: dict[str, Key] = {
-    "segment_bits": Key(int, 0, f"SPM: s, bits per segment (the last one shorter if s does not divide m); 0: the longest with g 2^s <= {AUTO_PATTERN_LIMIT:,}", check=lambda v: 0 <= v <= MAX_SEGMENT_BITS, constraint=f"in 0..{MAX_SEGMENT_BITS}"),
-    "top_k": TOP_K_KEY,
-}
+@dataclass(frozen=True)
+class SPMKeys(ConfigSection):
+    """SPM's own ``[protocol]`` keys."""
+
+    segment_bits: int = Key(
+        int,
+        0,
+        "SPM: s, bits per segment (the last one shorter if s does not divide m); "
+        f"0: the longest with g 2^s <= {AUTO_PATTERN_LIMIT:,}",
+        check=lambda v: 0 <= v <= MAX_SEGMENT_BITS,
+        constraint=f"in 0..{MAX_SEGMENT_BITS}",
+    ).field()
+    top_k: int = TOP_K_KEY.field()
+
+
+KEYS: dict[str, Key] = SPMKeys.keys()
 
 
 BUDGET = BudgetRule(
@@ -83,5 +95,5 @@ class SPMParameters:
 
 def spm_parameters(protocol: Mapping[str, Any], epsilon: float, n_users: int, value_bits: int) -> SPMParameters:
     BUDGET.split(NAME, epsilon)  # refuses a per-user ε no report's oracle can take, naming privacy.epsilon
-    return SPMParameters(n_users, epsilon, value_bits, int(protocol["segment_bits"]) or auto_segment_bits(value_bits),
-                         int(protocol["top_k"]))
+    keys = SPMKeys.of(protocol)
+    return SPMParameters(n_users, epsilon, value_bits, keys.segment_bits or auto_segment_bits(value_bits), keys.top_k)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Sequence
 from typing import Any
 
 from ...oracles import make_oracle
+from ...oracles.local_hashing import LocalHashing
 from ...planning.commands import Option, ldp_plan_command
 from ...planning.plan import PLAN_FREQUENCIES, check_frequencies
 from ...privacy.ldp import ldp_report
@@ -21,7 +23,7 @@ def stage_margins(params: SPMParameters, frequency: float) -> dict[str, float]:
     reporters of each pair, the joint estimator's variance per reporter being
     about ``(q (1 - q))^2 / (p - q)^4``; final: all ``n``.
     """
-    oracle = make_oracle(ORACLE, epsilon=params.epsilon / 3, domain=2)
+    oracle = typing.cast(LocalHashing, make_oracle(ORACLE, epsilon=params.epsilon / 3, domain=2))  # OLH
     p, q = oracle.p, oracle.q
     n, g = params.n_users, params.segments
     pairs = g * (g - 1) / 2
@@ -42,7 +44,12 @@ def plan_spm(
     check_frequencies(frequencies)
     params = spm_parameters({"segment_bits": segment_bits, "top_k": top_k}, epsilon, n_users, value_bits)
     split = BUDGET.split(NAME, epsilon)
-    parameters = {"value_bits": value_bits, "segment_bits": params.segment_bits, "segments": params.segments, "top_k": top_k}
+    parameters = {
+        "value_bits": value_bits,
+        "segment_bits": params.segment_bits,
+        "segments": params.segments,
+        "top_k": top_k,
+    }
     return {
         "protocol": NAME, "n_users": n_users, "epsilon": epsilon, "delta": 0.0, **parameters,
         "segment_bounds": [int(b) for b in params.bounds],

@@ -1,7 +1,9 @@
-"""SPM's server: frequent segments, then frequent pairs of them assembled into candidates, then whole-value estimates."""
+"""SPM's server: frequent segments, then frequent pairs of them assembled into candidates, then whole-value
+estimates."""
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,6 +11,8 @@ import numpy as np
 
 from ...data.items import ItemCodec
 from ...oracles import make_oracle
+from ...oracles.local_hashing import LocalHashing
+from ...schema import PrivacySection
 from ..base import Response
 from ..common.prefix_encoding import PrefixEncoding
 from ..common.value_reports import (
@@ -24,8 +28,6 @@ class SPMServer(ValueReportingServer):
     """Segments, then segment pairs, then the candidates' full values (the package docstring)."""
 
     name = NAME
-    request_type = SPMRequest
-    response_type = SPMResponse
     oracle_label = ORACLE
     rounds = 3
     finished = "segments, pairs and candidates estimated"
@@ -36,7 +38,8 @@ class SPMServer(ValueReportingServer):
         super().__init__(params, codec, BUDGET.split(NAME, params.epsilon))
         self.report_epsilon = self.split.parts[0][1]
         self.partition_seed = public_seed(seed, "spm.partition")
-        self.oracle = make_oracle(ORACLE, epsilon=self.report_epsilon, domain=2)  # p and q do not depend on the domain
+        # OLH; p and q do not depend on the domain
+        self.oracle = typing.cast(LocalHashing, make_oracle(ORACLE, epsilon=self.report_epsilon, domain=2))
         self._patterns: list[np.ndarray] = []  # C_i
         self._candidates: np.ndarray | None = None  # value rows [K, m]
         self._kept_per_pair = 0
@@ -56,12 +59,23 @@ class SPMServer(ValueReportingServer):
             return None
         if self._pending is None or self._pending.mode != stage:
             patterns = np.concatenate(self._patterns) if self._patterns else np.zeros(0, dtype=np.uint64)
-            offsets = np.r_[0, np.cumsum([p.size for p in self._patterns])] if self._patterns else np.zeros(self.params.segments + 1)
-            candidates = self.encoding.keys(self._candidates) if stage == FINAL else np.zeros(0, dtype=np.uint64)
+            offsets = (
+                np.r_[0, np.cumsum([p.size for p in self._patterns])]
+                if self._patterns
+                else np.zeros(self.params.segments + 1)
+            )
+            final = self._candidates  # set in the FINAL stage only
+            candidates = self.encoding.keys(final) if final is not None else np.zeros(0, dtype=np.uint64)
             self._pending = SPMRequest(
-                round=len(self._trace) + 1, mode=stage, value_bits=self.params.value_bits, segments=self.params.segments,
-                bounds=self.params.bounds, epsilon=self.report_epsilon, partition_seed=self.partition_seed,
-                patterns=patterns.astype(np.uint64), pattern_offsets=np.asarray(offsets, dtype=np.int64),
+                round=len(self._trace) + 1,
+                mode=stage,
+                value_bits=self.params.value_bits,
+                segments=self.params.segments,
+                bounds=self.params.bounds,
+                epsilon=self.report_epsilon,
+                partition_seed=self.partition_seed,
+                patterns=patterns.astype(np.uint64),
+                pattern_offsets=np.asarray(offsets, dtype=np.int64),
                 candidates=candidates.astype(np.uint64),
             )
         return self._pending
@@ -103,7 +117,9 @@ class SPMServer(ValueReportingServer):
             b = response.counts[start + ka * kb + ka : start + ka * kb + ka + kb].astype(np.float64)
             start += ka * kb + ka + kb
             n_pair = float(response.reporters[index])
-            joints[first, second] = (both - q * a[:, None] - q * b[None, :] + n_pair * q * q) / (p - q) ** 2 * len(pairs)
+            joints[first, second] = (
+                (both - q * a[:, None] - q * b[None, :] + n_pair * q * q) / (p - q) ** 2 * len(pairs)
+            )
         return joints
 
     def _absorb_pairs(self, response: SPMResponse) -> None:
@@ -118,10 +134,13 @@ class SPMServer(ValueReportingServer):
         self._kept_per_pair = min(kept, max(j.size for j in joints.values()))
         rows = self._rows(candidates)
         self._candidates = rows[self.encoding.reportable(rows)][:MAX_CANDIDATES]
-        self._record_stage(PAIRS, response, value_pairs_kept=self._kept_per_pair, candidates=int(self._candidates.shape[0]))
+        self._record_stage(
+            PAIRS, response, value_pairs_kept=self._kept_per_pair, candidates=int(self._candidates.shape[0])
+        )
 
     def _assemble(self, joints: dict[tuple[int, int], np.ndarray], kept: int) -> np.ndarray:
-        """Index tuples ``[K, g]`` into ``C_0 .. C_{g-1}`` whose every segment pair is among its pair's ``kept`` best."""
+        """Index tuples ``[K, g]`` into ``C_0 .. C_{g-1}`` whose every segment pair is among its pair's
+        ``kept`` best."""
         frequent = {}
         for pair, joint in joints.items():
             flat = np.zeros(joint.size, dtype=bool)
@@ -130,7 +149,9 @@ class SPMServer(ValueReportingServer):
         partial = np.arange(self._patterns[0].size)[:, None]
         for segment in range(1, self.params.segments):
             size = self._patterns[segment].size
-            grown = np.concatenate([np.repeat(partial, size, axis=0), np.tile(np.arange(size), partial.shape[0])[:, None]], axis=1)
+            grown = np.concatenate(
+                [np.repeat(partial, size, axis=0), np.tile(np.arange(size), partial.shape[0])[:, None]], axis=1
+            )
             keep = np.ones(grown.shape[0], dtype=bool)
             for earlier in range(segment):
                 keep &= frequent[earlier, segment][grown[:, earlier], grown[:, segment]]
@@ -173,6 +194,8 @@ class SPMServer(ValueReportingServer):
         }
 
 
-def build_spm(privacy: Mapping[str, Any], protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int) -> SPMServer:
+def build_spm(
+    privacy: PrivacySection, protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
+) -> SPMServer:
     value_bits = PrefixEncoding("bits", codec).length
-    return SPMServer(spm_parameters(protocol, float(privacy["epsilon"]), n_users, value_bits), codec, seed)
+    return SPMServer(spm_parameters(protocol, privacy.epsilon, n_users, value_bits), codec, seed)

@@ -26,22 +26,22 @@ from .contract import CONTRACT
 from .messages import TrieHHRequest, TrieHHResponse
 from .nodes import DROPOUT_PRIVACY, TrieHHDense, check_reply, describe_round, narrow, reply_budget
 from .plan import TRIEHH_PLAN, plan_triehh
-from .server import TrieHHServer, build_triehh
+from .server import NAME, TrieHHServer, build_triehh
 from .sizing import TRIEHH_SIZING
 from .wire import triehh_bits
 
 SPEC = register_protocol(
     ProtocolSpec(
-        name="triehh",
+        name=NAME,
         summary="TrieHH (Zhu et al.): a sampled, thresholded trie grown one symbol per round; central DP",
         build=build_triehh,
-        respond=respond,  # type: ignore[arg-type]
+        respond=respond,
         request_type=TrieHHRequest,
         response_type=TrieHHResponse,
         dropout_privacy=DROPOUT_PRIVACY,
-        narrow=narrow,  # type: ignore[arg-type]
-        reply_budget=reply_budget,  # type: ignore[arg-type]
-        check_reply=check_reply,  # type: ignore[arg-type]
+        narrow=narrow,
+        reply_budget=reply_budget,
+        check_reply=check_reply,
         describe_round=describe_round,
         dense=TrieHHDense,
         contract=CONTRACT,

@@ -21,7 +21,9 @@ def alphabet_lines() -> list[str]:
             else:
                 runs.append((code, code))
         mark = "0x" if alphabet.byte_level else "U+00"
-        ranges = ", ".join(f"{mark}{low:02X}..{mark}{high:02X}" if high > low else f"{mark}{low:02X}" for low, high in runs)
+        ranges = ", ".join(
+            f"{mark}{low:02X}..{mark}{high:02X}" if high > low else f"{mark}{low:02X}" for low, high in runs
+        )
         unit = "UTF-8 bytes" if alphabet.byte_level else "characters (code points)"
         lines.append(f"* `{name}`: {alphabet.size} {unit}: {ranges}")
     return lines

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...data.prefixes import sum_histograms
 from ..base import Request, Response
-from ..messages import array_field
+from ..messages import array_field, message
 
 
-@dataclass(frozen=True)
+@message
 class TrieHHRequest(Request):
     """Round ``r``: who is sampled, and the trie's extendable depth-(r-1) prefixes."""
 
@@ -20,7 +19,7 @@ class TrieHHRequest(Request):
     parents: np.ndarray = array_field("int64", ("K", "round-1"))  # the trie's depth-(round-1) prefixes, as symbol rows
 
 
-@dataclass(frozen=True)
+@message
 class TrieHHResponse(Response):
     """Votes per depth-r prefix (a sparse, additive histogram)."""
 
@@ -28,7 +27,7 @@ class TrieHHResponse(Response):
     votes: np.ndarray = array_field("int64", ("K",))  # votes for each prefix (at least 1 in an honest reply)
 
     @classmethod
-    def combine(cls, responses: Sequence["TrieHHResponse"]) -> "TrieHHResponse":
+    def combine(cls, responses: Sequence[TrieHHResponse]) -> TrieHHResponse:
         if not responses:
             raise ValueError("combine needs at least one response")
         rounds = {r.round for r in responses}

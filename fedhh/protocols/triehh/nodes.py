@@ -66,12 +66,16 @@ def check_votes(request: TrieHHRequest, response: TrieHHResponse, symbols: int) 
     """Raise :class:`InvalidReply` unless ``response`` is a possible answer to ``request``."""
     sampled = int(request.sampled.size)
     if response.sampled_users != sampled:
-        raise InvalidReply(f"TrieHHResponse.sampled_users: {sampled} of its users were sampled, it says {response.sampled_users}")
+        raise InvalidReply(
+            f"TrieHHResponse.sampled_users: {sampled} of its users were sampled, it says {response.sampled_users}"
+        )
     if response.responding_users > sampled:
         raise InvalidReply(f"TrieHHResponse.responding_users: {response.responding_users} > {sampled} sampled users")
     total = int(response.votes.sum())
     if total != response.responding_users:
-        raise InvalidReply(f"TrieHHResponse.votes: they add up to {total}, responding_users says {response.responding_users}")
+        raise InvalidReply(
+            f"TrieHHResponse.votes: they add up to {total}, responding_users says {response.responding_users}"
+        )
     if response.votes.size and response.votes.min() < 1:
         raise InvalidReply("TrieHHResponse.votes: a listed prefix must have at least one vote")
     rows = response.prefixes

@@ -10,10 +10,12 @@ from ...kernels.randomness import KeyedRandomness
 from ...kernels.sampling import uniform_subset
 from ...privacy.report import PrivacyReport
 from ...privacy.triehh import TrieHHParameters, solve_triehh
+from ...schema import PrivacySection
 from ..base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
 from ..spec import Section
 from .messages import TrieHHRequest, TrieHHResponse
 
+NAME = "triehh"
 SAMPLE_PURPOSE = "triehh.sample"
 
 
@@ -28,10 +30,6 @@ def round_sample(randomness: KeyedRandomness, round_: int, n_users: int, batch_s
 
 class TrieHHServer(ServerProtocol):
     """TrieHH's server: samples users, thresholds votes, grows the trie."""
-
-    name = "triehh"
-    request_type = TrieHHRequest
-    response_type = TrieHHResponse
 
     def __init__(self, params: TrieHHParameters, codec: ItemCodec, seed: int) -> None:
         if params.max_rounds != codec.max_rounds:
@@ -143,7 +141,7 @@ class TrieHHServer(ServerProtocol):
 
     def result(self) -> ProtocolResult:
         return ProtocolResult(
-            protocol=self.name,
+            protocol=NAME,
             discoveries=self.discovered(),
             frequent_prefixes=self.frequent_prefixes(),
             trace=self.trace,
@@ -160,7 +158,9 @@ class TrieHHServer(ServerProtocol):
         )
 
 
-def build_triehh(privacy: Section, protocol: Section, n_users: int, codec: ItemCodec, seed: int) -> TrieHHServer:
+def build_triehh(
+    privacy: PrivacySection, protocol: Section, n_users: int, codec: ItemCodec, seed: int
+) -> TrieHHServer:
     """TrieHH from a config: θ and m solved from the (ε, δ) target for n users and L rounds."""
-    params = solve_triehh(n_users, privacy["epsilon"], privacy["delta"], codec.max_rounds)
+    params = solve_triehh(n_users, privacy.epsilon, privacy.delta, codec.max_rounds)
     return TrieHHServer(params, codec, seed)

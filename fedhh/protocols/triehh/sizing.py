@@ -74,7 +74,9 @@ class _TrieHHFamily:
         feasible = batch >= self.theta
         rate = np.zeros(users.shape)
         if feasible.any():
-            hit = hypergeometric_survival(self.theta - 1, users[feasible], self.holders(users[feasible]), batch[feasible])
+            hit = hypergeometric_survival(
+                self.theta - 1, users[feasible], self.holders(users[feasible]), batch[feasible]
+            )
             rate[feasible] = hit ** self.max_rounds
         return rate
 
