@@ -115,10 +115,8 @@ class Admission:
         federation = admit(infos, n_users, len(infos) if expected is None else expected, self.kind)
         for _, problem in sorted({**problems, **federation.refused}.items()):
             LOGGER.warning("left out of the federation: %s", problem)
-        LOGGER.info(
-            "%d node(s) admitted, holding %d of %d users",
-            len(federation.members), n_users - federation.missing_users, n_users,
-        )
+        held = n_users - federation.missing_users
+        self._tell(f"{len(federation.members)} node(s) admitted, holding {held:,} of {n_users:,} users", shown)
         return federation
 
     def _tell(self, text: str, shown: str) -> str:
