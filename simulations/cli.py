@@ -120,8 +120,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                      help="replace --output if it holds a previous fedhh result (and nothing else)")
     run.add_argument("--quiet", action="store_true", help="no status line or progress bar")
     run.add_argument("--verbose", action="store_true",
-                     help="show Flower's and Ray's logs on the terminal too (a Flower run always writes them "
-                     "into run.log in the results folder)")
+                     help="show Flower's and Ray's logs on the terminal, in place of the status line and the "
+                     "progress bar (a Flower run always writes them into run.log in the results folder)")
     run.add_argument("--json", action="store_true", help="print result.json instead of the summary")
     run.add_argument("--ray-address", help="run on this existing Ray cluster (host:port; default: $RAY_ADDRESS; "
                      "'auto' is refused): the fast driver's shards become actors there (run.backend auto)")

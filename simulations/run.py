@@ -51,7 +51,8 @@ def run_experiment(
     ``show_progress`` draws a status line from the start and the rounds'
     bar on stderr.  A Flower run writes Flower's and Ray's logs into
     ``run.log`` in the results folder, and shows them on the terminal
-    too only when ``verbose`` (:mod:`simulations.run_log`).
+    too only when ``verbose`` (:mod:`simulations.run_log`), instead of the
+    status line and the bar, which the log lines would break up.
     """
     if config["run"]["federation"] == "devices":
         raise ConfigError(
@@ -88,6 +89,7 @@ def _run_on_flower(config: FedhhConfig, output: ResultsFolder, show_progress: bo
     """The Flower run of :func:`run_experiment`: its output captured into ``run.log`` from the
     start, a federation's failure kept there with its traceback (the folder then holds the log only)."""
     log = output.staging_path / LOG_NAME
+    show_progress = show_progress and not verbose  # the log lines say it, one by one
     started = time.perf_counter()
     try:
         with captured_output(log, verbose) as terminal, \

@@ -94,6 +94,7 @@ def test_verbose_shows_the_logs_too(tmp_path: Path) -> None:
     assert status == 0, stderr
     for line in ("DEPRECATED FEATURE", "[round 1/2]", "SuperNodes building their shards: 2 of 2"):
         assert line in stderr, f"{line!r} not on the terminal:\n{stderr}"
+    assert "building the population" not in stderr, "the log lines in place of the status line"
     assert stdout.lstrip().startswith("{"), "--json: the result alone on stdout"
     log = (tmp_path / "out" / "run.log").read_text(encoding="utf-8")
     assert "INFO flwr.fedhh: [round 1/2]" in log and "DEBUG flwr:" in log, log
