@@ -156,6 +156,12 @@ def build_config(raw: Mapping[str, Any]) -> FedhhConfig:
             sections[section][key] = known[section][key].validate(f"{section}.{key}", value)
     if sections["privacy"]["max_epsilon"] and not sections["privacy"]["ledger"]:
         raise ConfigError("privacy.max_epsilon: a budget needs privacy.ledger (the file that remembers past runs)")
+    if sections["run"]["simulation"] == "law" and sections["run"]["federation"] == "devices":
+        raise ConfigError('run.simulation: "law" simulates shards of a population; a devices federation runs '
+                          'real devices (use "users")')
+    if sections["run"]["simulation"] == "law" and sections["run"]["secure_aggregation"]:
+        raise ConfigError('run.simulation: "law" draws each shard\'s sum, not device reports to mask; '
+                          'set run.secure_aggregation = false or run.simulation = "users"')
     if sections["population"]["source"] in ("file", "dataset") and not sections["population"]["path"]:
         raise ConfigError(f"population.path: required when population.source = \"{sections['population']['source']}\"")
     if sections["population"]["concentration"] and sections["population"]["source"] in ("file", "dataset"):

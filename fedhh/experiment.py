@@ -16,15 +16,17 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .config import FedhhConfig, fixed_shards
+from .config import ConfigError, FedhhConfig, fixed_shards
+from .data.counted import CountedShard, counted_users
 from .data.items import ItemCodec, get_alphabet
-from .data.population import PopulationCounts, PopulationSource, Shard, check_shard_count
+from .data.population import PopulationCounts, PopulationSource, Shard, check_shard_count, shard_bounds
 from .data.sources import held_items_per_user, make_source, sampled_candidates
 from .kernels.randomness import KeyedRandomness
 from .metrics import Truth, utility_metrics
 from .privacy.report import PrivacyReport
-from .protocols import ClientFunction, Discovery, ProtocolResult, ServerProtocol, get_protocol
+from .protocols import ClientFunction, Discovery, ProtocolResult, Request, Response, ServerProtocol, get_protocol
 from .protocols.communication import Communication
+from .protocols.law import LAW, no_law_sampler
 from .resources import require_population_memory
 
 
@@ -48,14 +50,19 @@ def check_needs(config: FedhhConfig) -> None:
     nothing is checked for them here.  A sweep calls it for every grid point before any runs."""
     codec = item_codec(config)
     seed = config.run.seed
+    law = config.run.simulation == LAW
+    spec = get_protocol(config.protocol.name)
+    if law and spec.law is None:
+        raise no_law_sampler(spec.name)
     candidates = sampled_candidates(config["population"], codec, seed)
     if candidates is None:
         return
     codec.require_memory_to_encode(candidates)
     n_users = config.population.users
-    require_population_memory(n_users, held_items_per_user(config["population"], codec))
+    if not law:  # a law simulation holds counts, never the users
+        require_population_memory(n_users, held_items_per_user(config["population"], codec))
     _check_shards(config, n_users)
-    get_protocol(config.protocol.name).build_server(config.privacy, n_users, codec, seed, protocol=config["protocol"])
+    spec.build_server(config.privacy, n_users, codec, seed, protocol=config["protocol"])
 
 
 def _check_shards(config: FedhhConfig, n_users: int) -> None:
@@ -144,6 +151,14 @@ class Experiment:
         self.spec = get_protocol(config.protocol.name)
         self.seed = config.run.seed
         self.randomness = KeyedRandomness(self.seed)
+        self.simulation = config.run.simulation  # users | law (fedhh.protocols.law)
+        if self.simulation == LAW and self.spec.law is None:
+            raise no_law_sampler(self.spec.name)
+        if self.simulation == LAW and config.run.evaluation and fixed_shards(config) is None:
+            raise ConfigError(
+                'run.shards: "auto" leaves the number of shards to the SuperNodes, but a law simulation\'s truth is '
+                "drawn shard by shard: set run.shards to the number of SuperNodes, or run.evaluation = false"
+            )
         # What the run will need is checked before anything is charged or started, and where the
         # config gives the population size (sampled sources), before the vocabulary is encoded.
         self._fresh_server: ServerProtocol | None = None
@@ -154,7 +169,8 @@ class Experiment:
         self.source: PopulationSource = source
         self.n_users = self.source.n_users
         if self._fresh_server is None:  # a file's or a dataset's size is known once it is read
-            self.source.require_memory(config.population.words_per_user)
+            if self.simulation != LAW:  # a law simulation holds counts, never the users
+                self.source.require_memory(config.population.words_per_user)
             _check_shards(config, self.n_users)
             self._solve(self.n_users)
         assert self._fresh_server is not None
@@ -171,14 +187,19 @@ class Experiment:
         return self.spec.respond
 
     def make_server(self) -> ServerProtocol:
-        """A server for one run, in its initial state (built once more for every later call)."""
+        """A server for one run, in its initial state (built once more for every later call), told
+        when the run is a law simulation (:meth:`~fedhh.protocols.ServerProtocol.simulate_by_law`)."""
         server, self._fresh_server = self._fresh_server, None
-        return server if server is not None else self._build_server()
+        server = server if server is not None else self._build_server()
+        if self.simulation == LAW:
+            server.simulate_by_law()
+        return server
 
     def _check_size(self, n_users: int) -> None:
         """What depends on the population size alone, before a sampled source encodes its vocabulary:
         the population's memory, the shard count, and the privacy target (:meth:`_solve`)."""
-        require_population_memory(n_users, held_items_per_user(self.config["population"], self.codec))
+        if self.simulation != LAW:  # a law simulation holds counts, never the users
+            require_population_memory(n_users, held_items_per_user(self.config["population"], self.codec))
         _check_shards(self.config, n_users)
         self._solve(n_users)
 
@@ -198,10 +219,33 @@ class Experiment:
     def build_shard(self, shard_index: int, num_shards: int) -> Shard:
         return self.source.build_shard(shard_index, num_shards)
 
+    def counted_shard(self, shard_index: int, num_shards: int) -> CountedShard:
+        """One shard's item counts, as a law simulation holds it (:mod:`fedhh.data.counted`)."""
+        start, stop = shard_bounds(self.n_users, shard_index, num_shards)
+        return counted_users(self.source, start, stop, self.seed)
+
+    def hold_shard(self, shard_index: int, num_shards: int) -> Shard | CountedShard:
+        """What a shard's holder keeps: its users, or in a law simulation their item counts."""
+        if self.simulation == LAW:
+            return self.counted_shard(shard_index, num_shards)
+        return self.build_shard(shard_index, num_shards)
+
+    def answer(self, request: Request, held: Shard | CountedShard) -> Response:
+        """A held shard's response: its users' reports (``respond``), or their sum drawn from its law."""
+        if isinstance(held, CountedShard):
+            assert self.spec.law is not None  # refused when the experiment was made
+            return self.spec.law(request, held, self.randomness)
+        return self.spec.respond(request, held, self.randomness)
+
     @functools.cached_property
     def population_counts(self) -> PopulationCounts:
         """True counts of the whole population (evaluation only), counted chunk by chunk from the
-        source: for a process that holds no shard (a driver that built shards has their sum)."""
+        source (in a law simulation: the sum of the shards' counts, drawn as the shards draw
+        them): for a process that holds no shard (a driver that built shards has their sum)."""
+        if self.simulation == LAW:
+            shards = fixed_shards(self.config)
+            assert shards is not None  # refused when the experiment was made
+            return PopulationCounts.combine(self.counted_shard(i, shards).counts() for i in range(shards))
         return self.source.population_counts()
 
     def whole_counts(self, counts: PopulationCounts | None = None) -> PopulationCounts:
@@ -236,6 +280,7 @@ class Experiment:
             "seed": self.seed,
             "n_users": self.n_users,
             "transport": transport,
+            "simulation": self.simulation,
             "config": self.config.to_dict(),
             "population": self.source.describe(),
             **run_record(result, timing, report_cap(self.config)),

@@ -293,3 +293,11 @@ class RunSection(ConfigSection):
     secure_aggregation: bool = Key(
         bool, False, "sum each round's responses with Flower's SecAgg+ so the server sees only sums"
     ).field()
+    simulation: str = Key(
+        str,
+        "users",
+        "users: every user's report drawn, as devices would (the reference); law: each round's aggregate drawn "
+        "from its exact law given the shards' item counts, at a cost independent of the number of users "
+        "(docs/simulation.md)",
+        ("users", "law"),
+    ).field()

@@ -40,6 +40,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from fedhh.data.counted import CountedShard
 from fedhh.data.population import Shard
 from fedhh.metrics import Truth
 from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh, worst_case_discovery_rate
@@ -68,7 +69,7 @@ def model_label(column: str, protocol: str) -> str:
 
 
 def predicted_discovery(
-    server: ServerProtocol, shard: Shard, truth: Truth, items: np.ndarray
+    server: ServerProtocol, shard: Shard | CountedShard, truth: Truth, items: np.ndarray
 ) -> dict[str, np.ndarray]:
     """For the vocabulary items ``items``, the probability each model of the protocol's analysis
     gives that this run finds each: model column (:data:`MODEL_COLUMNS`) -> probabilities; empty
@@ -121,7 +122,7 @@ def prediction_key(server: ServerProtocol) -> Hashable:
     return (type(server),)
 
 
-def pem_identification(server: PEMServer, shard: Shard, truth: Truth) -> dict[str, np.ndarray]:
+def pem_identification(server: PEMServer, shard: Shard | CountedShard, truth: Truth) -> dict[str, np.ndarray]:
     """For every item, the product over levels of its chance to stay among the kept candidates,
     for the run's design and true frequencies: by the utility model's default, order statistics
     (:data:`PREDICTED`), and by [Wang19]'s eq. (5) (:data:`EQ5`).

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from fedhh.config import FedhhConfig
+from fedhh.data.counted import CountedShard
 from fedhh.data.population import PopulationCounts, Shard, check_shard_count
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
@@ -87,13 +88,12 @@ class InProcessShards:
 
     def __init__(self, experiment: Experiment, num_shards: int) -> None:
         self._experiment = experiment
-        self.shards: list[Shard] = [experiment.build_shard(i, num_shards) for i in range(num_shards)]
+        self.shards: list[Shard | CountedShard] = [experiment.hold_shard(i, num_shards) for i in range(num_shards)]
         self.counts = PopulationCounts.combine(shard.counts() for shard in self.shards)
         experiment.source.vocabulary.prefixes.build_all()  # one-time, shared by the shards
 
     def answer(self, request: Request) -> list[Response]:
-        respond, randomness = self._experiment.respond, self._experiment.randomness
-        return [respond(request, shard, randomness) for shard in self.shards]
+        return [self._experiment.answer(request, shard) for shard in self.shards]
 
     def close(self) -> None:
         self.shards.clear()
@@ -104,17 +104,18 @@ class InProcessShards:
 
 
 class ShardHolder:
-    """A Ray actor's state: one shard, built inside the actor from the config."""
+    """A Ray actor's state: one shard (its users, or in a law simulation their counts), built
+    inside the actor from the config."""
 
     def __init__(self, flat_config: dict[str, Any], shard_index: int, num_shards: int) -> None:
         from fedhh.config import config_from_flat
 
         self._experiment = Experiment(config_from_flat(flat_config))
-        self._shard = self._experiment.build_shard(shard_index, num_shards)
+        self._shard = self._experiment.hold_shard(shard_index, num_shards)
         self._shard.vocabulary.prefixes.build_all()  # a one-time cost of placing the shard
 
     def respond(self, request: Request) -> Response:
-        return self._experiment.respond(request, self._shard, self._experiment.randomness)
+        return self._experiment.answer(request, self._shard)
 
     def counts(self) -> PopulationCounts:
         """The shard's true counts; also tells the driver that the shard is placed."""

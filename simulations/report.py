@@ -186,7 +186,8 @@ def print_run_report(result: dict[str, Any], output_dir: Path | None, console: C
     console.print(f"[bold]population[/]  {population_line(result)}")
     timing = ", ".join(f"{k} {v:.2f}" for k, v in result["timing_s"].items())
     console.print(
-        f"[bold]run[/]  {len(result['rounds'])} rounds via {result['transport']} ({result['stopped_because']}); "
+        f"[bold]run[/]  {len(result['rounds'])} rounds via {result['transport']}, "
+        f"{result.get('simulation', 'users')} simulation ({result['stopped_because']}); "
         f"seconds: {timing}"
     )
     if output_dir is not None:

@@ -6,7 +6,8 @@ Two questions, one command per protocol:
   population in which an item held by a share F of the users is found with
   probability P, from the protocol's analysis (:mod:`fedhh.planning.sizing`);
   ``--verify`` runs the real protocol a few times at the answer on the
-  population the analysis assumes and prints both;
+  population the analysis assumes and prints both (above a million users
+  as law simulations, which the output says);
 * ``--top-k K --recall R --population CONFIG``: the population at which runs
   of a config's population shape, protocol and privacy reach recall@K = R
   (:mod:`simulations.sizing`, on the fast driver).
@@ -130,7 +131,9 @@ def _print_answer(answer: SizeAnswer, verification: dict[str, Any] | None) -> No
         table.add_row(key.replace("_", " "), _shown(value))
     if verification is not None:
         low, high = verification["interval"]
-        table.add_row(f"simulated: found in {verification['found']} of {verification['trials']} runs",
+        how = "law simulation, each round's aggregate from its exact law" if verification["simulation"] == "law" \
+            else "simulated, every user's report drawn"
+        table.add_row(f"{how}: found in {verification['found']} of {verification['trials']} runs",
                       f"{verification['rate']:.3f} [{low:.3f}, {high:.3f}]")
     console = Console()
     console.print(table)

@@ -5,6 +5,10 @@
   ``round(f n)`` users hold one item of the longest length whose first bit
   (or symbol) no other value shares, every other user holds nothing -- and
   the share of runs that report the item, with its Clopper-Pearson interval.
+  Above :data:`LAW_FROM_USERS` users the runs are law simulations (each
+  round's aggregate drawn from its exact law given the item counts,
+  ``docs/simulation.md``), so any population size can be checked in
+  seconds; up to it, every user's report is drawn.
 * :func:`size_by_recall`: the population at which a population of a given
   shape (a config's ``[population]``, its protocol and privacy) reaches a
   recall@K, by bisection over ``log n`` with a few runs per point on the
@@ -29,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from fedhh.config import FedhhConfig
+from fedhh.data.counted import CountedShard, UserTypes
 from fedhh.data.items import ItemCodec, get_alphabet
 from fedhh.data.population import Shard, SingleItemShard, Vocabulary
 from fedhh.errors import InputError
@@ -37,7 +42,8 @@ from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.metrics import recall_at_k
 from fedhh.planning.sizing import PRECISION, check_share
 from fedhh.privacy.triehh import PrivacyTargetError, solve_triehh
-from fedhh.protocols import Response, ServerProtocol
+from fedhh.protocols import Request, Response, ServerProtocol, get_protocol
+from fedhh.protocols.law import LAW, USERS
 from fedhh.protocols.prefix_search.pem import PEMServer
 from fedhh.protocols.prefix_search.reports import respond as prefix_respond
 from fedhh.protocols.prefix_search.search import SearchParameters
@@ -48,7 +54,8 @@ from fedhh.protocols.triehh.server import TrieHHServer
 from .fast import drive, run_fast
 from .sweep_intervals import METHODS, over_trials
 
-MAX_SIMULATED_USERS = 50_000_000  # populations are held in memory
+MAX_SIMULATED_USERS = 50_000_000  # populations held in memory (recall-based sizing, a users-mode verification)
+LAW_FROM_USERS = 1_000_000  # --verify draws each round by law above this many users
 INTERVAL_STEP = 1.25  # the sizes tried beyond the bisection for the ends of the answer's interval
 INTERVAL_TRIES = 6  # at most this many such sizes on each side
 CONFIDENCE = 0.95
@@ -68,6 +75,7 @@ class Verification:
     interval: tuple[float, float]
     predicted: float
     seed: int
+    simulation: str = USERS  # users: every report drawn; law: each round's aggregate from its law
 
     @property
     def consistent(self) -> bool:
@@ -108,6 +116,13 @@ def planted_population(codec: ItemCodec, users: int, holders: int) -> tuple[Shar
     return SingleItemShard(vocabulary, 0, held), item
 
 
+def planted_counts(codec: ItemCodec, users: int, holders: int) -> tuple[CountedShard, str]:
+    """:func:`planted_population` as a law simulation holds it: its item counts."""
+    item = planted_item(codec)
+    vocabulary, _ = Vocabulary.encode([item], codec)
+    return CountedShard(vocabulary, 0, users, np.array([holders], dtype=np.int64), UserTypes.none(), users), item
+
+
 def verify_item(
     protocol: str,
     users: int,
@@ -122,7 +137,8 @@ def verify_item(
     """How often ``trials`` runs report the planted item of share ``frequency`` among ``users``.
 
     ``search`` gives PEM's or TreeHist's parameters (bit values); ``privacy``
-    TrieHH's (ε, δ, L), whose item has ``L - 1`` characters.
+    TrieHH's (ε, δ, L), whose item has ``L - 1`` characters.  Above
+    :data:`LAW_FROM_USERS` users the runs are law simulations.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise InputError(f"--trials: must be an integer >= 1, got {trials!r}")
@@ -153,17 +169,34 @@ def verify_item(
             return server_class(search, codec, run_seed)
 
         respond = prefix_respond
-    shard, item = planted_population(codec, users, int(round(frequency * users)))
+    holders = int(round(frequency * users))
+    by_law = users > LAW_FROM_USERS
+    if by_law:
+        counted, item = planted_counts(codec, users, holders)
+        law = get_protocol(protocol).law
+        if law is None:
+            raise ValueError(f"verify_item: {protocol} has no law sampler")
+
+        def answer(request: Request, randomness: KeyedRandomness) -> list[Response]:
+            return [law(request, counted, randomness)]
+    else:
+        shard, item = planted_population(codec, users, holders)
+
+        def answer(request: Request, randomness: KeyedRandomness) -> list[Response]:
+            return [respond(request, shard, randomness)]
     found = 0
     for trial in range(trials):
         run_seed = seed + trial
         randomness = KeyedRandomness(run_seed)
-        answer = lambda request: [respond(request, shard, randomness)]  # noqa: B023, E731 (called at once, below)
-        result = drive(server(run_seed), answer)
+        run = server(run_seed)
+        if by_law:
+            run.simulate_by_law()
+        result = drive(run, lambda request: answer(request, randomness))  # noqa: B023 (called at once)
         found += any(discovery.item == item for discovery in result.discoveries)
         if progress is not None:
             progress(trial + 1, trials)
-    return Verification(users, trials, found, found / trials, clopper_pearson(found, trials), predicted, seed)
+    return Verification(users, trials, found, found / trials, clopper_pearson(found, trials), predicted, seed,
+                        LAW if by_law else USERS)
 
 
 # -- recall-based sizing ------------------------------------------------------------------------------

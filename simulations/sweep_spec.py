@@ -66,6 +66,7 @@ LATER_KEYS = (
     "population.exponential_rate",
     "run.cap_to_top_k",
     "protocol.noise",
+    "run.simulation",
 )
 
 

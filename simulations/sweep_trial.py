@@ -1,8 +1,10 @@
 """One trial of a sweep, run wherever an executor puts it, and the table rows it yields.
 
 A trial runs the fast driver's loop (:func:`simulations.fast.drive`) in
-process over one shard holding the whole population; the shard count
-changes no result, and a sweep's parallelism is across trials.  The
+process over one shard holding the whole population (in a law simulation,
+``run.simulation = "law"``, its item counts, drawn once per population
+seed); the shard count changes no result, and a sweep's parallelism is
+across trials.  The
 population is built once per chunk of trials sharing it
 (:class:`PopulationCache` keeps the last one, so a worker given the next
 chunk of the same population reuses it too).  Metrics come from the
@@ -20,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from fedhh.data.counted import CountedShard, counted_users
 from fedhh.data.population import PopulationSource, Shard
 from fedhh.data.sources import SampledSource, make_source
 from fedhh.experiment import Experiment, item_codec, report_cap, reported_discoveries
@@ -65,11 +68,12 @@ class TrialRecord:
 
 @dataclass
 class Population:
-    """A built population: its source, one shard with every user, and (once asked) its truth."""
+    """A built population: its source, one shard with every user (or their item counts, for a law
+    simulation), and (once asked) its truth."""
 
     key: str
     source: PopulationSource
-    shard: Shard
+    shard: Shard | CountedShard
     truth: Truth | None = None
     predictions: dict[Hashable, dict[str, np.ndarray]] = field(default_factory=dict)  # by prediction_key
 
@@ -94,7 +98,9 @@ class PopulationCache:
     def get(self, trial: Trial) -> tuple[Population, float]:
         """The trial's population and the seconds spent building it now (0 when reused)."""
         previous = self._population
-        if previous is not None and previous.key == trial.population_key:
+        by_law = trial.config.run.simulation == "law"
+        if previous is not None and previous.key == trial.population_key and (
+                isinstance(previous.shard, CountedShard) == by_law):
             return previous, 0.0
         self._population = None  # free the previous users before drawing the next
         started = time.perf_counter()
@@ -108,7 +114,11 @@ class PopulationCache:
                 section = {**section, "path": self._dataset_folder}
             source = make_source(section, item_codec(config), trial.population_seed)
         del previous
-        shard = source.build_all()
+        shard: Shard | CountedShard
+        if by_law:  # the counts drawn once per population seed, as users are built once
+            shard = counted_users(source, 0, source.n_users, trial.population_seed)
+        else:
+            shard = source.build_all()
         shard.vocabulary.prefixes.build_all()
         self._population = Population(trial.population_key, source, shard)
         self._vocabulary_key = trial.vocabulary_key
@@ -138,8 +148,8 @@ def run_trial(trial: Trial, cache: PopulationCache) -> TrialRecord:
     ``user_bits`` are the run's costs (:func:`_costs`).
     """
     identity = {"trial_key": trial.key, "point": trial.point, "trial": trial.index, **trial.values,
-                "protocol": trial.config["protocol"]["name"], "seed": trial.seed,
-                "population_seed": trial.population_seed}
+                "protocol": trial.config["protocol"]["name"], "simulation": trial.config.run.simulation,
+                "seed": trial.seed, "population_seed": trial.population_seed}
     population_s = 0.0
     started = time.perf_counter()
     try:
@@ -154,7 +164,7 @@ def run_trial(trial: Trial, cache: PopulationCache) -> TrialRecord:
         server = experiment.make_server()
         shard = population.shard
         clock = RunClock()
-        result = drive(server, lambda request: [experiment.respond(request, shard, experiment.randomness)], clock=clock)
+        result = drive(server, lambda request: [experiment.answer(request, shard)], clock=clock)
         row, items = _outcome(trial, server, result, population)
         row.update(_costs(experiment, clock))
     except Exception as error:  # a trial's failure is data: the sweep goes on

@@ -7,7 +7,11 @@ What a node holds depends on ``run.federation``:
   for every virtual SuperNode) and its users from the population in the
   run config, the same dotted keys as a fedhh config file.  Randomness is
   keyed by (seed, round, global user id), so the answer is the one the
-  fast driver computes for the same users;
+  fast driver computes for the same users.  In a law simulation
+  (``run.simulation = "law"``) the node holds its users' item counts
+  instead (drawn for a generated population, read for a file or dataset)
+  and answers with the protocol's law sampler, whose response has the
+  same type, so a node can stand for any number of users;
 * ``devices`` (real users): the node is one user's device, its node config
   names the user's global id and data file (``strategies.devices``), and
   its reports draw from the operating system's secure randomness.
@@ -49,12 +53,14 @@ from flwr.clientapp.typing import Mod
 from flwr.compat.common import recorddict_compat as compat
 
 from fedhh.config import MAX_SHARDS, FedhhConfig, Scalar, config_from_flat
-from fedhh.data.population import PopulationSource, Shard, check_shard_count
+from fedhh.data.counted import CountedShard, counted_users
+from fedhh.data.population import PopulationSource, Shard, check_shard_count, shard_bounds
 from fedhh.data.sources import make_source
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
 from fedhh.kernels.randomness import KeyedRandomness, RandomnessSource, SecureRandomness
 from fedhh.protocols import ClientFunction, ProtocolSpec, Request, Response, get_protocol
+from fedhh.protocols.law import LAW, no_law_sampler
 
 from .codec import codec_for, notice_of
 from .devices import device_of, device_shard
@@ -90,16 +96,20 @@ def shard_of(node_config: Mapping[str, Any]) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class NodeData:
-    """Everything a node answers with: its users, how it answers, and with which randomness."""
+    """Everything a node answers with: its users (in a law simulation, their item counts), how
+    it answers, and with which randomness."""
 
     info: ShardInfo
-    shard: Shard
+    shard: Shard | CountedShard
     respond: ClientFunction
     randomness: RandomnessSource
     spec: ProtocolSpec
     config: FedhhConfig
 
     def answer(self, request: Request) -> Response:
+        if isinstance(self.shard, CountedShard):  # run.simulation = "law": the spec's law sampler
+            assert self.spec.law is not None and isinstance(self.randomness, KeyedRandomness)
+            return self.spec.law(request, self.shard, self.randomness)
         return self.respond(request, self.shard, self.randomness)
 
 
@@ -122,9 +132,9 @@ def node_data(
         return NodeData(info, shard, spec.respond, SecureRandomness(), spec, config)
     source = _source(key, population)
     index, count = shard_of(node_config)
-    shard = _shard(key, population, index, count)
-    info = ShardInfo(index, count, shard.first_user, shard.n_users, source.n_users)
-    return NodeData(info, shard, spec.respond, KeyedRandomness(int(config["run"]["seed"])), spec, config)
+    held = _shard(key, population, index, count)
+    info = ShardInfo(index, count, held.first_user, held.n_users, source.n_users)
+    return NodeData(info, held, spec.respond, KeyedRandomness(int(config["run"]["seed"])), spec, config)
 
 
 def _config_key(run_config: Mapping[str, Any]) -> ConfigKey:
@@ -148,9 +158,18 @@ def _source(config_key: ConfigKey, population: PopulationProvider | None) -> Pop
 
 
 @functools.lru_cache(maxsize=SHARD_CACHE_SIZE)
-def _shard(config_key: ConfigKey, population: PopulationProvider | None, index: int, count: int) -> Shard:
+def _shard(
+    config_key: ConfigKey, population: PopulationProvider | None, index: int, count: int
+) -> Shard | CountedShard:
+    """The node's users, or in a law simulation their item counts, drawn as the server's
+    :meth:`fedhh.experiment.Experiment.counted_shard` draws them."""
     source = _source(config_key, population)
     check_shard_count(source.n_users, count)
+    config = _config(config_key)
+    if config.run.simulation == LAW:
+        if get_protocol(config.protocol.name).law is None:
+            raise no_law_sampler(config.protocol.name)
+        return counted_users(source, *shard_bounds(source.n_users, index, count), config.run.seed)
     return source.build_shard(index, count)
 
 

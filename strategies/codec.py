@@ -45,7 +45,7 @@ NOTICE_RECORD = "notice"
 TYPE_KEY = "@type"
 VERSION_KEY = "@version"
 REASON_KEY = "reason"
-CONTRACT_VERSION = (1, 0)  # (major, minor) of the message contract this code speaks
+CONTRACT_VERSION = (1, 1)  # (major, minor) of the message contract this code speaks
 
 MessageT = TypeVar("MessageT")
 

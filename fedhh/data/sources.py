@@ -92,6 +92,19 @@ class SampledSource(PopulationSource):
         resized.n_users = n_users
         return resized
 
+    def item_law(self) -> np.ndarray | None:
+        """The law of a user's one item: entry 0 the probability of holding nothing (a candidate
+        the codec dropped), entry ``1 + i`` that of item id ``i``, as :meth:`build_users` draws
+        it (inverse CDF of 53-bit uniforms, the last candidate taking the CDF's rounding);
+        ``None`` when users draw several items (a law simulation then counts built users)."""
+        if self.words_per_user != 1:
+            return None
+        cdf = np.minimum(self._pick.cdf, 1.0)
+        cdf[-1] = 1.0
+        candidate = np.diff(cdf, prepend=0.0)
+        law = np.bincount(self._candidate_item + 1, weights=candidate, minlength=self.vocabulary.size + 1)
+        return law / law.sum()
+
     def build_users(self, start: int, stop: int) -> Shard:
         if self.words_per_user == 1:
             return SingleItemShard(self.vocabulary, start, self._single_items(start, stop))

@@ -145,6 +145,12 @@ class ServerProtocol(ABC):
         dictionary, which a deployment's server must be given as a file).
         """
 
+    def simulate_by_law(self) -> None:
+        """Drivers call it before round 1 of a law simulation (``run.simulation = "law"``,
+        :mod:`fedhh.protocols.law`).  A server whose requests name users one by one (TrieHH's
+        sample) names from then on only how many it asks, which the shards' law samplers split;
+        the others need nothing."""
+
     def offer_vocabulary(self, vocabulary: Vocabulary) -> None:
         """The population's vocabulary, offered once the server is built by a process that
         holds the population (fast driver, Flower simulation server).  A protocol that

@@ -8,7 +8,10 @@ A protocol is registered once, with one :class:`ProtocolSpec`
   :func:`fedhh.config.schema`);
 * how a validated config becomes its server state machine (``build``) and
   the vectorised client function that answers the server's requests
-  (``respond``);
+  (``respond``), and, optionally, its law sampler (``law``), which draws a
+  shard's response from its exact law given the shard's item counts
+  (``run.simulation = "law"``, :mod:`fedhh.protocols.law`); a protocol
+  without one refuses a law simulation;
 * its request and response classes, whose wire layout (dtypes, shapes,
   lower bounds) is declared on their fields (:mod:`fedhh.protocols.messages`);
 * what a server that cannot trust its nodes needs: how a round's request
@@ -45,6 +48,7 @@ import numpy as np
 from ..privacy.ldp import BudgetRule
 from ..schema import PrivacySection
 from .base import ClientFunction, Request, RequestT, Response, ResponseT, RoundRecord, ServerProtocol
+from .law import LawFunction
 
 if TYPE_CHECKING:
     from ..data.items import ItemCodec
@@ -157,6 +161,7 @@ class ProtocolSpec(Generic[RequestT, ResponseT, ServerT]):
     sizing: Sizing | None = None  # `fedhh size NAME`
     communication: Callable[[ServerT], Communication] | None = None  # from its fresh server
     contract: ContractText | None = None  # its prose in the message contract beyond its messages
+    law: LawFunction[RequestT, ResponseT] | None = None  # run.simulation = "law": a shard's response from its counts
 
     def build_server(
         self,

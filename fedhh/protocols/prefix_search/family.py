@@ -23,6 +23,7 @@ from ...schema import PrivacySection
 from ..spec import ProtocolSpec
 from .config import PREFIX_KEYS, search_parameters
 from .contract import CONTRACT
+from .law import law
 from .nodes import DROPOUT_PRIVACY, check_reply, describe_round, narrow, reply_budget
 from .reports import PrefixRequest, PrefixResponse, respond
 from .search import PrefixSearchServer, PrefixVariant
@@ -66,6 +67,7 @@ def prefix_search_spec(server: type[PrefixSearchServer]) -> ProtocolSpec:
         sizing=variant.sizing,
         communication=prefix_search_bits,
         contract=CONTRACT,
+        law=law,
     )
 
 

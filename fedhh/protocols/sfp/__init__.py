@@ -18,7 +18,7 @@ puzzle").
 
 The package: its keys and constants (``parameters``), budget split and the
 noise of its sketches (``analysis``), public encoding (``encoding``),
-messages (``messages``), device side (``client``), server (``server``), what
+messages (``messages``), device side (``client``), law sampler (``law``), server (``server``), what
 an untrusting server checks (``nodes``), planner (``plan``), the bits a user
 sends (``wire``), and its spec, registered here.
 """
@@ -30,6 +30,7 @@ from ..registry import register_protocol
 from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
 from .analysis import sfp_budget
 from .client import respond
+from .law import law
 from .messages import SFPRequest, SFPResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import NAME, SFP_KEYS
@@ -62,5 +63,6 @@ SPEC = register_protocol(
         plan_command=SFP_PLAN,
         communication=sfp_bits,
         contract=ITEM_CHOICE_CONTRACT,
+        law=law,
     )
 )

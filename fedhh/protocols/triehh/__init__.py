@@ -9,7 +9,8 @@ run stops when a round adds nothing or after ``L`` rounds; discovered items
 are the root-to-leaf paths ending in the end-of-sequence symbol.
 
 The package: its messages (``messages``), the device side
-(``client``), the server (``server``), what a server that cannot
+(``client``), its law sampler (``law``: a shard's votes from its item
+counts, for ``run.simulation = "law"``), the server (``server``), what a server that cannot
 trust its nodes checks (``nodes``: a node's votes add up and only extend
 the trie's current level; a round's request narrows to a node's own sampled
 users; its responses as fixed-length vectors for secure aggregation), its
@@ -23,6 +24,7 @@ from ..registry import register_protocol
 from ..spec import ProtocolSpec
 from .client import respond
 from .contract import CONTRACT
+from .law import law
 from .messages import TrieHHRequest, TrieHHResponse
 from .nodes import DROPOUT_PRIVACY, TrieHHDense, check_reply, describe_round, narrow, reply_budget
 from .plan import TRIEHH_PLAN, plan_triehh
@@ -49,6 +51,7 @@ SPEC = register_protocol(
         plan_command=TRIEHH_PLAN,
         sizing=TRIEHH_SIZING,
         communication=triehh_bits,
+        law=law,
     )
 )
 

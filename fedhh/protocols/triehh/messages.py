@@ -17,6 +17,8 @@ class TrieHHRequest(Request):
 
     sampled: np.ndarray = array_field("int64", ("m",))  # sorted global user ids
     parents: np.ndarray = array_field("int64", ("K", "round-1"))  # the trie's depth-(round-1) prefixes, as symbol rows
+    # users the round samples in all (public); a law simulation's request lists none of them in sampled
+    sample_size: int
 
 
 @message

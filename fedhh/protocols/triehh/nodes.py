@@ -10,6 +10,7 @@ from ...data.items import ItemCodec
 from ...data.prefixes import row_keys, rows_in
 from ..base import RoundRecord, ServerProtocol
 from ..spec import HeldUsers, InvalidReply
+from .law import sampled_in_range
 from .messages import TrieHHRequest, TrieHHResponse
 from .server import TrieHHServer
 
@@ -33,22 +34,35 @@ def symbol_count(codec: ItemCodec) -> int:
     return codec.radix**codec.unit_size
 
 
+def by_law(request: TrieHHRequest) -> bool:
+    """A law simulation's request: it names how many users the round samples, not which."""
+    return request.sampled.size == 0 and request.sample_size > 0
+
+
 def narrow(request: TrieHHRequest, node: HeldUsers) -> TrieHHRequest | None:
-    """Only the node's own sampled users: a device learns whether it is sampled, not who else is."""
+    """Only the node's own sampled users: a device learns whether it is sampled, not who else is.
+    A law simulation's request goes to every node, whose law sampler finds its own share."""
+    if by_law(request):
+        return request
     sampled = sampled_of(request, node)
     if sampled.size == 0:
         return None
-    return TrieHHRequest(round=request.round, sampled=sampled, parents=request.parents)
+    return TrieHHRequest(round=request.round, sampled=sampled, parents=request.parents, sample_size=request.sample_size)
 
 
 def reply_budget(request: TrieHHRequest, node: HeldUsers, server: ServerProtocol) -> int:
     """One voted prefix per sampled user at most: ``m_node`` rows of ``round`` symbols plus votes."""
-    return 8 * request.sampled.size * (request.round + 1) + 2 * NPY_HEADER_BYTES
+    sampled = min(node.users, request.sample_size) if by_law(request) else request.sampled.size
+    return 8 * sampled * (request.round + 1) + 2 * NPY_HEADER_BYTES
 
 
 def check_reply(request: TrieHHRequest, response: TrieHHResponse, node: HeldUsers, server: TrieHHServer) -> None:
-    """Counts that add up, and only votes for extensions of the trie's current level."""
-    check_votes(request, response, symbol_count(server.codec))
+    """Counts that add up, and only votes for extensions of the trie's current level (in a law
+    simulation, from as many sampled users as the keyed sample puts in the node's range)."""
+    sampled = int(request.sampled.size)
+    if by_law(request):
+        sampled = sampled_in_range(server.seed, request, node.first_user, node.users, server.params.n_users)
+    check_votes(request, response, symbol_count(server.codec), sampled)
 
 
 def describe_round(record: RoundRecord) -> str:
@@ -62,9 +76,9 @@ def describe_round(record: RoundRecord) -> str:
     )
 
 
-def check_votes(request: TrieHHRequest, response: TrieHHResponse, symbols: int) -> None:
-    """Raise :class:`InvalidReply` unless ``response`` is a possible answer to ``request``."""
-    sampled = int(request.sampled.size)
+def check_votes(request: TrieHHRequest, response: TrieHHResponse, symbols: int, sampled: int) -> None:
+    """Raise :class:`InvalidReply` unless ``response`` is a possible answer to ``request`` from
+    ``sampled`` sampled users."""
     if response.sampled_users != sampled:
         raise InvalidReply(
             f"TrieHHResponse.sampled_users: {sampled} of its users were sampled, it says {response.sampled_users}"
@@ -113,7 +127,7 @@ class TrieHHDense:
 
     def encode(self, request: TrieHHRequest, response: TrieHHResponse) -> np.ndarray:
         """The vector of a node's response (int64)."""
-        check_votes(request, response, self.symbols)
+        check_votes(request, response, self.symbols, int(request.sampled.size))
         vector = np.zeros(self.length(request), dtype=np.int64)
         vector[:2] = response.sampled_users, response.responding_users
         rows = response.prefixes
@@ -140,8 +154,7 @@ class TrieHHDense:
             prefixes=prefixes.astype(np.int64),
             votes=votes[slots].astype(np.int64),
         )
-        everyone = TrieHHRequest(round=request.round, sampled=np.arange(sampled_users), parents=request.parents)
-        check_votes(everyone, total, self.symbols)
+        check_votes(request, total, self.symbols, sampled_users)
         return TrieHHResponse.combine([total])  # the canonical prefix order of the plain path
 
     @staticmethod

@@ -45,6 +45,11 @@ class TrieHHServer(ServerProtocol):
         self._trace: list[RoundRecord] = []
         self._pending: TrieHHRequest | None = None
         self._stopped_because: str | None = None
+        self._by_law = False
+
+    def simulate_by_law(self) -> None:
+        """Requests then name how many users a round samples, not which (:mod:`.law`)."""
+        self._by_law = True
 
     @property
     def trace(self) -> list[RoundRecord]:
@@ -77,8 +82,13 @@ class TrieHHServer(ServerProtocol):
             return None
         if self._pending is None:
             round_ = len(self._levels) + 1
-            sampled = round_sample(self._randomness, round_, self.params.n_users, self.params.batch_size)
-            self._pending = TrieHHRequest(round=round_, sampled=sampled, parents=self._extendable())
+            if self._by_law:
+                sampled = np.zeros(0, dtype=np.int64)
+            else:
+                sampled = round_sample(self._randomness, round_, self.params.n_users, self.params.batch_size)
+            self._pending = TrieHHRequest(
+                round=round_, sampled=sampled, parents=self._extendable(), sample_size=self.params.batch_size
+            )
         return self._pending
 
     def absorb(self, response: Response) -> None:
