@@ -18,6 +18,7 @@ import numpy as np
 from . import __version__
 from .config import ConfigError, FedhhConfig, fixed_shards
 from .data.counted import CountedShard, counted_users
+from .data.deny_list import DeniedItemsSource, DenyList, read_deny_list
 from .data.items import ItemCodec, get_alphabet
 from .data.population import PopulationCounts, PopulationSource, Shard, check_shard_count, shard_bounds
 from .data.sources import held_items_per_user, make_source, sampled_candidates
@@ -72,10 +73,15 @@ def _check_shards(config: FedhhConfig, n_users: int) -> None:
         check_shard_count(n_users, shards)
 
 
-def run_record(result: ProtocolResult, timing: dict[str, float], cap: int | None = None) -> dict[str, Any]:
+def run_record(
+    result: ProtocolResult, timing: dict[str, float], cap: int | None = None, deny_list: DenyList | None = None
+) -> dict[str, Any]:
     """The part of a result document every run has, with or without a known truth; ``cap``
-    (:func:`report_cap`) keeps the protocol's ``cap`` best discoveries and records that it did."""
+    (:func:`report_cap`) keeps the protocol's ``cap`` best discoveries and records that it did;
+    the items of ``deny_list`` are never published (:meth:`DenyList.published`)."""
     found = published_discoveries(result.discoveries)
+    if deny_list is not None:
+        found = deny_list.published(found)
     record: dict[str, Any] = {"heavy_hitters": found if cap is None else found[:cap]}
     if cap is not None:
         record["cap_to_top_k"] = {
@@ -159,13 +165,18 @@ class Experiment:
                 'run.shards: "auto" leaves the number of shards to the SuperNodes, but a law simulation\'s truth is '
                 "drawn shard by shard: set run.shards to the number of SuperNodes, or run.evaluation = false"
             )
+        # read and checked before the population is built: a bad list costs nothing
+        self.deny_list: DenyList | None = read_deny_list(config.run.deny_list, self.codec)
         # What the run will need is checked before anything is charged or started, and where the
         # config gives the population size (sampled sources), before the vocabulary is encoded.
         self._fresh_server: ServerProtocol | None = None
         if source is None:
-            source = make_source(config["population"], self.codec, self.seed, before_encoding=self._check_size)
+            source = make_source(config["population"], self.codec, self.seed, before_encoding=self._check_size,
+                                 deny_list=self.deny_list)
         elif source.vocabulary.codec != self.codec:
             raise ValueError("a reused population must be encoded with the config's [protocol] codec")
+        elif self.deny_list is not None and not isinstance(source, DeniedItemsSource):
+            source = DeniedItemsSource(source, self.deny_list)
         self.source: PopulationSource = source
         self.n_users = self.source.n_users
         if self._fresh_server is None:  # a file's or a dataset's size is known once it is read
@@ -283,8 +294,10 @@ class Experiment:
             "simulation": self.simulation,
             "config": self.config.to_dict(),
             "population": self.source.describe(),
-            **run_record(result, timing, report_cap(self.config)),
+            **run_record(result, timing, report_cap(self.config), self.deny_list),
         }
+        if self.deny_list is not None:
+            document["deny_list"] = self.deny_list.record(self.source.vocabulary)
         if self.communication is not None:
             document["communication"] = self.communication.to_dict()
         if self.config.run.evaluation:

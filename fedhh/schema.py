@@ -301,3 +301,10 @@ class RunSection(ConfigSection):
         "(docs/simulation.md)",
         ("users", "law"),
     ).field()
+    deny_list: str = Key(
+        str,
+        "",
+        "items already known, left out of every user's items so the budget goes to the next ones: a UTF-8 text "
+        "file (one item a line) or a previous run's results folder (what it denied and discovered); a user left "
+        "with nothing takes the protocol's no-item path; empty: none (docs/deny-lists.md)",
+    ).field()

@@ -184,6 +184,11 @@ def print_run_report(result: dict[str, Any], output_dir: Path | None, console: C
     params = ", ".join(f"{k} = {v}" for k, v in result["params"].items())
     console.print(f"[bold]parameters[/]  {params}")
     console.print(f"[bold]population[/]  {population_line(result)}")
+    deny = result.get("deny_list")
+    if deny is not None:
+        held = f", {deny['in_vocabulary']:,} of them in the population" if "in_vocabulary" in deny else ""
+        console.print(f"[bold]deny list[/]  {deny['items']:,} items left out{held}, from {deny['path']} "
+                      f"(sha256 {deny['sha256'][:12]}...); the metrics are of the items left")
     timing = ", ".join(f"{k} {v:.2f}" for k, v in result["timing_s"].items())
     console.print(
         f"[bold]run[/]  {len(result['rounds'])} rounds via {result['transport']}, "

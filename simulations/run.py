@@ -73,13 +73,16 @@ def run_experiment(
     check_budget(config["privacy"], experiment.privacy, run_id)
     shards = fixed_shards(config)
     assert shards is not None  # with_fixed_shards above
-    charged = []
+    charged = []  # once the shards are placed (a population on disk may be refused there)
     fast = run_fast(experiment, shards, config.run.backend, show_progress=show_progress,
-                    when_placed=lambda: charged.append(charge_run(config["privacy"], experiment.privacy, run_id)))
+                    when_placed=lambda: charged.append(
+                        charge_run(config["privacy"], experiment.privacy, run_id, experiment.deny_list)))
     privacy = charged[0]
     timing = {"population_s": population_s, **fast.timing}
     result = experiment.finish(fast.result, timing, f"fast/{fast.backend}", counts=fast.counts)
     result["privacy"] = privacy.to_dict()
+    if config.privacy.ledger:
+        result["run_id"] = run_id  # the name the ledger charged it under, which a later run's deny list names
     result["timing_s"]["total_s"] = time.perf_counter() - started
     write_run_outputs(output, result)
     return result

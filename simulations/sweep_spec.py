@@ -55,7 +55,7 @@ RESERVED = ("trials", "items", "redraw_population", "zip")
 FIXED_KEYS: dict[str, Scalar] = {"run.driver": "fast", "run.backend": "inprocess", "run.shards": 1}
 NOT_SWEPT = (
     *FIXED_KEYS, "run.federation", "run.round_timeout", "run.connect_timeout", "run.secure_aggregation",
-    "privacy.ledger", "privacy.max_epsilon",
+    "privacy.ledger", "privacy.max_epsilon", "run.deny_list",
 )
 TRIAL_SEED_PURPOSE = "sweep.trial"
 # Config keys added after sweeps were first written: at their defaults they change no result, so
@@ -67,6 +67,7 @@ LATER_KEYS = (
     "run.cap_to_top_k",
     "protocol.noise",
     "run.simulation",
+    "run.deny_list",
 )
 
 
@@ -227,6 +228,11 @@ def load_sweep(path: str | Path, max_trials: int = DEFAULT_MAX_TRIALS) -> SweepS
     if base["privacy"]["ledger"]:
         raise SweepError(
             "privacy.ledger: a sweep simulates its populations and charges no ledger; remove the key"
+        )
+    if base["run"]["deny_list"]:
+        raise SweepError(
+            "run.deny_list: a sweep's trials are independent runs on one population, not a chain of runs that "
+            "deny what the earlier ones found (simulations/deny_chain_study.py runs such chains); remove the key"
         )
     trials = _count(sweep.get("trials", DEFAULT_TRIALS), "sweep.trials")
     items = _count(sweep.get("items", DEFAULT_ITEMS), "sweep.items")

@@ -54,6 +54,7 @@ from flwr.compat.common import recorddict_compat as compat
 
 from fedhh.config import MAX_SHARDS, FedhhConfig, Scalar, config_from_flat
 from fedhh.data.counted import CountedShard, counted_users
+from fedhh.data.deny_list import denied_mask, read_deny_list, without_denied
 from fedhh.data.population import PopulationSource, Shard, check_shard_count, shard_bounds
 from fedhh.data.sources import make_source
 from fedhh.errors import InputError
@@ -127,7 +128,11 @@ def node_data(
     if config["run"]["federation"] == DEVICES:
         n_users = int(config["population"]["users"])
         user_id, data_file = device_of(node_config, n_users)
-        shard = device_shard(user_id, data_file, item_codec(config))
+        codec = item_codec(config)
+        shard = device_shard(user_id, data_file, codec)
+        deny_list = read_deny_list(config.run.deny_list, codec)
+        if deny_list is not None:  # the device leaves out the known items as a shard's users do
+            shard = without_denied(shard, denied_mask(shard.vocabulary, deny_list))
         info = ShardInfo(user_id, n_users, user_id, 1, n_users)
         return NodeData(info, shard, spec.respond, SecureRandomness(), spec, config)
     source = _source(key, population)
@@ -154,7 +159,9 @@ def _source(config_key: ConfigKey, population: PopulationProvider | None) -> Pop
     if population is not None:
         return population()
     config = _config(config_key)
-    return make_source(config["population"], item_codec(config), int(config["run"]["seed"]))
+    codec = item_codec(config)
+    deny_list = read_deny_list(config.run.deny_list, codec)
+    return make_source(config["population"], codec, config.run.seed, deny_list=deny_list)
 
 
 @functools.lru_cache(maxsize=SHARD_CACHE_SIZE)

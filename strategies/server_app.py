@@ -39,6 +39,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat, fixed_shards
+from fedhh.data.deny_list import DenyList, read_deny_list
 from fedhh.data.items import ItemCodec
 from fedhh.data.sources import configured_users
 from fedhh.experiment import Experiment, item_codec, report_cap, run_record
@@ -186,6 +187,7 @@ def _run(
     shards = int(config["population"]["users"]) if devices else fixed_shards(config)
     federation = None  # admitted here, before the server is built, when only the nodes know n
     admission_s = 0.0
+    deny_list = read_deny_list(config.run.deny_list, codec) if experiment is None else experiment.deny_list
     if experiment is None:
         n_users = int(config["population"]["users"]) if devices else configured_users(config["population"])
         if n_users is None:
@@ -215,7 +217,7 @@ def _run(
         federation=federation,
         status=status,
     )
-    privacy = charge_run(config["privacy"], server.privacy_report(), run_id)  # last, just before round 1
+    privacy = charge_run(config["privacy"], server.privacy_report(), run_id, deny_list)  # last, before round 1
     experiment_s = time.perf_counter() - started - admission_s
     strategy.start(grid)
     rounds = strategy.round_seconds
@@ -230,13 +232,15 @@ def _run(
         result = server.result()
     timing["server_s"] = strategy.clock.server_s  # requests, combining and absorbing, the result
     if experiment is None:
-        document = dataless_document(config, result, timing, n_users, communication)
+        document = dataless_document(config, result, timing, n_users, communication, deny_list)
     else:
         document = experiment.finish(result, timing, transport="flower")
     if not devices:  # "auto": the shards the nodes held
         document["config"]["run"]["shards"] = strategy.num_shards
     add_participation(document, strategy)
     document["privacy"] = privacy.to_dict()
+    if config.privacy.ledger:
+        document["run_id"] = run_id  # the name the ledger charged it under, which a later run's deny list names
     path = write(document)
     if path is not None:
         LOGGER.info("result written to %s", path)
@@ -268,20 +272,23 @@ def add_participation(document: dict[str, Any], strategy: ProtocolStrategy) -> N
 
 def dataless_document(
     config: FedhhConfig, result: ProtocolResult, timing: dict[str, float], n_users: int,
-    communication: Communication | None = None,
+    communication: Communication | None = None, deny_list: DenyList | None = None,
 ) -> dict[str, Any]:
     """The result of a server that holds no data (a device federation, or a shards federation
     without ``run.evaluation``): what it can know without anyone's data; no population is described."""
     devices = config["run"]["federation"] == DEVICES
-    return {
+    document = {
         "protocol": result.protocol,
         "seed": int(config["run"]["seed"]),
         "n_users": n_users,
         "transport": "flower/devices" if devices else "flower",
         "config": config.to_dict(),
-        **run_record(result, timing, report_cap(config)),
+        **run_record(result, timing, report_cap(config), deny_list),
         **({"communication": communication.to_dict()} if communication is not None else {}),
     }
+    if deny_list is not None:
+        document["deny_list"] = deny_list.record()
+    return document
 
 
 def make_server_app(

@@ -15,7 +15,8 @@ first_user + n_users)``:
 
 Where the counts come from (:func:`counted_users`): for a sampled
 population of one item a user (wordfreq, Zipf) they are drawn directly,
-``Multinomial(users, item law)``, so no user is built and memory is
+``Multinomial(users, item law)`` (with a deny list, the law with the denied
+items' mass moved to holding nothing: :mod:`fedhh.data.deny_list`), so no user is built and memory is
 O(vocabulary) for any number of users; for a file, a dataset, or several
 items a user, the users are built a chunk at a time and counted (their own
 items, O(users) time once, O(vocabulary + types) memory).  Drawn counts are
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels.randomness import KeyedRandomness
+from .deny_list import DeniedItemsSource
 from .population import (
     SHARE_BITS,
     TRUTH_CHUNK_USERS,
@@ -221,7 +223,7 @@ def counted_users(source: PopulationSource, start: int, stop: int, seed: int) ->
     law for a sampled population of one item a user (keyed by the seed and the range, so every
     process holding or checking the shard draws the same counts), else counted from the users,
     built :data:`~fedhh.data.population.TRUTH_CHUNK_USERS` at a time."""
-    law = source.item_law() if isinstance(source, SampledSource) else None
+    law = source.item_law() if isinstance(source, (SampledSource, DeniedItemsSource)) else None
     if law is not None:
         rng = KeyedRandomness(seed).generator(COUNTS_PURPOSE, start, stop)
         drawn = rng.multinomial(stop - start, law).astype(np.int64)  # entry 0: users holding nothing

@@ -28,6 +28,7 @@ from ..errors import InputError
 from ..kernels.randomness import UserRandom, derive_key
 from ..kernels.sampling import InverseCdf
 from . import cache
+from .deny_list import DeniedItemsSource, DenyList
 from .items import ALPHABETS, EncodingReport, ItemCodec, ItemError
 from .per_user import keep_per_user
 from .population import PopulationCounts, PopulationSource, Shard, SingleItemShard, Vocabulary
@@ -675,14 +676,23 @@ def held_items_per_user(population: dict[str, Any], codec: ItemCodec) -> float:
 
 
 def make_source(
-    population: dict[str, Any], codec: ItemCodec, seed: int, before_encoding: BeforeEncoding | None = None
+    population: dict[str, Any],
+    codec: ItemCodec,
+    seed: int,
+    before_encoding: BeforeEncoding | None = None,
+    deny_list: DenyList | None = None,
 ) -> PopulationSource:
-    """The population a config's ``[population]`` section describes.
+    """The population a config's ``[population]`` section describes, without the items of
+    ``deny_list`` (``run.deny_list``: :mod:`fedhh.data.deny_list`), which are removed before
+    ``population.per_user`` keeps a user's most frequent item.
 
     ``before_encoding(n_users)`` runs before the vocabulary is encoded where the config gives the
     population size (the sampled sources); a file's or a dataset's size is known only once read.
     """
-    return keep_per_user(_users_source(population, codec, seed, before_encoding), population["per_user"], seed)
+    users = _users_source(population, codec, seed, before_encoding)
+    if deny_list is not None:
+        users = DeniedItemsSource(users, deny_list)
+    return keep_per_user(users, population["per_user"], seed)
 
 
 def _users_source(

@@ -17,6 +17,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from ..data.deny_list import DenyList
 from .ledger import BudgetExceededError, Ledger
 from .report import PrivacyReport
 
@@ -49,8 +50,12 @@ def check_budget(privacy: Mapping[str, Any], report: PrivacyReport, run_id: str)
         raise BudgetExceededError(run_id, budget, ledger.summary(), after)
 
 
-def charge_run(privacy: Mapping[str, Any], report: PrivacyReport, run_id: str) -> PrivacyReport:
+def charge_run(
+    privacy: Mapping[str, Any], report: PrivacyReport, run_id: str, deny_list: DenyList | None = None
+) -> PrivacyReport:
     """Charge the run to the configured ledger; its report with the cumulative guarantee attached.
+    A run with a ``deny_list`` (``run.deny_list``) is charged with the list's source, which links
+    it to the run it continues (:meth:`fedhh.privacy.ledger.Ledger.record`).
 
     Without a ledger the report is returned unchanged.  A run over the
     budget raises :class:`~fedhh.privacy.ledger.BudgetExceededError`, with
@@ -60,4 +65,5 @@ def charge_run(privacy: Mapping[str, Any], report: PrivacyReport, run_id: str) -
     if configured is None:
         return report
     ledger, budget = configured
-    return ledger.record(report, run_id, max_epsilon=budget)
+    return ledger.record(report, run_id, max_epsilon=budget,
+                         deny_list=None if deny_list is None else deny_list.source())

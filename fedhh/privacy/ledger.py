@@ -24,6 +24,14 @@ privacy model), and a ledger whose entry disagrees with its own parameters
 is refused: lowering a stored ε by hand cannot make room in the budget.
 Someone who rewrites the parameters consistently as well is outside what a
 file can defend against (``docs/privacy.md``).
+
+A run that leaves out items already known (``run.deny_list``) is charged
+with the list's source: the hash of the file, or the previous run's results
+folder, the hash of its ``result.json`` and the name the ledger charged that
+run under.  Runs chained this way are runs on the same users like any other
+(the deny list is public and removing its items is the same map on every
+user's data), so the chain's guarantee is the composition of its runs';
+:meth:`Ledger.chain` follows the links back from a run.
 """
 
 from __future__ import annotations
@@ -95,18 +103,28 @@ class LedgerEntry:
     run_id: str
     recorded_at: str  # UTC, ISO 8601
     report: PrivacyReport
+    deny_list: dict[str, Any] | None = None  # where the run's deny list came from (DenyList.source)
 
     def to_dict(self) -> dict[str, Any]:
         report = self.report.to_dict()
         report.pop("composition", None)  # derived data; recomputed from the entries
         report.pop("coverage", None)  # documentation of a result's fields, not part of the guarantee
-        return {"run_id": self.run_id, "recorded_at": self.recorded_at, "report": report}
+        entry = {"run_id": self.run_id, "recorded_at": self.recorded_at, "report": report}
+        if self.deny_list is not None:
+            entry["deny_list"] = self.deny_list
+        return entry
+
+    @property
+    def previous_run_id(self) -> str | None:
+        """The run whose results folder this run's deny list was, if it was charged to a ledger."""
+        return None if self.deny_list is None else self.deny_list.get("previous_run_id")
 
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 MAX_LEDGER_BYTES = 64 * 1024 * 1024  # about 100,000 runs; refuse to read without bound
 _DOCUMENT_KEYS = {"format", "version", "delta", "runs", "cumulative"}
 _ENTRY_KEYS = {"run_id", "recorded_at", "report"}
+_DENY_LIST_KINDS = ("file", "result")  # a text file, or a previous run's results folder
 _REPORT_TEXT_KEYS = ("model", "mechanism", "method", "adjacency")
 _REPORT_KEYS = {"epsilon", "delta", "parameters", *_REPORT_TEXT_KEYS}
 
@@ -180,7 +198,7 @@ class _Reader:
         return delta, entries
 
     def entry(self, data: Any, where: str) -> LedgerEntry:
-        data = self.keys(data, where, _ENTRY_KEYS, _ENTRY_KEYS)
+        data = self.keys(data, where, _ENTRY_KEYS, _ENTRY_KEYS | {"deny_list"})
         run_id = self.text(data["run_id"], f"{where}.run_id")
         where = f"{where} (run_id {run_id!r})"
         recorded_at = self.text(data["recorded_at"], f"{where}.recorded_at")
@@ -190,7 +208,26 @@ class _Reader:
             raise self.fail(
                 f"{where}.recorded_at", f"must be a UTC time like 2026-01-31T23:59:59Z, got {recorded_at!r}"
             ) from None
-        return LedgerEntry(run_id, recorded_at, self.report(data["report"], f"{where}.report"))
+        report = self.report(data["report"], f"{where}.report")
+        deny_list = data.get("deny_list")
+        return LedgerEntry(run_id, recorded_at, report,
+                           None if deny_list is None else self.deny_list(deny_list, f"{where}.deny_list"))
+
+    def deny_list(self, data: Any, where: str) -> dict[str, Any]:
+        """The source of a run's deny list: its kind, path, SHA-256, item count, and the previous run."""
+        data = self.keys(data, where, {"kind", "path", "sha256", "items"},
+                         {"kind", "path", "sha256", "items", "previous_run_id"})
+        if data["kind"] not in _DENY_LIST_KINDS:
+            raise self.fail(f"{where}.kind", f"must be one of {list(_DENY_LIST_KINDS)}, got {json.dumps(data['kind'])}")
+        self.text(data["path"], f"{where}.path")
+        digest = data["sha256"]
+        if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+            raise self.fail(f"{where}.sha256", f"must be 64 lowercase hexadecimal digits, got {json.dumps(digest)}")
+        self.number(data["items"], f"{where}.items", "an integer >= 1",
+                    lambda value: isinstance(data["items"], int) and value >= 1)
+        if "previous_run_id" in data:
+            self.text(data["previous_run_id"], f"{where}.previous_run_id")
+        return dict(data)
 
     def report(self, data: Any, where: str) -> PrivacyReport:
         data = self.keys(data, where, {"epsilon", "delta", "parameters", *_REPORT_TEXT_KEYS}, _REPORT_KEYS)
@@ -299,6 +336,25 @@ class Ledger:
     def entries(self) -> list[LedgerEntry]:
         return self._load()[1]
 
+    def chain(self, run_id: str) -> list[LedgerEntry]:
+        """The charged runs that led to ``run_id`` through deny lists taken from earlier runs' results
+        folders, first run first, ending with ``run_id``'s own entry."""
+        entries = {entry.run_id: entry for entry in self.entries}
+        if run_id not in entries:
+            raise LedgerError(f"run_id: {run_id!r} is not charged in {str(self.path)!r}")
+        chain = [entries[run_id]]
+        while (previous := chain[-1].previous_run_id) is not None and previous in entries:
+            if any(entry.run_id == previous for entry in chain):
+                break  # a hand-edited loop: each run once
+            chain.append(entries[previous])
+        return chain[::-1]
+
+    def chain_summary(self, run_id: str, delta: float | None = None) -> CompositionSummary:
+        """The cumulative guarantee of :meth:`chain` ``(run_id)``, composed as any runs are (at the
+        ledger's total δ unless ``delta`` is given)."""
+        stored, _ = self._load()
+        return compose(_guarantees(self.chain(run_id)), delta if delta is not None else stored)
+
     def summary(self, delta: float | None = None) -> CompositionSummary:
         """The cumulative guarantee of the charged runs (at ``delta`` if given)."""
         stored, entries = self._load()
@@ -314,8 +370,16 @@ class Ledger:
         return compose([*_guarantees(entries), (report.epsilon, report.delta)], stored)
 
     # writing ------------------------------------------------------------------
-    def record(self, report: PrivacyReport, run_id: str, max_epsilon: float | None = None) -> PrivacyReport:
-        """Charge a run; returns ``report`` with the cumulative guarantee attached.
+    def record(
+        self,
+        report: PrivacyReport,
+        run_id: str,
+        max_epsilon: float | None = None,
+        deny_list: Mapping[str, Any] | None = None,
+    ) -> PrivacyReport:
+        """Charge a run; returns ``report`` with the cumulative guarantee attached.  ``deny_list``:
+        the source of the run's deny list (:meth:`fedhh.data.deny_list.DenyList.source`), kept in
+        its entry.
 
         Refused, with the ledger unchanged, when ``run_id`` is already charged,
         when the run's adjacency differs from the ledger's runs, when the run
@@ -327,7 +391,8 @@ class Ledger:
         _check_chargeable(report)
         if not isinstance(run_id, str) or not run_id:
             raise InputError(f"run_id: must be a non-empty string, got {run_id!r}")
-        entry = LedgerEntry(run_id, time.strftime(TIME_FORMAT, time.gmtime()), report)
+        entry = LedgerEntry(run_id, time.strftime(TIME_FORMAT, time.gmtime()), report,
+                            None if deny_list is None else dict(deny_list))
         _Reader(self.path).entry(entry.to_dict(), "the run to charge")  # the checks a stored entry gets
         with self._locked():
             stored, entries = self._load()

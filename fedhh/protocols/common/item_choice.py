@@ -18,7 +18,10 @@ from ..spec import ContractText
 ITEM_CHOICE_RULE = (
     "A user holding several items reports one of them, each with probability its share of the user's items, "
     "drawn once per run (TrieHH: anew every round); a user holding none reports the empty value (all units 0), "
-    "so that taking part reveals nothing (TrieHH: it does not vote)."
+    "so that taking part reveals nothing (TrieHH: it does not vote).  Before any of this, every device (the "
+    "baselines' too) leaves out of its items those the run config's deny list names (run.deny_list, when set: "
+    "a UTF-8 file of one item a line, or a results folder whose result.json lists them in deny_list.denied and "
+    "heavy_hitters; items compared by exact text), so that a user whose items are all denied holds none."
 )
 ITEM_CHOICE_CONTRACT = ContractText(definitions=(ITEM_CHOICE_RULE,))
 
