@@ -49,9 +49,10 @@ os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
 from fedhh.config import load_config  # noqa: E402
 from fedhh.data.prefixes import rows_in  # noqa: E402
+from fedhh.driving import InProcessShards, drive  # noqa: E402
 from fedhh.experiment import Experiment  # noqa: E402
 from fedhh.protocols.triehh.server import SAMPLE_PURPOSE, round_sample  # noqa: E402
-from simulations.fast import InProcessShards, RayShards, drive, run_fast  # noqa: E402
+from simulations.fast import RayShards, run_fast  # noqa: E402
 from simulations.ray_runtime import ray_runtime  # noqa: E402
 
 FAST = ['run.driver="fast"']

@@ -56,13 +56,14 @@ from typing import Any
 import numpy as np
 
 from fedhh.config import load_config
+from fedhh.driving import drive
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols.common.prefix_encoding import PrefixEncoding
 from fedhh.protocols.prefix_search.pem import PEMServer
 from fedhh.protocols.prefix_search.reports import respond
 from fedhh.protocols.prefix_search.search import SearchParameters, level_shares, uniform_segments
-from simulations.fast import drive, run_fast
+from simulations.fast import run_fast
 
 BITS_64 = "64-bit values"
 WORDFREQ = "wordfreq"

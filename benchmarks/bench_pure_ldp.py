@@ -92,9 +92,9 @@ from bench_rappor_sfp import TOP, _numpy1_zeros, f1, reference_rappor, true_top 
 
 from fedhh.config import load_config  # noqa: E402
 from fedhh.data.population import Shard  # noqa: E402
+from fedhh.driving import drive  # noqa: E402
 from fedhh.experiment import Experiment  # noqa: E402
 from fedhh.kernels.randomness import KeyedRandomness  # noqa: E402
-from simulations.fast import drive  # noqa: E402
 
 PROTOCOLS = ("rappor", "sfp", "treehist")
 WORD_LENGTH, FRAGMENT, ROWS, WIDTH = 6, 2, 16, 1024

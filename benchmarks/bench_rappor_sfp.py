@@ -54,13 +54,14 @@ from typing import Any
 import numpy as np
 
 from fedhh.config import load_config
+from fedhh.driving import drive
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols.rappor.client import respond as rappor_respond
 from fedhh.protocols.rappor.server import RapporParameters, RapporServer
 from fedhh.protocols.sfp.client import respond as sfp_respond
 from fedhh.protocols.sfp.server import SFPParameters, SFPServer
-from simulations.fast import drive, run_fast
+from simulations.fast import run_fast
 
 PROTOCOLS = ("rappor", "sfp")
 # full-scale cases: label -> (protocol, overrides of its defaults)

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
 from .config import ConfigError, FedhhConfig, fixed_shards
 from .data.counted import CountedShard, counted_users
 from .data.deny_list import DeniedItemsSource, DenyList, read_deny_list
@@ -29,6 +28,7 @@ from .protocols import ClientFunction, Discovery, ProtocolResult, Request, Respo
 from .protocols.communication import Communication
 from .protocols.law import LAW, no_law_sampler
 from .resources import require_population_memory
+from .version import __version__
 
 
 def item_codec(config: FedhhConfig) -> ItemCodec:
@@ -187,7 +187,7 @@ class Experiment:
         assert self._fresh_server is not None
         # the server built for the target is the first one make_server hands out
         self._fresh_server.offer_vocabulary(self.source.vocabulary)
-        self.privacy: PrivacyReport = self._fresh_server.privacy_report()
+        self.privacy: PrivacyReport = self._fresh_server.guarantee()
         # What one user sends, from the protocol's own parameters (None: the spec declares no derivation).
         self.communication: Communication | None = (
             self.spec.communication(self._fresh_server) if self.spec.communication else None

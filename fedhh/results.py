@@ -52,8 +52,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from . import __version__
 from .errors import InputError
+from .version import __version__
 
 MARKER = ".fedhh-results"  # in every results folder fedhh writes: the files it wrote
 MARKER_FORMAT = "fedhh-results-folder"

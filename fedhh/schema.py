@@ -216,6 +216,14 @@ class PrivacySection(ConfigSection):
     delta: float = Key(
         float, 1e-12, "target δ", check=lambda v: 0 < v < 1, constraint="in the open interval (0, 1)"
     ).field()
+    model: str = Key(
+        str,
+        "local",
+        "where privacy.epsilon holds for the ε-LDP protocols: local (each user's ε-LDP reports) or shuffle "
+        "(the central ε at privacy.delta of the reports after an anonymising shuffle; the local ε is solved "
+        "from it)",
+        ("local", "shuffle"),
+    ).field()
     ledger: str = Key(
         str, "", "privacy ledger (JSON) composing repeated runs on the same population; empty: none"
     ).field()

@@ -174,6 +174,12 @@ def _add_population_arguments(population: argparse.ArgumentParser) -> None:
     add_population_arguments(population)
 
 
+def _add_new_client_arguments(new_client: argparse.ArgumentParser) -> None:
+    from .new_client import add_new_client_arguments
+
+    add_new_client_arguments(new_client)
+
+
 class Command(NamedTuple):
     """A subcommand: the line ``fedhh --help`` lists, and what adds its arguments and handler."""
 
@@ -196,6 +202,8 @@ COMMANDS: dict[str, Command] = {
                      _add_sweep_arguments),
     "report": Command("plots (PNG, SVG) and a Markdown summary of a sweep's tables", _add_report_arguments),
     "population": Command("populations on disk: build once, run from them many times", _add_population_arguments),
+    "new-client": Command("write a Flower App project: your own ClientApp (numpy only) with fedhh's ServerApp",
+                          _add_new_client_arguments),
 }
 
 

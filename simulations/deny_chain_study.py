@@ -39,13 +39,13 @@ import numpy as np
 from fedhh.config import FedhhConfig, load_config
 from fedhh.data.population import PopulationSource, Shard
 from fedhh.data.sources import make_source
+from fedhh.driving import drive
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment, item_codec
 from fedhh.privacy.composition import compose
 from fedhh.protocols import Request, Response
 from fedhh.results import ResultsFolder
 
-from .fast import drive
 from .sweep_intervals import METHODS, over_trials
 from .sweep_spec import trial_seed
 

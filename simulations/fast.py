@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from fedhh.config import FedhhConfig
-from fedhh.data.counted import CountedShard
-from fedhh.data.population import PopulationCounts, Shard, check_shard_count
+from fedhh.data.population import PopulationCounts, check_shard_count
+from fedhh.driving import InProcessShards, RoundCallback, ShardHolders, run_over_shards
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.protocols import ProtocolResult, Request, Response, ServerProtocol
-from strategies.run_clock import RunClock
 
 from .placement import dataset_placement
 from .progress import RoundProgress
@@ -56,51 +54,6 @@ def choose_backend(requested: str) -> Backend:
     if requested not in ("inprocess", "ray"):
         raise InputError(f"run.backend: got {requested!r}; allowed: ['auto', 'inprocess', 'ray']")
     return requested  # type: ignore[return-value]
-
-
-def drive(
-    server: ServerProtocol,
-    answer: Callable[[Any], Sequence[Response]],  # a request of the server's protocol -> the shards' responses
-    on_round: Callable[[ServerProtocol], None] | None = None,
-    clock: RunClock | None = None,
-) -> ProtocolResult:
-    """Run a server to completion against a function returning the shards' responses (at least one,
-    summed by their class's ``combine``); ``clock`` (if given) accumulates the server's and the shards'
-    time (:class:`RunClock`)."""
-    clock = clock if clock is not None else RunClock()
-    while True:
-        with clock.server():
-            request = server.next_request()
-        if request is None:
-            break
-        with clock.shards():
-            responses = answer(request)
-        with clock.server():
-            server.absorb(type(responses[0]).combine(list(responses)))
-        if on_round is not None:
-            on_round(server)
-    with clock.server():
-        return server.result()
-
-
-class InProcessShards:
-    """All shards in this process (small populations, tests, one core)."""
-
-    def __init__(self, experiment: Experiment, num_shards: int) -> None:
-        self._experiment = experiment
-        self.shards: list[Shard | CountedShard] = [experiment.hold_shard(i, num_shards) for i in range(num_shards)]
-        self.counts = PopulationCounts.combine(shard.counts() for shard in self.shards)
-        experiment.source.vocabulary.prefixes.build_all()  # one-time, shared by the shards
-
-    def answer(self, request: Request) -> list[Response]:
-        return [self._experiment.answer(request, shard) for shard in self.shards]
-
-    def close(self) -> None:
-        self.shards.clear()
-
-    @property
-    def nodes(self) -> list[str]:
-        return []
 
 
 class ShardHolder:
@@ -182,30 +135,25 @@ def run_fast(
     show_progress: bool = False,
     when_placed: Callable[[], None] | None = None,
 ) -> FastRun:
-    """Run the experiment's protocol over ``num_shards`` shards; time setup and rounds apart,
-    and within the rounds the server's own work and the shards' answers (``server_s``,
-    ``shards_s``: :class:`RunClock`).
+    """Run the experiment's protocol over ``num_shards`` shards (:func:`fedhh.driving.run_over_shards`);
+    time setup and rounds apart, and within the rounds the server's own work and the shards' answers
+    (``server_s``, ``shards_s``: :class:`~fedhh.run_clock.RunClock`).
 
     ``when_placed`` runs once every shard is held, before the first round: what must not happen
     for a run its shards cannot be placed for (the privacy charge)."""
     chosen = choose_backend(backend)
     check_shard_count(experiment.n_users, num_shards)
     with contextlib.ExitStack() as stack:
-        started = time.perf_counter()
-        if chosen == "inprocess":
-            holders: InProcessShards | RayShards = InProcessShards(experiment, num_shards)
-        else:
-            stack.enter_context(ray_runtime(**RayShards.INIT_ARGS))
-            holders = RayShards(experiment.config, num_shards)
-        stack.callback(holders.close)
-        setup = time.perf_counter() - started
-        if when_placed is not None:
-            when_placed()
-        server = experiment.make_server()
-        clock = RunClock()
-        rounds_started = time.perf_counter()
-        with RoundProgress(server, label=experiment.spec.name, enabled=show_progress) as progress:
-            result = drive(server, holders.answer, progress.update, clock)
-        rounds = time.perf_counter() - rounds_started
-    timing = {"setup_s": setup, "rounds_s": rounds, "server_s": clock.server_s, "shards_s": clock.shards_s}
-    return FastRun(result, timing, chosen, holders.counts, holders.nodes)
+
+        def on_ray(experiment: Experiment, num_shards: int) -> ShardHolders:
+            stack.enter_context(ray_runtime(**RayShards.INIT_ARGS))  # Ray's start counts as setup
+            return RayShards(experiment.config, num_shards)
+
+        @contextlib.contextmanager
+        def progress(server: ServerProtocol) -> Iterator[RoundCallback]:
+            with RoundProgress(server, label=experiment.spec.name, enabled=show_progress) as bar:
+                yield bar.update
+
+        run = run_over_shards(experiment, num_shards, InProcessShards if chosen == "inprocess" else on_ray,
+                              when_placed=when_placed, watch=progress)
+    return FastRun(run.result, run.timing, chosen, run.counts, run.nodes)

@@ -8,13 +8,13 @@ published estimates by output rank), written atomically together.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from fedhh.result_tables import discoveries_with_truth, table_writers
 from fedhh.results import ResultsFolder, write_result
 
 from .plot_process import draw
@@ -25,40 +25,10 @@ SHOWN_ITEMS = 30
 def write_run_outputs(output_dir: str | Path | ResultsFolder, result: dict[str, Any]) -> Path:
     """Write the results folder; nothing is left behind if any part fails."""
 
-    def heavy_hitters_csv(folder: Path) -> None:
-        rows = discoveries_with_truth(result)
-        columns = ["item", "support", "estimated_count", *(TRUTH_COLUMNS if "evaluation" in result else ())]
-        with open(folder / "heavy_hitters.csv", "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, columns, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows)
-
-    def rounds_csv(folder: Path) -> None:
-        rounds = result["rounds"]
-        if not rounds:
-            return
-        with open(folder / "rounds.csv", "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, list(rounds[0]))
-            writer.writeheader()
-            writer.writerows(rounds)
-
     def discovery_plot(folder: Path) -> None:
         draw(plot_discovery, result, folder / "discovery.png")
 
-    return write_result(output_dir, result, [heavy_hitters_csv, rounds_csv, discovery_plot])
-
-
-TRUTH_COLUMNS = ("true_rank", "true_count", "true_frequency")
-
-
-def discoveries_with_truth(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each published discovery, joined with its true rank, count and frequency when the
-    result has an evaluation section (the two lists are in the same order)."""
-    found = result["heavy_hitters"]
-    evaluation = result.get("evaluation")
-    if evaluation is None:
-        return [dict(hit) for hit in found]
-    return [{**hit, **truth} for hit, truth in zip(found, evaluation["heavy_hitters"], strict=True)]
+    return write_result(output_dir, result, [*table_writers(result), discovery_plot])
 
 
 def plot_discovery(result: dict[str, Any], path: Path, shown_ranks: int = 500) -> None:

@@ -36,6 +36,7 @@ from fedhh.config import FedhhConfig
 from fedhh.data.counted import CountedShard, UserTypes
 from fedhh.data.items import ItemCodec, get_alphabet
 from fedhh.data.population import Shard, SingleItemShard, Vocabulary
+from fedhh.driving import drive
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment, report_cap, reported_discoveries
 from fedhh.kernels.randomness import KeyedRandomness
@@ -51,7 +52,7 @@ from fedhh.protocols.prefix_search.treehist import TreeHistServer
 from fedhh.protocols.triehh.client import respond as triehh_respond
 from fedhh.protocols.triehh.server import TrieHHServer
 
-from .fast import drive, run_fast
+from .fast import run_fast
 from .sweep_intervals import METHODS, over_trials
 
 MAX_SIMULATED_USERS = 50_000_000  # populations held in memory (recall-based sizing, a users-mode verification)

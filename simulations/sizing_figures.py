@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from fedhh.config import load_config
+from fedhh.driving import drive
 from fedhh.errors import InputError, one_line
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
@@ -44,7 +45,6 @@ from fedhh.protocols.prefix_search.sizing import size_pem, size_treehist
 from fedhh.protocols.triehh.sizing import size_triehh
 from fedhh.results import ResultsFolder, to_json
 
-from .fast import drive
 from .sizing import clopper_pearson
 
 PEM_CASES = (  # (letters, distinct values): one level of 5 bits a letter

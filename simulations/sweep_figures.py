@@ -29,7 +29,7 @@ import numpy as np
 
 from .analytic import EQ5, PREDICTED
 from .sweep_intervals import METHODS, RANGE
-from .sweep_plots import EPSILON_AXES, NO_PRIVACY, PRIVACY_MARKERS
+from .sweep_plots import EPSILON_AXES, NO_PRIVACY, PRIVACY_MARKERS, PRIVACY_SYMBOLS
 from .sweep_tables import DISCOVERY, RECALL_AT
 
 if TYPE_CHECKING:
@@ -220,7 +220,7 @@ def axis_label(plot: Plot) -> str:
         return f"{name}, {private[0]}"
     if not private:
         return label(plot.x)
-    return f"{name}: " + " or ".join(f"{kind} {'■' if PRIVACY_MARKERS[kind] == 's' else '●'}" for kind in private)
+    return f"{name}: " + " or ".join(f"{kind} {PRIVACY_SYMBOLS[PRIVACY_MARKERS[kind]]}" for kind in private)
 
 
 def is_share(metric: str) -> bool:

@@ -20,14 +20,19 @@ EPSILON_AXES = ("privacy.epsilon", "epsilon")  # the target ε and the ε spent
 # What a trial's ε means, from its privacy report's model (the trials table's privacy_model): central ε
 # protects the published output with user-level adjacency, local ε each report against the server.
 CENTRAL, LOCAL, NO_PRIVACY = "central (user-level)", "local", "no privacy"
-PRIVACY_MARKERS = {CENTRAL: "s", LOCAL: "o", NO_PRIVACY: "D"}
+SHUFFLED = "central (shuffled reports)"  # privacy.model = "shuffle": the LDP reports' central (ε, δ)
+PRIVACY_MARKERS = {CENTRAL: "s", SHUFFLED: "^", LOCAL: "o", NO_PRIVACY: "D"}
+PRIVACY_SYMBOLS = {"s": "■", "^": "▲", "o": "●"}  # the markers as the axis label writes them
 
 
 def privacy_kind(model: str | None) -> str:
-    """The kind of ε of a privacy model (:data:`CENTRAL`, :data:`LOCAL`, :data:`NO_PRIVACY`; empty: unknown)."""
+    """The kind of ε of a privacy model (:data:`CENTRAL`, :data:`SHUFFLED`, :data:`LOCAL`, :data:`NO_PRIVACY`;
+    empty: unknown)."""
     text = (model or "").lower()
     if text.startswith("central"):
         return CENTRAL
+    if text.startswith("shuffle"):
+        return SHUFFLED
     if text.startswith("local"):
         return LOCAL
     if text.startswith("no guarantee"):

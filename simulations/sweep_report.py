@@ -26,7 +26,8 @@ of F ([Zhu20] Fig. 3, beside the bound at F over the whole x range);
 ``--y recall@K`` the share of the true top K found, for any K the items table
 reaches.  Every plot is written as PNG and SVG with its numbers in a CSV
 beside them (:mod:`simulations.sweep_figures`); ``summary.md`` tables every
-grid point: its privacy (ε spent, δ, and TrieHH's θ and m) and the mean and
+grid point: its privacy (ε spent, δ, the LDP reports' ε once shuffled, and
+TrieHH's θ and m) and the mean and
 interval of each headline metric.
 
 A report goes into a folder of its own (by default ``DIR/report``), claimed
@@ -53,6 +54,7 @@ from fedhh.config import Scalar, build_config
 from fedhh.errors import InputError
 from fedhh.experiment import item_codec
 from fedhh.results import OutputError, ResultsFolder
+from fedhh.studies import REPORT_FOLDER
 
 from .analytic import PREDICTED, model_label, triehh_bound, triehh_rate
 from .sweep_crossings import LEVELS, model_crossing, simulated_crossing
@@ -64,12 +66,12 @@ from .sweep_plots import (
     FREQUENCY_AXIS,
     K_AXIS,
     LOCAL,
+    SHUFFLED,
     Curve,
     ModelLine,
     Plot,
     privacy_kind,
 )
-from .sweep_store import REPORT_FOLDER
 from .sweep_tables import DISCOVERY, RECALL_AT, SweepTables
 from .sweep_trial import RECALL_KS
 
@@ -78,7 +80,8 @@ RECALL = "recall"
 FREQUENCY_BAND = 1.1  # --frequency F selects items with true frequency in [F / 1.1, 1.1 F]
 DENSE = 120  # points of an analytic curve drawn over a continuous axis
 SUMMARY_METRICS = ("recall_at_10", "precision", "f1", "ncr", "discovered", "rounds", "user_bits", "server_s", "wall_s")
-PRIVACY_COLUMNS = ("epsilon", "delta", "param.theta", "param.batch_size")  # ε spent, δ, θ, m
+# ε spent, δ, the LDP reports' central ε once shuffled (at the same δ), θ, m
+PRIVACY_COLUMNS = ("epsilon", "delta", "shuffle_epsilon", "param.theta", "param.batch_size")
 TRIEHH_CURVE_KEYS = ("population.users", "privacy.epsilon", "privacy.delta")
 
 
@@ -364,9 +367,18 @@ def build_plot(
     return plot
 
 
+# Each kind of ε a line may not mix with another: how the refusal names it, and what it protects.
+KIND_PROMISES = (
+    (CENTRAL, ("central ε", "user-level, the published output")),
+    (SHUFFLED, ("the shuffled reports' central ε", "each value, against whoever sees only the shuffled reports")),
+    (LOCAL, ("local ε", "each report, against the server")),
+)
+
+
 def _privacy_kinds(tables: SweepTables, request: PlotRequest, groups: list[Group]) -> list[str]:
     """The kind of ε of each line (:func:`~simulations.sweep_plots.privacy_kind`); a line that would
-    join trials under central ε and trials under local ε is refused: the two ε are different promises."""
+    join trials under two kinds of ε (central, the shuffled reports' central, local) is refused: they are
+    different promises."""
     models = tables.rows.get("privacy_model", [None] * tables.count)
     protocols = tables.rows.get("protocol", [None] * tables.count)
     kinds = []
@@ -374,15 +386,16 @@ def _privacy_kinds(tables: SweepTables, request: PlotRequest, groups: list[Group
         by_kind: dict[str, set[str]] = {}
         for i in rows.tolist():
             by_kind.setdefault(privacy_kind(models[i]), set()).add(str(protocols[i]))
-        if CENTRAL in by_kind and LOCAL in by_kind:
+        promises = [(kind, text) for kind, text in KIND_PROMISES if kind in by_kind]
+        if len(promises) > 1:
             roles = [f"{flag} {key}" for flag, key in (("--x", request.x), ("--hue", request.hue),
                                                        ("--col", request.col), ("--row", request.row)) if key]
+            joined = " and under ".join(f"{text} ({', '.join(sorted(by_kind[kind]))}: {what})"
+                                        for (kind, (text, what)) in promises)
             raise InputError(
-                f"report: a line of this plot ({', '.join(roles)}) would join trials under central ε "
-                f"({', '.join(sorted(by_kind[CENTRAL]))}: user-level, the published output) and under local ε "
-                f"({', '.join(sorted(by_kind[LOCAL]))}: each report, against the server), which are different "
-                "promises; give each protocol its own line or panel (--hue protocol.name, --col protocol.name) "
-                "or keep one kind (--where protocol.name=...)"
+                f"report: a line of this plot ({', '.join(roles)}) would join trials under {joined}, which are "
+                "different promises; give each protocol (and privacy model) its own line or panel (--hue "
+                "protocol.name, --col protocol.name, --hue privacy.model) or keep one kind (--where protocol.name=...)"
             )
         named = [kind for kind in by_kind if kind]
         kinds.append(named[0] if len(named) == 1 else " / ".join(sorted(named)))
@@ -785,7 +798,8 @@ def _point_table(tables: SweepTables, swept: Sequence[str]) -> list[str]:
     all_rows = tables.all_rows
     privacy = [c for c in PRIVACY_COLUMNS if c in rows and any(v is not None for v in rows[c])]
     metrics = [m for m in SUMMARY_METRICS if m in rows]
-    names = {"epsilon": "ε spent", "delta": "δ", "param.theta": "θ", "param.batch_size": "m"}
+    names = {"epsilon": "ε spent", "delta": "δ", "shuffle_epsilon": "ε shuffled", "param.theta": "θ",
+             "param.batch_size": "m"}
     models = rows.get("privacy_model")
     header = [*swept, "trials", "failed", *(["ε is"] if models else []), *(names[c] for c in privacy), "interval",
               *(label(m) for m in metrics)]

@@ -67,6 +67,7 @@ LATER_KEYS = (
     "run.cap_to_top_k",
     "protocol.noise",
     "run.simulation",
+    "privacy.model",
     "run.deny_list",
 )
 

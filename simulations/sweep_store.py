@@ -1,11 +1,7 @@
 """A sweep's output folder: its manifest, one file per finished trial, and the tables built from them.
 
-Layout::
-
-    DIR/sweep.json            manifest: the sweep file (and base) text, grid, runs, versions, machine
-    DIR/trials/<key>.json     one finished trial (its table row and its per-item rows)
-    DIR/trials.parquet        one row per trial (``--csv``: trials.csv too)
-    DIR/items.parquet         per trial, the discovery of each true top item (``--csv``: items.csv)
+The layout, and how a reader finds the tables, is :mod:`fedhh.studies`
+(``--csv`` adds ``trials.csv`` and ``items.csv`` beside the Parquet tables).
 
 The folder is claimed as every fedhh output is, and written file by file
 (:class:`fedhh.results.IncrementalFolder`): a new or empty folder, or an
@@ -37,19 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from fedhh import __version__
 from fedhh.results import FileWriter, IncrementalFolder, OutputError
+from fedhh.studies import FORMAT, ITEMS_TABLE, KIND, MANIFEST, REPORT_FOLDER, TRIALS_DIR, TRIALS_TABLE
+from fedhh.version import __version__
 
 from .sweep_spec import SweepSpec, Trial
 from .sweep_trial import ITEM_COLUMNS, TrialRecord
 
-MANIFEST = "sweep.json"
-TRIALS_DIR = "trials"
-TRIALS_TABLE = "trials"
-ITEMS_TABLE = "items"
-FORMAT = "fedhh-sweep/1"
-KIND = "sweep"  # what the folder's marker says it holds
-REPORT_FOLDER = "report"  # fedhh report's default folder, inside the sweep folder
 TRIAL_FILE = re.compile(r"[0-9a-f]{20}\.json")  # trials/<key>.json
 
 

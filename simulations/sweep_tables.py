@@ -11,7 +11,6 @@ what each model predicts for it.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import tomllib
@@ -23,9 +22,9 @@ import numpy as np
 
 from fedhh.config import ConfigError, schema
 from fedhh.errors import InputError
+from fedhh.studies import ITEMS_TABLE, TRIALS_TABLE, read_manifest, table_paths
 
 from .analytic import MODEL_COLUMNS
-from .sweep_store import ITEMS_TABLE, MANIFEST, TRIALS_TABLE
 
 DISCOVERY = "discovery"
 RECALL_AT = re.compile(r"recall@(\d+)")  # --y recall@K: from the items table, for any K
@@ -38,16 +37,8 @@ class SweepTables:
         import pyarrow.parquet as pq
 
         self.folder = Path(folder)
-        try:
-            self.manifest = json.loads((self.folder / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            raise InputError(
-                f"folder: {str(self.folder)!r} holds no sweep ({MANIFEST}); run fedhh sweep first"
-            ) from None
-        paths = {name: self.folder / f"{name}.parquet" for name in (TRIALS_TABLE, ITEMS_TABLE)}
-        missing = [str(path) for path in paths.values() if not path.is_file()]
-        if missing:
-            raise InputError(f"folder: {missing} missing; run the sweep again to rebuild its tables")
+        self.manifest = read_manifest(self.folder)
+        paths = table_paths(self.folder)
         self.all_rows: dict[str, list[Any]] = pq.read_table(paths[TRIALS_TABLE]).to_pydict()
         ok = [i for i, error in enumerate(self.all_rows.get("error", [])) if not error]
         self.rows = {column: [values[i] for i in ok] for column, values in self.all_rows.items()}

@@ -1,6 +1,6 @@
 """One trial of a sweep, run wherever an executor puts it, and the table rows it yields.
 
-A trial runs the fast driver's loop (:func:`simulations.fast.drive`) in
+A trial runs the fast driver's loop (:func:`fedhh.driving.drive`) in
 process over one shard holding the whole population (in a law simulation,
 ``run.simulation = "law"``, its item counts, drawn once per population
 seed); the shard count changes no result, and a sweep's parallelism is
@@ -25,14 +25,14 @@ import numpy as np
 from fedhh.data.counted import CountedShard, counted_users
 from fedhh.data.population import PopulationSource, Shard
 from fedhh.data.sources import SampledSource, make_source
+from fedhh.driving import drive
 from fedhh.experiment import Experiment, item_codec, report_cap, reported_discoveries
 from fedhh.metrics import Truth, count_errors, f1_at_k, ncr_at_k, precision_at_k, recall_at_k
 from fedhh.protocols import ProtocolResult, ServerProtocol
 from fedhh.protocols.registry import import_protocol_module
-from strategies.run_clock import RunClock
+from fedhh.run_clock import RunClock
 
 from .analytic import EQ5, PREDICTED, expected_f1, expected_ncr, expected_recall, predicted_discovery, prediction_key
-from .fast import drive
 from .sweep_spec import Trial
 
 RECALL_KS = (1, 5, 10, 25, 50, 100, 250)
@@ -191,6 +191,7 @@ def _outcome(
         "epsilon": float(privacy.epsilon),
         "delta": float(privacy.delta),
         "privacy_model": privacy.model,
+        "shuffle_epsilon": (privacy.shuffle or {}).get("epsilon"),  # the LDP reports' ε once shuffled
         **{f"param.{name}": _scalar(value) for name, value in result.params.items()},
         "top_k": top_k,
         **{f"recall_at_{k}": recall_at_k(discovered, truth, k) for k in RECALL_KS},

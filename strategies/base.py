@@ -50,13 +50,13 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from fedhh.errors import InputError
 from fedhh.protocols import InvalidReply, ProtocolSpec, Request, Response, RoundRecord, ServerProtocol
+from fedhh.run_clock import RunClock
 
 from .admission import Admission, StatusCallback
 from .codec import MessageDecodeError, attach_notice, codec_for
 from .errors import FederationError, RunStopped, last_line
 from .exchange import exchange
 from .participation import RoundParticipation
-from .run_clock import RunClock
 from .shards import DEVICES, ROUND_MESSAGE, SHARDS, Federation, ShardInfo
 
 # Error replies the SuperLink makes when a request or its reply outlived its TTL.

@@ -110,7 +110,9 @@ def _cell(text: str) -> str:
 
 def _message_section(title: str, message_type: type) -> str:
     doc = inspect.cleandoc(message_type.__doc__ or "").split("\n\n")[0].replace("\n", " ")
-    return f"#### {title}: `{message_type.__name__}`\n\n{doc}\n\n{field_table(message_type)}\n"
+    tag = message_layout(message_type).tag
+    return (f"#### {title}: `{message_type.__name__}`\n\n{doc} Its `\"{TYPE_KEY}\"` is `\"{tag}\"`.\n\n"
+            f"{field_table(message_type)}\n")
 
 
 def _indented_quote(text: str) -> str:
@@ -248,6 +250,22 @@ def render() -> str:
         "or a device's own Flower app that imports neither fedhh nor its numpy code. "
         "Every table below is generated from the message classes the server decodes with.",
         "",
+        "## Your ClientApp beside fedhh's ServerApp",
+        "",
+        "A ClientApp of your own runs with fedhh's ServerApp as one Flower App: a project whose "
+        "`pyproject.toml` names `serverapp = \"simulations.flower_app:app\"` (fedhh, installed where the "
+        "SuperLink runs) and `clientapp = \"your_module:app\"` (your code, in the app bundle: the nodes "
+        "need Flower and whatever your code imports) under `[tool.flwr.app.components]`. Its "
+        "`[tool.flwr.app.config]` lists the fedhh config keys of the run (`docs/configuration.md`), as "
+        "tables (`[tool.flwr.app.config.protocol]`) or dotted keys: Flower refuses a `--run-config` "
+        "override of a key the bundle does not declare, and a ClientApp sees the declared keys only, "
+        "so list every key your client reads (the item codec's `protocol.alphabet`, `protocol.unit_size`, "
+        "`protocol.max_length`, `protocol.overlong`, `protocol.unknown_chars`; `population.path` if your "
+        "nodes read the population's file). The ServerApp takes fedhh's default for every key not "
+        "listed. `fedhh new-client DIR --protocol triehh` (or `pem`) writes such a project, with a "
+        "ClientApp written from this document (Flower and numpy only), its tests and a README: it runs as "
+        "it is with `flwr run DIR` and is then yours to change (`docs/deployment.md`).",
+        "",
         "## Envelope",
         "",
         "Messages are Flower messages (`flwr.app.Message`). Their `message_type`:",
@@ -297,8 +315,22 @@ def render() -> str:
         "",
         _message_section("Request", ShardQuery),
         _message_section("Reply", ShardInfo),
-        "The server admits the nodes whose shards split the users `0..n-1` exactly as "
-        "`fedhh.data.population.shard_bounds` does (a device is shard `u` of `n` for its user id `u`).",
+        "Users have global ids `0..n-1`. `shard_bounds(n, i, k)`, the users of shard `i` of `k`, are "
+        "`[floor(i n / k), floor((i + 1) n / k))` (`fedhh.data.population.shard_bounds`): shard 0 of 3 "
+        "over 10 users holds users 0..2, shard 1 users 3..5, shard 2 users 6..9. A node answers with "
+        "`shard_index` = `i`, `num_shards` = `k`, `first_user` and `users` from `shard_bounds(n, i, k)`, "
+        "and `population` = `n`; under Flower `i` and `k` are its node config's `partition-id` and "
+        "`num-partitions`, and `k` is `run.shards` (a device, `run.federation = \"devices\"`, is shard "
+        "`u` of `n` for its user id `u`). The server admits the nodes only if they split `0..n-1` exactly "
+        "so, each user held once.",
+        "",
+        "`n` is the server's: with `population.source = \"file\"` (or `\"dataset\"`) the number of users "
+        "of the file (`population.path`; a `.txt` file has one user a line), whatever "
+        "`population.users` says (it is not read); with a generated source (`wordfreq`, `zipf`, "
+        "`exponential`) and with `run.federation = \"devices\"`, `population.users`. A node that holds "
+        "its own users' data (not the population's file) must be told `n` (in its node config) and hold "
+        "exactly the users of its shard, in the order of their ids, one item each as the population's "
+        "file lists them.",
         "",
         *definitions_section(texts),
         "## Protocols",

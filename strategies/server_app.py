@@ -217,7 +217,7 @@ def _run(
         federation=federation,
         status=status,
     )
-    privacy = charge_run(config["privacy"], server.privacy_report(), run_id, deny_list)  # last, before round 1
+    privacy = charge_run(config["privacy"], server.guarantee(), run_id, deny_list)  # last, before round 1
     experiment_s = time.perf_counter() - started - admission_s
     strategy.start(grid)
     rounds = strategy.round_seconds

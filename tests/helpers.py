@@ -88,7 +88,7 @@ def planted_runs(
 ) -> PlantedRuns:
     """One run per seed, in one process: ``make_server(seed)``'s rounds answered by the whole
     ``population`` with the protocol's ``respond`` and ``KeyedRandomness(seed)``."""
-    from simulations.fast import drive
+    from fedhh.driving import drive
 
     counts: dict[str, list[float]] = {item: [] for item in planted}
     others, server = 0, None

@@ -134,6 +134,29 @@ def test_the_document_lists_every_field_of_every_builtin_message() -> None:
                 assert f"| `{field}` |" in text, f"{message_type.__name__}.{field} is not documented"
 
 
+def test_the_document_states_each_message_s_type_tag_and_defines_what_it_names() -> None:
+    """A client written from the document alone needs every ``"@type"`` value, ``shard_bounds``
+    (with a worked example the code agrees with), how n relates to a file population, and how a
+    ClientApp is paired with the ServerApp."""
+    from fedhh.data.population import shard_bounds
+    from fedhh.protocols import PROTOCOLS
+    from fedhh.protocols.messages import message_layout
+    from fedhh.protocols.registry import protocol_module
+    from strategies.shards import ShardInfo, ShardQuery
+
+    text = DOCUMENT.read_text(encoding="utf-8")
+    types = [ShardQuery, ShardInfo, *(t for name, spec in PROTOCOLS.items() if not protocol_module(name)
+                                      for t in (spec.request_type, spec.response_type))]
+    for message_type in types:
+        assert f'Its `"@type"` is `"{message_layout(message_type).tag}"`.' in text, message_type.__name__
+    assert "the users of shard `i` of `k`, are `[floor(i n / k), floor((i + 1) n / k))`" in text
+    assert [shard_bounds(10, i, 3) for i in range(3)] == [(0, 3), (3, 6), (6, 10)]
+    assert "shard 0 of 3 over 10 users holds users 0..2, shard 1 users 3..5, shard 2 users 6..9" in text
+    assert "whatever `population.users` says (it is not read)" in text
+    assert 'serverapp = "simulations.flower_app:app"' in text and "fedhh new-client DIR" in text
+    assert "mode collect: the distinct report rows, first column the level; other modes: empty, shape (0, 0)" in text
+
+
 # -- in a Flower simulation ----------------------------------------------------------------------
 
 SHORT = [

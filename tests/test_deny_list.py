@@ -13,13 +13,14 @@ import pytest
 
 from fedhh.config import FedhhConfig, load_config
 from fedhh.data.deny_list import DenyList, DenyListError, read_deny_list
+from fedhh.driving import drive
 from fedhh.experiment import Experiment
 from fedhh.privacy.ledger import Ledger
 from fedhh.protocols import Request, Response
 from fedhh.protocols.exact.messages import ItemsRequest, ItemWeights
 from fedhh.protocols.triehh.messages import TrieHHResponse
 from simulations.cli import main
-from simulations.fast import drive, run_fast
+from simulations.fast import run_fast
 from strategies.client_app import node_data
 from strategies.devices import DATA_FILE, USER_ID
 

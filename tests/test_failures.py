@@ -31,12 +31,13 @@ from flwr.clientapp import ClientApp
 from fedhh.config import FedhhConfig, load_config
 from fedhh.data.population import shard_bounds
 from fedhh.data.prefixes import rows_in
+from fedhh.driving import drive
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols.triehh.messages import TrieHHRequest, TrieHHResponse
 from fedhh.protocols.triehh.server import round_sample
 from simulations.deployment import LocalDeployment
-from simulations.fast import RayShards, drive, run_fast
+from simulations.fast import RayShards, run_fast
 from simulations.ray_runtime import ray_runtime
 from strategies.base import LOGGER
 from strategies.client_app import make_client_app

@@ -28,6 +28,7 @@ from scipy import stats
 
 from fedhh.config import FedhhConfig, load_config
 from fedhh.data.counted import CountedShard, counted_users
+from fedhh.driving import drive
 from fedhh.experiment import Experiment, published_discoveries
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles import make_oracle
@@ -35,7 +36,7 @@ from fedhh.protocols import get_protocol
 from fedhh.protocols.prefix_search.law import level_probabilities
 from fedhh.protocols.triehh.messages import TrieHHRequest
 from fedhh.protocols.triehh.nodes import check_reply
-from simulations.fast import drive, run_fast
+from simulations.fast import run_fast
 
 from .test_law_samplers import moments_agree
 from .test_oracle_laws import user_moments, user_support_moments

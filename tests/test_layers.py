@@ -64,14 +64,16 @@ def test_a_layer_imports_nothing_above_it(package: str, above: tuple[str, ...]) 
 # "fedhh.data.*" is that package and everything in it; a name without ".*" is that module alone.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernels", ("fedhh.kernels.*",)),  # keyed randomness, samplers, Bernoulli bits, BLAS
-    ("basics", ("fedhh", "fedhh.errors", "fedhh.schema", "fedhh.resources", "fedhh.results", "fedhh.metrics")),
+    ("basics", ("fedhh.version", "fedhh.errors", "fedhh.schema", "fedhh.resources", "fedhh.results", "fedhh.metrics",
+                "fedhh.run_clock", "fedhh.result_tables", "fedhh.studies")),
     ("data", ("fedhh.data.*",)),  # items, users and shards, sources, the population store
     ("oracles", ("fedhh.oracles.*", "fedhh.postprocess")),  # frequency oracles and their post-processing
     ("privacy", ("fedhh.privacy.*",)),  # accounting
     ("planning", ("fedhh.planning.*",)),  # what every protocol's planner and sizing share
     ("protocols", ("fedhh.protocols.*",)),  # the contract, the registry and one package per protocol
     ("config", ("fedhh.config",)),  # experiment configs, whose schema holds every registered protocol's keys
-    ("tools", ("fedhh.experiment", "fedhh.audits.*")),  # what runs and audits the protocols
+    ("tools", ("fedhh.experiment", "fedhh.driving", "fedhh.audits.*")),  # what runs and audits the protocols
+    ("api", ("fedhh", "fedhh.api")),  # the package's own names (fedhh.run, ...): everything below them
 )
 
 

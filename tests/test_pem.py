@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fedhh.config import ConfigError, load_config, schema
+from fedhh.driving import drive
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles.registry import ORACLE_NAMES
@@ -24,7 +25,7 @@ from fedhh.protocols.prefix_search.pem_analysis import PEMDesign, UtilityModel, 
 from fedhh.protocols.prefix_search.reports import respond
 from fedhh.protocols.prefix_search.search import SearchParameters, level_shares, uniform_segments
 from simulations.cli import main
-from simulations.fast import drive, run_fast
+from simulations.fast import run_fast
 from simulations.plan_cli import add_plan_parser
 
 from .helpers import lowercase_codec, population_of

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fedhh.config import load_config
+from fedhh.driving import drive
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols.common.prefix_encoding import ValueSpace
@@ -25,7 +26,6 @@ from fedhh.protocols.prefix_search.pem_analysis import (
 from fedhh.protocols.prefix_search.reports import respond
 from fedhh.protocols.prefix_search.search import SearchParameters
 from simulations.cli import main
-from simulations.fast import drive
 
 RUNS = 40
 

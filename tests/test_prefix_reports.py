@@ -254,3 +254,22 @@ def test_levels_hashed_in_chunks_are_the_levels_of_one_pass(monkeypatch: pytest.
     monkeypatch.setattr(prefix_reports, "LEVELS_AT_ONCE", ids.size)
     np.testing.assert_array_equal(chunked, user_levels(5, bounds, ids))
     assert np.bincount(chunked, minlength=3).min() > 0.15 * ids.size
+
+
+@pytest.mark.parametrize("rows_shape", [(0, 5), (1, 0)])
+def test_outside_a_collection_the_report_table_is_empty_of_shape_0_by_0(rows_shape: tuple[int, int]) -> None:
+    """docs/messages.md: outside mode ``collect`` ``report_rows`` is ``(0, 0)`` and ``report_counts``
+    ``(0,)``, as fedhh's own nodes send them; a node sending another empty or non-empty table is
+    refused by name, never summed with the others (whose table width it would not share)."""
+    experiment = Experiment(load_config(None, [*RUN, 'protocol.name="pem"', 'protocol.oracle="olh"']))
+    population, server = experiment.build_shard(0, 1), experiment.make_server()
+    node = SimpleNamespace(first_user=0, users=population.n_users)
+    request = server.next_request()
+    response = respond(request, population, experiment.randomness)
+    assert response.report_rows.shape == (0, 0) and response.report_counts.shape == (0,)
+    check_reply(request, response, node, server)
+    wrong = dataclasses.replace(response, report_rows=np.zeros(rows_shape, dtype=np.uint64),
+                                report_counts=np.ones(rows_shape[0], dtype=np.int64))
+    with pytest.raises(InvalidReply, match=r"report_rows has shape \(0, 0\) and report_counts \(0,\), got "
+                                           rf"\({rows_shape[0]}, {rows_shape[1]}\)"):
+        check_reply(request, wrong, node, server)

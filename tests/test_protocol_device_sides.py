@@ -29,6 +29,7 @@ import pytest
 from fedhh.config import load_config
 from fedhh.data.items import ItemCodec, get_alphabet
 from fedhh.data.population import Shard, Vocabulary
+from fedhh.driving import drive
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols import PROTOCOLS
 from fedhh.protocols.base import ServerProtocol
@@ -43,7 +44,6 @@ from fedhh.protocols.sfp.encoding import FragmentCodec, user_positions, vocabula
 from fedhh.protocols.sfp.messages import SFPRequest, SFPResponse
 from fedhh.protocols.spm.client import segment_keys, segment_pairs, user_pairs
 from fedhh.protocols.spm.messages import SPMRequest, SPMResponse
-from simulations.fast import drive
 from tests.test_oracle_device_spec import (
     FULL,
     U64,

@@ -15,6 +15,7 @@ from fedhh.audits.ldp import audit_reports
 from fedhh.config import ConfigError, load_config
 from fedhh.data.items import ItemCodec, get_alphabet
 from fedhh.data.population import Shard, Vocabulary
+from fedhh.driving import drive
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.kernels.bernoulli_bytes import REFINEMENT_WORDS
@@ -25,7 +26,7 @@ from fedhh.protocols.rappor.client import respond
 from fedhh.protocols.rappor.encoding import BloomEncoder, vocabulary_keys
 from fedhh.protocols.rappor.parameters import POPULATION_DICTIONARY_NOTE
 from fedhh.protocols.rappor.server import RapporParameters, RapporServer, solve_normal
-from simulations.fast import drive, run_fast
+from simulations.fast import run_fast
 from tests.helpers import planted_runs
 
 SMALL_RUN = [

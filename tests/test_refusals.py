@@ -183,12 +183,12 @@ def test_an_internal_error_is_not_reported_as_bad_input(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A bug that happens to raise ValueError: exit 1 with the traceback, and nothing written."""
-    import simulations.fast
+    import fedhh.driving
 
     def broken(*args: object, **kwargs: object) -> None:
         raise ValueError("an internal invariant failed")
 
-    monkeypatch.setattr(simulations.fast, "drive", broken)
+    monkeypatch.setattr(fedhh.driving, "drive", broken)
     output = tmp_path / "out"
     assert main(["run", *SMALL, "--output", str(output)]) == 1
     error = capsys.readouterr().err

@@ -15,6 +15,7 @@ from fedhh.audits.ldp import audit_reports
 from fedhh.config import ConfigError, load_config
 from fedhh.data.items import ItemCodec, get_alphabet
 from fedhh.data.population import Shard, Vocabulary
+from fedhh.driving import drive
 from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
@@ -24,7 +25,7 @@ from fedhh.protocols import plan
 from fedhh.protocols.sfp.client import respond
 from fedhh.protocols.sfp.encoding import vocabulary_values
 from fedhh.protocols.sfp.server import SFPParameters, SFPServer
-from simulations.fast import drive, run_fast
+from simulations.fast import run_fast
 
 SMALL_RUN = [
     'protocol.name="sfp"', 'population.source="zipf"', "population.users=30000", "population.vocabulary=2000",

@@ -47,7 +47,7 @@ TIMING = list(TIMING_COLUMNS)
 DOCUMENTED = [
     "trial_key", "point", "trial", "population.users", "privacy.epsilon", "protocol", "simulation", "seed",
     "population_seed",
-    "n", "epsilon", "delta", "privacy_model", "param.theta", "param.batch_size", "param.max_rounds", "top_k",
+    "n", "epsilon", "delta", "privacy_model", "shuffle_epsilon", "param.theta", "param.batch_size", "param.max_rounds", "top_k",
     *(f"recall_at_{k}" for k in RECALL_KS), "precision", "f1", "ncr", "discovered", "found_before_cap",
     *(f"count_{error}_{where}" for where in ("found", "top_k") for error in COUNT_ERRORS), "rounds", "stopped_because",
     *(f"predicted_recall_at_{k}" for k in RECALL_KS), "predicted_ncr", "user_bits", "user_bits_max", "server_s", "shards_s", "wall_s", "population_s", "error", "config",

@@ -589,3 +589,27 @@ def test_central_and_local_epsilon_are_labelled_apart(tmp_path: Path) -> None:
     assert axis_label(local) == "target ε, local"
     summary = (tmp_path / "r" / "summary.md").read_text(encoding="utf-8")
     assert "| ε is |" in summary and "| central (user-level) |" in summary and "| local |" in summary
+
+
+def test_shuffled_and_local_epsilon_are_kept_apart_and_tabled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """privacy.model = "shuffle" trials state a central ε of the shuffled reports: never on one line with
+    local ε, labelled apart, and every LDP trial's shuffled ε is a column of the summary table."""
+    from fedhh.privacy.shuffle import MODEL as SHUFFLE_MODEL
+
+    trials = [{"trial_key": f"{model}-{epsilon}", "point": p, "trial": 0, "privacy.epsilon": epsilon,
+               "privacy.model": model, "protocol.name": "pem", "protocol": "pem",
+               "privacy_model": MODELS["pem"] if model == "local" else SHUFFLE_MODEL,
+               "shuffle_epsilon": 0.25 * epsilon if model == "local" else epsilon, "f1": 0.1 * p}
+              for p, (model, epsilon) in enumerate((m, e) for m in ("local", "shuffle") for e in (2.0, 4.0))]
+    folder = made_sweep(tmp_path / "models", trials, [], ["privacy.epsilon", "privacy.model"])
+    assert main(["report", str(folder), "--x", "privacy.epsilon", "--y", "f1", "--pool", "privacy.model",
+                 "--output", str(tmp_path / "p")]) == 2
+    error = capsys.readouterr().err
+    assert "the shuffled reports' central ε (pem" in error and "and under local ε (pem" in error
+    assert "--hue privacy.model" in error
+    assert main(["report", str(folder), "--x", "privacy.epsilon", "--y", "f1", "--hue", "privacy.model",
+                 "--output", str(tmp_path / "r")]) == 0
+    summary = (tmp_path / "r" / "summary.md").read_text(encoding="utf-8")
+    assert "| ε shuffled |" in summary and "| central (shuffled reports) |" in summary and "| local |" in summary

@@ -13,6 +13,7 @@ import pytest
 from fedhh.config import load_config
 from fedhh.data.items import ItemCodec, get_alphabet
 from fedhh.data.population import Shard, Vocabulary
+from fedhh.driving import drive
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.oracles import Histogram
@@ -21,7 +22,7 @@ from fedhh.protocols.common.prefix_encoding import PrefixEncoding
 from fedhh.protocols.prefix_search.reports import respond
 from fedhh.protocols.prefix_search.search import SearchParameters, level_shares
 from fedhh.protocols.prefix_search.treehist import TreeHistServer
-from simulations.fast import drive, run_fast
+from simulations.fast import run_fast
 from tests.helpers import flower_matches_fast, one_and_seven_shards, planted_runs
 
 SMALL_RUN = [

@@ -9,13 +9,14 @@ from scipy import stats
 
 from fedhh.config import load_config
 from fedhh.data.population import Shard, Vocabulary
+from fedhh.driving import drive
 from fedhh.experiment import Experiment
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.privacy.triehh import TrieHHParameters, worst_case_discovery_rate
 from fedhh.protocols.common.item_choice import choose_items
 from fedhh.protocols.triehh.client import respond
 from fedhh.protocols.triehh.server import TrieHHServer
-from simulations.fast import drive, run_fast
+from simulations.fast import run_fast
 
 from .helpers import lowercase_codec, population_of
 

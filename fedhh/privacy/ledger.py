@@ -51,7 +51,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..results import to_json
-from . import central, ldp, triehh
+from . import central, ldp, shuffle, triehh
 from .composition import compose
 from .report import NO_GUARANTEE, CompositionSummary, PrivacyReport
 
@@ -62,6 +62,7 @@ Accountant = Callable[[Mapping[str, Any]], tuple[float, float]]
 # Per privacy model (a report's ``model``), the code that derives a run's (ε, δ) from its parameters.
 ACCOUNTANTS: dict[str, Accountant] = {
     triehh.MODEL: triehh.triehh_guarantee, ldp.MODEL: ldp.ldp_guarantee, central.MODEL: central.central_guarantee,
+    shuffle.MODEL: shuffle.shuffle_accountant,
 }
 DERIVATION_TOLERANCE = 1e-9  # relative: the same formulas on another machine's libm may differ in the last bits
 
@@ -109,6 +110,7 @@ class LedgerEntry:
         report = self.report.to_dict()
         report.pop("composition", None)  # derived data; recomputed from the entries
         report.pop("coverage", None)  # documentation of a result's fields, not part of the guarantee
+        report.pop("shuffle", None)  # derived (in the shuffle model, from the parameters kept)
         entry = {"run_id": self.run_id, "recorded_at": self.recorded_at, "report": report}
         if self.deny_list is not None:
             entry["deny_list"] = self.deny_list

@@ -94,6 +94,9 @@ class PrivacyReport:
     recorded before it in a privacy ledger (see :mod:`fedhh.privacy.ledger`);
     ``epsilon`` and ``delta`` always describe this run alone.  ``coverage``
     says which fields of the run's result document the guarantee covers.
+    ``shuffle``, for an ε-LDP protocol, is the central (ε, δ) its reports
+    get after an anonymising shuffle (:mod:`fedhh.privacy.shuffle`), or
+    ``{"epsilon": None, "reason": ...}`` where that bound does not apply.
     """
 
     model: str
@@ -105,6 +108,7 @@ class PrivacyReport:
     parameters: dict[str, Any] = field(default_factory=dict)
     composition: CompositionSummary | None = None
     coverage: Coverage | None = None
+    shuffle: dict[str, Any] | None = None
 
     @property
     def has_guarantee(self) -> bool:
@@ -115,13 +119,15 @@ class PrivacyReport:
         return replace(self, composition=summary)
 
     def to_dict(self) -> dict[str, Any]:
-        """The report as plain data; ``composition`` and ``coverage`` appear
+        """The report as plain data; ``composition``, ``coverage`` and ``shuffle`` appear
         only when set, so documents written before them keep their shape."""
         data = asdict(self)
         for optional in ("composition", "coverage"):
             data.pop(optional)
             if getattr(self, optional) is not None:
                 data[optional] = getattr(self, optional).to_dict()
+        if self.shuffle is None:
+            data.pop("shuffle")
         return data
 
     @classmethod
@@ -140,10 +146,14 @@ class PrivacyReport:
             parameters=dict(data.get("parameters", {})),
             composition=None if composition is None else CompositionSummary.from_dict(composition),
             coverage=None if coverage is None else Coverage.from_dict(coverage),
+            shuffle=data.get("shuffle"),
         )
 
     def summary(self) -> str:
         text = f"(ε = {self.epsilon:.4g}, δ = {self.delta:.3g}) — {self.model}"
+        shuffled = (self.shuffle or {}).get("epsilon")
+        if shuffled is not None and not self.model.startswith("shuffle"):
+            text += f"; shuffled, the reports' central ε = {shuffled:.4g} at δ = {self.shuffle['delta']:.3g}"  # type: ignore[index]
         if self.composition is not None:
             text += f"; cumulative over {self.composition.line()}"
         return text

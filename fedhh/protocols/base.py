@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 from ..data.population import Shard, Vocabulary
 from ..kernels.randomness import RandomnessSource
 from ..privacy.report import PrivacyReport
+from ..privacy.shuffle import ShuffleSetting
 from .messages import message, scalar_field
 
 RequestT = TypeVar("RequestT", bound="Request")
@@ -131,6 +132,16 @@ class ServerProtocol(ABC):
     @abstractmethod
     def privacy_report(self) -> PrivacyReport:
         """The guarantee this run carries, known before its first round."""
+
+    # How the run's privacy section asks its reports to be read after shuffling; set by
+    # ProtocolSpec.build_server (None: a server built by hand, reported as it states itself).
+    shuffle: ShuffleSetting | None = None
+
+    def guarantee(self) -> PrivacyReport:
+        """The guarantee the run publishes and a ledger charges: :meth:`privacy_report`, with the shuffled
+        central (ε, δ) beside the local ε (privacy.model = "local") or in its place ("shuffle")."""
+        report = self.privacy_report()
+        return report if self.shuffle is None else self.shuffle.apply(report)
 
     def progress_note(self) -> str:
         """A short status for progress bars and round logs."""

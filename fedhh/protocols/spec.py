@@ -40,12 +40,24 @@ over Flower, ``simulations/fast.py`` over Ray or in process.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from ..errors import InputError
+from ..oracles.base import MIN_EPSILON
 from ..privacy.ldp import BudgetRule
+from ..privacy.shuffle import (
+    LOCAL,
+    SHUFFLE,
+    CrowdsOf,
+    ShuffleSetting,
+    largest_local_epsilon,
+    shuffle_guarantee,
+    solve_user_epsilon,
+    split_of,
+)
 from ..schema import PrivacySection
 from .base import ClientFunction, Request, RequestT, Response, ResponseT, RoundRecord, ServerProtocol
 from .law import LawFunction
@@ -59,6 +71,7 @@ if TYPE_CHECKING:
 
 Section = Mapping[str, Any]
 ServerT = TypeVar("ServerT", bound=ServerProtocol)
+SHUFFLE_SOLVE_ROUNDS = 4  # local ε solved again for the groups it gives, at most this often
 
 
 class InvalidReply(ValueError):
@@ -162,6 +175,8 @@ class ProtocolSpec(Generic[RequestT, ResponseT, ServerT]):
     communication: Callable[[ServerT], Communication] | None = None  # from its fresh server
     contract: ContractText | None = None  # its prose in the message contract beyond its messages
     law: LawFunction[RequestT, ResponseT] | None = None  # run.simulation = "law": a shard's response from its counts
+    # ε-LDP protocols: the kinds of message a user sends and whom each hides among once shuffled
+    crowds: CrowdsOf | None = None
 
     def build_server(
         self,
@@ -174,7 +189,68 @@ class ProtocolSpec(Generic[RequestT, ResponseT, ServerT]):
         """The server of one run; ``privacy`` and ``protocol`` are the config's ``[privacy]`` and
         ``[protocol]`` sections (``protocol``: the defaults of this protocol's own keys when not given)."""
         if not isinstance(privacy, PrivacySection):
-            privacy = PrivacySection.of(privacy)
+            privacy = PrivacySection.of({"model": LOCAL, **privacy})
         if protocol is None:
             protocol = {name: key.default for name, key in self.keys.items()}
-        return self.build(privacy, protocol, n_users, codec, seed)
+        if privacy.model == SHUFFLE:
+            server = self._build_shuffled(privacy, protocol, n_users, codec, seed)
+        else:
+            server = self.build(privacy, protocol, n_users, codec, seed)
+        server.shuffle = self.shuffle_setting(privacy, n_users)
+        return server
+
+    def shuffle_setting(self, privacy: PrivacySection, n_users: int) -> ShuffleSetting:
+        """How this protocol's reports read after shuffling, for ``privacy``'s model and δ."""
+        if self.budget is None:
+            reason = (f"{self.name} sends no ε-LDP reports (its guarantee is of another model), so the "
+                      "amplification of ε-LDP reports by shuffling does not apply")
+        else:
+            reason = f"{self.name} declares no crowds for its reports (ProtocolSpec.crowds)"
+        return ShuffleSetting(privacy.model, privacy.delta, n_users, self.crowds, reason)
+
+    def _build_shuffled(
+        self, privacy: PrivacySection, protocol: Section, n_users: int, codec: ItemCodec, seed: int
+    ) -> ServerT:
+        """The server whose users' local ε is the largest that meets ``privacy``'s shuffled central
+        (ε, δ): solved for the crowds of a server built at the target, then again for the crowds of the
+        server so built, until they settle; refused, naming the field, when the target cannot be met.
+
+        A protocol whose groups depend on ε (PEM's optimizer) may not settle: then the local ε is found
+        by bisection over servers built at each trial ε, between the target (which always meets itself:
+        shuffling never raises ε) and the largest ε solved, keeping the lower end's server.
+        """
+        if self.budget is None or self.crowds is None:
+            reason = self.shuffle_setting(privacy, n_users).reason
+            raise InputError(f"privacy.model: 'shuffle' amplifies ε-LDP reports; {reason}; use privacy.model = 'local'")
+        if not privacy.delta * n_users < 1:
+            raise InputError(f"privacy.delta: the shuffled guarantee needs δ below 1/n = 1/{n_users:,}, where it means "
+                             f"something, got {privacy.delta:g}")
+        crowds_of = self.crowds
+        built: dict[float, tuple[ServerT, float]] = {}
+
+        def central(local: float) -> float:
+            """The shuffled central ε of the server built at ``local`` (kept for the answer)."""
+            if local not in built:
+                server = self.build(replace(privacy, epsilon=local), protocol, n_users, codec, seed)
+                parameters = server.privacy_report().parameters
+                split = split_of(parameters)
+                built[local] = server, shuffle_guarantee(split, crowds_of(split, parameters), n_users,
+                                                         privacy.delta).epsilon
+            return built[local][1]
+
+        shares = [share for _, share in self.budget.parts]
+        local = max(privacy.epsilon, MIN_EPSILON / min(shares))  # the first server's reports must be ones oracles take
+        tried = []
+        for _ in range(SHUFFLE_SOLVE_ROUNDS):
+            central(local)
+            parameters = built[local][0].privacy_report().parameters
+            crowds = crowds_of(split_of(parameters), parameters)
+            solved = solve_user_epsilon(self.budget, self.name, crowds, n_users, privacy.epsilon, privacy.delta)
+            if solved == local:
+                return built[local][0]
+            tried.append(solved)
+            local = solved
+        low = max(privacy.epsilon, MIN_EPSILON / min(shares))
+        chosen = largest_local_epsilon(central, privacy.epsilon, low, max(tried))
+        central(chosen)  # built already, unless the bisection never left its lower end
+        return built[chosen][0]

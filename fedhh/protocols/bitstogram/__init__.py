@@ -29,6 +29,7 @@ sends (``wire``), and its spec, registered here.
 
 from __future__ import annotations
 
+from ..common.crowds import bit_position_crowds
 from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
@@ -59,6 +60,7 @@ SPEC = register_protocol(
         describe_round=describe_round,
         no_dense_reason=DENSE_NOT_DECLARED,
         budget=BUDGET,
+        crowds=bit_position_crowds,
         planner=plan_bitstogram,
         plan_command=BITSTOGRAM_PLAN,
         communication=bitstogram_bits,

@@ -87,7 +87,7 @@ class CentralServer(ServerProtocol):
             discoveries=list(self._found or []),
             frequent_prefixes=[],
             trace=self.trace,
-            privacy=self.privacy_report(),
+            privacy=self.guarantee(),
             params={
                 "noise": self.params.noise,
                 "scale": self.params.scale,

@@ -146,7 +146,7 @@ class ValueReportingServer(ServerProtocol):
     def result(self) -> ProtocolResult:
         found = reported_discoveries(self.encoding, self._reported)
         return ProtocolResult(
-            self.name, found, [], self.trace, self.privacy_report(), self.describe(), self.stopped_because()
+            self.name, found, [], self.trace, self.guarantee(), self.describe(), self.stopped_because()
         )
 
     @property

@@ -103,7 +103,7 @@ class ExactServer(ServerProtocol):
             discoveries=list(self._found or []),
             frequent_prefixes=[],
             trace=self.trace,
-            privacy=self.privacy_report(),
+            privacy=self.guarantee(),
             params={"top_k": self.top_k, "max_length": self.codec.max_length, "unit_size": self.codec.unit_size,
                     "alphabet": self.codec.alphabet.name},
             stopped_because="one round" if self._found is not None else "not finished",

@@ -20,6 +20,7 @@ from typing import Any
 from ...data.items import ItemCodec
 from ...errors import InputError
 from ...schema import PrivacySection
+from ..common.crowds import prefix_search_crowds
 from ..spec import ProtocolSpec
 from .config import PREFIX_KEYS, search_parameters
 from .contract import CONTRACT
@@ -62,6 +63,7 @@ def prefix_search_spec(server: type[PrefixSearchServer]) -> ProtocolSpec:
             "collection sends its users' distinct report rows, which no fixed-length vector holds"
         ),
         budget=variant.budget,
+        crowds=prefix_search_crowds,
         planner=variant.planner,
         plan_command=variant.plan_command,
         sizing=variant.sizing,

@@ -60,8 +60,11 @@ def check_reply(request: PrefixRequest, response: PrefixResponse, node: HeldUser
     if request.mode == COLLECT:
         _check_collection(request, response, node, server, tag)
         return
-    if response.report_rows.size or response.report_counts.size:
-        raise InvalidReply(f"{tag}.report_rows: only a one-shot collection sends reports")
+    if response.report_rows.shape != (0, 0) or response.report_counts.shape != (0,):
+        raise InvalidReply(
+            f"{tag}.report_rows: only a one-shot collection sends reports; outside it report_rows has shape "
+            f"(0, 0) and report_counts (0,), got {response.report_rows.shape} and {response.report_counts.shape}"
+        )
     oracle = asked_oracle(request, server)
     counts, reporters = counts_size(oracle, request.candidates.size)
     if response.reporters.size != reporters or response.counts.size != counts:

@@ -81,8 +81,10 @@ class PrefixResponse(Response):
     counts: np.ndarray = array_field("int64", ("S",), minimum=None)
     # reports behind them (per sketch row or hash where the oracle has them)
     reporters: np.ndarray = array_field("int64", ("U",))
-    report_rows: np.ndarray = array_field("uint64", ("R", "W"))  # distinct report rows, first column the level
-    report_counts: np.ndarray = array_field("int64", ("R",), minimum=1)  # users that sent each row
+    # mode collect: the distinct report rows, first column the level; other modes: empty, shape (0, 0)
+    report_rows: np.ndarray = array_field("uint64", ("R", "W"))
+    # mode collect: how many users sent each row; other modes: empty, shape (0,)
+    report_counts: np.ndarray = array_field("int64", ("R",), minimum=1)
 
     @classmethod
     def combine(cls: type[ResponseT], responses: Sequence[ResponseT]) -> ResponseT:

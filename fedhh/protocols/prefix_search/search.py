@@ -541,7 +541,7 @@ class PrefixSearchServer(ServerProtocol):
             discoveries=discoveries,
             frequent_prefixes=[],
             trace=self.trace,
-            privacy=self.privacy_report(),
+            privacy=self.guarantee(),
             params=self.describe(),
             stopped_because=(self._stopped_because or "not finished") + self._shortfall(len(discoveries)),
         )

@@ -25,6 +25,7 @@ statistics of its counts (``analysis``), public hashing and randomiser
 
 from __future__ import annotations
 
+from ..common.crowds import cohort_crowds
 from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..registry import register_protocol
 from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
@@ -58,6 +59,7 @@ SPEC = register_protocol(
         describe_round=describe_round,
         no_dense_reason=DENSE_NOT_DECLARED,
         budget=rappor_budget(),
+        crowds=cohort_crowds,
         planner=plan_rappor,
         plan_command=RAPPOR_PLAN,
         communication=rappor_bits,

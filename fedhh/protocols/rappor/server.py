@@ -203,7 +203,7 @@ class RapporServer(ServerProtocol):
             discoveries=discoveries,
             frequent_prefixes=[],
             trace=self.trace,
-            privacy=self.privacy_report(),
+            privacy=self.guarantee(),
             params={
                 "bloom_bits": p.bloom_bits, "bloom_hashes": p.bloom_hashes, "cohorts": p.cohorts,
                 "candidate_dictionary": self.dictionary_source,

@@ -25,6 +25,7 @@ sends (``wire``), and its spec, registered here.
 
 from __future__ import annotations
 
+from ..common.crowds import fragment_crowds
 from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..registry import register_protocol
 from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
@@ -59,6 +60,7 @@ SPEC = register_protocol(
         describe_round=describe_round,
         no_dense_reason=DENSE_NOT_DECLARED,
         budget=sfp_budget(),
+        crowds=fragment_crowds,
         planner=plan_sfp,
         plan_command=SFP_PLAN,
         communication=sfp_bits,

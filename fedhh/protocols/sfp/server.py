@@ -220,7 +220,7 @@ class SFPServer(ServerProtocol):
             discoveries=discoveries,
             frequent_prefixes=[],
             trace=self.trace,
-            privacy=self.privacy_report(),
+            privacy=self.guarantee(),
             params={
                 "fragment_length": p.fragment_length,
                 "positions": self.positions,

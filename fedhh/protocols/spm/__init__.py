@@ -37,6 +37,7 @@ sends (``wire``), and its spec, registered here.
 
 from __future__ import annotations
 
+from ..common.crowds import segment_pair_crowds
 from ..common.item_choice import ITEM_CHOICE_CONTRACT
 from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
@@ -67,6 +68,7 @@ SPEC = register_protocol(
         describe_round=describe_round,
         no_dense_reason=DENSE_NOT_DECLARED,
         budget=BUDGET,
+        crowds=segment_pair_crowds,
         planner=plan_spm,
         plan_command=SPM_PLAN,
         communication=spm_bits,

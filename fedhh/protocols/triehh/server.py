@@ -155,7 +155,7 @@ class TrieHHServer(ServerProtocol):
             discoveries=self.discovered(),
             frequent_prefixes=self.frequent_prefixes(),
             trace=self.trace,
-            privacy=self.privacy_report(),
+            privacy=self.guarantee(),
             params={
                 "theta": self.params.theta,
                 "batch_size": self.params.batch_size,
