@@ -134,16 +134,24 @@ def verify_item(
     search: SearchParameters | None = None,
     privacy: tuple[float, float, int] | None = None,
     progress: Progress | None = None,
+    codec: ItemCodec | None = None,
+    make_server: Callable[[int], ServerProtocol] | None = None,
 ) -> Verification:
     """How often ``trials`` runs report the planted item of share ``frequency`` among ``users``.
 
     ``search`` gives PEM's or TreeHist's parameters (bit values); ``privacy``
-    TrieHH's (ε, δ, L), whose item has ``L - 1`` characters.  Above
+    TrieHH's (ε, δ, L), whose item has ``L - 1`` characters; any other
+    protocol's sizing gives its item ``codec`` and ``make_server`` (its server
+    for a seed), and the registered protocol's ``respond`` answers.  Above
     :data:`LAW_FROM_USERS` users the runs are law simulations.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise InputError(f"--trials: must be an integer >= 1, got {trials!r}")
-    if protocol == "triehh":
+    respond: Callable[..., Response]
+    server: Callable[[int], ServerProtocol]
+    if make_server is not None and codec is not None:
+        respond, server = get_protocol(protocol).respond, make_server
+    elif protocol == "triehh":
         if privacy is None:
             raise ValueError("verify_item: TrieHH needs its privacy target (ε, δ, L)")
         epsilon, delta, max_rounds = privacy
@@ -151,25 +159,25 @@ def verify_item(
             raise InputError(
                 f"--max-rounds: --verify needs an item of at least one character, so L >= 2, got {max_rounds}"
             )
-        codec = ItemCodec(get_alphabet("lowercase"), 1, max_rounds - 1)
+        triehh_codec = ItemCodec(get_alphabet("lowercase"), 1, max_rounds - 1)
         params = solve_triehh(users, epsilon, delta, max_rounds)
 
-        def server(run_seed: int) -> ServerProtocol:
-            return TrieHHServer(params, codec, run_seed)
+        def triehh_server(run_seed: int) -> ServerProtocol:
+            return TrieHHServer(params, triehh_codec, run_seed)
 
-        respond: Callable[..., Response] = triehh_respond
+        codec, server, respond = triehh_codec, triehh_server, triehh_respond
     else:
         if search is None:
             raise ValueError(f"verify_item: {protocol} needs its search parameters")
         from fedhh.protocols.prefix_search.item_discovery import bits_codec
 
-        codec = bits_codec(int(sum(search.segment_lengths) + search.start_length))
+        bits = bits_codec(int(sum(search.segment_lengths) + search.start_length))
         server_class = PEMServer if protocol == "pem" else TreeHistServer
 
-        def server(run_seed: int) -> ServerProtocol:
-            return server_class(search, codec, run_seed)
+        def prefix_server(run_seed: int) -> ServerProtocol:
+            return server_class(search, bits, run_seed)
 
-        respond = prefix_respond
+        codec, server, respond = bits, prefix_server, prefix_respond
     holders = int(round(frequency * users))
     by_law = users > LAW_FROM_USERS
     if by_law:
@@ -182,9 +190,10 @@ def verify_item(
             return [law(request, counted, randomness)]
     else:
         shard, item = planted_population(codec, users, holders)
+        reply: Callable[..., Response] = respond  # each protocol's respond takes its own request
 
         def answer(request: Request, randomness: KeyedRandomness) -> list[Response]:
-            return [respond(request, shard, randomness)]
+            return [reply(request, shard, randomness)]
     found = 0
     for trial in range(trials):
         run_seed = seed + trial

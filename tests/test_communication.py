@@ -144,6 +144,18 @@ def test_baselines_send_their_items_in_the_clear() -> None:
     assert exact.max_bits == 7 * 5 + 32 and "per item" in exact.note
 
 
+def test_aggregate_trie_user_sends_its_candidates_in_each_level_it_is_sampled_in() -> None:
+    """L = 7 symbols in extensions of 2: levels to depths 2, 4, 6, 7; one candidate of 5-bit symbols
+    each (two with contributions = 2), sent with probability q = 2000 / 20000 per level."""
+    run = experiment('protocol.name="aggregate-trie"', "privacy.delta=1e-6", "protocol.users_per_level=2000")
+    full = 5 * (2 + 4 + 6 + 7)
+    assert run.communication.max_bits == full
+    assert run.communication.expected_bits == pytest.approx(0.1 * full)
+    several = experiment('protocol.name="aggregate-trie"', "privacy.delta=1e-6", 'protocol.data_selection="several"',
+                         "protocol.contributions=2").communication
+    assert several.max_bits == several.expected_bits == 2 * full
+
+
 @pytest.mark.parametrize("name", ["triehh", "mcm"])
 def test_a_run_reports_its_bits_and_its_server_time(name: str) -> None:
     run = experiment(f'protocol.name="{name}"', "privacy.delta=1e-6")

@@ -51,7 +51,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..results import to_json
-from . import central, ldp, shuffle, triehh
+from . import aggregate_trie, central, ldp, shuffle, triehh
 from .composition import compose
 from .report import NO_GUARANTEE, CompositionSummary, PrivacyReport
 
@@ -62,7 +62,7 @@ Accountant = Callable[[Mapping[str, Any]], tuple[float, float]]
 # Per privacy model (a report's ``model``), the code that derives a run's (ε, δ) from its parameters.
 ACCOUNTANTS: dict[str, Accountant] = {
     triehh.MODEL: triehh.triehh_guarantee, ldp.MODEL: ldp.ldp_guarantee, central.MODEL: central.central_guarantee,
-    shuffle.MODEL: shuffle.shuffle_accountant,
+    aggregate_trie.MODEL: aggregate_trie.aggregate_trie_guarantee, shuffle.MODEL: shuffle.shuffle_accountant,
 }
 DERIVATION_TOLERANCE = 1e-9  # relative: the same formulas on another machine's libm may differ in the last bits
 

@@ -5,8 +5,9 @@ the wire declarations of messages (``messages``), the spec (``spec``), the
 registry (``registry``), the bits a user sends (``communication``) and the
 helpers several families share (``common``) -- and one package per
 protocol or family (``triehh``, ``prefix_search`` for PEM and TreeHist,
-``bitstogram``, ``spm``, ``mcm``, ``rappor``, ``sfp``, and the baselines
-``central``, a curator's noisy histogram, and ``exact``, without privacy).  Importing it
+``bitstogram``, ``spm``, ``mcm``, ``rappor``, ``sfp``, the baselines
+``central``, a curator's noisy histogram, and ``exact``, without privacy,
+and ``aggregate_trie``, the aggregate-DP prefix tree).  Importing it
 registers the built-in protocols (each package registers its own
 :class:`ProtocolSpec`), in the order their names are listed, then those of
 the installed plugins (:func:`~fedhh.protocols.registry.load_plugins`).
@@ -25,7 +26,7 @@ from .registry import PROTOCOLS, get_protocol, load_plugins, plan, protocol_modu
 from .spec import ContractText, HeldUsers, InvalidReply, ProtocolSpec
 
 # isort: off
-from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp, central, exact  # noqa: F401  (registers them, in this order)
+from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp, central, exact, aggregate_trie  # noqa: F401  (registers them, in this order)
 # isort: on
 
 load_plugins()  # then the protocols of installed plugins (the fedhh.protocols entry points)
