@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import ConfigError, FedhhConfig, build_config, load_config
+from .config import ConfigError, FedhhConfig, build_config, fixed_shards, load_config, with_fixed_shards
 from .driving import run_over_shards
 from .errors import InputError
 from .experiment import Experiment
@@ -138,7 +138,10 @@ def run(
     Bad input raises :class:`InputError`, before anything runs or is charged.
     """
     started = time.perf_counter()
-    chosen = _config_of(config, {**_checked_overrides(overrides, settings), "run.driver": "fast"})
+    # run.shards = "auto" (a Flower federation's SuperNodes decide) is the default number of shards here
+    chosen = with_fixed_shards(_config_of(config, {**_checked_overrides(overrides, settings), "run.driver": "fast"}))
+    num_shards = fixed_shards(chosen)
+    assert num_shards is not None
     if chosen.run.backend == "ray":
         raise ConfigError('run.backend: fedhh.run runs in this process; allowed here: "auto", "inprocess" '
                           '(on Ray: fedhh run --set run.driver=fast --set run.backend=ray)')
@@ -153,7 +156,7 @@ def run(
         run_id = run_label(folder.path.name if folder is not None else LEDGER_NAME)
         check_budget(chosen["privacy"], experiment.privacy, run_id)
         charged: list[PrivacyReport] = []  # once the shards are placed, as the fast driver does
-        shards = run_over_shards(experiment, chosen.run.shards, when_placed=lambda: charged.append(
+        shards = run_over_shards(experiment, num_shards, when_placed=lambda: charged.append(
             charge_run(chosen["privacy"], experiment.privacy, run_id)))
         document = experiment.finish(shards.result, {"population_s": population_s, **shards.timing}, TRANSPORT,
                                      counts=shards.counts)

@@ -21,7 +21,9 @@ from typing import Any
 
 from .data.sources import party_languages
 from .schema import (
+    AUTO_SHARDS,
     DEFAULT_PROTOCOL,
+    DEFAULT_SHARDS,
     ConfigError,
     ConfigSection,
     Key,
@@ -113,6 +115,18 @@ class FedhhConfig:
             section, key = _split(dotted)
             merged[section][key] = value
         return build_config(merged)
+
+
+def fixed_shards(config: FedhhConfig) -> int | None:
+    """``run.shards`` as a number, or ``None`` for ``"auto"`` (the federation's SuperNodes decide)."""
+    shards = config.run.shards
+    return None if shards == AUTO_SHARDS else int(shards)
+
+
+def with_fixed_shards(config: FedhhConfig, default: int = DEFAULT_SHARDS) -> FedhhConfig:
+    """``config`` with ``run.shards = "auto"`` replaced by ``default``: for a driver that starts the
+    shards itself (the fast driver's actors, the virtual SuperNodes of ``fedhh run``)."""
+    return config if fixed_shards(config) is not None else config.with_overrides({"run.shards": default})
 
 
 def _split(dotted: str) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import FedhhConfig
+from .config import ConfigError, FedhhConfig, fixed_shards
 from .data.counted import CountedShard, counted_users
 from .data.deny_list import DeniedItemsSource, DenyList, read_deny_list
 from .data.items import ItemCodec, get_alphabet
@@ -62,8 +62,15 @@ def check_needs(config: FedhhConfig) -> None:
     n_users = config.population.users
     if not law:  # a law simulation holds counts, never the users
         require_population_memory(n_users, held_items_per_user(config["population"], codec))
-    check_shard_count(n_users, config.run.shards)
+    _check_shards(config, n_users)
     spec.build_server(config.privacy, n_users, codec, seed, protocol=config["protocol"])
+
+
+def _check_shards(config: FedhhConfig, n_users: int) -> None:
+    """A fixed ``run.shards`` must give every shard a user; ``"auto"`` is checked once the nodes say."""
+    shards = fixed_shards(config)
+    if shards is not None:
+        check_shard_count(n_users, shards)
 
 
 def run_record(
@@ -153,6 +160,11 @@ class Experiment:
         self.simulation = config.run.simulation  # users | law (fedhh.protocols.law)
         if self.simulation == LAW and self.spec.law is None:
             raise no_law_sampler(self.spec.name)
+        if self.simulation == LAW and config.run.evaluation and fixed_shards(config) is None:
+            raise ConfigError(
+                'run.shards: "auto" leaves the number of shards to the SuperNodes, but a law simulation\'s truth is '
+                "drawn shard by shard: set run.shards to the number of SuperNodes, or run.evaluation = false"
+            )
         # read and checked before the population is built: a bad list costs nothing
         self.deny_list: DenyList | None = read_deny_list(config.run.deny_list, self.codec)
         # What the run will need is checked before anything is charged or started, and where the
@@ -170,7 +182,7 @@ class Experiment:
         if self._fresh_server is None:  # a file's or a dataset's size is known once it is read
             if self.simulation != LAW:  # a law simulation holds counts, never the users
                 self.source.require_memory(config.population.words_per_user)
-            check_shard_count(self.n_users, config.run.shards)
+            _check_shards(config, self.n_users)
             self._solve(self.n_users)
         assert self._fresh_server is not None
         # the server built for the target is the first one make_server hands out
@@ -199,7 +211,7 @@ class Experiment:
         the population's memory, the shard count, and the privacy target (:meth:`_solve`)."""
         if self.simulation != LAW:  # a law simulation holds counts, never the users
             require_population_memory(n_users, held_items_per_user(self.config["population"], self.codec))
-        check_shard_count(n_users, self.config.run.shards)
+        _check_shards(self.config, n_users)
         self._solve(n_users)
 
     def _solve(self, n_users: int) -> None:
@@ -242,7 +254,8 @@ class Experiment:
         source (in a law simulation: the sum of the shards' counts, drawn as the shards draw
         them): for a process that holds no shard (a driver that built shards has their sum)."""
         if self.simulation == LAW:
-            shards = self.config.run.shards
+            shards = fixed_shards(self.config)
+            assert shards is not None  # refused when the experiment was made
             return PopulationCounts.combine(self.counted_shard(i, shards).counts() for i in range(shards))
         return self.source.population_counts()
 

@@ -39,12 +39,16 @@ class Key:
     choices: tuple[str, ...] | None = None
     check: Callable[[Any], bool] | None = None
     constraint: str = ""
+    special: tuple[str, ...] = ()  # words accepted besides values of ``type``, e.g. ``"auto"``
 
     def validate(self, name: str, value: Any) -> Scalar:
+        if isinstance(value, str) and value in self.special:
+            return value
         if self.type is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
-            raise ConfigError(f"{name}: expected {self.type.__name__}, got {type(value).__name__} {value!r}")
+            words = "".join(f" or {word!r}" for word in self.special)
+            raise ConfigError(f"{name}: expected {self.type.__name__}{words}, got {type(value).__name__} {value!r}")
         if self.choices is not None and value not in self.choices:
             raise ConfigError(f"{name}: got {value!r}; allowed values: {list(self.choices)}")
         if self.check is not None and not self.check(value):
@@ -65,13 +69,15 @@ class ConfigSection:
     @classmethod
     def keys(cls) -> dict[str, Key]:
         """The keys this class declares, in the order of its fields.  A field's type is its key's, or for
-        a key with choices, the ``Literal`` of its choices."""
+        a key with choices, the ``Literal`` of its choices; a key with special words is its type or the
+        ``Literal`` of those words (``int | Literal["auto"]``)."""
         hints = typing.get_type_hints(cls)
         keys: dict[str, Key] = {}
         for field in dataclasses.fields(cls):
             if KEY in field.metadata:
                 key, hint = field.metadata[KEY], hints[field.name]
-                if hint is not key.type and (typing.get_origin(hint), typing.get_args(hint)) != (Literal, key.choices):
+                declared = key.type | Literal[key.special] if key.special else key.type
+                if hint != declared and (typing.get_origin(hint), typing.get_args(hint)) != (Literal, key.choices):
                     raise TypeError(f"{cls.__name__}.{field.name}: declared {hint!r}, its key {key.type!r}")
                 keys[field.name] = key
         return keys
@@ -103,6 +109,10 @@ def _positive(value: float) -> bool:
 # message in flight for every node it polls, makes a round cost O(nodes^2): at 10^5
 # nodes (a typo for users) a round would take hours.
 MAX_SHARDS = 4096
+DEFAULT_SHARDS = 8
+# run.shards = "auto": a Flower federation's SuperNodes decide how many shards there are (each
+# node's config names its shard); a driver that starts the shards itself starts DEFAULT_SHARDS.
+AUTO_SHARDS = "auto"
 DEFAULT_PROTOCOL = "triehh"
 
 
@@ -247,12 +257,15 @@ class RunSection(ConfigSection):
         "fast driver backend (auto: Ray when RAY_ADDRESS names a cluster, else in-process)",
         ("auto", "inprocess", "ray"),
     ).field()
-    shards: int = Key(
+    shards: int | Literal["auto"] = Key(
         int,
-        8,
-        "shards of users (Flower SuperNodes or Ray actors)",
+        DEFAULT_SHARDS,
+        'shards of users (Flower SuperNodes or Ray actors); "auto" (the default of `flwr run .`): one per '
+        "SuperNode that connects, each holding the shard its node config names; where fedhh starts the shards "
+        "itself (fedhh run, the fast driver), 8",
         check=lambda v: 1 <= v <= MAX_SHARDS,
         constraint=f"in 1..{MAX_SHARDS:,} (and at most the number of users)",
+        special=(AUTO_SHARDS,),
     ).field()
     top_k: int = Key(
         int, 100, "K of the true top-K used by precision, F1 and NCR", check=lambda v: v >= 1, constraint=">= 1"

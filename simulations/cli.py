@@ -11,7 +11,8 @@ written: :class:`fedhh.errors.InputError`), reported as one line naming the
 field, with nothing written; 130 (SIGINT) or 143 (SIGTERM) when a run was
 stopped; 1 for a Flower run that failed in its federation, reported as one
 line with the ServerApp's error, whatever Flower returned
-(:class:`simulations.run.FlowerRunFailed`), and for anything else, which is
+(:class:`simulations.run.FlowerRunFailed`; the results folder then holds
+the run's log alone, the error's traceback in it), and for anything else, which is
 a failure of fedhh or of its environment, not of the input, and is reported
 with its traceback.  ``fedhh sweep`` also exits with 3 when every trial ran
 and some failed, and with 1 when it stopped before every trial ran
@@ -91,7 +92,7 @@ def _run(args: argparse.Namespace) -> int:
     written = False
     try:
         with claim_output(args, config) as output, ray_address(args.ray_address), plots_aside():
-            result = run_experiment(config, output, show_progress=not args.quiet)
+            result = run_experiment(config, output, show_progress=not args.quiet, verbose=args.verbose)
             written = True
         if args.json:
             print(to_json(result))
@@ -100,7 +101,8 @@ def _run(args: argparse.Namespace) -> int:
     except FlowerRunFailed as failure:
         from rich.markup import escape
 
-        _print_error(f"[bold red]error:[/] {escape(str(failure))}; no results were written")
+        log = f"; the run's log, with the error's traceback: {failure.log}" if failure.log is not None else ""
+        _print_error(f"[bold red]error:[/] {escape(str(failure))}; no results were written{escape(log)}")
         return EXIT_FAILURE
     except KeyboardInterrupt as stop:
         if written:
@@ -116,7 +118,10 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--output", help="results folder, new or empty (default: results/<protocol>-<time>)")
     run.add_argument("--overwrite", action="store_true",
                      help="replace --output if it holds a previous fedhh result (and nothing else)")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--quiet", action="store_true", help="no status line or progress bar")
+    run.add_argument("--verbose", action="store_true",
+                     help="show Flower's and Ray's logs on the terminal, in place of the status line and the "
+                     "progress bar (a Flower run always writes them into run.log in the results folder)")
     run.add_argument("--json", action="store_true", help="print result.json instead of the summary")
     run.add_argument("--ray-address", help="run on this existing Ray cluster (host:port; default: $RAY_ADDRESS; "
                      "'auto' is refused): the fast driver's shards become actors there (run.backend auto)")

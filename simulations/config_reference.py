@@ -46,8 +46,9 @@ epsilon = 2.0
   `--set privacy.epsilon=2` both work; quote a string that would read as a number or a boolean:
   `--set 'population.path="2024"'`.
 * **Flower.** The same dotted keys are Flower's run config: `[tool.flwr.app.config]` in
-  `pyproject.toml` holds their defaults (as tables that Flower flattens to `population.users`, ...), and
-  `flwr run . --run-config "population.users=100000 run.shards=4"` overrides them.
+  `pyproject.toml` holds their defaults (as tables that Flower flattens to `population.users`, ...), but
+  for `run.shards = "auto"`, so that `flwr run .` runs on whatever federation it is given, and
+  `flwr run . --run-config "population.users=100000"` overrides them.
 * **Sweeps.** A sweep file lists values of the same dotted keys ([Sweeps and reports](sweeps.md)).
 * **Validation.** An unknown section or key, a value of the wrong type, or a value outside the allowed
   range stops the command before anything runs, with exit status 2 and one line naming the key and
@@ -69,11 +70,12 @@ def _cell(text: str) -> str:
 
 
 def _allowed(key: Key) -> str:
+    words = "".join(f', or `"{word}"`' for word in key.special)
     if key.choices is not None:
-        return ", ".join(f"`{choice}`" for choice in key.choices)
+        return ", ".join(f"`{choice}`" for choice in key.choices) + words
     if key.constraint:
-        return _cell(key.constraint)
-    return "any" if key.type is not bool else "`true`, `false`"
+        return _cell(key.constraint) + words
+    return ("any" if key.type is not bool else "`true`, `false`") + words
 
 
 def _readers() -> dict[str, list[str]]:

@@ -50,7 +50,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from fedhh.config import FedhhConfig, Scalar, parse_override
+from fedhh.config import FedhhConfig, Scalar, fixed_shards, parse_override
 from fedhh.errors import InputError, one_line
 
 from .interrupts import exit_status, interruptible
@@ -216,11 +216,11 @@ class LocalDeployment:
 
     # -- processes ----------------------------------------------------------------
 
-    def _start(self, name: str, command: list[str]) -> ManagedProcess:
+    def _start(self, name: str, command: list[str], cwd: Path | None = None) -> ManagedProcess:
         log = self.workdir / f"{name}.log"
         with open(log, "wb") as handle:
             process = subprocess.Popen(
-                command, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+                command, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd
             )
         managed = ManagedProcess(name, process, log)
         self.processes.append(managed)
@@ -257,8 +257,10 @@ class LocalDeployment:
                 time.sleep(0.2)
         raise TimeoutError(f"flower-superlink did not answer on {LOOPBACK}:{port} within {timeout:.0f} s")
 
-    def add_supernode(self, name: str, node_config: Mapping[str, Scalar]) -> ManagedProcess:
-        """Start a SuperNode with ``node_config`` (its shard, or a device's user and data).
+    def add_supernode(self, name: str, node_config: Mapping[str, Scalar], cwd: Path | None = None) -> ManagedProcess:
+        """Start a SuperNode with ``node_config`` (its shard, or a device's user and data), in the
+        working folder ``cwd`` (default: this process's), where relative paths of the run config
+        (``population.path``) are resolved on this node.
 
         With ``clientapp_process``, the SuperNode starts its long-running
         ClientApp process as a child, in its process group: signals for the
@@ -282,6 +284,7 @@ class LocalDeployment:
                 "--port", str(free_port()),  # the node's own Runtime API, for its ClientApp processes
                 "--node-config", config_arg(node_config),
             ],
+            cwd,
         )
 
     def wait_for_supernodes(self, count: int, timeout: float = 120.0) -> None:
@@ -449,10 +452,10 @@ def supernode_count(supernodes: int | None, overrides: list[str], config: FedhhC
     Either may say it; said by both (``--supernodes`` and ``--set run.shards=``), they must agree,
     or the run is refused (:class:`InputError`) rather than one silently replacing the other.
     """
-    shards_given = any(parse_override(text)[0] == "run.shards" for text in overrides)
-    shards = int(config["run"]["shards"])
+    shards = fixed_shards(config)  # None: "auto", one shard per SuperNode started
+    shards_given = shards is not None and any(parse_override(text)[0] == "run.shards" for text in overrides)
     if supernodes is None:
-        return shards if shards_given else DEFAULT_SUPERNODES
+        return shards if shards is not None and shards_given else DEFAULT_SUPERNODES
     if shards_given and shards != supernodes:
         raise InputError(
             f"--supernodes {supernodes} and run.shards = {shards} (--set) disagree: each SuperNode holds one "

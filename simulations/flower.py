@@ -19,9 +19,14 @@ node, and the nodes fetch the population source from Ray's object store
 (docs/scale.md).
 
 Ray and Flower log a lot (Flower also warns that ``run_simulation`` is
-deprecated); unless ``verbose`` is set only their errors are shown, while
-fedhh's own round lines stay visible.  Ray is shut down afterwards if this
-call started it, so a run leaves no Ray processes behind.
+deprecated).  Given a ``log`` file (``fedhh run``: ``run.log`` in the
+results folder), Flower's log, fedhh's round lines among it, goes there,
+and reaches the terminal only when ``verbose`` is set; without one, only
+Flower's errors and fedhh's own round lines are shown, unless ``verbose``.
+A ``status`` line (``simulations.progress.StatusLine``) says what the run
+waits for before round 1, and the rounds' bar replaces it.  Ray is shut
+down afterwards if this call started it, so a run leaves no Ray processes
+behind.
 
 An interruption (Ctrl-C, SIGTERM: ``simulations.interrupts``) must not cut
 Flower's engine short.  The engine runs in the main thread and, however it
@@ -55,7 +60,7 @@ from typing import Any
 
 from flwr.simulation import run_simulation
 
-from fedhh.config import FedhhConfig
+from fedhh.config import DEFAULT_SHARDS, FedhhConfig, fixed_shards
 from fedhh.data.population import PopulationSource
 from fedhh.data.sources import SampledSource
 from fedhh.errors import InputError
@@ -70,9 +75,10 @@ from strategies.server_app import PROGRESS, RUN_ID, PreparedRun, StopHandle, mak
 
 from .interrupts import restore_stop_handlers, stop_deferred, stop_handlers, stop_requested
 from .plot_process import plots_aside
-from .progress import RoundProgress
+from .progress import RoundProgress, StatusLine
 from .ray_runtime import DEFAULT_NUM_CPUS, ray_runtime, run_init_args
 from .report import write_run_outputs
+from .run_log import log_handler
 
 STOP_GRACE = 5.0  # seconds an interrupted ServerApp gets to end (its waits end within 0.1 s)
 
@@ -89,11 +95,13 @@ def run_flower_simulation(
     num_cpus: int = DEFAULT_NUM_CPUS,
     experiment: Experiment | None = None,
     write: Callable[[dict[str, Any]], Path | None] | None = None,
+    log: Path | None = None,
+    status: StatusLine | None = None,
 ) -> dict[str, Any]:
     """Run ``config`` over ``num_supernodes`` virtual SuperNodes; the result document.
 
-    ``num_supernodes`` defaults to ``run.shards`` and, when given, replaces
-    it (one shard per SuperNode).  The ServerApp runs in this process, so it
+    ``num_supernodes`` defaults to ``run.shards`` (8 for ``"auto"``) and,
+    when given, replaces it (one shard per SuperNode).  The ServerApp runs in this process, so it
     takes the experiment built and checked here (or ``experiment``, already
     built by the caller for this config) and hands its result document to
     ``write``; by default the document is written to
@@ -101,9 +109,10 @@ def run_flower_simulation(
     with ``overwrite``), or nowhere without ``output_dir``.  The ServerApp
     charges ``privacy.ledger`` under ``run_id`` (empty: a name of its own).
     ``num_cpus`` is the size of the Ray started for the run (ignored on a
-    named cluster, which has its own).
+    named cluster, which has its own).  ``log`` receives Flower's log
+    (and ``status`` shows the run's state), as the module's doc says.
     """
-    shards = int(config["run"]["shards"]) if num_supernodes is None else num_supernodes
+    shards = (fixed_shards(config) or DEFAULT_SHARDS) if num_supernodes is None else num_supernodes
     if shards < 1:
         raise InputError(f"num_supernodes must be >= 1, got {shards}")
     if num_cpus < 1:
@@ -155,7 +164,10 @@ def run_flower_simulation(
         }
         init_args = run_init_args(num_cpus, verbose)
         backend_config = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": init_args}
-        with _quiet_unless(verbose), ray_runtime(**init_args):
+        if status is not None:
+            status("starting Flower's simulation engine")
+        progress = status.rounds if status is not None else RoundProgress
+        with _flower_logging(verbose, log), ray_runtime(**init_args):
             population = (
                 SharedPopulation.put(experiment.source) if isinstance(experiment.source, SampledSource) else None
             )
@@ -164,7 +176,7 @@ def run_flower_simulation(
                 with stop_deferred(stop.requested.set):  # never inside the engine: the module's doc
                     try:
                         run_simulation(
-                            server_app=make_server_app(run_config, stop, prepared, progress=RoundProgress),
+                            server_app=make_server_app(run_config, stop, prepared, progress=progress, status=status),
                             client_app=make_client_app(run_config, population),
                             num_supernodes=shards,
                             backend_name="ray",
@@ -259,28 +271,44 @@ class SharedPopulation:
 
 
 @contextlib.contextmanager
-def _quiet_unless(verbose: bool) -> Iterator[None]:
-    """Flower's logger at ERROR and Ray's start-up warnings off, unless verbose.
+def _flower_logging(verbose: bool, log: Path | None) -> Iterator[None]:
+    """Where Flower's log goes for one run (the module's doc).
 
-    fedhh's logger (a child of Flower's) keeps INFO, so the round lines show.
+    With a ``log`` file, Flower's logger (fedhh's is its child) writes
+    into it at INFO (DEBUG when ``verbose``), and its terminal handler is
+    silenced unless ``verbose``.  Without one and without ``verbose``,
+    Flower's logger passes only errors, fedhh's keeps INFO.  Unless
+    ``verbose``, Ray's start-up warnings are off, and so are Flower's errors
+    once the run is being stopped (they are the echo of the stop).
     """
-    if verbose:
-        yield
-        return
     flower = logging.getLogger("flwr")
     saved = flower.level, LOGGER.level
-    flower.setLevel(logging.ERROR)
-    LOGGER.setLevel(logging.INFO)
+    terminal = [handler for handler in flower.handlers if isinstance(handler, logging.StreamHandler)
+                and not isinstance(handler, logging.FileHandler)]
+    levels = [handler.level for handler in terminal]
     after_stop = _SilentAfterStop()
-    flower.addFilter(after_stop)
-    try:
-        with warnings.catch_warnings():
+    with contextlib.ExitStack() as stack:
+        if log is not None:
+            flower.setLevel(logging.DEBUG if verbose else logging.INFO)
+            stack.enter_context(log_handler(log, (flower.name,), logging.DEBUG if verbose else logging.INFO))
+        if not verbose:
+            if log is not None:
+                for handler in terminal:
+                    handler.setLevel(logging.CRITICAL + 1)
+            else:
+                flower.setLevel(logging.ERROR)
+                LOGGER.setLevel(logging.INFO)
+            flower.addFilter(after_stop)
+            stack.enter_context(warnings.catch_warnings())
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"ray\.")
+        try:
             yield
-    finally:
-        flower.removeFilter(after_stop)
-        flower.setLevel(saved[0])
-        LOGGER.setLevel(saved[1])
+        finally:
+            flower.removeFilter(after_stop)
+            for handler, level in zip(terminal, levels, strict=True):
+                handler.setLevel(level)
+            flower.setLevel(saved[0])
+            LOGGER.setLevel(saved[1])
 
 
 class _SilentAfterStop(logging.Filter):

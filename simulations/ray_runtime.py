@@ -101,14 +101,16 @@ def _require_listening(address: str, field: str) -> None:
                          "is it running? (`ray status --address` on its head tells)") from None
 
 
-def run_init_args(num_cpus: int = DEFAULT_NUM_CPUS, verbose: bool = False) -> dict[str, Any]:
+def run_init_args(num_cpus: int = DEFAULT_NUM_CPUS, verbose: bool = False, captured: bool = False) -> dict[str, Any]:
     """``ray.init`` arguments of a Flower run: ``num_cpus`` for a Ray of its own (a named cluster
-    has its own CPUs); Ray's logs shown only when ``verbose``."""
+    has its own CPUs); Ray's logs shown only when ``verbose``, and its workers' output (the
+    ClientApps') passed to this process also when its output is ``captured`` into a run's log
+    (``simulations.run_log``)."""
     on_cluster = bool(os.environ.get(ADDRESS_VARIABLE, "").strip())
     return {
         **({} if on_cluster else {"num_cpus": num_cpus}),
         "logging_level": "INFO" if verbose else "ERROR",
-        "log_to_driver": verbose,
+        "log_to_driver": verbose or captured,
         "configure_logging": verbose,
     }
 

@@ -52,22 +52,12 @@ from fedhh.errors import InputError
 from fedhh.protocols import InvalidReply, ProtocolSpec, Request, Response, RoundRecord, ServerProtocol
 from fedhh.run_clock import RunClock
 
+from .admission import Admission, StatusCallback
 from .codec import MessageDecodeError, attach_notice, codec_for
-from .errors import FederationError, RunStopped
-from .exchange import exchange, pause
+from .errors import FederationError, RunStopped, last_line
+from .exchange import exchange
 from .participation import RoundParticipation
-from .shards import (
-    DEVICES,
-    ROUND_MESSAGE,
-    SHARD_INFO_CODEC,
-    SHARD_INFO_MESSAGE,
-    SHARD_QUERY_CODEC,
-    SHARDS,
-    Federation,
-    ShardInfo,
-    ShardQuery,
-    admit,
-)
+from .shards import DEVICES, ROUND_MESSAGE, SHARDS, Federation, ShardInfo
 
 # Error replies the SuperLink makes when a request or its reply outlived its TTL.
 EXPIRED = (ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE)
@@ -145,7 +135,7 @@ class ProtocolStrategy(Strategy):
         spec: ProtocolSpec,
         server: ServerProtocol,
         n_users: int,
-        num_shards: int,
+        num_shards: int | None,
         *,
         federation_kind: str = SHARDS,
         round_timeout: float = 120.0,
@@ -153,17 +143,25 @@ class ProtocolStrategy(Strategy):
         aggregation: RoundAggregation | None = None,
         progress: ProgressFactory | None = None,
         stop: threading.Event | None = None,
+        federation: Federation | None = None,
+        status: StatusCallback | None = None,
     ) -> None:
-        """``num_shards``: the split of the users (``run.shards``; a device federation: n).
+        """``num_shards``: the split of the users (``run.shards``; ``None`` for ``"auto"``: the
+        nodes' own split; a device federation: n).
 
         ``aggregation`` sums each round (default :class:`PlainAggregation`;
         ``strategies.secure.SecureAggregation`` for SecAgg+).  ``progress``
         builds the display of the rounds (none if ``None``).  ``stop``, once
         set, ends the run within a poll interval with
         :class:`~strategies.errors.RunStopped` (the driver was interrupted).
+        ``federation``: the nodes, if the caller has admitted them already
+        (:class:`~strategies.admission.Admission`); else :meth:`start` does.
+        ``status`` is told what the server is doing while it waits for its nodes.
         """
-        if num_shards < 1:
+        if num_shards is not None and num_shards < 1:
             raise InputError(f"run.shards must be >= 1, got {num_shards}")
+        if federation is not None and federation_kind == SHARDS:
+            num_shards = len(federation.members)
         if federation_kind not in (SHARDS, DEVICES):
             raise InputError(f"run.federation: got {federation_kind!r}; allowed: {[SHARDS, DEVICES]}")
         if federation_kind == DEVICES and num_shards != n_users:
@@ -183,7 +181,9 @@ class ProtocolStrategy(Strategy):
         self.aggregation: RoundAggregation = aggregation if aggregation is not None else PlainAggregation()
         self.progress = progress
         self.stop = stop
-        self.federation = Federation(n_users, {})  # the admitted nodes, once connected
+        self.status = status
+        self.admitted = federation is not None
+        self.federation = federation if federation is not None else Federation(n_users, {})  # once admitted
         self.participation: list[RoundParticipation] = []
         self._pending: _PendingRound | None = None
         self._notices: dict[int, str] = {}  # node -> why its last reply was refused, told with its next request
@@ -196,11 +196,12 @@ class ProtocolStrategy(Strategy):
     def summary(self) -> None:
         """Log what this strategy will run."""
         holds = "one device user each" if self.federation_kind == DEVICES else "one shard of users each"
+        shards = f"{self.num_shards} shard(s)" if self.num_shards is not None else "one shard per SuperNode"
         LOGGER.info(
-            "%s: %s over %d shard(s) (%s), %d users, at most %d rounds, round timeout %.0f s, %s",
+            "%s: %s over %s (%s), %d users, at most %d rounds, round timeout %.0f s, %s",
             type(self).__name__,
             self.spec.name,
-            self.num_shards,
+            shards,
             holds,
             self.n_users,
             self.server.max_rounds,
@@ -332,7 +333,8 @@ class ProtocolStrategy(Strategy):
             self.round_timeout = timeout
         self.summary()
         started = time.perf_counter()
-        self._connect(grid)
+        if not self.admitted:
+            self.admit(grid)
         self.setup_seconds = time.perf_counter() - started
 
         result = Result()
@@ -367,6 +369,23 @@ class ProtocolStrategy(Strategy):
         return result
 
     # -- internals ----------------------------------------------------------------
+
+    def admit(self, grid: Grid) -> Federation:
+        """Wait for the nodes and admit them (:class:`~strategies.admission.Admission`); with
+        ``run.shards = "auto"``, the number of shards becomes the nodes' own."""
+        self.federation = Admission(
+            self.federation_kind,
+            self.num_shards,
+            self.n_users,
+            self.connect_timeout,
+            self.round_timeout,
+            self.stop,
+            self.status,
+        ).run(grid)
+        self.admitted = True
+        if self.federation_kind == SHARDS:
+            self.num_shards = len(self.federation.members)
+        return self.federation
 
     def targets(
         self, server_round: int, request: Request, grid: Grid
@@ -434,67 +453,6 @@ class ProtocolStrategy(Strategy):
         with self.clock.server():
             self.server.absorb(self.spec.response_type.combine(responses))
         return round_metrics(self.server.trace[-1], participation)
-
-    def _connect(self, grid: Grid) -> None:
-        """Wait for the nodes, learn each one's shard, admit them into the federation."""
-        deadline = time.monotonic() + self.connect_timeout
-        expected = self.num_shards
-        while len(nodes := sorted(grid.get_node_ids())) < expected and time.monotonic() < deadline:
-            pause(0.05, self.stop)
-        if self.federation_kind == SHARDS and len(nodes) != expected:
-            raise FederationError(
-                f"{len(nodes)} node(s) connected within {self.connect_timeout:g} s but run.shards = "
-                f"{expected}: run.shards must equal the number of SuperNodes"
-            )
-        if not nodes:
-            raise FederationError(f"no device connected within run.connect_timeout = {self.connect_timeout:g} s")
-        messages = [
-            Message(
-                content=SHARD_QUERY_CODEC.encode(ShardQuery()),
-                dst_node_id=node,
-                message_type=SHARD_INFO_MESSAGE,
-                group_id="shards",
-            )
-            for node in nodes
-        ]
-        # Each node builds its shard now: on a loaded machine that takes long, but as long as
-        # replies keep coming the wait goes on (run.round_timeout without any is a failure).
-        replies, _ = exchange(grid, messages, self.round_timeout, self.stop, while_progressing=True)
-        node_of = {message.metadata.message_id: message.metadata.dst_node_id for message in messages}
-        infos: dict[int, ShardInfo] = {}
-        problems: dict[int, str] = {}
-        for reply in replies:
-            node = node_of[reply.metadata.reply_to_message_id]
-            if reply.has_error():
-                problems[node] = f"node {node} failed the shard query: {last_line(reply.error.reason)}"
-                continue
-            try:
-                infos[node] = SHARD_INFO_CODEC.decode(reply.content)
-            except MessageDecodeError as error:
-                problems[node] = f"node {node} sent {error}"
-        for node in nodes:
-            if node not in infos and node not in problems:
-                problems[node] = (
-                    f"node {node} did not answer the shard query: no node answered for "
-                    f"run.round_timeout = {self.round_timeout:g} s"
-                )
-        if problems and self.federation_kind == SHARDS:
-            raise FederationError("shard query: " + "; ".join(problems[node] for node in sorted(problems)))
-        self.federation = admit(infos, self.n_users, self.num_shards, self.federation_kind)
-        for _node, problem in sorted({**problems, **self.federation.refused}.items()):
-            LOGGER.warning("left out of the federation: %s", problem)
-        LOGGER.info(
-            "%d node(s) admitted, holding %d of %d users",
-            len(self.federation.members),
-            self.n_users - self.federation.missing_users,
-            self.n_users,
-        )
-
-
-def last_line(text: str | None) -> str:
-    """The last non-empty line of an error text (a ClientApp's traceback ends with its message)."""
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1] if lines else (text or "")
 
 
 def round_metrics(record: RoundRecord, participation: RoundParticipation) -> MetricRecord:

@@ -11,8 +11,14 @@ writer and a progress display), so this layer never imports the one above
 it.  The ServerApp charges the run to ``privacy.ledger`` itself, once, after
 every check and before round 1, whichever way the run was started.
 
-With ``run.federation = "shards"`` the server builds the same population as
-its nodes and writes the discovery next to the true counts; with
+With ``run.federation = "shards"`` each SuperNode builds its shard of the
+population the config describes.  With ``run.evaluation`` (the default)
+the server builds the same population, to write the discovery next to the
+true counts; without it the server reads nothing of the users' data (a
+population file need not exist on the server): ``n`` is
+``population.users`` for a sampled population, else what the nodes
+report, and the result describes no population.  ``run.shards = "auto"``
+runs on the SuperNodes that connect (:mod:`strategies.admission`).  With
 ``"devices"`` the data stays on the devices: the server knows only the
 public parameters and ``n = population.users`` (never the number of devices
 online, which whoever controls the devices could steer), waits up to
@@ -32,22 +38,25 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat
+from fedhh.config import ConfigError, FedhhConfig, Scalar, config_from_flat, fixed_shards
 from fedhh.data.deny_list import DenyList, read_deny_list
 from fedhh.data.items import ItemCodec
+from fedhh.data.sources import configured_users
 from fedhh.experiment import Experiment, item_codec, report_cap, run_record
 from fedhh.privacy.charge import charge_run
 from fedhh.protocols import ProtocolResult, get_protocol
+from fedhh.protocols.communication import Communication
 from fedhh.protocols.spec import ProtocolSpec
 from fedhh.results import ResultsFolder, write_result
 
+from .admission import Admission, StatusCallback
 from .base import LOGGER, ProgressFactory, ProtocolStrategy
 from .codec import codec_for
 from .errors import RunStopped
 from .participation import participation_summary
 from .plugins import load_protocol_module
 from .secure import SecureAggregation
-from .shards import DEVICES
+from .shards import DEVICES, SHARDS
 
 OUTPUT_DIR = "output-dir"
 PROGRESS = "progress"
@@ -109,12 +118,14 @@ def run_on_grid(
     *,
     write_outputs: ResultWriter = write_result,
     progress: ProgressFactory | None = None,
+    status: StatusCallback | None = None,
 ) -> Path:
     """Run the configured experiment over the grid's nodes; the path of ``result.json``.
 
     ``write_outputs`` writes a shards run's folder (by default ``result.json``
     alone; a device federation's result, which has no truth, always is);
-    ``progress`` draws the rounds when the run config's ``progress`` is true.
+    ``progress`` draws the rounds when the run config's ``progress`` is true;
+    ``status`` is told what the server does while it waits for its nodes.
     """
     output_dir = run_config.get(OUTPUT_DIR)
     if not isinstance(output_dir, str) or not output_dir:
@@ -127,23 +138,31 @@ def run_on_grid(
         run_id = run_id or f"{folder.path.name}-flower-run-{context.run_id}"
         load_protocol_module(run_config)
         config = config_from_flat(run_config)
-        experiment = None if config["run"]["federation"] == DEVICES else Experiment(config)
-        write = write_result if experiment is None else write_outputs
+        experiment = Experiment(config) if server_holds_population(config) else None
+        write = write_result if config["run"]["federation"] == DEVICES else write_outputs
         display = progress if show_progress else None
-        path = _run(grid, config, experiment, context, lambda document: write(folder, document), display, run_id, stop)
+        path = _run(grid, config, experiment, context, lambda document: write(folder, document), display, run_id,
+                    stop, status)
         assert path is not None
         return path
+
+
+def server_holds_population(config: FedhhConfig) -> bool:
+    """Whether the ServerApp builds the population: only in a ``shards`` federation, and only to
+    evaluate the discovery against it (``run.evaluation``); otherwise it reads none of the users' data."""
+    return config["run"]["federation"] == SHARDS and bool(config["run"]["evaluation"])
 
 
 def run_prepared(
     grid: Grid, run_config: Mapping[str, Any], context: Context, prepared: PreparedRun,
     stop: threading.Event | None = None, progress: ProgressFactory | None = None,
+    status: StatusCallback | None = None,
 ) -> Path | None:
     """Run a driver's prepared experiment over the grid's nodes; what ``prepared.write`` returns."""
     display = progress if _app_setting(run_config, PROGRESS, bool, False) else None
     run_id = _app_setting(run_config, RUN_ID, str, "") or f"{prepared.name}-flower-run-{context.run_id}"
     experiment = prepared.experiment
-    return _run(grid, experiment.config, experiment, context, prepared.write, display, run_id, stop)
+    return _run(grid, experiment.config, experiment, context, prepared.write, display, run_id, stop, status)
 
 
 def _run(
@@ -155,16 +174,26 @@ def _run(
     progress: ProgressFactory | None,
     run_id: str,
     stop: threading.Event | None,
+    status: StatusCallback | None,
 ) -> Path | None:
-    """The run itself; ``experiment`` is ``None`` for a device federation (the server holds no data)."""
+    """The run itself; ``experiment`` is ``None`` when the server holds no data (a device
+    federation, or a shards federation without ``run.evaluation``)."""
     started = time.perf_counter()
     run = config["run"]
     spec = get_protocol(str(config["protocol"]["name"]))
-    devices = experiment is None
+    devices = run["federation"] == DEVICES
     codec = item_codec(config)
+    round_timeout, connect_timeout = float(run["round_timeout"]), float(run["connect_timeout"])
+    shards = int(config["population"]["users"]) if devices else fixed_shards(config)
+    federation = None  # admitted here, before the server is built, when only the nodes know n
+    admission_s = 0.0
     deny_list = read_deny_list(config.run.deny_list, codec) if experiment is None else experiment.deny_list
     if experiment is None:
-        n_users = int(config["population"]["users"])
+        n_users = int(config["population"]["users"]) if devices else configured_users(config["population"])
+        if n_users is None:
+            admitted = time.perf_counter()
+            federation = Admission(SHARDS, shards, None, connect_timeout, round_timeout, stop, status).run(grid)
+            n_users, admission_s = federation.n_users, time.perf_counter() - admitted
         server = spec.build_server(
             config["privacy"], n_users, codec, int(run["seed"]), protocol=config["protocol"]
         )
@@ -172,25 +201,29 @@ def _run(
         n_users = experiment.n_users
         server = experiment.make_server()
     server.check_ready()  # before anything is charged or asked of the nodes
+    # what one user sends, from the fresh server (an experiment has it already)
+    communication = spec.communication(server) if spec.communication is not None and experiment is None else None
     strategy = ProtocolStrategy(
         spec,
         server,
         n_users,
-        n_users if devices else int(run["shards"]),
+        shards,
         federation_kind=str(run["federation"]),
-        round_timeout=float(run["round_timeout"]),
-        connect_timeout=float(run["connect_timeout"]),
+        round_timeout=round_timeout,
+        connect_timeout=connect_timeout,
         aggregation=secure_aggregation(spec, codec, context) if run["secure_aggregation"] else None,
         progress=progress,
         stop=stop,
+        federation=federation,
+        status=status,
     )
     privacy = charge_run(config["privacy"], server.guarantee(), run_id, deny_list)  # last, before round 1
-    experiment_s = time.perf_counter() - started
+    experiment_s = time.perf_counter() - started - admission_s
     strategy.start(grid)
     rounds = strategy.round_seconds
     timing = {
         "experiment_s": experiment_s,  # server: population (shards), vocabulary, privacy solve
-        "setup_s": strategy.setup_seconds,  # nodes connected and shards built
+        "setup_s": admission_s + strategy.setup_seconds,  # nodes connected and shards built
         "rounds_s": sum(rounds),
         "mean_round_s": sum(rounds) / len(rounds) if rounds else 0.0,
         "max_round_s": max(rounds, default=0.0),
@@ -199,9 +232,11 @@ def _run(
         result = server.result()
     timing["server_s"] = strategy.clock.server_s  # requests, combining and absorbing, the result
     if experiment is None:
-        document = device_document(config, result, timing, deny_list)
+        document = dataless_document(config, result, timing, n_users, communication, deny_list)
     else:
         document = experiment.finish(result, timing, transport="flower")
+    if not devices:  # "auto": the shards the nodes held
+        document["config"]["run"]["shards"] = strategy.num_shards
     add_participation(document, strategy)
     document["privacy"] = privacy.to_dict()
     if config.privacy.ledger:
@@ -235,17 +270,21 @@ def add_participation(document: dict[str, Any], strategy: ProtocolStrategy) -> N
     )
 
 
-def device_document(
-    config: FedhhConfig, result: ProtocolResult, timing: dict[str, float], deny_list: DenyList | None = None
+def dataless_document(
+    config: FedhhConfig, result: ProtocolResult, timing: dict[str, float], n_users: int,
+    communication: Communication | None = None, deny_list: DenyList | None = None,
 ) -> dict[str, Any]:
-    """The result of a device federation: what the server can know without anyone's data."""
+    """The result of a server that holds no data (a device federation, or a shards federation
+    without ``run.evaluation``): what it can know without anyone's data; no population is described."""
+    devices = config["run"]["federation"] == DEVICES
     document = {
         "protocol": result.protocol,
         "seed": int(config["run"]["seed"]),
-        "n_users": int(config["population"]["users"]),
-        "transport": "flower/devices",
+        "n_users": n_users,
+        "transport": "flower/devices" if devices else "flower",
         "config": config.to_dict(),
         **run_record(result, timing, report_cap(config), deny_list),
+        **({"communication": communication.to_dict()} if communication is not None else {}),
     }
     if deny_list is not None:
         document["deny_list"] = deny_list.record()
@@ -259,6 +298,7 @@ def make_server_app(
     *,
     write_outputs: ResultWriter = write_result,
     progress: ProgressFactory | None = None,
+    status: StatusCallback | None = None,
 ) -> ServerApp:
     """The ServerApp; ``run_config``, if given, stands in for the context's run config.
 
@@ -271,7 +311,9 @@ def make_server_app(
     engine ends as it does after a completed run.
     ``write_outputs`` writes the results folder of a run the app builds
     itself (default: ``result.json`` only) and ``progress`` draws its rounds
-    when the run config's ``progress`` is true (default: nothing drawn).
+    when the run config's ``progress`` is true (default: nothing drawn);
+    ``status`` is told what the server does while it waits for its nodes
+    (default: it is only logged).
     """
     bound = dict(run_config) if run_config is not None else None
     server_app = ServerApp()
@@ -284,9 +326,10 @@ def make_server_app(
         requested = stop.requested if stop is not None else None
         try:
             if prepared is None:
-                run_on_grid(grid, run_config, context, requested, write_outputs=write_outputs, progress=progress)
+                run_on_grid(grid, run_config, context, requested, write_outputs=write_outputs, progress=progress,
+                            status=status)
             else:
-                run_prepared(grid, run_config, context, prepared, requested, progress)
+                run_prepared(grid, run_config, context, prepared, requested, progress, status)
         except RunStopped:
             if requested is None or not requested.is_set():
                 raise

@@ -29,6 +29,7 @@ from fedhh.errors import InputError
 from fedhh.protocols.messages import message, scalar_field
 
 from .codec import MessageCodec
+from .errors import FederationError
 
 # Flower message types: category "query" (no model is trained), one action each.
 SHARD_INFO_MESSAGE = "query.shard"
@@ -38,7 +39,7 @@ SHARDS = "shards"
 DEVICES = "devices"
 
 
-class ShardCoverageError(RuntimeError):
+class ShardCoverageError(FederationError):
     """The connected nodes do not hold every user exactly once."""
 
 

@@ -43,8 +43,19 @@ def test_integers_are_accepted_for_floats_but_not_the_reverse() -> None:
     assert load_config(None, ["privacy.epsilon=2"]).get("privacy.epsilon") == 2.0
     with pytest.raises(ConfigError, match="run.seed: expected int, got float"):
         load_config(None, ["run.seed=1.5"])
-    with pytest.raises(ConfigError, match="run.shards: expected int, got bool"):
+    with pytest.raises(ConfigError, match="run.shards: expected int or 'auto', got bool"):
         load_config(None, ["run.shards=true"])
+
+
+def test_run_shards_is_a_number_or_auto() -> None:
+    from fedhh.config import DEFAULT_SHARDS, fixed_shards, with_fixed_shards
+
+    auto = load_config(None, ['run.shards="auto"'])
+    assert auto.get("run.shards") == "auto" and fixed_shards(auto) is None
+    assert with_fixed_shards(auto).get("run.shards") == DEFAULT_SHARDS
+    assert fixed_shards(load_config(None, ["run.shards=3"])) == 3
+    with pytest.raises(ConfigError, match="run.shards: expected int or 'auto', got str 'many'"):
+        load_config(None, ['run.shards="many"'])
 
 
 def test_flat_form_round_trips_and_ignores_foreign_keys() -> None:

@@ -146,6 +146,46 @@ def test_deployment_matches_simulation(protocol: str, deployment: LocalDeploymen
     assert document["participation"]["lost_shards"] == []
 
 
+def write_words(path: Path) -> Path:
+    """6,000 users' words: five frequent ones, and 45 rare ones (at most 3 letters: 4 rounds)."""
+    words = ["the"] * 1500 + ["and"] * 1000 + ["of"] * 800 + ["to"] * 600 + ["in"] * 400
+    rare = [a + b + c for a in "xyz" for b in "bcdfg" for c in "hjk"]
+    words += [rare[i % len(rare)] for i in range(1700)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(words) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_server_without_evaluation_reads_none_of_the_users_data(deployment: LocalDeployment, tmp_path: Path) -> None:
+    """run.evaluation = false: the population file exists only where the nodes run (a path relative
+    to their working folders); the server, which cannot read it, runs the job with n from the nodes
+    and records no population.  With run.evaluation the server needs the file, and refuses."""
+    data = Path("node-data") / "words.txt"
+    assert not data.exists(), "the server's working folder must not hold the nodes' data"
+    for index in range(SUPERNODES):
+        write_words(tmp_path / f"node-{index}" / data)
+        deployment.add_supernode(
+            f"supernode-{index}", {"partition-id": index, "num-partitions": SUPERNODES}, cwd=tmp_path / f"node-{index}"
+        )
+    deployment.wait_for_supernodes(SUPERNODES)
+    settings = ['population.source="file"', f'population.path="{data}"', "protocol.max_length=3",
+                "privacy.epsilon=6.0", "privacy.delta=1e-6", 'run.shards="auto"', "run.seed=5"]
+    config = load_config(None, [*settings, "run.evaluation=false"])
+    document = run_deployed(deployment, run_config(config, tmp_path / "out"))
+
+    simulated = run_fast(Experiment(load_config(None, [*settings[:1], f'population.path="{write_words(tmp_path / data)}"',
+                                                       *settings[2:]])), SUPERNODES, backend="inprocess").result
+    assert sorted(d.item for d in simulated.discoveries) == ["and", "in", "of", "the", "to"]
+    assert protocol_view(document) == fast_view(simulated)
+    assert document["n_users"] == 6000 and document["config"]["run"]["shards"] == SUPERNODES
+    assert "population" not in document and "evaluation" not in document, sorted(document)
+    assert document["transport"] == "flower" and document["participation"]["lost_shards"] == []
+
+    evaluated = deployment.run(run_config(load_config(None, settings), tmp_path / "evaluated"), timeout=120)
+    assert evaluated.status == "finished:failed" and "is not a file" in evaluated.details, evaluated.details
+    assert not (tmp_path / "evaluated").exists()
+
+
 # -- a federation of devices -----------------------------------------------------------
 
 

@@ -31,7 +31,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.config import flatten_dict
 from flwr.serverapp import ServerApp
 
-from fedhh.config import BASE_SCHEMA, DEFAULT_PROTOCOL, FedhhConfig, load_config
+from fedhh.config import AUTO_SHARDS, BASE_SCHEMA, DEFAULT_PROTOCOL, FedhhConfig, load_config
 from fedhh.experiment import Experiment
 from fedhh.privacy.ledger import Ledger
 from fedhh.protocols import PROTOCOLS, get_protocol
@@ -245,6 +245,7 @@ def test_pyproject_run_config_mirrors_the_fedhh_defaults() -> None:
     builtin = {**BASE_SCHEMA, "protocol": {**BASE_SCHEMA["protocol"], **protocol_keys(builtin_only=True)}}
     defaults = {f"{section}.{key}": spec.default for section, keys in builtin.items() for key, spec in keys.items()}
     defaults["protocol.name"] = DEFAULT_PROTOCOL
+    defaults["run.shards"] = AUTO_SHARDS  # `flwr run .` runs on whatever federation it is given
     assert {key: value for key, value in flat.items() if "." in key} == defaults
     assert set(flat) - set(defaults) == {"output-dir", "overwrite", "progress", "run-id", PROTOCOL_MODULE}
 

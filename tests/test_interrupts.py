@@ -46,9 +46,10 @@ RUN = [
     "--set", "population.item_length=8", "--set", "protocol.max_length=8", "--set", "privacy.epsilon=8",
     "--set", "run.shards=2", "--set", 'run.driver="flower"',
 ]
-ADMITTED = "node(s) admitted"  # the server's log line just before round 1
-STARTING = "one shard of users each"  # the server's first line, while Flower's engine starts its actors
-FINISHED = "finished after"  # the last round is over: the result is being written while Flower's engine stops
+# The run's status lines (its log goes to run.log in the results folder)
+ADMITTED = "node(s) admitted"  # just before round 1
+STARTING = "SuperNodes"  # the server's first, while Flower's engine starts its actors
+FINISHED = "writing the results"  # the last round is over: the result is being written while Flower's engine stops
 
 
 @pytest.fixture

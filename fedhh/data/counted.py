@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -147,7 +148,7 @@ class CountedShard:
     population_users: int  # users of the whole population (a law sampler splits a round's sample by range)
     # what law samplers derive once per run and keep between rounds (a split of the users drawn once),
     # under keys naming everything it depends on
-    memo: dict[tuple[object, ...], np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+    memo: dict[tuple[object, ...], Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.holders.shape != (self.vocabulary.size,):

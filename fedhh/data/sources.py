@@ -705,8 +705,14 @@ def csv_line(file: Path, row: int) -> int:
             index += 1
 
 
-SAMPLED_SOURCES = ("wordfreq", "zipf", "exponential")
+SAMPLED_SOURCES = ("wordfreq", "zipf", "exponential")  # populations drawn from the config alone
 SOURCES = (*SAMPLED_SOURCES, "file", "dataset")
+
+
+def configured_users(population: dict[str, Any]) -> int | None:
+    """``n`` where the config gives it (a sampled population: its ``users`` key); ``None`` for a
+    file or a dataset, whose size only reading it tells."""
+    return int(population["users"]) if population["source"] in SAMPLED_SOURCES else None
 
 
 def sampled_candidates(population: dict[str, Any], codec: ItemCodec, seed: int) -> list[str] | None:

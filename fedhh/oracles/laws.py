@@ -15,7 +15,7 @@ Both have exactly the law of ``aggregate(randomize(values repeated))``
 values, and each law below is derived from one user's report.  What each
 oracle's law rests on:
 
-* **OLH, BLH** (:func:`_local_hashing_support`): a report ``(seed, y)``
+* **OLH, BLH** (:func:`_independent_support`): a report ``(seed, y)``
   supports candidate ``c`` when ``H_seed(c) = y``.  For an *ideal* random
   hash, given ``y`` the values ``H(c)`` of the other candidates are
   independent uniforms, so a report's supports of distinct candidates are
@@ -210,9 +210,15 @@ def _drawn_statistics(
 # -- local hashing ------------------------------------------------------------------------------
 
 
-def _local_hashing_support(
-    oracle: LocalHashing, values: np.ndarray, counts: np.ndarray, candidates: np.ndarray, rng: np.random.Generator
+def _independent_support(
+    oracle: LocalHashing | UnaryEncoding,
+    values: np.ndarray,
+    counts: np.ndarray,
+    candidates: np.ndarray,
+    rng: np.random.Generator,
 ) -> Support:
+    """Candidate ``c``'s support ``Binomial(n_c, p) + Binomial(n - n_c, q)``, independent across
+    candidates: OLH/BLH (``q = 1/g``, for an ideal hash) and unary encodings (exact)."""
     distinct, inverse = np.unique(candidates, return_inverse=True)
     held = held_by(values, counts, distinct)
     total = int(counts.sum())
@@ -255,16 +261,6 @@ def _unary_statistics(
     total = int(counts.sum())
     drawn = rng.binomial(holders, oracle.p) + rng.binomial(total - holders, oracle.q)
     return UnaryStatistics(drawn.astype(np.int64), total)
-
-
-def _unary_support(
-    oracle: UnaryEncoding, values: np.ndarray, counts: np.ndarray, candidates: np.ndarray, rng: np.random.Generator
-) -> Support:
-    distinct, inverse = np.unique(candidates, return_inverse=True)
-    held = held_by(values, counts, distinct)
-    total = int(counts.sum())
-    drawn = rng.binomial(held, oracle.p) + rng.binomial(total - held, oracle.q)
-    return Support(drawn[inverse].astype(np.int64), total)
 
 
 def _fast_local_hashing_statistics(
@@ -447,9 +443,9 @@ _STATISTICS_LAWS: tuple[tuple[type, object], ...] = (
     (SketchOracle, _sketch_statistics),
 )
 _SUPPORT_LAWS: tuple[tuple[type, object], ...] = (
-    (LocalHashing, _local_hashing_support),
+    (LocalHashing, _independent_support),
     (DirectEncoding, _direct_support),
-    (UnaryEncoding, _unary_support),
+    (UnaryEncoding, _independent_support),
     (SketchOracle, _sketch_support),
 )
 

@@ -156,11 +156,16 @@ class ServerProtocol(ABC):
         dictionary, which a deployment's server must be given as a file).
         """
 
+    by_law: bool = False  # a law simulation's server (simulate_by_law): its nodes hold item counts, not users
+
     def simulate_by_law(self) -> None:
         """Drivers call it before round 1 of a law simulation (``run.simulation = "law"``,
         :mod:`fedhh.protocols.law`).  A server whose requests name users one by one (TrieHH's
         sample) names from then on only how many it asks, which the shards' law samplers split;
-        the others need nothing."""
+        the others only record it (:attr:`by_law`), for their checks of a node's reply: a law
+        sampler draws how its users split over a public per-user index (a bit position, a
+        cohort) rather than computing each user's."""
+        self.by_law = True
 
     def offer_vocabulary(self, vocabulary: Vocabulary) -> None:
         """The population's vocabulary, offered once the server is built by a process that

@@ -95,3 +95,44 @@ def split_types(rng: np.random.Generator, users: np.ndarray, offsets: np.ndarray
         left[live] -= taken
         mass[live] -= shares[entry]
     return chosen
+
+
+def public_index_probabilities(span: int) -> np.ndarray:
+    """The probability of each index a user's public ``UserRandom.integers(0, span)`` takes
+    (a bit position, a cohort): ``floor(u span)`` for its 53-bit uniform ``u = k 2^-53``, so
+    index ``i`` has the ``k`` in ``[ceil(i 2^53 / span), ceil((i + 1) 2^53 / span))``: ``1 / span``
+    to 2^-53, counted exactly."""
+    steps = 1 << 53
+    edges = [-(-index * steps // span) for index in range(span + 1)]
+    return np.diff(np.array(edges, dtype=np.float64)) / float(steps)
+
+
+def split_by_public_index(
+    rng: np.random.Generator, reporters: np.ndarray, span: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each value's ``reporters`` split over a public index drawn independently for every user
+    (:func:`public_index_probabilities`): ``Multinomial(reporters, those probabilities)`` per
+    value, as sparse ``(value, index, reporters)`` triples with reporters > 0.  A value of at
+    least ``span`` reporters draws its multinomial; the others draw each reporter's index by
+    inverting the probabilities' running sum (the same law), so the cost is O(sum over values of
+    min(reporters, span)): a long tail of rare items costs its reporters, not ``span`` each."""
+    reporters = np.asarray(reporters, dtype=np.int64)
+    probabilities = public_index_probabilities(span)
+    heavy = np.flatnonzero(reporters >= span)
+    split = rng.multinomial(reporters[heavy], probabilities)
+    rows, indexes = np.nonzero(split)
+    light = np.flatnonzero((reporters > 0) & (reporters < span))
+    owner = np.repeat(light, reporters[light])
+    drawn = np.minimum(np.searchsorted(np.cumsum(probabilities), rng.random(owner.size), side="right"), span - 1)
+    cells, tallies = np.unique(owner * span + drawn, return_counts=True)
+    return (np.concatenate((heavy[rows], cells // span)).astype(np.int64),
+            np.concatenate((indexes, cells % span)).astype(np.int64),
+            np.concatenate((split[rows, indexes], tallies)).astype(np.int64))
+
+
+def public_index_table(rng: np.random.Generator, reporters: np.ndarray, span: int) -> np.ndarray:
+    """:func:`split_by_public_index` as a dense ``[len(reporters), span]`` table."""
+    values, indexes, split = split_by_public_index(rng, reporters, span)
+    table = np.zeros((np.asarray(reporters).size, span), dtype=np.int64)
+    table[values, indexes] = split
+    return table

@@ -22,9 +22,9 @@ are reported, the ``top_k`` best.  The estimates are unbiased (the
 Hashtogram estimator); the privacy split is ε/2 + ε/2, as in TreeHist.
 
 The package: its keys, budget and parameters (``parameters``), messages
-(``messages``), device side (``client``), server (``server``), what an
-untrusting server checks (``nodes``), planner (``plan``), the bits a user
-sends (``wire``), and its spec, registered here.
+(``messages``), device side (``client``), law sampler (``law``), server
+(``server``), what an untrusting server checks (``nodes``), planner
+(``plan``), the bits a user sends (``wire``), and its spec, registered here.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
 from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import BitstogramRequest, BitstogramResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import BUDGET, KEYS, NAME
@@ -65,5 +66,6 @@ SPEC = register_protocol(
         plan_command=BITSTOGRAM_PLAN,
         communication=bitstogram_bits,
         contract=ITEM_CHOICE_CONTRACT,
+        law=law,
     )
 )

@@ -41,7 +41,7 @@ def respond(request: BitstogramRequest, shard: Shard, randomness: RandomnessSour
     second oracle's flat statistics summed over all users;
     ``sampled_users = responding_users`` = the number of users.
     """
-    bits, keys = value_table(shard, request.value_bits)
+    bits, keys = value_table(shard.vocabulary, request.value_bits)
     local = np.arange(shard.n_users)
     items = np.full(shard.n_users, -1, dtype=np.int64)  # -1: the empty value, last in the table
     holders, chosen = choose_items(shard, local, randomness, ITEM_PURPOSE, 0)

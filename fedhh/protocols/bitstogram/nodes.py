@@ -9,6 +9,7 @@ from ..common.value_reports import (
     NPY_HEADER_BYTES,
     bit_positions,
     check_all_users_report,
+    users_per_index,
 )
 from ..spec import HeldUsers, InvalidReply
 from .messages import BitstogramRequest, BitstogramResponse
@@ -28,9 +29,8 @@ def check_reply(
     for field, (got, expected) in shapes.items():
         if got != expected:
             raise InvalidReply(f"{tag}.{field}: shape {got}, expected {expected}")
-    positions = np.bincount(bit_positions(request.partition_seed, request.value_bits,
-                                          np.arange(node.first_user, node.first_user + node.users)),
-                            minlength=request.value_bits)
+    positions = users_per_index(server, node, response.bit_users, request.value_bits,
+                                lambda ids: bit_positions(request.partition_seed, request.value_bits, ids))
     if not np.array_equal(response.bit_users, positions):
         raise InvalidReply(
             f"{tag}.bit_users: {response.bit_users.tolist()}, its users per bit position {positions.tolist()}"

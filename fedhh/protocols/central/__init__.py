@@ -10,9 +10,9 @@ largest noisy counts above a threshold τ calibrated to (ε, δ)
 unknown domain).  It shows what federation and local noise cost.
 
 The package: its messages (``messages``), the device side (``client``),
-the server (``server``), what an untrusting server checks (``nodes``), its
-planner (``plan``), the bits a user sends (``wire``), and its spec,
-registered here.
+its law sampler (``law``), the server (``server``), what an untrusting
+server checks (``nodes``), its planner (``plan``), the bits a user sends
+(``wire``), and its spec, registered here.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 from ..registry import register_protocol
 from ..spec import ContractText, ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import ItemHistogram, ItemRequest
 from .nodes import DROPOUT_PRIVACY, NO_DENSE_LAYOUT, check_reply, describe_round
 from .plan import CENTRAL_PLAN, plan_central
@@ -49,6 +50,7 @@ SPEC = register_protocol(
         plan_command=CENTRAL_PLAN,
         communication=central_bits,
         contract=CONTRACT,
+        law=law,
     )
 )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...data.population import Shard
+from ...data.population import Shard, Vocabulary
 from ...kernels.randomness import RandomnessSource
 from ..common.item_choice import choose_items
 from .messages import ItemHistogram, ItemRequest
@@ -23,13 +23,18 @@ def respond(request: ItemRequest, shard: Shard, randomness: RandomnessSource) ->
     the shard's users, ``responding_users`` those who sent an item.  Nothing
     is randomised on the device: the curator adds the noise to the total.
     """
-    users, chosen = choose_items(shard, np.arange(shard.n_users), randomness, CHOICE_PURPOSE, request.round)
+    _, chosen = choose_items(shard, np.arange(shard.n_users), randomness, CHOICE_PURPOSE, request.round)
     tally = np.bincount(chosen, minlength=shard.vocabulary.size)
+    return item_histogram(request, tally, shard.vocabulary, shard.n_users)
+
+
+def item_histogram(request: ItemRequest, tally: np.ndarray, vocabulary: Vocabulary, users: int) -> ItemHistogram:
+    """The reply of ``users`` users of whom ``tally[i]`` send item ``i`` (the others send nothing)."""
     held = np.flatnonzero(tally)
     return ItemHistogram(
         round=request.round,
-        sampled_users=shard.n_users,
-        responding_users=int(users.size),
-        items=shard.vocabulary.rows[held].astype(np.int64),
+        sampled_users=users,
+        responding_users=int(tally.sum()),
+        items=vocabulary.rows[held].astype(np.int64),
         counts=tally[held].astype(np.int64),
     )

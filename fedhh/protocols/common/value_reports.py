@@ -17,12 +17,13 @@ a public bit position (:func:`bit_positions`, :func:`value_table`).
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from ...data.items import ItemCodec
-from ...data.population import Shard
+from ...data.population import Vocabulary
 from ...kernels.randomness import UserRandom, derive_key
 from ...privacy.ldp import BudgetSplit, ldp_report
 from ...privacy.report import PrivacyReport
@@ -50,13 +51,37 @@ def bit_positions(partition_seed: int, value_bits: int, user_ids: np.ndarray) ->
     return UserRandom(np.uint64(partition_seed), np.asarray(user_ids, dtype=np.int64)).integers(0, value_bits)
 
 
-def value_table(shard: Shard, value_bits: int) -> tuple[np.ndarray, np.ndarray]:
+def value_table(vocabulary: Vocabulary, value_bits: int) -> tuple[np.ndarray, np.ndarray]:
     """Every vocabulary item's bits ``[V + 1, m]`` and oracle key, the empty value (no item) last."""
-    encoding = PrefixEncoding("bits", shard.vocabulary.codec)
+    encoding = PrefixEncoding("bits", vocabulary.codec)
     if encoding.length != value_bits:
         raise ValueError(f"request.value_bits: {value_bits}, but the item codec gives {encoding.length}-bit values")
-    bits = np.concatenate([encoding.units(shard.vocabulary), np.zeros((1, value_bits), dtype=np.uint8)])
+    bits = np.concatenate([encoding.units(vocabulary), np.zeros((1, value_bits), dtype=np.uint8)])
     return bits, encoding.keys(bits)
+
+
+def users_per_index(
+    server: ServerProtocol,
+    node: HeldUsers,
+    reported: np.ndarray,
+    span: int,
+    index_of: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """How many of a node's users have each value of a public per-user index (``index_of(ids)``:
+    a bit position, a cohort, a segment pair), which an honest reply's ``reported`` equal.
+
+    A law simulation's node holds item counts, not users, and draws how its users split over the
+    index (:mod:`fedhh.protocols.law`) instead of computing each user's (:attr:`ServerProtocol.by_law`):
+    then any split of its users is honest, and ``reported`` is returned when it is one (``span``
+    entries >= 0 adding up to the node's users), :class:`InvalidReply` raised when not.
+    """
+    if not server.by_law:
+        return np.bincount(index_of(np.arange(node.first_user, node.first_user + node.users)), minlength=span)
+    if reported.shape != (span,) or int(reported.min(initial=0)) < 0 or int(reported.sum()) != node.users:
+        raise InvalidReply(
+            f"reporters {reported.tolist()}: not a split of the node's {node.users} users over {span} groups"
+        )
+    return reported
 
 
 class ValueParameters(Protocol):

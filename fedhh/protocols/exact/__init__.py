@@ -9,9 +9,9 @@ so (ε = ∞, δ = 1, model "no guarantee"), every field of its result is
 outside any guarantee, and a privacy ledger refuses to charge it.
 
 The package: its messages (``messages``), the device side (``client``),
-the server (``server``), what the server checks of a node's reply
-(``nodes``), the bits a user sends (``wire``), and its spec, registered
-here.  It has no planner: there is nothing to solve.
+its law sampler (``law``), the server (``server``), what the server checks
+of a node's reply (``nodes``), the bits a user sends (``wire``), and its
+spec, registered here.  It has no planner: there is nothing to solve.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..registry import register_protocol
 from ..spec import ContractText, ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import ItemsRequest, ItemWeights
 from .nodes import DROPOUT_PRIVACY, NO_DENSE_LAYOUT, check_reply, describe_round
 from .server import NAME, ExactKeys, ExactServer, build_exact
@@ -44,6 +45,7 @@ SPEC = register_protocol(
         no_dense_reason=NO_DENSE_LAYOUT,
         communication=exact_bits,
         contract=CONTRACT,
+        law=law,
     )
 )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...data.population import Shard
+from ...data.population import PopulationCounts, Shard, Vocabulary
 from ...kernels.randomness import RandomnessSource
 from .messages import ItemsRequest, ItemWeights
 
@@ -21,12 +21,17 @@ def respond(request: ItemsRequest, shard: Shard, randomness: RandomnessSource) -
     shard's users, ``responding_users`` those holding an item.  Nothing is
     randomised: this baseline has no privacy.
     """
-    counts = shard.counts()  # the same fixed-point shares the evaluation's truth adds up
+    return summed_shares(request, shard.counts(), shard.vocabulary)
+
+
+def summed_shares(request: ItemsRequest, counts: PopulationCounts, vocabulary: Vocabulary) -> ItemWeights:
+    """The reply of users whose true counts are ``counts``: the same fixed-point shares the
+    evaluation's truth adds up."""
     held = np.flatnonzero(counts.weight_units)
     return ItemWeights(
         round=request.round,
-        sampled_users=shard.n_users,
-        responding_users=shard.n_users - counts.users_without_items,
-        items=shard.vocabulary.rows[held].astype(np.int64),
+        sampled_users=counts.users,
+        responding_users=counts.users - counts.users_without_items,
+        items=vocabulary.rows[held].astype(np.int64),
         weights=counts.weight_units[held].astype(np.int64),
     )

@@ -18,9 +18,9 @@ with everyone's full-value reports and the ``k`` best are reported.  The
 estimates are OLH's, unbiased.
 
 The package: its keys, budget and parameters (``parameters``), messages
-(``messages``), device side (``client``), server (``server``), what an
-untrusting server checks (``nodes``), planner (``plan``), the bits a user
-sends (``wire``), and its spec, registered here.
+(``messages``), device side (``client``), law sampler (``law``), server
+(``server``), what an untrusting server checks (``nodes``), planner
+(``plan``), the bits a user sends (``wire``), and its spec, registered here.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
 from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import MCMRequest, MCMResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import BUDGET, KEYS, NAME
@@ -61,5 +62,6 @@ SPEC = register_protocol(
         plan_command=MCM_PLAN,
         communication=mcm_bits,
         contract=ITEM_CHOICE_CONTRACT,
+        law=law,
     )
 )

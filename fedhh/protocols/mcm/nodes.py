@@ -9,6 +9,7 @@ from ..common.value_reports import (
     NPY_HEADER_BYTES,
     bit_positions,
     check_all_users_report,
+    users_per_index,
 )
 from ..spec import HeldUsers, InvalidReply
 from .messages import MCMRequest, MCMResponse
@@ -21,11 +22,9 @@ def check_reply(request: MCMRequest, response: MCMResponse, node: HeldUsers, ser
     if request.mode == FINAL:
         expected_counts, expected = request.candidates.size, np.array([node.users])
     else:
-        ids = np.arange(node.first_user, node.first_user + node.users)
         expected_counts = request.value_bits * 2 * request.channels
-        expected = np.bincount(
-            bit_positions(request.partition_seed, request.value_bits, ids), minlength=request.value_bits
-        )
+        expected = users_per_index(server, node, response.reporters, request.value_bits,
+                                   lambda ids: bit_positions(request.partition_seed, request.value_bits, ids))
     if response.counts.size != expected_counts or not np.array_equal(response.reporters, expected):
         raise InvalidReply(f"{tag}: {response.counts.size} counts from reporters {response.reporters.tolist()}, "
                            f"expected {expected_counts} from {expected.tolist()}")

@@ -18,9 +18,10 @@ which a real deployment would not have: the privacy report says so.
 
 The package: its keys and constants (``parameters``), budget split and the
 statistics of its counts (``analysis``), public hashing and randomiser
-(``encoding``), messages (``messages``), device side (``client``), server
-(``server``), what an untrusting server checks (``nodes``), planner
-(``plan``), the bits a user sends (``wire``), and its spec, registered here.
+(``encoding``), messages (``messages``), device side (``client``), law
+sampler (``law``), server (``server``), what an untrusting server checks
+(``nodes``), planner (``plan``), the bits a user sends (``wire``), and its
+spec, registered here.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..registry import register_protocol
 from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
 from .analysis import rappor_budget
 from .client import respond
+from .law import law
 from .messages import RapporRequest, RapporResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import NAME, RAPPOR_KEYS
@@ -64,5 +66,6 @@ SPEC = register_protocol(
         plan_command=RAPPOR_PLAN,
         communication=rappor_bits,
         contract=ITEM_CHOICE_CONTRACT,
+        law=law,
     )
 )

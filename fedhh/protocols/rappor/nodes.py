@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import RoundRecord, ServerProtocol
-from ..common.value_reports import check_all_users_report
+from ..common.value_reports import check_all_users_report, users_per_index
 from ..spec import HeldUsers, InvalidReply
 from .encoding import user_cohorts
 from .messages import RapporRequest, RapporResponse
@@ -18,8 +18,8 @@ def check_reply(request: RapporRequest, response: RapporResponse, node: HeldUser
     if response.ones.size != request.cohorts * request.bloom_bits or response.reporters.size != request.cohorts:
         raise InvalidReply(f"{tag}.ones: {response.ones.size} counts for {response.reporters.size} cohorts, expected "
                            f"{request.cohorts} x {request.bloom_bits}")
-    ids = np.arange(node.first_user, node.first_user + node.users)
-    expected = np.bincount(user_cohorts(request.cohort_seed, request.cohorts, ids), minlength=request.cohorts)
+    expected = users_per_index(server, node, response.reporters, request.cohorts,
+                               lambda ids: user_cohorts(request.cohort_seed, request.cohorts, ids))
     if not np.array_equal(response.reporters, expected):
         raise InvalidReply(f"{tag}.reporters: reports per cohort differ from the node's users per cohort")
     if np.any(response.ones.reshape(request.cohorts, -1) > expected[:, None]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import RoundRecord, ServerProtocol
-from ..common.value_reports import check_all_users_report
+from ..common.value_reports import check_all_users_report, users_per_index
 from ..spec import HeldUsers, InvalidReply
 from .encoding import user_positions
 from .messages import SFPRequest, SFPResponse, flat_cells
@@ -21,9 +21,10 @@ def check_reply(request: SFPRequest, response: SFPResponse, node: HeldUsers, ser
     if response.fragment_counts.shape != (server.positions, oracle.flat_size()):
         raise InvalidReply(f"{tag}.fragment_counts: shape {response.fragment_counts.shape}, expected "
                            f"({server.positions}, {oracle.flat_size()})")
-    ids = np.arange(node.first_user, node.first_user + node.users)
-    placed = np.bincount(user_positions(request.position_seed, server.positions, ids), minlength=server.positions)
-    if not np.array_equal(response.fragment_reporters.sum(axis=1), placed):
+    reported = response.fragment_reporters.sum(axis=1)
+    placed = users_per_index(server, node, reported, server.positions,
+                             lambda ids: user_positions(request.position_seed, server.positions, ids))
+    if not np.array_equal(reported, placed):
         raise InvalidReply(f"{tag}.fragment_reporters: reports per position differ from the node's users per position")
     words = int(response.word_reporters.sum())
     if words != (node.users if request.word_epsilon > 0 else 0):

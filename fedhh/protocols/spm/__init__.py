@@ -30,9 +30,9 @@ The segment length is the longest whose ``g 2^s`` patterns stay within
 ``protocol.segment_bits`` sets it.
 
 The package: its keys, budget and parameters (``parameters``), messages
-(``messages``), device side (``client``), server (``server``), what an
-untrusting server checks (``nodes``), planner (``plan``), the bits a user
-sends (``wire``), and its spec, registered here.
+(``messages``), device side (``client``), law sampler (``law``), server
+(``server``), what an untrusting server checks (``nodes``), planner
+(``plan``), the bits a user sends (``wire``), and its spec, registered here.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
 from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import SPMRequest, SPMResponse
 from .nodes import check_reply, describe_round, reply_budget
 from .parameters import BUDGET, KEYS, NAME
@@ -73,5 +74,6 @@ SPEC = register_protocol(
         plan_command=SPM_PLAN,
         communication=spm_bits,
         contract=ITEM_CHOICE_CONTRACT,
+        law=law,
     )
 )

@@ -8,6 +8,7 @@ from ..base import RoundRecord, ServerProtocol
 from ..common.value_reports import (
     NPY_HEADER_BYTES,
     check_all_users_report,
+    users_per_index,
 )
 from ..spec import HeldUsers, InvalidReply
 from .client import segment_pairs, user_pairs
@@ -36,16 +37,22 @@ def check_reply(request: SPMRequest, response: SPMResponse, node: HeldUsers, ser
             f"{tag}.counts: {response.counts.size} counts from {response.reporters.size} groups, "
             f"expected {counts} from {reporters}"
         )
-    ids = np.arange(node.first_user, node.first_user + node.users)
     if request.mode == FINAL:
         expected = np.array([node.users])
+    elif request.mode == PAIRS:
+        expected = users_per_index(server, node, response.reporters, reporters,
+                                   lambda ids: user_pairs(request.partition_seed, request.segments, ids))
+    elif server.by_law:  # a law simulation draws the pairs' split: any with two segments a user
+        expected = response.reporters
+        fits = int(expected.min(initial=0)) >= 0 and int(expected.max(initial=0)) <= node.users
+        if not fits or int(expected.sum()) != 2 * node.users:
+            raise InvalidReply(
+                f"{tag}.reporters: {expected.tolist()}, not two segments for each of the node's {node.users} users"
+            )
     else:
-        pairs = user_pairs(request.partition_seed, request.segments, ids)
-        if request.mode == PAIRS:
-            expected = np.bincount(pairs, minlength=reporters)
-        else:
-            chosen = segment_pairs(request.segments)[pairs]
-            expected = np.array([(chosen == s).any(axis=1).sum() for s in range(request.segments)])
+        chosen = segment_pairs(request.segments)[user_pairs(request.partition_seed, request.segments,
+                                                            np.arange(node.first_user, node.first_user + node.users))]
+        expected = np.array([(chosen == s).any(axis=1).sum() for s in range(request.segments)])
     if not np.array_equal(response.reporters, expected):
         raise InvalidReply(
             f"{tag}.reporters: {response.reporters.tolist()}, the node's users per group {expected.tolist()}"

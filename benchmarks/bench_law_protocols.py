@@ -1,0 +1,76 @@
+"""Law simulation of MCM, Bitstogram, SPM, RAPPOR and the baselines: whole runs from 10^6 to 10^9 users.
+
+Each protocol runs with its defaults on the default population (wordfreq), fast driver, one
+shard in process, ``run.simulation = "law"`` at each ``--users``, and once with
+``run.simulation = "users"`` at the smallest (the reference, measured in the same run).  Each
+point is run ``--repeats`` times (seeds 0, 1, ...) in a fresh process, the points in turn so
+that all see the same load: medians of wall seconds and of the peak resident memory.  A law
+run costs O(vocabulary) whatever the users, but for SPM's pairs round (O(users), see
+docs/simulation.md) and Bitstogram's channels (about √n).
+
+Usage::
+
+    python benchmarks/bench_law_protocols.py [--users 1e6 1e9] [--repeats 3] [--protocols mcm spm ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+
+PROTOCOLS = ("central", "exact", "mcm", "bitstogram", "rappor", "spm")
+SPM_MAX_USERS = 10**8  # SPM's pairs round grows with the users: larger points are left out
+
+ONE_RUN = """
+import json, resource, sys, time
+from fedhh.config import load_config
+from fedhh.experiment import Experiment
+from simulations.fast import run_fast
+protocol, users, simulation, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+start = time.perf_counter()
+config = load_config(overrides=["run.driver=fast", f"population.users={users}", f"protocol.name={protocol}",
+                                f"run.simulation={simulation}", f"run.seed={seed}"])
+run_fast(Experiment(config), 1, "inprocess")
+print(json.dumps({"wall": time.perf_counter() - start,
+                  "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}))
+"""
+
+
+def one_run(protocol: str, users: int, simulation: str, seed: int) -> dict[str, float]:
+    """Wall seconds and peak memory of one whole run, in a fresh process (imports included)."""
+    done = subprocess.run([sys.executable, "-c", ONE_RUN, protocol, str(users), simulation, str(seed)],
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=float, nargs="+", default=[1e6, 1e9])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), choices=PROTOCOLS)
+    args = parser.parse_args()
+    sizes = sorted(int(users) for users in args.users)
+    points = [(protocol, sizes[0], "users") for protocol in args.protocols]
+    points += [(protocol, users, "law") for protocol in args.protocols for users in sizes
+               if protocol != "spm" or users <= SPM_MAX_USERS]
+    runs: dict[tuple[str, int, str], list[dict[str, float]]] = {point: [] for point in points}
+    for seed in range(args.repeats):
+        for point in points:
+            runs[point].append(one_run(*point, seed))
+    print(f"medians of {args.repeats} whole runs; {platform.machine()}, {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.1f} at the end")
+    print("| protocol | users | simulation | wall s | peak GB |")
+    print("|---|---:|---|---:|---:|")
+    for (protocol, users, simulation), measured in runs.items():
+        wall = statistics.median(run["wall"] for run in measured)
+        peak = statistics.median(run["peak_gb"] for run in measured)
+        print(f"| {protocol} | {users:.0e} | {simulation} | {wall:.2f} | {peak:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
