@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .data.sources import party_languages
 from .schema import (
     AUTO_SHARDS,
     DEFAULT_PROTOCOL,
@@ -167,7 +168,29 @@ def build_config(raw: Mapping[str, Any]) -> FedhhConfig:
     if sections["population"]["concentration"] and sections["population"]["source"] in ("file", "dataset"):
         raise ConfigError("population.concentration: only users drawn from a law (wordfreq, zipf, exponential) "
                           "have one; a file's or a dataset's users hold what they hold (use 0)")
+    _check_languages(sections)
     return FedhhConfig(sections)
+
+
+def _check_languages(sections: dict[str, dict[str, Any]]) -> None:
+    """``population.languages``: distinct codes of a wordfreq population, as many as a protocol's parties."""
+    population = sections["population"]
+    if not population["languages"]:
+        return
+    languages = party_languages(population["languages"])
+    if population["source"] != "wordfreq":
+        raise ConfigError(f"population.languages: only a wordfreq population has languages, not "
+                          f"population.source = \"{population['source']}\" (use \"\")")
+    if len(languages) < 2 or len(set(languages)) != len(languages) or not all(languages):
+        raise ConfigError(f"population.languages: got {population['languages']!r}; allowed: two or more distinct "
+                          "wordfreq language codes, comma-separated (\"en,fr,de,es\")")
+    from .protocols.registry import PROTOCOLS
+
+    spec = PROTOCOLS.get(sections["protocol"]["name"])
+    parties = sections["protocol"].get("parties") if spec is not None and "parties" in spec.keys else None
+    if parties is not None and parties != len(languages):
+        raise ConfigError(f"population.languages: {len(languages)} languages but protocol.parties = {parties}; "
+                          "each party is one language")
 
 
 def parse_override(text: str) -> tuple[str, Scalar]:

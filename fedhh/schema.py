@@ -136,6 +136,13 @@ class PopulationSection(ConfigSection):
         int, 1_000_000, "number of users n (wordfreq, zipf, exponential)", check=lambda v: v >= 1, constraint=">= 1"
     ).field()
     language: str = Key(str, "en", "wordfreq language code").field()
+    languages: str = Key(
+        str,
+        "",
+        "wordfreq: languages as parties, comma-separated (\"en,fr,de,es\"): party p's users are "
+        "[⌊p n/P⌋, ⌊(p+1) n/P⌋) and draw from language p's words over the union of the languages' vocabularies "
+        "(TAPS); empty: every user draws from population.language",
+    ).field()
     vocabulary: int = Key(
         int,
         100_000,

@@ -79,6 +79,15 @@ LATER_KEYS = (
     "protocol.count_threshold",
     "protocol.adaptive",
     "protocol.max_vector",
+    "population.languages",
+    "protocol.parties",
+    "protocol.consensus",
+    "protocol.consensus_z",
+    "protocol.tree_encoding",
+    "protocol.tree_oracle",
+    "protocol.levels",
+    "protocol.candidate_cap",
+    "protocol.kept_per_level",
 )
 
 

@@ -83,6 +83,15 @@ def test_pem_user_sends_one_olh_report_with_its_group() -> None:
     assert run.communication.expected_bits == pytest.approx(2 + ε4_OLH)
 
 
+def test_taps_user_sends_one_olh_report_with_its_level() -> None:
+    """30-bit values, 1,024 candidates a level: a first level of 10 bits, then 32 kept prefixes grow
+    by at most 5 bits (32 x 2^5 = 1,024), so 1 + 20 / 5 = 5 levels, a level index of 3 bits, and one
+    OLH report at ε = 4."""
+    run = experiment('protocol.name="taps"')
+    assert run.make_server().levels == 5
+    assert (run.communication.max_bits, run.communication.expected_bits) == (3 + ε4_OLH, pytest.approx(3 + ε4_OLH))
+
+
 def test_treehist_user_sends_a_level_report_and_a_full_value_report() -> None:
     run = experiment('protocol.name="treehist"', "protocol.sketch_rows=7", "protocol.sketch_width=128")
     assert run.make_server().params.levels == 30  # one bit a level: a level index of 5 bits

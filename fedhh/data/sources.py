@@ -192,6 +192,86 @@ class WordfreqSource(SampledSource):
         return {"source": "wordfreq", "language": self.language, **self._base_description()}
 
 
+def party_languages(text: str) -> list[str]:
+    """The languages of ``population.languages`` in party order (``"en, fr"`` -> ``["en", "fr"]``)."""
+    return [language.strip() for language in text.split(",")]
+
+
+def party_bounds(n_users: int, parties: int) -> np.ndarray:
+    """The first global user id of each of ``parties`` parties, then ``n_users``: party ``p`` holds
+    ``[⌊p n / P⌋, ⌊(p + 1) n / P⌋)`` (the layout :mod:`fedhh.protocols.taps` reads its parties in)."""
+    return (np.arange(parties + 1, dtype=np.int64) * n_users) // parties
+
+
+class LanguagePartiesSource(WordfreqSource):
+    """Users in parties, one wordfreq language each (``population.languages``).
+
+    Party ``p`` holds the users of :func:`party_bounds` and draws its words
+    from language ``p``'s frequencies; the candidates are the union of every
+    language's ``vocabulary_size`` most frequent words (a word several
+    languages share, such as "a" or "de", is one item).  A user's draws are
+    keyed by (seed, user), as every sampled source's.
+    """
+
+    def __init__(
+        self,
+        n_users: int,
+        languages: list[str],
+        vocabulary_size: int,
+        words_per_user: int,
+        codec: ItemCodec,
+        seed: int,
+        before_encoding: BeforeEncoding | None = None,
+        concentration: float = 0.0,
+    ) -> None:
+        import wordfreq
+
+        unknown = [language for language in languages if language not in wordfreq.available_languages()]
+        if unknown:
+            raise InputError(f"population.languages: {unknown[0]!r} is not in wordfreq; "
+                             f"allowed: {sorted(wordfreq.available_languages())}")
+        lists = [wordfreq_candidates(language, vocabulary_size, codec.alphabet.name) for language in languages]
+        union: dict[str, int] = {}
+        for words, _ in lists:
+            for word in words:
+                union.setdefault(word, len(union))
+        laws = np.zeros((len(languages), len(union)))
+        for party, (words, frequencies) in enumerate(lists):
+            laws[party, [union[word] for word in words]] = np.asarray(frequencies, dtype=np.float64)
+        laws /= laws.sum(axis=1, keepdims=True)
+        self.languages = list(languages)
+        self.language = ",".join(languages)
+        self._candidates_key = None
+        SampledSource.__init__(self, list(union), laws.mean(axis=0), n_users, words_per_user, codec, seed,
+                               before_encoding, concentration)
+        self._party_picks = [InverseCdf(np.cumsum(law) / np.sum(law)) for law in laws]
+
+    def item_law(self) -> np.ndarray | None:
+        """``None``: the parties' users draw from different laws (a law simulation counts built users)."""
+        return None
+
+    def _draw_items(self, start: int, stop: int) -> list[np.ndarray]:
+        """:meth:`SampledSource._draw_items` with each user's words drawn from its party's law."""
+        users = np.arange(start, stop)
+        party = np.searchsorted(party_bounds(self.n_users, len(self.languages)), users, side="right") - 1
+        draws = UserRandom(derive_key(self.seed, POPULATION_PURPOSE), users)
+        uniforms = [draws.random() for _ in range(self.words_per_user)]
+        fresh = []
+        for uniform in uniforms:
+            picked = np.empty(users.size, dtype=np.int64)
+            for index, pick in enumerate(self._party_picks):
+                mine = party == index
+                picked[mine] = pick(uniform[mine])
+            fresh.append(self._candidate_item[np.minimum(picked, self._candidate_item.size - 1)])
+        if self.concentration > 0 and self.words_per_user > 1:
+            urn = UserRandom(derive_key(self.seed, URN_PURPOSE), users)
+            return list(polya_urn_words(iter(fresh), self.words_per_user, urn, self.concentration))
+        return fresh
+
+    def describe(self) -> dict[str, Any]:
+        return {"source": "wordfreq", "languages": self.languages, **self._base_description()}
+
+
 CANDIDATES_FORMAT = 1  # of the cached candidates: raise it when the selection below changes
 VOCABULARY_FORMAT = 1  # of a cached vocabulary: raise it when Vocabulary.encode or ItemCodec.encode change
 
@@ -638,6 +718,10 @@ def configured_users(population: dict[str, Any]) -> int | None:
 def sampled_candidates(population: dict[str, Any], codec: ItemCodec, seed: int) -> list[str] | None:
     """The candidates a sampled population (wordfreq, zipf, exponential) draws its users' items
     from, as its source reads them, without encoding them; ``None`` for a file or a dataset."""
+    if population["source"] == "wordfreq" and population.get("languages"):
+        words = (wordfreq_candidates(language, population["vocabulary"], codec.alphabet.name)[0]
+                 for language in party_languages(population["languages"]))
+        return list(dict.fromkeys(itertools.chain.from_iterable(words)))
     if population["source"] == "wordfreq":
         return wordfreq_candidates(population["language"], population["vocabulary"], codec.alphabet.name)[0]
     if population["source"] in ("zipf", "exponential"):
@@ -648,7 +732,15 @@ def sampled_candidates(population: dict[str, Any], codec: ItemCodec, seed: int) 
 def sampled_law(population: dict[str, Any], codec: ItemCodec) -> np.ndarray:
     """The law over its candidates a sampled population's users draw from, normalised."""
     source = population["source"]
-    if source == "wordfreq":
+    if source == "wordfreq" and population.get("languages"):
+        languages = party_languages(population["languages"])
+        lists = [wordfreq_candidates(language, population["vocabulary"], codec.alphabet.name) for language in languages]
+        union = list(dict.fromkeys(itertools.chain.from_iterable(words for words, _ in lists)))
+        place = {word: index for index, word in enumerate(union)}
+        weights = np.zeros(len(union))
+        for words, frequencies in lists:  # the parties' laws, mixed in equal shares
+            weights[[place[word] for word in words]] += np.asarray(frequencies) / float(np.sum(frequencies))
+    elif source == "wordfreq":
         weights = wordfreq_candidates(population["language"], population["vocabulary"], codec.alphabet.name)[1]
     elif source == "zipf":
         weights = zipf_weights(population["vocabulary"], population["zipf_exponent"])
@@ -701,6 +793,11 @@ def _users_source(
     """The population's users with all their items (before ``population.per_user``)."""
     source = population["source"]
     concentration = float(population["concentration"])
+    if source == "wordfreq" and population.get("languages"):
+        return LanguagePartiesSource(
+            population["users"], party_languages(population["languages"]), population["vocabulary"],
+            population["words_per_user"], codec, seed, before_encoding, concentration,
+        )
     if source == "wordfreq":
         return WordfreqSource(
             population["users"], population["language"], population["vocabulary"],

@@ -26,7 +26,7 @@ from .registry import PROTOCOLS, get_protocol, load_plugins, plan, protocol_modu
 from .spec import ContractText, HeldUsers, InvalidReply, ProtocolSpec
 
 # isort: off
-from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp, central, exact, aggregate_trie  # noqa: F401  (registers them, in this order)
+from . import triehh, prefix_search, bitstogram, spm, mcm, rappor, sfp, central, exact, aggregate_trie, taps  # noqa: F401  (registers them, in this order)
 # isort: on
 
 load_plugins()  # then the protocols of installed plugins (the fedhh.protocols entry points)

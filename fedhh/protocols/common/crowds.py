@@ -68,3 +68,11 @@ def fragment_crowds(split: BudgetSplit, parameters: Mapping[str, Any]) -> tuple[
     positions = equal_groups(int(parameters["positions"]))
     return (Crowd((fragment,), "the users of the smallest fragment position", positions),
             *(Crowd((name,), EVERYONE) for name in word))
+
+
+def party_level_crowds(split: BudgetSplit, parameters: Mapping[str, Any]) -> tuple[Crowd, ...]:
+    """TAPS: the one report among the users of the same party and level (a party's reports are told
+    apart from the others', so each party's level group is a crowd of its own)."""
+    (report,) = _names(split)
+    groups = int(parameters["parties"]) * int(parameters["levels"])
+    return (Crowd((report,), "the users of the smallest party level", equal_groups(groups)),)
