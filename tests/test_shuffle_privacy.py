@@ -220,6 +220,25 @@ def test_plans_report_the_shuffled_guarantee(capsys: pytest.CaptureFixture[str])
     assert json.loads(capsys.readouterr().out)["shuffle"]["epsilon"] is None
 
 
+@pytest.mark.parametrize("protocol", ["pem", "treehist", "bitstogram", "spm", "mcm", "rappor", "sfp"])
+def test_every_ldp_plan_shows_its_shuffled_guarantee_in_one_row(
+    protocol: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every LDP plan's table and JSON carry the shuffled (ε, δ): the crowds its planner names (RAPPOR's
+    cohorts, SFP's fragment positions) are in its privacy report, and the table shows one row for it."""
+    import json
+
+    from simulations.cli import main
+
+    assert main(["plan", protocol, "--users", "1000000", "--epsilon", "4", "--json"]) == 0
+    shuffled = json.loads(capsys.readouterr().out)["shuffle"]
+    assert shuffled["local_epsilon"] == 4.0 and shuffled["delta"] == 1e-12
+    assert shuffled["epsilon"] is None or 0 < shuffled["epsilon"] <= 4.0  # never above the local ε
+    assert main(["plan", protocol, "--users", "1000000", "--epsilon", "4"]) == 0
+    table = capsys.readouterr().out
+    assert table.count("shuffled central (ε, δ)") == 1 and "shuffle, " not in table
+
+
 def test_a_run_the_shuffle_model_cannot_serve_is_refused_before_anything_is_written(
     tmp_path, capsys: pytest.CaptureFixture[str]  # noqa: ANN001 -- pytest's tmp_path
 ) -> None:

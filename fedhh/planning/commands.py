@@ -17,7 +17,8 @@ from typing import Any
 Planner = Callable[..., dict[str, Any]]
 # The parsed options of a command: one attribute per option, named by its dest (an argparse.Namespace).
 Options = Any
-NOT_TABLED = ("privacy",)  # the guarantee's full report: in --json only
+# The guarantee's full reports, in --json only (the shuffled (ε, δ) gets a row of its own).
+NOT_TABLED = ("privacy", "shuffle")
 
 
 @dataclass(frozen=True)

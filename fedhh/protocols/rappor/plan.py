@@ -12,7 +12,11 @@ from .parameters import NAME
 
 
 def plan_rappor(
-    n_users: int, epsilon: float, bloom_bits: int = 256, bloom_hashes: int = 2, cohorts: int = 512,
+    n_users: int,
+    epsilon: float,
+    bloom_bits: int = 256,
+    bloom_hashes: int = 2,
+    cohorts: int = 512,
     candidates: int = 100_000,
 ) -> dict[str, Any]:
     """The bit probabilities, the noise of a count and the count an item needs to be reported
@@ -37,7 +41,7 @@ def plan_rappor(
         "significance_z": z,
         "count_found_half_the_time": z * noise,
         "share_found_half_the_time": z * noise / n_users,
-        "privacy": ldp_report(split, "SUE on Bloom filter bits").to_dict(),
+        "privacy": ldp_report(split, "SUE on Bloom filter bits", {"cohorts": cohorts}).to_dict(),
     }
 
 

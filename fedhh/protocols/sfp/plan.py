@@ -15,9 +15,17 @@ from .parameters import NAME
 
 
 def plan_sfp(
-    n_users: int, epsilon: float, max_length: int = 10, unit_size: int = 1, alphabet: str = "lowercase",
-    fragment_length: int = 2, fragment_share: float = 0.5, word_pass: bool = True, oracle: str = "cms",
-    rows: int = 16, width: int = 1024,
+    n_users: int,
+    epsilon: float,
+    max_length: int = 10,
+    unit_size: int = 1,
+    alphabet: str = "lowercase",
+    fragment_length: int = 2,
+    fragment_share: float = 0.5,
+    word_pass: bool = True,
+    oracle: str = "cms",
+    rows: int = 16,
+    width: int = 1024,
 ) -> dict[str, Any]:
     """The split, the positions, and the noise of a fragment's and a word's count estimate (the
     sketches' randomisation noise, collisions left out) for a target ε."""
@@ -41,7 +49,7 @@ def plan_sfp(
         "pairs_per_position": pairs,
         "count_standard_deviation": noise,
         "fragment_threshold_count": z * noise[split.parts[0][0]],
-        "privacy": ldp_report(split, oracle).to_dict(),
+        "privacy": ldp_report(split, oracle, {"positions": positions}).to_dict(),
     }
 
 
