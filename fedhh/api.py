@@ -90,19 +90,26 @@ class Result:
 
         columns = heavy_hitter_columns(self.document)
         rows = discoveries_with_truth(self.document)
-        types = {"item": pa.string(), "support": pa.int64(), "estimated_count": pa.float64(),
-                 "true_rank": pa.int64(), "true_count": pa.int64(), "true_frequency": pa.float64()}
-        return pa.table({column: pa.array([row.get(column) for row in rows], type=types[column])
-                         for column in columns})
+        types = {
+            "item": pa.string(),
+            "support": pa.int64(),
+            "estimated_count": pa.float64(),
+            "true_rank": pa.int64(),
+            "true_count": pa.int64(),
+            "true_frequency": pa.float64(),
+        }
+        return pa.table({column: pa.array([row.get(column) for row in rows], type=types[column]) for column in columns})
 
     def __repr__(self) -> str:
         found = ", ".join(hit["item"] for hit in self.document["heavy_hitters"][:5])
         more = len(self.document["heavy_hitters"]) - 5
         metrics = self.metrics
         recall = f", f1={metrics['f1']:.3g}" if metrics is not None else ""
-        return (f"<fedhh.Result {self.document['protocol']}: {len(self.document['heavy_hitters'])} heavy hitters "
-                f"[{found}{f', ... {more} more' if more > 0 else ''}]{recall}, ε={self.privacy.epsilon:.4g}, "
-                f"δ={self.privacy.delta:.3g}>")
+        return (
+            f"<fedhh.Result {self.document['protocol']}: {len(self.document['heavy_hitters'])} heavy hitters "
+            f"[{found}{f', ... {more} more' if more > 0 else ''}]{recall}, ε={self.privacy.epsilon:.4g}, "
+            f"δ={self.privacy.delta:.3g}>"
+        )
 
 
 ConfigLike = str | os.PathLike[str] | Mapping[str, Any] | FedhhConfig | None
@@ -143,23 +150,34 @@ def run(
     num_shards = fixed_shards(chosen)
     assert num_shards is not None
     if chosen.run.backend == "ray":
-        raise ConfigError('run.backend: fedhh.run runs in this process; allowed here: "auto", "inprocess" '
-                          '(on Ray: fedhh run --set run.driver=fast --set run.backend=ray)')
+        raise ConfigError(
+            'run.backend: fedhh.run runs in this process; allowed here: "auto", "inprocess" '
+            "(on Ray: fedhh run --set run.driver=fast --set run.backend=ray)"
+        )
     if chosen.run.federation == "devices":
-        raise ConfigError('run.federation: "devices" means real devices hold their own data (docs/deployment.md); '
-                          'fedhh.run simulates shards: use "shards"')
-    claim = (ResultsFolder.claim(Path(output), overwrite=overwrite, field="output", overwrite_hint="overwrite=True")
-             if output is not None else contextlib.nullcontext())
+        raise ConfigError(
+            'run.federation: "devices" means real devices hold their own data (docs/deployment.md); '
+            'fedhh.run simulates shards: use "shards"'
+        )
+    claim = (
+        ResultsFolder.claim(Path(output), overwrite=overwrite, field="output", overwrite_hint="overwrite=True")
+        if output is not None
+        else contextlib.nullcontext()
+    )
     with claim as folder:
         experiment = Experiment(chosen)
         population_s = time.perf_counter() - started
         run_id = run_label(folder.path.name if folder is not None else LEDGER_NAME)
         check_budget(chosen["privacy"], experiment.privacy, run_id)
         charged: list[PrivacyReport] = []  # once the shards are placed, as the fast driver does
-        shards = run_over_shards(experiment, num_shards, when_placed=lambda: charged.append(
-            charge_run(chosen["privacy"], experiment.privacy, run_id)))
-        document = experiment.finish(shards.result, {"population_s": population_s, **shards.timing}, TRANSPORT,
-                                     counts=shards.counts)
+        shards = run_over_shards(
+            experiment,
+            num_shards,
+            when_placed=lambda: charged.append(charge_run(chosen["privacy"], experiment.privacy, run_id)),
+        )
+        document = experiment.finish(
+            shards.result, {"population_s": population_s, **shards.timing}, TRANSPORT, counts=shards.counts
+        )
         document["privacy"] = charged[0].to_dict()
         document["timing_s"]["total_s"] = time.perf_counter() - started
         path = write_result(folder, document, table_writers(document)).parent if folder is not None else None
@@ -169,13 +187,17 @@ def run(
 def _checked_overrides(overrides: Mapping[str, Any] | None, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The overrides given as a mapping and as keyword arguments, merged; every key dotted, none twice."""
     if overrides is not None and not isinstance(overrides, Mapping):
-        raise InputError(f"overrides: a mapping of dotted keys to values, e.g. {{'privacy.epsilon': 2}}; "
-                         f"got {type(overrides).__name__}")
+        raise InputError(
+            f"overrides: a mapping of dotted keys to values, e.g. {{'privacy.epsilon': 2}}; "
+            f"got {type(overrides).__name__}"
+        )
     merged = dict(overrides or {})
     for key, value in settings.items():
         if "." not in key:
-            raise InputError(f"{key}: not an option of fedhh.run (config, overrides, output, overwrite) nor a "
-                             "dotted config key such as privacy.epsilon, passed as **{'privacy.epsilon': 2}")
+            raise InputError(
+                f"{key}: not an option of fedhh.run (config, overrides, output, overwrite) nor a "
+                "dotted config key such as privacy.epsilon, passed as **{'privacy.epsilon': 2}"
+            )
         if key in merged and merged[key] != value:
             raise InputError(f"{key}: given twice, as {merged[key]!r} in overrides and as {value!r}")
         merged[key] = value
@@ -194,6 +216,7 @@ def _config_of(config: ConfigLike, overrides: Mapping[str, Any]) -> FedhhConfig:
     elif isinstance(config, Mapping):
         base = build_config(config)
     else:
-        raise InputError(f"config: a TOML file's path, a mapping of sections, a fedhh.Config or None; "
-                         f"got {type(config).__name__}")
+        raise InputError(
+            f"config: a TOML file's path, a mapping of sections, a fedhh.Config or None; got {type(config).__name__}"
+        )
     return base.with_overrides(overrides)

@@ -135,9 +135,7 @@ def _split(dotted: str) -> tuple[str, str]:
     if section not in known:
         raise ConfigError(f"{dotted}: unknown section {section!r}; allowed sections: {list(known)}")
     if key not in known[section]:
-        raise ConfigError(
-            f"{dotted}: unknown key {key!r} in [{section}]; allowed keys: {list(known[section])}"
-        )
+        raise ConfigError(f"{dotted}: unknown key {key!r} in [{section}]; allowed keys: {list(known[section])}")
     return section, key
 
 
@@ -158,16 +156,22 @@ def build_config(raw: Mapping[str, Any]) -> FedhhConfig:
     if sections["privacy"]["max_epsilon"] and not sections["privacy"]["ledger"]:
         raise ConfigError("privacy.max_epsilon: a budget needs privacy.ledger (the file that remembers past runs)")
     if sections["run"]["simulation"] == "law" and sections["run"]["federation"] == "devices":
-        raise ConfigError('run.simulation: "law" simulates shards of a population; a devices federation runs '
-                          'real devices (use "users")')
+        raise ConfigError(
+            'run.simulation: "law" simulates shards of a population; a devices federation runs '
+            'real devices (use "users")'
+        )
     if sections["run"]["simulation"] == "law" and sections["run"]["secure_aggregation"]:
-        raise ConfigError('run.simulation: "law" draws each shard\'s sum, not device reports to mask; '
-                          'set run.secure_aggregation = false or run.simulation = "users"')
+        raise ConfigError(
+            'run.simulation: "law" draws each shard\'s sum, not device reports to mask; '
+            'set run.secure_aggregation = false or run.simulation = "users"'
+        )
     if sections["population"]["source"] in ("file", "dataset") and not sections["population"]["path"]:
-        raise ConfigError(f"population.path: required when population.source = \"{sections['population']['source']}\"")
+        raise ConfigError(f'population.path: required when population.source = "{sections["population"]["source"]}"')
     if sections["population"]["concentration"] and sections["population"]["source"] in ("file", "dataset"):
-        raise ConfigError("population.concentration: only users drawn from a law (wordfreq, zipf, exponential) "
-                          "have one; a file's or a dataset's users hold what they hold (use 0)")
+        raise ConfigError(
+            "population.concentration: only users drawn from a law (wordfreq, zipf, exponential) "
+            "have one; a file's or a dataset's users hold what they hold (use 0)"
+        )
     _check_languages(sections)
     return FedhhConfig(sections)
 
@@ -179,18 +183,24 @@ def _check_languages(sections: dict[str, dict[str, Any]]) -> None:
         return
     languages = party_languages(population["languages"])
     if population["source"] != "wordfreq":
-        raise ConfigError(f"population.languages: only a wordfreq population has languages, not "
-                          f"population.source = \"{population['source']}\" (use \"\")")
+        raise ConfigError(
+            f"population.languages: only a wordfreq population has languages, not "
+            f'population.source = "{population["source"]}" (use "")'
+        )
     if len(languages) < 2 or len(set(languages)) != len(languages) or not all(languages):
-        raise ConfigError(f"population.languages: got {population['languages']!r}; allowed: two or more distinct "
-                          "wordfreq language codes, comma-separated (\"en,fr,de,es\")")
+        raise ConfigError(
+            f"population.languages: got {population['languages']!r}; allowed: two or more distinct "
+            'wordfreq language codes, comma-separated ("en,fr,de,es")'
+        )
     from .protocols.registry import PROTOCOLS
 
     spec = PROTOCOLS.get(sections["protocol"]["name"])
     parties = sections["protocol"].get("parties") if spec is not None and "parties" in spec.keys else None
     if parties is not None and parties != len(languages):
-        raise ConfigError(f"population.languages: {len(languages)} languages but protocol.parties = {parties}; "
-                          "each party is one language")
+        raise ConfigError(
+            f"population.languages: {len(languages)} languages but protocol.parties = {parties}; "
+            "each party is one language"
+        )
 
 
 def parse_override(text: str) -> tuple[str, Scalar]:
@@ -240,8 +250,13 @@ def read_config_text(path: str | Path, what: str = "config file") -> str:
 
 def file_kind(mode: int) -> str:
     """What a file that is not a regular file is, for messages: ``a folder``, ``a character device``, ..."""
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     return next((kind for test, kind in kinds if test(mode)), "a special file")
 
 

@@ -117,8 +117,11 @@ def own_rank(discovery: Discovery) -> tuple[float, str]:
 def published_discoveries(discoveries: list[Discovery]) -> list[dict[str, Any]]:
     """The protocol's output as plain data, in the protocol's own order (:func:`own_rank`)."""
     return [
-        {key: value for key, value in (("item", d.item), ("support", d.support), ("estimated_count", d.estimated_count))
-         if value is not None}
+        {
+            key: value
+            for key, value in (("item", d.item), ("support", d.support), ("estimated_count", d.estimated_count))
+            if value is not None
+        }
         for d in sorted(discoveries, key=own_rank)
     ]
 
@@ -171,8 +174,9 @@ class Experiment:
         # config gives the population size (sampled sources), before the vocabulary is encoded.
         self._fresh_server: ServerProtocol | None = None
         if source is None:
-            source = make_source(config["population"], self.codec, self.seed, before_encoding=self._check_size,
-                                 deny_list=self.deny_list)
+            source = make_source(
+                config["population"], self.codec, self.seed, before_encoding=self._check_size, deny_list=self.deny_list
+            )
         elif source.vocabulary.codec != self.codec:
             raise ValueError("a reused population must be encoded with the config's [protocol] codec")
         elif self.deny_list is not None and not isinstance(source, DeniedItemsSource):
@@ -304,9 +308,7 @@ class Experiment:
             document["evaluation"] = self.evaluate(document["heavy_hitters"], counts)
         return document
 
-    def evaluate(
-        self, heavy_hitters: list[dict[str, Any]], counts: PopulationCounts | None = None
-    ) -> dict[str, Any]:
+    def evaluate(self, heavy_hitters: list[dict[str, Any]], counts: PopulationCounts | None = None) -> dict[str, Any]:
         """Everything a result says about the true population, in one place.
 
         ``heavy_hitters`` are the published discoveries; each gets its true

@@ -104,8 +104,9 @@ def count_errors(estimates: Mapping[str, float | None], truth: Truth, items: Ite
         "without_estimate": missing,
         "mae": float(np.mean(np.abs(errors))) if errors.size else None,
         "rmse": math.sqrt(float(np.mean(errors**2))) if errors.size else None,
-        "relative_error": (float(np.mean(np.abs(errors[positive]) / np.array(true)[positive]))
-                           if positive.any() else None),
+        "relative_error": (
+            float(np.mean(np.abs(errors[positive]) / np.array(true)[positive])) if positive.any() else None
+        ),
     }
 
 

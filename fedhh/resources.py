@@ -172,8 +172,6 @@ def require_population_memory(n_users: int, items_per_user: float) -> None:
     )
 
 
-
-
 def require_dataset_memory(largest_shard_users: int) -> None:
     """A population on disk is never held whole: a process loads a stored shard at a time at
     least, so the largest one is what must fit (``fedhh.data.store``)."""

@@ -103,14 +103,19 @@ def to_json(document: dict[str, Any]) -> str:
 
 
 def _marker_text(state: str, files: list[str], kind: str | None = None) -> str:
-    return to_json({
-        "format": MARKER_FORMAT,
-        "state": state,
-        **({"kind": kind} if kind is not None else {}),
-        "files": files,
-        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "fedhh": __version__,
-    }) + "\n"
+    return (
+        to_json(
+            {
+                "format": MARKER_FORMAT,
+                "state": state,
+                **({"kind": kind} if kind is not None else {}),
+                "files": files,
+                "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "fedhh": __version__,
+            }
+        )
+        + "\n"
+    )
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:
@@ -460,7 +465,8 @@ class ResultsFolder:
                 f"a previous {self.kind} there: choose a new or empty folder"
             )
         foreign = [
-            entry.name for entry in entries
+            entry.name
+            for entry in entries
             if entry.name != MARKER and (entry.name not in listed or not entry.is_file(follow_symlinks=False))
         ]
         if foreign:
@@ -491,7 +497,9 @@ class ResultsFolder:
         return self._staging
 
     def commit(
-        self, result: dict[str, Any] | None, extra_writers: list[Writer] | None = None,
+        self,
+        result: dict[str, Any] | None,
+        extra_writers: list[Writer] | None = None,
         document_name: str = RESULT_FILE,
     ) -> Path:
         """Write ``result`` as ``document_name`` (``result.json``) and what ``extra_writers`` add,
@@ -550,8 +558,7 @@ class ResultsFolder:
     def _keep(self, staging: Path, what_happened: str) -> None:
         self._staging = None  # never discard a finished result
         raise OutputError(
-            f"{self.field}: {self.path} {what_happened}; fedhh did not touch it. "
-            f"The result of this run is in {staging}"
+            f"{self.field}: {self.path} {what_happened}; fedhh did not touch it. The result of this run is in {staging}"
         )
 
     # -- releasing --------------------------------------------------------------------------
@@ -599,7 +606,12 @@ class IncrementalFolder:
     """
 
     def __init__(
-        self, path: str | Path, *, kind: str, field: str, subfolders: dict[str, re.Pattern[str]],
+        self,
+        path: str | Path,
+        *,
+        kind: str,
+        field: str,
+        subfolders: dict[str, re.Pattern[str]],
         nested: tuple[str, ...],
     ) -> None:
         self.path = Path(os.path.abspath(path))
@@ -615,8 +627,13 @@ class IncrementalFolder:
 
     @classmethod
     def claim(
-        cls, path: str | Path, *, kind: str, field: str = "--output",
-        subfolders: dict[str, re.Pattern[str]] | None = None, nested: tuple[str, ...] = (),
+        cls,
+        path: str | Path,
+        *,
+        kind: str,
+        field: str = "--output",
+        subfolders: dict[str, re.Pattern[str]] | None = None,
+        nested: tuple[str, ...] = (),
     ) -> IncrementalFolder:
         """Check and lock ``path`` for a job of ``kind``, or raise :class:`OutputError`."""
         folder = cls(path, kind=kind, field=field, subfolders=subfolders or {}, nested=nested)
@@ -649,8 +666,9 @@ class IncrementalFolder:
             )
         if marker["state"] != INCREMENTAL or marker.get("kind") != self.kind:
             what = marker.get("kind") or "result"
-            raise OutputError(f"{self.field}: {self.path} holds a fedhh {what}, not a {self.kind}; "
-                              "choose a new or empty folder")
+            raise OutputError(
+                f"{self.field}: {self.path} holds a fedhh {what}, not a {self.kind}; choose a new or empty folder"
+            )
         self._files = list(marker["files"])
         stale: list[Path] = []
         foreign: list[str] = []
@@ -688,8 +706,11 @@ class IncrementalFolder:
                 elif not self.subfolders[name].fullmatch(inner.name):
                     foreign.append(f"{name}/{inner.name}")
             return foreign
-        if name in self.nested and entry.is_dir(follow_symlinks=False) and (
-                marked_files(Path(entry.path)) is not None or _empty(entry.path)):
+        if (
+            name in self.nested
+            and entry.is_dir(follow_symlinks=False)
+            and (marked_files(Path(entry.path)) is not None or _empty(entry.path))
+        ):
             return []
         if any(_claim_in_progress(nested, name) for nested in self.nested):
             return []  # another fedhh command writing its nested folder right now
@@ -763,10 +784,12 @@ _TEMPORARY = re.compile(rf"\..+\.[0-9a-f]{{8}}{re.escape(TEMPORARY_SUFFIX)}")
 def _claim_in_progress(name: str, entry: str) -> bool:
     """Whether ``entry`` is a hidden file or folder a :class:`ResultsFolder` claim of ``name`` makes beside it."""
     stem = re.escape(name)
-    return bool(re.fullmatch(
-        rf"\.{stem}{re.escape(LOCK_SUFFIX)}|\.{stem}\.[0-9a-f]{{8}}({re.escape(STAGING_SUFFIX)}|{re.escape(REPLACED_SUFFIX)})",
-        entry,
-    ))
+    return bool(
+        re.fullmatch(
+            rf"\.{stem}{re.escape(LOCK_SUFFIX)}|\.{stem}\.[0-9a-f]{{8}}({re.escape(STAGING_SUFFIX)}|{re.escape(REPLACED_SUFFIX)})",
+            entry,
+        )
+    )
 
 
 def write_replacing(path: Path, write: FileWriter) -> None:

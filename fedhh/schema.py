@@ -139,7 +139,7 @@ class PopulationSection(ConfigSection):
     languages: str = Key(
         str,
         "",
-        "wordfreq: languages as parties, comma-separated (\"en,fr,de,es\"): party p's users are "
+        'wordfreq: languages as parties, comma-separated ("en,fr,de,es"): party p\'s users are '
         "[⌊p n/P⌋, ⌊(p+1) n/P⌋) and draw from language p's words over the union of the languages' vocabularies "
         "(TAPS); empty: every user draws from population.language",
     ).field()

@@ -76,9 +76,14 @@ def predicted_discovery(
     where the protocol or the population has no analysis."""
     if isinstance(server, TrieHHServer) and shard.one_item_per_user:
         params = server.params
-        return {PREDICTED: np.asarray(worst_case_discovery_rate(
-            truth.holders[items], params.n_users, params.batch_size, params.theta, params.max_rounds
-        ), dtype=np.float64)}
+        return {
+            PREDICTED: np.asarray(
+                worst_case_discovery_rate(
+                    truth.holders[items], params.n_users, params.batch_size, params.theta, params.max_rounds
+                ),
+                dtype=np.float64,
+            )
+        }
     if isinstance(server, PEMServer) and server.params.selection == TOP_K:
         return {column: found[items] for column, found in pem_identification(server, shard, truth).items()}
     if isinstance(server, TreeHistServer):
@@ -138,8 +143,13 @@ def pem_identification(server: PEMServer, shard: Shard | CountedShard, truth: Tr
     order = np.lexsort((np.arange(frequencies.size), -frequencies))
     top_k = min(params.top_k, frequencies.size)
     model = UtilityModel(
-        server.encoding.space, params.n_users, server.level_epsilon, top_k, params.oracle,
-        frequencies, oracle_seed=server.oracle_seed,
+        server.encoding.space,
+        params.n_users,
+        server.level_epsilon,
+        top_k,
+        params.oracle,
+        frequencies,
+        oracle_seed=server.oracle_seed,
     )
     design = PEMDesign(params.start_length, params.segment_lengths, params.shares, params.candidates_per_step)
     predictions = {}

@@ -57,8 +57,9 @@ def add_audit_arguments(audit: argparse.ArgumentParser) -> None:
         "with more holders and weighted back by exact likelihood ratios.",
     )
     triehh.add_argument("--users", type=int, required=True, help="population size n")
-    triehh.add_argument("--delta", type=float, required=True,
-                        help="target δ in (0, 1); the audit runs at the δ the parameters meet")
+    triehh.add_argument(
+        "--delta", type=float, required=True, help="target δ in (0, 1); the audit runs at the δ the parameters meet"
+    )
     triehh.add_argument("--max-rounds", type=int, required=True, help="L: rounds (longest item + end symbol)")
     triehh.add_argument("--epsilon", type=float, help="target ε > 0 (parameters solved as in `fedhh run`)")
     triehh.add_argument("--theta", type=int, help="audit this threshold instead of solving (with --batch-size)")
@@ -66,9 +67,13 @@ def add_audit_arguments(audit: argparse.ArgumentParser) -> None:
     triehh.add_argument(
         "--trials", type=int, default=1_000_000, help="one-round draws per population and c (default 1e6)"
     )
-    triehh.add_argument("--run-trials", type=int, default=1000,
-                        help="whole runs per population and c (the server view chooses its event on half of them; "
-                        "default 1000; 0 skips)")
+    triehh.add_argument(
+        "--run-trials",
+        type=int,
+        default=1000,
+        help="whole runs per population and c (the server view chooses its event on half of them; "
+        "default 1000; 0 skips)",
+    )
     triehh.add_argument("--holders", type=_holder_list, help="c values to sweep, comma-separated (default: a sweep)")
     triehh.add_argument(
         "--observe",
@@ -165,17 +170,36 @@ def run_triehh_audit(args: argparse.Namespace) -> int:
     round_points = len(default_holders(params, 12, delta)) if args.holders is None else len(set(args.holders))
     run_points = len(run_holders(params, delta, args.observe)) if args.holders is None else len(set(args.holders))
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
     ) as progress:
         draws = progress.add_task("one round: vote counts drawn", total=2 * round_points * args.trials)
-        one_round = audit_round(params, delta, args.trials, args.seed, args.holders, args.confidence,
-                                lambda done: progress.advance(draws, done))
+        one_round = audit_round(
+            params,
+            delta,
+            args.trials,
+            args.seed,
+            args.holders,
+            args.confidence,
+            lambda done: progress.advance(draws, done),
+        )
         whole = None
         if args.run_trials:
             runs = progress.add_task("whole runs of the real protocol", total=2 * run_points * args.run_trials)
-            whole = audit_run(params, delta, args.run_trials, args.seed, args.holders, args.confidence, args.observe,
-                              lambda done: progress.advance(runs, done))
+            whole = audit_run(
+                params,
+                delta,
+                args.run_trials,
+                args.seed,
+                args.holders,
+                args.confidence,
+                args.observe,
+                lambda done: progress.advance(runs, done),
+            )
     worst, worst_holders = exact_round_epsilon(params, delta)
     audits = [a for a in (one_round, whole) if a is not None]
     violated = any(a.violated for a in audits if a.observe == "trie")
@@ -236,14 +260,18 @@ def _verdict(audit: TrieHHAudit) -> str:
         needed = [e.trials_needed for e in audit.events if e.trials_needed is not None]
         more = (
             f"; about --run-trials {min(needed):,} would make it informative, going by the spread of these runs"
-            if needed else ""
+            if needed
+            else ""
         )
         return line + (
             f"\n[bold yellow]uninformative:[/] no event measured on {audit.events[0].trials:,} {unit} per population "
             "separated D from D' beyond δ, so this bound proves nothing either way"
-            + (f"; the loss lives in events too rare for this many runs{more}; the one-round audit measures "
-               "the same loss far more cheaply (a run's loss at δ comes from its first round)"
-               if audit.scope == "run" else "; try more --trials")
+            + (
+                f"; the loss lives in events too rare for this many runs{more}; the one-round audit measures "
+                "the same loss far more cheaply (a run's loss at δ comes from its first round)"
+                if audit.scope == "run"
+                else "; try more --trials"
+            )
         )
     return line
 
@@ -257,8 +285,10 @@ def run_ldp_audit(args: argparse.Namespace) -> int:
     table.add_column("quantity")
     table.add_column("value", justify="right")
     if audit.conditional_on is not None:
-        table.add_row(f"audited conditionally on the {audit.conditional_on}",
-                      f"{audit.public_draws:,} drawn, every bucket of each")
+        table.add_row(
+            f"audited conditionally on the {audit.conditional_on}",
+            f"{audit.public_draws:,} drawn, every bucket of each",
+        )
         table.add_row(
             f"{audit.conditional_on} independent of the value", "yes" if audit.exhaustive else "[bold red]no[/]"
         )
@@ -279,7 +309,8 @@ def run_ldp_audit(args: argparse.Namespace) -> int:
         Console().print(
             f"[bold]uninformative δ:[/] the reports seen carry {audit.coverage:.1%} of the probability, so δ is only "
             "bounded by the mass not seen; ε above is still an exact lower bound"
-            if audit.delta_upper > 0.5 else "ε above is a lower bound: not every report was seen"
+            if audit.delta_upper > 0.5
+            else "ε above is a lower bound: not every report was seen"
         )
     return EXIT_VIOLATION if audit.violated else 0
 
@@ -290,19 +321,28 @@ def run_central_audit(args: argparse.Namespace) -> int:
     if args.json:
         print(to_json({"privacy": params.report().to_dict(), "audit": audit.to_dict()}))
         return EXIT_VIOLATION if audit.violated else 0
-    table = Table(title=f"central ({args.noise}), scale {params.scale:.4g}, τ = {params.threshold:.4g}: "
-                        f"{audit.trials:,} draws per population and c")
+    table = Table(
+        title=f"central ({args.noise}), scale {params.scale:.4g}, τ = {params.threshold:.4g}: "
+        f"{audit.trials:,} draws per population and c"
+    )
     for column in ("c", "event", "P in D", "P in D'", "ε ≥", "δ ≥"):
         table.add_column(column, justify="left" if column == "event" else "right")
     for pair in audit.pairs:
-        table.add_row(str(pair.holders), pair.event or "—", f"{pair.probability_without:.3g}",
-                      f"{pair.probability_with:.3g}", f"{max(pair.epsilon_lower, 0.0):.4g}",
-                      f"{max(pair.delta_lower, 0.0):.3g}")
+        table.add_row(
+            str(pair.holders),
+            pair.event or "—",
+            f"{pair.probability_without:.3g}",
+            f"{pair.probability_with:.3g}",
+            f"{max(pair.epsilon_lower, 0.0):.4g}",
+            f"{max(pair.delta_lower, 0.0):.3g}",
+        )
     console = Console()
     console.print(table)
-    line = (f"measured ε ≥ {max(audit.epsilon_lower, 0.0):.4g} and δ ≥ {max(audit.delta_lower, 0.0):.3g} "
-            f"({audit.confidence:.0%} confidence) against the guarantee (ε = {audit.claimed_epsilon:.4g}, "
-            f"δ = {audit.claimed_delta:.3g})")
+    line = (
+        f"measured ε ≥ {max(audit.epsilon_lower, 0.0):.4g} and δ ≥ {max(audit.delta_lower, 0.0):.3g} "
+        f"({audit.confidence:.0%} confidence) against the guarantee (ε = {audit.claimed_epsilon:.4g}, "
+        f"δ = {audit.claimed_delta:.3g})"
+    )
     console.print(line + (" — [bold red]VIOLATION: a lower bound above the guarantee[/]" if audit.violated else ""))
     return EXIT_VIOLATION if audit.violated else 0
 
@@ -311,22 +351,28 @@ def run_aggregate_trie_audit(args: argparse.Namespace) -> int:
     if args.users_per_level > args.users or args.users_per_level < 0:
         raise InputError(f"--users-per-level: must be in 0..{args.users:,}, got {args.users_per_level}")
     rate = 1.0 if args.users_per_level == 0 else args.users_per_level / args.users
-    params = solve_aggregate_trie(args.users, args.epsilon, args.delta, args.noise, args.contributions, rate,
-                                  args.levels)
+    params = solve_aggregate_trie(
+        args.users, args.epsilon, args.delta, args.noise, args.contributions, rate, args.levels
+    )
     audit = audit_aggregate_trie(params, args.trials, args.seed, args.confidence)
     if args.json:
         print(to_json({"privacy": params.report().to_dict(), "audit": audit.to_dict()}))
         return EXIT_VIOLATION if audit.violated else 0
-    table = Table(title=f"aggregate-trie ({args.noise}), scale {params.scale:.4g}, {params.levels} levels, "
-                        f"q = {rate:.3g}: {audit.trials:,} draws per population")
+    table = Table(
+        title=f"aggregate-trie ({args.noise}), scale {params.scale:.4g}, {params.levels} levels, "
+        f"q = {rate:.3g}: {audit.trials:,} draws per population"
+    )
     for column in ("event", "P in D", "P in D'"):
         table.add_column(column, justify="left" if column == "event" else "right")
-    for threshold, without, with_user in zip(audit.thresholds, audit.probabilities_without,
-                                             audit.probabilities_with, strict=True):
+    for threshold, without, with_user in zip(
+        audit.thresholds, audit.probabilities_without, audit.probabilities_with, strict=True
+    ):
         table.add_row(f"sum of the target's counts above {threshold:.4g}", f"{without:.3g}", f"{with_user:.3g}")
     console = Console()
     console.print(table)
-    line = (f"measured ε ≥ {max(audit.epsilon_lower, 0.0):.4g} at δ = {audit.claimed_delta:.3g} "
-            f"({audit.confidence:.0%} confidence) against the guarantee ε = {audit.claimed_epsilon:.4g}")
+    line = (
+        f"measured ε ≥ {max(audit.epsilon_lower, 0.0):.4g} at δ = {audit.claimed_delta:.3g} "
+        f"({audit.confidence:.0%} confidence) against the guarantee ε = {audit.claimed_epsilon:.4g}"
+    )
     console.print(line + (" — [bold red]VIOLATION: a lower bound above the guarantee[/]" if audit.violated else ""))
     return EXIT_VIOLATION if audit.violated else 0

@@ -113,21 +113,36 @@ def _run(args: argparse.Namespace) -> int:
 
 def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("config", nargs="?", help="TOML config (defaults apply to missing keys)")
-    run.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                     help="override one config value (repeatable)")
+    run.add_argument(
+        "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override one config value (repeatable)"
+    )
     run.add_argument("--output", help="results folder, new or empty (default: results/<protocol>-<time>)")
-    run.add_argument("--overwrite", action="store_true",
-                     help="replace --output if it holds a previous fedhh result (and nothing else)")
+    run.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --output if it holds a previous fedhh result (and nothing else)",
+    )
     run.add_argument("--quiet", action="store_true", help="no status line or progress bar")
-    run.add_argument("--verbose", action="store_true",
-                     help="show Flower's and Ray's logs on the terminal, in place of the status line and the "
-                     "progress bar (a Flower run always writes them into run.log in the results folder)")
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Flower's and Ray's logs on the terminal, in place of the status line and the "
+        "progress bar (a Flower run always writes them into run.log in the results folder)",
+    )
     run.add_argument("--json", action="store_true", help="print result.json instead of the summary")
-    run.add_argument("--ray-address", help="run on this existing Ray cluster (host:port; default: $RAY_ADDRESS; "
-                     "'auto' is refused): the fast driver's shards become actors there (run.backend auto)")
-    run.add_argument("--protocol-module", action="append", default=[], metavar="MODULE",
-                     help="import MODULE (on the Python path) before the config is read: a module that "
-                     "registers a protocol defined outside fedhh (repeatable); on Flower, every node imports it too")
+    run.add_argument(
+        "--ray-address",
+        help="run on this existing Ray cluster (host:port; default: $RAY_ADDRESS; "
+        "'auto' is refused): the fast driver's shards become actors there (run.backend auto)",
+    )
+    run.add_argument(
+        "--protocol-module",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE (on the Python path) before the config is read: a module that "
+        "registers a protocol defined outside fedhh (repeatable); on Flower, every node imports it too",
+    )
     run.set_defaults(func=_run)
 
 
@@ -193,17 +208,19 @@ class Command(NamedTuple):
 COMMANDS: dict[str, Command] = {
     "run": Command("run an experiment (default: TrieHH on 1M wordfreq users)", _add_run_arguments),
     "plan": Command("solve protocol parameters from a privacy target", _add_plan_arguments),
-    "size": Command("the population needed to find an item of a given share (or to reach a recall@K)",
-                    _add_size_arguments),
-    "oracles": Command("compare the LDP frequency oracles on Zipf data (MSE vs theory, speed)",
-                       _add_oracles_arguments),
+    "size": Command(
+        "the population needed to find an item of a given share (or to reach a recall@K)", _add_size_arguments
+    ),
+    "oracles": Command("compare the LDP frequency oracles on Zipf data (MSE vs theory, speed)", _add_oracles_arguments),
     "audit": Command("measure a lower bound on the ε actually spent (Monte Carlo / exact)", _add_audit_arguments),
-    "sweep": Command("run a grid of experiments (a sweep file) in parallel, resumably, into tables",
-                     _add_sweep_arguments),
+    "sweep": Command(
+        "run a grid of experiments (a sweep file) in parallel, resumably, into tables", _add_sweep_arguments
+    ),
     "report": Command("plots (PNG, SVG) and a Markdown summary of a sweep's tables", _add_report_arguments),
     "population": Command("populations on disk: build once, run from them many times", _add_population_arguments),
-    "new-client": Command("write a Flower App project: your own ClientApp (numpy only) with fedhh's ServerApp",
-                          _add_new_client_arguments),
+    "new-client": Command(
+        "write a Flower App project: your own ClientApp (numpy only) with fedhh's ServerApp", _add_new_client_arguments
+    ),
 }
 
 

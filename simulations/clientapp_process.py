@@ -55,8 +55,11 @@ def runtime_client(address: str, component: str, token: str | None = None) -> Ru
     if token is not None:
         interceptors.append(RuntimeTokenHttpInterceptor(token))
     return RuntimeHttpClient.from_server_address(
-        server_address=address, insecure=True, root_certificates=None,
-        interceptors=interceptors, retry_invoker=make_simple_http_retry_invoker(),
+        server_address=address,
+        insecure=True,
+        root_certificates=None,
+        interceptors=interceptors,
+        retry_invoker=make_simple_http_retry_invoker(),
     )
 
 
@@ -131,11 +134,16 @@ class ClientAppProcess:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime-api-address", required=True, help="the SuperNode's Runtime API, host:port")
-    parser.add_argument("--insecure", action="store_true", required=True,
-                        help="plain HTTP (loopback only; TLS is not supported here)")
+    parser.add_argument(
+        "--insecure", action="store_true", required=True, help="plain HTTP (loopback only; TLS is not supported here)"
+    )
     parser.add_argument("--parent-pid", type=int, help="stop when this process (the SuperNode) exits")
-    parser.add_argument("--poll-interval", type=float, default=POLL_INTERVAL,
-                        help=f"seconds between task requests when idle (default {POLL_INTERVAL})")
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=POLL_INTERVAL,
+        help=f"seconds between task requests when idle (default {POLL_INTERVAL})",
+    )
     args = parser.parse_args(argv)
     if args.parent_pid is not None:
         start_parent_process_monitor(args.parent_pid)

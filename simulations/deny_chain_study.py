@@ -56,8 +56,9 @@ def _answer(experiment: Experiment, shard: Shard, request: Request) -> list[Resp
     return [experiment.respond(request, shard, experiment.randomness)]
 
 
-def run_chain(config: FedhhConfig, source: PopulationSource, runs: int, trial: int, deny: bool, folder: Path,
-              top: list[str]) -> list[dict[str, Any]]:
+def run_chain(
+    config: FedhhConfig, source: PopulationSource, runs: int, trial: int, deny: bool, folder: Path, top: list[str]
+) -> list[dict[str, Any]]:
     """One chain of ``runs`` runs; per run, what it found and the union so far against ``top``."""
     found_so_far: list[str] = []
     rows = []
@@ -77,12 +78,19 @@ def run_chain(config: FedhhConfig, source: PopulationSource, runs: int, trial: i
         new = [item for item in found if item not in set(found_so_far)]
         found_so_far.extend(new)
         union = set(found_so_far)
-        rows.append({
-            "trial": trial, "arm": ARMS[deny], "run": run + 1, "found": len(found), "new": len(new),
-            "cumulative_found": len(union),
-            "cumulative_recall": sum(item in union for item in top) / len(top),
-            "epsilon": experiment.privacy.epsilon, "delta": experiment.privacy.delta,
-        })
+        rows.append(
+            {
+                "trial": trial,
+                "arm": ARMS[deny],
+                "run": run + 1,
+                "found": len(found),
+                "new": len(new),
+                "cumulative_found": len(union),
+                "cumulative_recall": sum(item in union for item in top) / len(top),
+                "epsilon": experiment.privacy.epsilon,
+                "delta": experiment.privacy.delta,
+            }
+        )
     return rows
 
 
@@ -101,20 +109,29 @@ def study(config: FedhhConfig, trials: int, runs: int, top_k: int) -> dict[str, 
     summary = {}
     for arm in ARMS:
         for metric in ("cumulative_recall", "cumulative_found"):
-            values = np.array([[row[metric] for row in rows if row["arm"] == arm and row["trial"] == t]
-                               for t in range(trials)], dtype=np.float64)
+            values = np.array(
+                [[row[metric] for row in rows if row["arm"] == arm and row["trial"] == t] for t in range(trials)],
+                dtype=np.float64,
+            )
             interval = over_trials(values)
             summary[f"{arm}: {metric}"] = {
-                "mean": interval.mean.tolist(), "low": interval.low.tolist(), "high": interval.high.tolist(),
+                "mean": interval.mean.tolist(),
+                "low": interval.low.tolist(),
+                "high": interval.high.tolist(),
                 "interval": METHODS[str(interval.method[0])],
             }
     per_run = (rows[0]["epsilon"], rows[0]["delta"])
     total = compose([per_run] * runs)
     return {
-        "config": config.to_dict(), "trials": trials, "runs": runs, "top_k": top_k,
+        "config": config.to_dict(),
+        "trials": trials,
+        "runs": runs,
+        "top_k": top_k,
         "per_run_guarantee": {"epsilon": per_run[0], "delta": per_run[1]},
         "total_guarantee_each_arm": total.to_dict(),
-        "summary": summary, "rows": rows, "seconds": seconds,
+        "summary": summary,
+        "rows": rows,
+        "seconds": seconds,
     }
 
 
@@ -126,8 +143,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     runs = np.arange(1, result["runs"] + 1)
     figure, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    for axis, metric, label in ((axes[0], "cumulative_recall", f"recall@{result['top_k']} of the runs' union"),
-                                (axes[1], "cumulative_found", "distinct items found so far")):
+    for axis, metric, label in (
+        (axes[0], "cumulative_recall", f"recall@{result['top_k']} of the runs' union"),
+        (axes[1], "cumulative_found", "distinct items found so far"),
+    ):
         for arm, colour, style in zip(ARMS, ("tab:grey", "tab:blue"), ("-", "--"), strict=True):
             line = result["summary"][f"{arm}: {metric}"]
             axis.plot(runs, line["mean"], marker="o", linestyle=style, color=colour, label=arm)

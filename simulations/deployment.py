@@ -142,8 +142,7 @@ class ManagedProcess:
     def alive(self) -> bool:
         """Whether a process of its group, or a known descendant, still runs (zombies are gone)."""
         return any(
-            not entry.zombie and (entry.group == self.process.pid or entry.pid in self.family)
-            for entry in processes()
+            not entry.zombie and (entry.group == self.process.pid or entry.pid in self.family) for entry in processes()
         )
 
     def tail(self, lines: int = 40) -> str:
@@ -235,7 +234,12 @@ class LocalDeployment:
             "superlink",
             [
                 # in-memory state: its SQLite alternative locks up under a few dozen SuperNodes
-                str(self._bin / "flower-superlink"), "--insecure", "--host", LOOPBACK, "--port", str(port),
+                str(self._bin / "flower-superlink"),
+                "--insecure",
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(port),
                 "--disable-runtime-dependency-installation",
             ],
         )
@@ -269,7 +273,8 @@ class LocalDeployment:
         if self.superlink_port is None:
             raise RuntimeError("start the SuperLink first")
         supernode = (
-            [str(self._bin / "flower-supernode")] if self.idle_poll is None
+            [str(self._bin / "flower-supernode")]
+            if self.idle_poll is None
             else [sys.executable, "-m", "simulations.supernode", "--idle-poll", str(self.idle_poll)]
         )
         if self.clientapp_process:
@@ -279,10 +284,14 @@ class LocalDeployment:
         return self._start(
             name,
             [
-                *supernode, "--insecure",
-                "--superlink", f"{LOOPBACK}:{self.superlink_port}",
-                "--port", str(free_port()),  # the node's own Runtime API, for its ClientApp processes
-                "--node-config", config_arg(node_config),
+                *supernode,
+                "--insecure",
+                "--superlink",
+                f"{LOOPBACK}:{self.superlink_port}",
+                "--port",
+                str(free_port()),  # the node's own Runtime API, for its ClientApp processes
+                "--node-config",
+                config_arg(node_config),
             ],
             cwd,
         )
@@ -294,7 +303,10 @@ class LocalDeployment:
         while time.monotonic() < deadline:
             listed = subprocess.run(
                 [str(self._bin / "flwr"), "supernode", "list", CONNECTION, "--format", "json"],
-                env=self.env, capture_output=True, text=True, timeout=60,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
             if listed.returncode == 0:
                 nodes = json.loads(listed.stdout).get("nodes", [])
@@ -338,12 +350,21 @@ class LocalDeployment:
         not ended after ``timeout`` seconds.
         """
         command = [
-            str(self._bin / "flwr"), "run", str(app_dir), CONNECTION, "--stream",
-            "--run-config", config_arg(run_config),
+            str(self._bin / "flwr"),
+            "run",
+            str(app_dir),
+            CONNECTION,
+            "--stream",
+            "--run-config",
+            config_arg(run_config),
         ]
         started = time.monotonic()
         process = subprocess.Popen(
-            command, cwd=app_dir, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            command,
+            cwd=app_dir,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         managed = ManagedProcess("flwr-run", process, self.workdir / "flwr-run.log")
@@ -379,7 +400,10 @@ class LocalDeployment:
         while time.monotonic() < deadline:
             listed = subprocess.run(
                 [str(self._bin / "flwr"), "ls", CONNECTION, "--run-id", str(run_id), "--format", "json"],
-                env=self.env, capture_output=True, text=True, timeout=60,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
             if listed.returncode == 0:
                 runs = json.loads(listed.stdout).get("runs", [])
@@ -423,13 +447,26 @@ def main(argv: list[str] | None = None) -> int:
     SIGINT or SIGTERM (every process is stopped either way).
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--supernodes", type=int, help=f"SuperNodes, one shard each (default: run.shards if --set "
-                        f"gives it, else {DEFAULT_SUPERNODES}; both given must agree)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="a run-config override, e.g. population.users=100000 (repeatable)")
+    parser.add_argument(
+        "--supernodes",
+        type=int,
+        help=f"SuperNodes, one shard each (default: run.shards if --set "
+        f"gives it, else {DEFAULT_SUPERNODES}; both given must agree)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a run-config override, e.g. population.users=100000 (repeatable)",
+    )
     parser.add_argument("--output", help="results folder, new or empty (default: results/deployment-<time>)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace --output if it holds a previous fedhh result (and nothing else)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --output if it holds a previous fedhh result (and nothing else)",
+    )
     args = parser.parse_args(argv)
     if args.supernodes is not None and args.supernodes < 1:
         parser.error("--supernodes must be >= 1")
@@ -475,8 +512,10 @@ def _deploy(args: argparse.Namespace) -> int:
     supernodes = supernode_count(args.supernodes, args.overrides, config)
     config = config.with_overrides({"run.shards": supernodes})
     if config["run"]["federation"] != "shards":
-        raise InputError('run.federation: this wrapper starts shard SuperNodes; a "devices" federation is '
-                         "started by hand, one SuperNode per device (see docs/deployment.md)")
+        raise InputError(
+            'run.federation: this wrapper starts shard SuperNodes; a "devices" federation is '
+            "started by hand, one SuperNode per device (see docs/deployment.md)"
+        )
     if args.output is None:  # a fresh name now; the ServerApp claims the folder itself
         stamp = time.strftime("%Y%m%d-%H%M%S")
         probe = ResultsFolder.claim_new(Path("results") / f"deployment-{stamp}", field="--output")
@@ -489,7 +528,11 @@ def _deploy(args: argparse.Namespace) -> int:
     check_budget(config["privacy"], experiment.privacy, run_id)
 
     run_config: dict[str, Scalar] = {
-        **config.to_flat(), OUTPUT_DIR: str(output), OVERWRITE: args.overwrite, RUN_ID: run_id, PROGRESS: False,
+        **config.to_flat(),
+        OUTPUT_DIR: str(output),
+        OVERWRITE: args.overwrite,
+        RUN_ID: run_id,
+        PROGRESS: False,
     }
     with (
         tempfile.TemporaryDirectory(prefix="fedhh-deployment-") as scratch,

@@ -112,8 +112,11 @@ class RayShards:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             self.actors = [
-                holder.options(num_cpus=place.cpus, **retries, scheduling_strategy=NodeAffinitySchedulingStrategy(
-                    place.node_id, soft=False)).remote({**flat, "population.path": place.folder}, i, num_shards)
+                holder.options(
+                    num_cpus=place.cpus,
+                    **retries,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(place.node_id, soft=False),
+                ).remote({**flat, "population.path": place.folder}, i, num_shards)
                 for i, place in enumerate(placements)
             ]
         self.counts = PopulationCounts.combine(ray.get([actor.counts.remote() for actor in self.actors]))
@@ -154,6 +157,11 @@ def run_fast(
             with RoundProgress(server, label=experiment.spec.name, enabled=show_progress) as bar:
                 yield bar.update
 
-        run = run_over_shards(experiment, num_shards, InProcessShards if chosen == "inprocess" else on_ray,
-                              when_placed=when_placed, watch=progress)
+        run = run_over_shards(
+            experiment,
+            num_shards,
+            InProcessShards if chosen == "inprocess" else on_ray,
+            when_placed=when_placed,
+            watch=progress,
+        )
     return FastRun(run.result, run.timing, chosen, run.counts, run.nodes)

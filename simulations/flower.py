@@ -120,7 +120,7 @@ def run_flower_simulation(
     if config["run"]["federation"] != "shards":
         raise InputError(
             "run.federation: a simulation's virtual SuperNodes hold shards of the configured "
-            "population; a \"devices\" federation needs real SuperNodes (see docs/deployment.md)"
+            'population; a "devices" federation needs real SuperNodes (see docs/deployment.md)'
         )
     if write is not None and output_dir is not None:
         raise ValueError("give output_dir or write, not both")
@@ -145,8 +145,10 @@ def run_flower_simulation(
             stack.enter_context(plots_aside())
         context = contextvars.copy_context()
 
-        writes = write if write is not None else (
-            functools.partial(write_run_outputs, folder) if folder is not None else None
+        writes = (
+            write
+            if write is not None
+            else (functools.partial(write_run_outputs, folder) if folder is not None else None)
         )
         writing: list[_Writing] = []
 
@@ -213,8 +215,9 @@ class _Writing(threading.Thread):
     raised by :meth:`result`, after the simulation has ended.
     """
 
-    def __init__(self, context: contextvars.Context, write: Callable[[dict[str, Any]], Path | None],
-                 document: dict[str, Any]) -> None:
+    def __init__(
+        self, context: contextvars.Context, write: Callable[[dict[str, Any]], Path | None], document: dict[str, Any]
+    ) -> None:
         super().__init__(name="fedhh-write-result")
         self._write: Callable[[], Path | None] = functools.partial(context.run, write, document)
         self._path: Path | None = None
@@ -283,8 +286,11 @@ def _flower_logging(verbose: bool, log: Path | None) -> Iterator[None]:
     """
     flower = logging.getLogger("flwr")
     saved = flower.level, LOGGER.level
-    terminal = [handler for handler in flower.handlers if isinstance(handler, logging.StreamHandler)
-                and not isinstance(handler, logging.FileHandler)]
+    terminal = [
+        handler
+        for handler in flower.handlers
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+    ]
     levels = [handler.level for handler in terminal]
     after_stop = _SilentAfterStop()
     with contextlib.ExitStack() as stack:

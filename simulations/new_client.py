@@ -46,16 +46,29 @@ DEMO_SEED = 0
 # What the generated project sets, per protocol it answers: the [protocol] keys and the privacy target.
 # Every [protocol] key the ClientApp reads is declared (client_app.DEFAULTS); the others let
 # `flwr run --run-config` change what the server plans.
-SHARED_PROTOCOL = {"alphabet": "lowercase", "unit_size": 1, "max_length": 6, "overlong": "drop",
-                   "unknown_chars": "error"}
+SHARED_PROTOCOL = {
+    "alphabet": "lowercase",
+    "unit_size": 1,
+    "max_length": 6,
+    "overlong": "drop",
+    "unknown_chars": "error",
+}
 SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     "triehh": {
         "protocol": {"name": "triehh", **SHARED_PROTOCOL},
         "privacy": {"epsilon": 4.0, "delta": 1e-6},
     },
     "pem": {
-        "protocol": {"name": "pem", **SHARED_PROTOCOL, "oracle": "flh", "encoding": "bits",
-                     "collection": "interactive", "top_k": 8, "start_length": 0, "segment_length": 0},
+        "protocol": {
+            "name": "pem",
+            **SHARED_PROTOCOL,
+            "oracle": "flh",
+            "encoding": "bits",
+            "collection": "interactive",
+            "top_k": 8,
+            "start_length": 0,
+            "segment_length": 0,
+        },
         "privacy": {"epsilon": 4.0, "delta": 1e-6},
     },
 }
@@ -72,10 +85,15 @@ COMMENTS = {  # the line comment of a key in the generated pyproject.toml
 
 def add_new_client_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", metavar="DIR", help="the project's folder, new or empty")
-    parser.add_argument("--protocol", default="triehh", metavar="NAME",
-                        help=f"the protocol the project runs: {', '.join(SETTINGS)} (default: triehh)")
-    parser.add_argument("--users", type=int, default=DEMO_USERS,
-                        help=f"users of the demo population (default: {DEMO_USERS:,})")
+    parser.add_argument(
+        "--protocol",
+        default="triehh",
+        metavar="NAME",
+        help=f"the protocol the project runs: {', '.join(SETTINGS)} (default: triehh)",
+    )
+    parser.add_argument(
+        "--users", type=int, default=DEMO_USERS, help=f"users of the demo population (default: {DEMO_USERS:,})"
+    )
     parser.set_defaults(func=_new_client)
 
 
@@ -88,7 +106,8 @@ def _new_client(args: argparse.Namespace) -> int:
         f"test_client_app.py, pyproject.toml, README.md, {POPULATION_FILE}.\nRun it with fedhh's ServerApp "
         f"(a local simulation): FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 flwr run {project} --stream"
         f"\nTest the client: pytest {project}",
-        highlight=False, soft_wrap=True,
+        highlight=False,
+        soft_wrap=True,
     )
     return 0
 
@@ -100,10 +119,15 @@ def write_project(folder: str | Path, protocol: str, users: int = DEMO_USERS) ->
     from fedhh.results import OutputError, OutputTakenError, ResultsFolder, read_marker
 
     if protocol not in SETTINGS:
-        known = f"{protocol} is a fedhh protocol without a client template" if protocol in PROTOCOLS else (
-            f"unknown protocol {protocol!r}")
-        raise InputError(f"--protocol: {known}; new-client writes clients for {', '.join(SETTINGS)} (every "
-                         "protocol's device side is specified in docs/messages.md)")
+        known = (
+            f"{protocol} is a fedhh protocol without a client template"
+            if protocol in PROTOCOLS
+            else (f"unknown protocol {protocol!r}")
+        )
+        raise InputError(
+            f"--protocol: {known}; new-client writes clients for {', '.join(SETTINGS)} (every "
+            "protocol's device side is specified in docs/messages.md)"
+        )
     if not 1 <= users <= MAX_USERS:
         raise InputError(f"--users: got {users}; allowed: 1..{MAX_USERS:,}")
     try:
@@ -111,8 +135,10 @@ def write_project(folder: str | Path, protocol: str, users: int = DEMO_USERS) ->
     except OutputTakenError:
         marker = read_marker(Path(folder))
         if marker is not None and marker.get("kind") == KIND:
-            raise OutputError(f"DIR: {Path(folder).resolve()} holds a client project fedhh wrote, perhaps changed "
-                              "since; fedhh never replaces it: choose a new or empty folder") from None
+            raise OutputError(
+                f"DIR: {Path(folder).resolve()} holds a client project fedhh wrote, perhaps changed "
+                "since; fedhh never replaces it: choose a new or empty folder"
+            ) from None
         raise
     with claim:
         path = claim.path
@@ -179,7 +205,7 @@ def pyproject_text(name: str, path: Path, protocol: str) -> str:
         "[project]",
         f"name = {_toml_value(name)}",
         'version = "1.0.0"',
-        f'description = "A ClientApp for fedhh\'s {protocol} written from fedhh\'s message contract"',
+        f"description = \"A ClientApp for fedhh's {protocol} written from fedhh's message contract\"",
         'license = "Apache-2.0"',
         'dependencies = ["flwr[simulation]>=1.41,<1.43", "numpy>=1.26"]',
         "",
@@ -204,8 +230,9 @@ def pyproject_text(name: str, path: Path, protocol: str) -> str:
         *_table("population", {"source": "file", "path": str(path / POPULATION_FILE)}),
         *_table("protocol", settings["protocol"]),
         *_table("privacy", settings["privacy"]),
-        *_table("run", {"seed": 0, "shards": 2, "federation": "shards", "evaluation": True, "top_k": 10,
-                        "deny_list": ""}),
+        *_table(
+            "run", {"seed": 0, "shards": 2, "federation": "shards", "evaluation": True, "top_k": 10, "deny_list": ""}
+        ),
     ]
     text = "\n".join(lines)
     return text.replace(

@@ -62,17 +62,23 @@ def print_plan(command: PlanCommand, name: str, args: argparse.Namespace) -> int
     table = command.table(args, planned)
     shuffle = planned.get("shuffle")
     if shuffle is not None:
-        value = ("not applicable" if shuffle["epsilon"] is None
-                 else f"ε = {shuffle['epsilon']:.4g} at δ = {shuffle['delta']:.3g}")
-        table = replace(table, rows=[*table.rows, ("shuffled central (ε, δ)", value)],
-                        notes=[*table.notes, SHUFFLE_NOTE if shuffle["epsilon"] is not None else shuffle["reason"]])
+        value = (
+            "not applicable"
+            if shuffle["epsilon"] is None
+            else f"ε = {shuffle['epsilon']:.4g} at δ = {shuffle['delta']:.3g}"
+        )
+        table = replace(
+            table,
+            rows=[*table.rows, ("shuffled central (ε, δ)", value)],
+            notes=[*table.notes, SHUFFLE_NOTE if shuffle["epsilon"] is not None else shuffle["reason"]],
+        )
     print_table(table)
     return 0
 
 
 SHUFFLE_NOTE = (
     "shuffled: the central (ε, δ) if every kind of report goes through an anonymising shuffle among its "
-    "senders (Feldman, McMillan and Talwar 2021, numerical bound; docs/privacy.md, \"The shuffle model\")"
+    'senders (Feldman, McMillan and Talwar 2021, numerical bound; docs/privacy.md, "The shuffle model")'
 )
 
 

@@ -69,8 +69,10 @@ def stored_shard_count(n_users: int, requested: int | None, rows: int = 0) -> in
     try:
         return check_shard_count(n_users, requested)
     except InputError:
-        raise InputError(f"--shards: {requested:,} shards for {n_users:,} users would leave shards without users; "
-                         f"use at most {n_users:,}") from None
+        raise InputError(
+            f"--shards: {requested:,} shards for {n_users:,} users would leave shards without users; "
+            f"use at most {n_users:,}"
+        ) from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -122,8 +124,10 @@ def build_population(
     """Build ``config``'s population into the claimed ``output``; returns the manifest written."""
     population = config["population"]
     if population["source"] not in BUILDABLE:
-        raise InputError(f"population.source: {population['source']!r} cannot be built; allowed: {list(BUILDABLE)} "
-                         "(a dataset is built already: run from it)")
+        raise InputError(
+            f"population.source: {population['source']!r} cannot be built; allowed: {list(BUILDABLE)} "
+            "(a dataset is built already: run from it)"
+        )
     if workers is not None and workers < 1:
         raise InputError(f"--workers: must be >= 1, got {workers}")
     started = time.perf_counter()

@@ -65,7 +65,8 @@ def still_running(identities: dict[int, int]) -> list[int]:
     """The PIDs of ``identities`` that still name the same live (non-zombie) process."""
     live = {entry.pid: entry for entry in processes()}
     return [
-        pid for pid, started in identities.items()
+        pid
+        for pid, started in identities.items()
         if pid in live and live[pid].started == started and not live[pid].zombie
     ]
 

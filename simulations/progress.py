@@ -29,7 +29,11 @@ class RoundProgress:
     """
 
     def __init__(
-        self, server: ServerProtocol, label: str, enabled: bool = True, console: Console | None = None,
+        self,
+        server: ServerProtocol,
+        label: str,
+        enabled: bool = True,
+        console: Console | None = None,
         redirect_output: bool = True,
     ) -> None:
         self._server = server
@@ -76,8 +80,14 @@ def task_progress(label: str, total: int, enabled: bool = True) -> Iterator[Call
     if not enabled:
         yield lambda: None
         return
-    progress = Progress(TextColumn(f"[bold]{label}[/]"), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
-                        console=Console(file=sys.stderr), transient=False)
+    progress = Progress(
+        TextColumn(f"[bold]{label}[/]"),
+        MofNCompleteColumn(),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=Console(file=sys.stderr),
+        transient=False,
+    )
     task = progress.add_task("", total=total)
     with progress:
         yield lambda: progress.advance(task)
@@ -119,8 +129,14 @@ class StatusLine:
             return
         spinner = Spinner("dots", escape(text), style="status.spinner")
         if self._live is None:
-            self._live = Live(spinner, console=self.console, transient=True, refresh_per_second=12.5,
-                              redirect_stdout=False, redirect_stderr=False)  # they go to the run's log
+            self._live = Live(
+                spinner,
+                console=self.console,
+                transient=True,
+                refresh_per_second=12.5,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )  # they go to the run's log
             self._live.start(refresh=True)  # drawn now, not at the next tick
         else:
             self._live.update(spinner, refresh=True)

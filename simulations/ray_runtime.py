@@ -97,8 +97,10 @@ def _require_listening(address: str, field: str) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
     except OSError as error:
-        raise InputError(f"{field}: no Ray cluster answers at {address} ({error.strerror or error}); "
-                         "is it running? (`ray status --address` on its head tells)") from None
+        raise InputError(
+            f"{field}: no Ray cluster answers at {address} ({error.strerror or error}); "
+            "is it running? (`ray status --address` on its head tells)"
+        ) from None
 
 
 def run_init_args(num_cpus: int = DEFAULT_NUM_CPUS, verbose: bool = False, captured: bool = False) -> dict[str, Any]:

@@ -47,8 +47,9 @@ def plot_discovery(result: dict[str, Any], path: Path, shown_ranks: int = 500) -
     if evaluation is not None:
         found = {h["true_rank"]: h["true_frequency"] for h in evaluation["heavy_hitters"] if h["true_rank"]}
         top = evaluation["truth_top"][:shown_ranks]
-        axes.loglog(range(1, len(top) + 1), [t["true_frequency"] for t in top], color="0.75", lw=1.2,
-                    label="true top items")
+        axes.loglog(
+            range(1, len(top) + 1), [t["true_frequency"] for t in top], color="0.75", lw=1.2, label="true top items"
+        )
         hit = [(r, f) for r, f in found.items() if r <= len(top)]
         if hit:
             ranks, frequencies = zip(*hit)
@@ -92,13 +93,26 @@ def minor_grid(axes: Any, alpha: float) -> None:
     from matplotlib.collections import LineCollection
     from matplotlib.ticker import LogLocator, NullLocator
 
-    style = {"colors": rcParams["grid.color"], "linewidths": rcParams["grid.linewidth"],
-             "linestyles": rcParams["grid.linestyle"], "alpha": alpha, "zorder": 1.5}
+    style = {
+        "colors": rcParams["grid.color"],
+        "linewidths": rcParams["grid.linewidth"],
+        "linestyles": rcParams["grid.linestyle"],
+        "alpha": alpha,
+        "zorder": 1.5,
+    }
     for axis, limits, transform, segment in (
-        (axes.xaxis, axes.set_xlim(axes.get_xlim()), axes.get_xaxis_transform(),
-         lambda value: [(value, 0.0), (value, 1.0)]),
-        (axes.yaxis, axes.set_ylim(axes.get_ylim()), axes.get_yaxis_transform(),
-         lambda value: [(0.0, value), (1.0, value)]),
+        (
+            axes.xaxis,
+            axes.set_xlim(axes.get_xlim()),
+            axes.get_xaxis_transform(),
+            lambda value: [(value, 0.0), (value, 1.0)],
+        ),
+        (
+            axes.yaxis,
+            axes.set_ylim(axes.get_ylim()),
+            axes.get_yaxis_transform(),
+            lambda value: [(0.0, value), (1.0, value)],
+        ),
     ):  # set_*lim: keep the limits the data gave (autoscaling is on until they are set)
         if axis.get_scale() != "log":
             continue
@@ -108,8 +122,9 @@ def minor_grid(axes: Any, alpha: float) -> None:
             continue
         ticks: Any = LogLocator(subs=tuple(range(2, 10))).tick_values(low, high)  # an array
         values = [value for value in ticks.tolist() if low <= value <= high]
-        axes.add_collection(LineCollection([segment(value) for value in values], transform=transform, **style),
-                            autolim=False)
+        axes.add_collection(
+            LineCollection([segment(value) for value in values], transform=transform, **style), autolim=False
+        )
         axis.set_minor_locator(NullLocator())
 
 
@@ -157,8 +172,10 @@ def print_run_report(result: dict[str, Any], output_dir: Path | None, console: C
     deny = result.get("deny_list")
     if deny is not None:
         held = f", {deny['in_vocabulary']:,} of them in the population" if "in_vocabulary" in deny else ""
-        console.print(f"[bold]deny list[/]  {deny['items']:,} items left out{held}, from {deny['path']} "
-                      f"(sha256 {deny['sha256'][:12]}...); the metrics are of the items left")
+        console.print(
+            f"[bold]deny list[/]  {deny['items']:,} items left out{held}, from {deny['path']} "
+            f"(sha256 {deny['sha256'][:12]}...); the metrics are of the items left"
+        )
     timing = ", ".join(f"{k} {v:.2f}" for k, v in result["timing_s"].items())
     console.print(
         f"[bold]run[/]  {len(result['rounds'])} rounds via {result['transport']}, "

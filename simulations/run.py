@@ -74,9 +74,15 @@ def run_experiment(
     shards = fixed_shards(config)
     assert shards is not None  # with_fixed_shards above
     charged = []  # once the shards are placed (a population on disk may be refused there)
-    fast = run_fast(experiment, shards, config.run.backend, show_progress=show_progress,
-                    when_placed=lambda: charged.append(
-                        charge_run(config["privacy"], experiment.privacy, run_id, experiment.deny_list)))
+    fast = run_fast(
+        experiment,
+        shards,
+        config.run.backend,
+        show_progress=show_progress,
+        when_placed=lambda: charged.append(
+            charge_run(config["privacy"], experiment.privacy, run_id, experiment.deny_list)
+        ),
+    )
     privacy = charged[0]
     timing = {"population_s": population_s, **fast.timing}
     result = experiment.finish(fast.result, timing, f"fast/{fast.backend}", counts=fast.counts)
@@ -95,8 +101,10 @@ def _run_on_flower(config: FedhhConfig, output: ResultsFolder, show_progress: bo
     show_progress = show_progress and not verbose  # the log lines say it, one by one
     started = time.perf_counter()
     try:
-        with captured_output(log, verbose) as terminal, \
-                StatusLine(terminal_console(terminal), enabled=show_progress) as status:
+        with (
+            captured_output(log, verbose) as terminal,
+            StatusLine(terminal_console(terminal), enabled=show_progress) as status,
+        ):
             status("building the population")
             experiment = Experiment(config)
             run_id = run_label(output.path.name)
@@ -117,8 +125,14 @@ def _run_on_flower(config: FedhhConfig, output: ResultsFolder, show_progress: bo
                 # One experiment (population, truth, privacy solve) and one write, by the ServerApp.
                 try:
                     return flower.module().run_flower_simulation(
-                        config, experiment=experiment, write=write, show_progress=show_progress, run_id=run_id,
-                        verbose=verbose, log=log, status=status,
+                        config,
+                        experiment=experiment,
+                        write=write,
+                        show_progress=show_progress,
+                        run_id=run_id,
+                        verbose=verbose,
+                        log=log,
+                        status=status,
                     )
                 except FederationError as error:
                     with open(log, "a", encoding="utf-8") as handle:

@@ -42,9 +42,7 @@ DEFAULT_RECALL_TRIALS = 3
 
 def sizings() -> dict[str, Sizing]:
     """The registered protocols that can be sized, by name, in registration order."""
-    return {
-        name: spec.sizing for name, spec in PROTOCOLS.items() if spec.sizing is not None
-    }
+    return {name: spec.sizing for name, spec in PROTOCOLS.items() if spec.sizing is not None}
 
 
 def add_size_arguments(
@@ -63,25 +61,40 @@ def add_size_arguments(
     kinds = size.add_subparsers(dest="sized", required=True)
     for protocol, sizing in sizings().items():
         name = sizing.title
-        parser = kinds.add_parser(protocol, help=f"size a {name} deployment",
-                                  description=f"The population {name} needs (see `fedhh size --help`).")
+        parser = kinds.add_parser(
+            protocol,
+            help=f"size a {name} deployment",
+            description=f"The population {name} needs (see `fedhh size --help`).",
+        )
         parser.add_argument("--frequency", type=float, help="share of users holding the item, in (0, 1]")
         parser.add_argument("--discovery", type=float, help="probability of finding it, in (0, 1)")
         parser.add_argument("--epsilon", type=float, help="target ε > 0 (TrieHH central, PEM/TreeHist per user)")
         add_options(parser, sizing.options)
-        parser.add_argument("--verify", action="store_true",
-                            help="run the protocol on the assumed population at the answer and print both")
-        parser.add_argument("--trials", type=int,
-                            help=f"runs for --verify (default {sizing.verify_trials}) or per population size "
-                            f"with --recall (default {DEFAULT_RECALL_TRIALS})")
+        parser.add_argument(
+            "--verify",
+            action="store_true",
+            help="run the protocol on the assumed population at the answer and print both",
+        )
+        parser.add_argument(
+            "--trials",
+            type=int,
+            help=f"runs for --verify (default {sizing.verify_trials}) or per population size "
+            f"with --recall (default {DEFAULT_RECALL_TRIALS})",
+        )
         parser.add_argument("--seed", type=int, default=0, help="first seed of the --verify runs (default 0)")
         parser.add_argument("--recall", type=float, help="target recall@K, in (0, 1] (with --top-k and --population)")
         parser.add_argument("--population", metavar="CONFIG", help="TOML config whose population shape is sized")
-        parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                            help="override one value of the --population config (repeatable)")
+        parser.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="SECTION.KEY=VALUE",
+            help="override one value of the --population config (repeatable)",
+        )
         parser.add_argument("--json", action="store_true", help="print JSON (`users` is the answer)")
-        parser.set_defaults(func=run_size, protocol=protocol, sizing=sizing, verify_item=verify_item,
-                            size_by_recall=size_by_recall)
+        parser.set_defaults(
+            func=run_size, protocol=protocol, sizing=sizing, verify_item=verify_item, size_by_recall=size_by_recall
+        )
 
 
 def run_size(args: argparse.Namespace) -> int:
@@ -114,14 +127,24 @@ def _verify(args: argparse.Namespace, answer: SizeAnswer, status: Any) -> dict[s
     def progress(done: int, total: int) -> None:
         status.update(f"verifying at n = {answer.users:,}: run {done}/{total}")
 
-    result = verify_item(args.protocol, answer.users, args.frequency, answer.discovery, trials, args.seed,
-                         progress=progress, **args.sizing.verify_setup(args, answer))
+    result = verify_item(
+        args.protocol,
+        answer.users,
+        args.frequency,
+        answer.discovery,
+        trials,
+        args.seed,
+        progress=progress,
+        **args.sizing.verify_setup(args, answer),
+    )
     return result.to_dict()
 
 
 def _print_answer(answer: SizeAnswer, verification: dict[str, Any] | None) -> None:
-    table = Table(title=f"{answer.protocol}: an item held by {answer.frequency:g} of the users, "
-                        f"found with probability {answer.target:g}")
+    table = Table(
+        title=f"{answer.protocol}: an item held by {answer.frequency:g} of the users, "
+        f"found with probability {answer.target:g}"
+    )
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_row("users needed", f"{answer.users:,}")
@@ -131,10 +154,15 @@ def _print_answer(answer: SizeAnswer, verification: dict[str, Any] | None) -> No
         table.add_row(key.replace("_", " "), _shown(value))
     if verification is not None:
         low, high = verification["interval"]
-        how = "law simulation, each round's aggregate from its exact law" if verification["simulation"] == "law" \
+        how = (
+            "law simulation, each round's aggregate from its exact law"
+            if verification["simulation"] == "law"
             else "simulated, every user's report drawn"
-        table.add_row(f"{how}: found in {verification['found']} of {verification['trials']} runs",
-                      f"{verification['rate']:.3f} [{low:.3f}, {high:.3f}]")
+        )
+        table.add_row(
+            f"{how}: found in {verification['found']} of {verification['trials']} runs",
+            f"{verification['rate']:.3f} [{low:.3f}, {high:.3f}]",
+        )
     console = Console()
     console.print(table)
     console.print(f"definition: {answer.definition}")
@@ -183,14 +211,16 @@ def _size_by_recall(args: argparse.Namespace) -> int:
     table.add_column("interval", justify="right")
     for step in answer.steps:
         style = "bold green" if step["users"] == answer.users else None
-        table.add_row(f"{step['users']:,}", f"{step['recall']:.3f}", f"{step['low']:.3f} – {step['high']:.3f}",
-                      style=style)
+        table.add_row(
+            f"{step['users']:,}", f"{step['recall']:.3f}", f"{step['low']:.3f} – {step['high']:.3f}", style=style
+        )
     console = Console()
     console.print(table)
     console.print(f"users needed: {answer.users:,} (recall {answer.recall:.3f}); definition: {answer.definition}")
     low, high = answer.interval
-    console.print(f"interval: {'?' if low is None else f'{low:,}'} to {'?' if high is None else f'{high:,}'} users: "
-                  "at the first the runs fall short of the target, from the second on every size tried reaches it "
-                  f"('?': no size tried settles it; per size: {answer.interval_method})")
+    console.print(
+        f"interval: {'?' if low is None else f'{low:,}'} to {'?' if high is None else f'{high:,}'} users: "
+        "at the first the runs fall short of the target, from the second on every size tried reaches it "
+        f"('?': no size tried settles it; per size: {answer.interval_method})"
+    )
     return 0
-

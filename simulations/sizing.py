@@ -194,6 +194,7 @@ def verify_item(
 
         def answer(request: Request, randomness: KeyedRandomness) -> list[Response]:
             return [reply(request, shard, randomness)]
+
     found = 0
     for trial in range(trials):
         run_seed = seed + trial
@@ -205,8 +206,9 @@ def verify_item(
         found += any(discovery.item == item for discovery in result.discoveries)
         if progress is not None:
             progress(trial + 1, trials)
-    return Verification(users, trials, found, found / trials, clopper_pearson(found, trials), predicted, seed,
-                        LAW if by_law else USERS)
+    return Verification(
+        users, trials, found, found / trials, clopper_pearson(found, trials), predicted, seed, LAW if by_law else USERS
+    )
 
 
 # -- recall-based sizing ------------------------------------------------------------------------------
@@ -316,12 +318,30 @@ def size_by_recall(
     steps = []
     for users in sorted(measured):
         bounds = over_trials(np.array(measured[users])[:, None])
-        steps.append({"users": users, "recall": mean(users), "low": float(bounds.low[0]),
-                      "high": float(bounds.high[0]), "runs": measured[users]})
+        steps.append(
+            {
+                "users": users,
+                "recall": mean(users),
+                "low": float(bounds.low[0]),
+                "high": float(bounds.high[0]),
+                "runs": measured[users],
+            }
+        )
     method = str(over_trials(np.zeros((trials, 1))).method[0])
     return RecallSize(
-        protocol, high, top_k, recall, mean(high), below, None if below is None else mean(below),
-        trials, seeds, RECALL_DEFINITION, interval, METHODS[method], steps,
+        protocol,
+        high,
+        top_k,
+        recall,
+        mean(high),
+        below,
+        None if below is None else mean(below),
+        trials,
+        seeds,
+        RECALL_DEFINITION,
+        interval,
+        METHODS[method],
+        steps,
     )
 
 

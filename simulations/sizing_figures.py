@@ -62,15 +62,25 @@ DOCUMENT = "sizing-figures.json"
 
 def pem_case(letters: int, distinct: int, runs: int) -> dict[str, Any]:
     """Measured and predicted identification by rank for one population (the run seed fixes it)."""
-    population = Experiment(load_config(None, [
-        'population.source="zipf"', f"population.users={PEM_USERS}", f"population.vocabulary={distinct}",
-        f"population.item_length={letters}", "population.zipf_exponent=1.1", f"protocol.max_length={letters}",
-        "run.seed=0",
-    ]))
+    population = Experiment(
+        load_config(
+            None,
+            [
+                'population.source="zipf"',
+                f"population.users={PEM_USERS}",
+                f"population.vocabulary={distinct}",
+                f"population.item_length={letters}",
+                "population.zipf_exponent=1.1",
+                f"protocol.max_length={letters}",
+                "run.seed=0",
+            ],
+        )
+    )
     shard, truth, bits = population.build_shard(0, 1), population.truth(), 5 * letters
     top = [truth.items[i] for i in truth.order[:SHOWN_RANKS]]
-    params = SearchParameters("pem", PEM_USERS, PEM_EPSILON, "bits", 0, (bits,), (1.0,), "olh", PEM_TOP_K,
-                              PEM_TOP_K, "top-k")
+    params = SearchParameters(
+        "pem", PEM_USERS, PEM_EPSILON, "bits", 0, (bits,), (1.0,), "olh", PEM_TOP_K, PEM_TOP_K, "top-k"
+    )
     found = np.zeros(SHOWN_RANKS, dtype=np.int64)
     for run in range(runs):
         randomness = KeyedRandomness(1000 + run)
@@ -82,13 +92,18 @@ def pem_case(letters: int, distinct: int, runs: int) -> dict[str, Any]:
     frequencies = truth.frequency[truth.order] / PEM_USERS
     design = PEMDesign(0, (bits,), (1.0,), PEM_TOP_K)
     predicted = {
-        model: UtilityModel(ValueSpace(bits, 2), PEM_USERS, PEM_EPSILON, PEM_TOP_K, "olh", frequencies,
-                            model=model).predict(design).overall.tolist()
+        model: UtilityModel(ValueSpace(bits, 2), PEM_USERS, PEM_EPSILON, PEM_TOP_K, "olh", frequencies, model=model)
+        .predict(design)
+        .overall.tolist()
         for model in (EQUATION_5, ORDER_STATISTICS)
     }
     return {
-        "bits": bits, "distinct": distinct, "runs": runs, "found": found.tolist(),
-        "interval": [clopper_pearson(int(hits), runs) for hits in found], "predicted": predicted,
+        "bits": bits,
+        "distinct": distinct,
+        "runs": runs,
+        "found": found.tolist(),
+        "interval": [clopper_pearson(int(hits), runs) for hits in found],
+        "predicted": predicted,
         "measured_f1": float(found[:PEM_TOP_K].mean() / runs),
         "predicted_f1": {model: float(np.mean(values)) for model, values in predicted.items()},
     }
@@ -105,11 +120,19 @@ def plot_pem(cases: list[dict[str, Any]], path: Path) -> None:
         ranks = np.arange(1, PEM_TOP_K + 1)
         rate = np.array(case["found"][:PEM_TOP_K]) / case["runs"]
         low, high = np.array(case["interval"][:PEM_TOP_K]).T
-        ax.errorbar(ranks, rate, yerr=[rate - low, high - rate], fmt="o", color="black", capsize=2,
-                    label=f"runs ({case['runs']}, 95% CI)")
+        ax.errorbar(
+            ranks,
+            rate,
+            yerr=[rate - low, high - rate],
+            fmt="o",
+            color="black",
+            capsize=2,
+            label=f"runs ({case['runs']}, 95% CI)",
+        )
         ax.plot(ranks, case["predicted"][EQUATION_5][:PEM_TOP_K], "s--", color="tab:red", label="eq. (5)")
-        ax.plot(ranks, case["predicted"][ORDER_STATISTICS][:PEM_TOP_K], "^-", color="tab:blue",
-                label="order statistics")
+        ax.plot(
+            ranks, case["predicted"][ORDER_STATISTICS][:PEM_TOP_K], "^-", color="tab:blue", label="order statistics"
+        )
         ax.set_title(f"{case['bits']}-bit values, {case['distinct']:,} of them", fontsize=10)
         ax.set_xlabel("true rank j")
         ax.set_xticks(ranks)
@@ -124,17 +147,25 @@ def plot_pem(cases: list[dict[str, Any]], path: Path) -> None:
 
 def population_curves(frequencies: np.ndarray, compared: np.ndarray) -> dict[str, Any]:
     """Users needed for 0.9 discovery: TrieHH at several ε; the three protocols at one ε."""
-    triehh = {f"{eps:g}": [size_triehh(float(f), DISCOVERY, eps, TRIEHH_DELTA, TRIEHH_ROUNDS).users
-                           for f in frequencies] for eps in TRIEHH_EPSILONS}
-    protocols = {
-        "triehh": [size_triehh(float(f), DISCOVERY, COMPARED_EPSILON, TRIEHH_DELTA, TRIEHH_ROUNDS).users
-                   for f in compared],
-        "pem": [size_pem(float(f), DISCOVERY, COMPARED_EPSILON, value_bits=COMPARED_BITS).users for f in compared],
-        "treehist": [size_treehist(float(f), DISCOVERY, COMPARED_EPSILON, value_bits=COMPARED_BITS).users
-                     for f in compared],
+    triehh = {
+        f"{eps:g}": [size_triehh(float(f), DISCOVERY, eps, TRIEHH_DELTA, TRIEHH_ROUNDS).users for f in frequencies]
+        for eps in TRIEHH_EPSILONS
     }
-    return {"frequencies": frequencies.tolist(), "triehh": triehh, "compared_frequencies": compared.tolist(),
-            "protocols": protocols}
+    protocols = {
+        "triehh": [
+            size_triehh(float(f), DISCOVERY, COMPARED_EPSILON, TRIEHH_DELTA, TRIEHH_ROUNDS).users for f in compared
+        ],
+        "pem": [size_pem(float(f), DISCOVERY, COMPARED_EPSILON, value_bits=COMPARED_BITS).users for f in compared],
+        "treehist": [
+            size_treehist(float(f), DISCOVERY, COMPARED_EPSILON, value_bits=COMPARED_BITS).users for f in compared
+        ],
+    }
+    return {
+        "frequencies": frequencies.tolist(),
+        "triehh": triehh,
+        "compared_frequencies": compared.tolist(),
+        "protocols": protocols,
+    }
 
 
 def plot_population(curves: dict[str, Any], path: Path) -> None:
@@ -150,8 +181,9 @@ def plot_population(curves: dict[str, Any], path: Path) -> None:
     styles = {"triehh": "o-", "pem": "s--", "treehist": "^:"}
     for protocol, users in curves["protocols"].items():
         right.loglog(curves["compared_frequencies"], users, styles[protocol], label=protocol)
-    right.set_title(f"ε = {COMPARED_EPSILON:g}: TrieHH central, PEM and TreeHist local, {COMPARED_BITS}-bit values",
-                    fontsize=9)
+    right.set_title(
+        f"ε = {COMPARED_EPSILON:g}: TrieHH central, PEM and TreeHist local, {COMPARED_BITS}-bit values", fontsize=9
+    )
     for ax in (left, right):
         ax.set_xlabel("share of users holding the item")
         ax.set_ylabel(f"users needed for P(found) = {DISCOVERY:g}")
@@ -165,9 +197,12 @@ def plot_population(curves: dict[str, Any], path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Compute and draw both figures into ``--output``; the exit status (2: bad input, one line)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", default=str(DEFAULT_OUTPUT),
-                        help=f"folder of the figures, new, empty or earlier sizing figures, which are replaced "
-                        f"(default {DEFAULT_OUTPUT})")
+    parser.add_argument(
+        "--output",
+        default=str(DEFAULT_OUTPUT),
+        help=f"folder of the figures, new, empty or earlier sizing figures, which are replaced "
+        f"(default {DEFAULT_OUTPUT})",
+    )
     parser.add_argument("--runs", type=int, default=100, help="PEM runs per population (default 100)")
     parser.add_argument("--quick", action="store_true", help="fewer points and runs (a smoke test)")
     args = parser.parse_args(argv)
@@ -177,14 +212,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         with ResultsFolder.claim(args.output, overwrite=True, field="--output", kind=KIND) as output:
             document = figures(4 if args.quick else args.runs, args.quick)
             pem, curves = document["pem_model"], document["population_for_discovery"]
-            output.commit(document, [lambda folder: plot_pem(pem, folder / "pem-model.png"),
-                                     lambda folder: plot_population(curves, folder / "population-for-discovery.png")],
-                          document_name=DOCUMENT)
+            output.commit(
+                document,
+                [
+                    lambda folder: plot_pem(pem, folder / "pem-model.png"),
+                    lambda folder: plot_population(curves, folder / "population-for-discovery.png"),
+                ],
+                document_name=DOCUMENT,
+            )
     except InputError as error:
         print(f"error: {one_line(str(error))}", file=sys.stderr)
         return 2
-    print(to_json({"pem_model": [{key: case[key] for key in ("bits", "measured_f1", "predicted_f1")} for case in pem],
-                   "seconds": document["seconds"]}))
+    print(
+        to_json(
+            {
+                "pem_model": [{key: case[key] for key in ("bits", "measured_f1", "predicted_f1")} for case in pem],
+                "seconds": document["seconds"],
+            }
+        )
+    )
     return 0
 
 

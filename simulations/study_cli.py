@@ -28,7 +28,7 @@ EXIT_FAILED_TRIALS = 3
 SWEEP_EXITS = {  # --json: what each exit status of fedhh sweep means
     0: "every trial of the grid ran without error",
     EXIT_FAILED_TRIALS: "every trial ran and some failed: their errors are in the tables; --retry-failed runs them "
-                        "again",
+    "again",
     EXIT_INCOMPLETE: "the sweep stopped before every trial ran; the same command resumes it",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C): the finished trials are kept; the same command resumes",
 }
@@ -42,24 +42,42 @@ def add_sweep_arguments(sweep: argparse.ArgumentParser) -> None:
         "Re-running the same command skips the trials already done."
     )
     sweep.add_argument("sweep_file", help="TOML sweep file (a base config and a [sweep] table)")
-    sweep.add_argument("--output", help="results folder, new, empty or an earlier run of the same sweep file "
-                       "(default: results/sweeps/<sweep file name>)")
-    sweep.add_argument("--max-trials", type=int, default=None, metavar="N",
-                       help="run a sweep of more trials than the cap (grid points x trials per point; default cap "
-                       "100,000)")
+    sweep.add_argument(
+        "--output",
+        help="results folder, new, empty or an earlier run of the same sweep file "
+        "(default: results/sweeps/<sweep file name>)",
+    )
+    sweep.add_argument(
+        "--max-trials",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run a sweep of more trials than the cap (grid points x trials per point; default cap 100,000)",
+    )
     sweep.add_argument("--workers", type=int, help="worker processes (default: the cores available)")
-    sweep.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS") or None,
-                       help="run the trials as Ray tasks on this cluster (default: $RAY_ADDRESS; "
-                       "unset: worker processes on this machine)")
+    sweep.add_argument(
+        "--ray-address",
+        default=os.environ.get("RAY_ADDRESS") or None,
+        help="run the trials as Ray tasks on this cluster (default: $RAY_ADDRESS; "
+        "unset: worker processes on this machine)",
+    )
     sweep.add_argument("--csv", action="store_true", help="also write trials.csv and items.csv")
     sweep.add_argument("--retry-failed", action="store_true", help="run again the trials that failed before")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
-    sweep.add_argument("--json", action="store_true",
-                       help="print a JSON summary on stdout (tables written, trial counts, status, what the exit "
-                       "status means) instead of the closing lines")
-    sweep.add_argument("--protocol-module", action="append", default=[], metavar="MODULE",
-                       help="import MODULE (on the Python path) before the sweep file is read: a module that "
-                       "registers a protocol defined outside fedhh (repeatable); every worker imports it too")
+    sweep.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON summary on stdout (tables written, trial counts, status, what the exit "
+        "status means) instead of the closing lines",
+    )
+    sweep.add_argument(
+        "--protocol-module",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE (on the Python path) before the sweep file is read: a module that "
+        "registers a protocol defined outside fedhh (repeatable); every worker imports it too",
+    )
     sweep.set_defaults(func=_sweep)
 
 
@@ -73,30 +91,58 @@ def add_report_arguments(report: argparse.ArgumentParser) -> None:
         "varies must be on an axis, fixed with --where or pooled with --pool: nothing is pooled silently."
     )
     report.add_argument("folder", help="a folder written by fedhh sweep")
-    report.add_argument("--x", help="x axis: a swept key or a column, k, or frequency (default: the "
-                        "swept key with the most values; with --x, the other roles are only those given)")
-    report.add_argument("--y", help="metric: a column of trials.parquet (recall_at_10, f1, ncr, ...), "
-                        "recall@K for any K (from items.parquet), or discovery (share of the true top items "
-                        "found; see --frequency)")
+    report.add_argument(
+        "--x",
+        help="x axis: a swept key or a column, k, or frequency (default: the "
+        "swept key with the most values; with --x, the other roles are only those given)",
+    )
+    report.add_argument(
+        "--y",
+        help="metric: a column of trials.parquet (recall_at_10, f1, ncr, ...), "
+        "recall@K for any K (from items.parquet), or discovery (share of the true top items "
+        "found; see --frequency)",
+    )
     report.add_argument("--hue", help="key drawn as one line per value (without --x: the next swept key)")
-    report.add_argument("--col", "--facet", dest="col",
-                        help="key drawn as one column of panels per value (--facet: the same)")
+    report.add_argument(
+        "--col", "--facet", dest="col", help="key drawn as one column of panels per value (--facet: the same)"
+    )
     report.add_argument("--row", help="key drawn as one row of panels per value")
-    report.add_argument("--pool", action="append", default=[], metavar="KEY",
-                        help="pool the trials of every value of this swept key into each point (repeatable)")
-    report.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
-                        help="only the trials whose column KEY holds VALUE, read as a config value (repeatable: "
-                        "values of one key are alternatives, different keys all apply)")
-    report.add_argument("--frequency", type=float,
-                        help="with --y discovery: only items whose true frequency is within a factor "
-                        "1.1 of this share of users")
-    report.add_argument("--bins", default="4", metavar="N|none",
-                        help="with --x frequency: bins per decade (default 4), or none: item by item")
-    report.add_argument("--output", help="folder for the plots and summary.md, new, empty or an earlier report, "
-                        "which is replaced (default: FOLDER/report)")
-    report.add_argument("--json", action="store_true",
-                        help="print a JSON summary on stdout (files and plots written, trials used) instead of "
-                        "one path a line")
+    report.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="pool the trials of every value of this swept key into each point (repeatable)",
+    )
+    report.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only the trials whose column KEY holds VALUE, read as a config value (repeatable: "
+        "values of one key are alternatives, different keys all apply)",
+    )
+    report.add_argument(
+        "--frequency",
+        type=float,
+        help="with --y discovery: only items whose true frequency is within a factor 1.1 of this share of users",
+    )
+    report.add_argument(
+        "--bins",
+        default="4",
+        metavar="N|none",
+        help="with --x frequency: bins per decade (default 4), or none: item by item",
+    )
+    report.add_argument(
+        "--output",
+        help="folder for the plots and summary.md, new, empty or an earlier report, "
+        "which is replaced (default: FOLDER/report)",
+    )
+    report.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON summary on stdout (files and plots written, trials used) instead of one path a line",
+    )
     report.set_defaults(func=_report)
 
 
@@ -138,16 +184,24 @@ def _sweep(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep_file, DEFAULT_MAX_TRIALS if args.max_trials is None else args.max_trials)
     console = Console(stderr=True, soft_wrap=True)
     try:
-        outcome = run_sweep(spec, output, args.workers, args.ray_address, args.csv,
-                            show_progress=not args.quiet, retry_failed=args.retry_failed)
+        outcome = run_sweep(
+            spec,
+            output,
+            args.workers,
+            args.ray_address,
+            args.csv,
+            show_progress=not args.quiet,
+            retry_failed=args.retry_failed,
+        )
     except KeyboardInterrupt:
         if args.json:
             _print_json({"folder": str(output), "status": "interrupted", **_exit(EXIT_INTERRUPTED)})
         else:
-            console.print(f"interrupted: the finished trials are in {escape(str(output))}; run the same command to "
-                          "resume")
+            console.print(
+                f"interrupted: the finished trials are in {escape(str(output))}; run the same command to resume"
+            )
         return EXIT_INTERRUPTED
-    status = (EXIT_INCOMPLETE if outcome.status != "complete" else EXIT_FAILED_TRIALS if outcome.failed_total else 0)
+    status = EXIT_INCOMPLETE if outcome.status != "complete" else EXIT_FAILED_TRIALS if outcome.failed_total else 0
     if args.json:
         _print_json(_sweep_summary(outcome, args.csv, status))
         return status
@@ -162,8 +216,10 @@ def _sweep(args: argparse.Namespace) -> int:
     else:
         console.print(f"[bold]tables[/] {folder}/trials.parquet ({outcome.rows} rows), {folder}/items.parquet")
     if outcome.status != "complete":
-        console.print(f"[bold red]incomplete:[/] the finished trials are kept in {folder}; once the cause is fixed, "
-                      "run the same command to resume")
+        console.print(
+            f"[bold red]incomplete:[/] the finished trials are kept in {folder}; once the cause is fixed, "
+            "run the same command to resume"
+        )
         return EXIT_INCOMPLETE
     if outcome.failed_total:
         common, count = outcome.errors.most_common(1)[0]
@@ -180,10 +236,15 @@ def _sweep(args: argparse.Namespace) -> int:
 def _sweep_summary(outcome: Any, csv: bool, status: int) -> dict[str, Any]:
     """``fedhh sweep --json``: what the sweep wrote and did."""
     folder = Path(outcome.folder)
-    tables = None if outcome.rows is None else {
-        "trials": str(folder / "trials.parquet"), "items": str(folder / "items.parquet"),
-        **({"trials_csv": str(folder / "trials.csv"), "items_csv": str(folder / "items.csv")} if csv else {}),
-    }
+    tables = (
+        None
+        if outcome.rows is None
+        else {
+            "trials": str(folder / "trials.parquet"),
+            "items": str(folder / "items.parquet"),
+            **({"trials_csv": str(folder / "trials.csv"), "items_csv": str(folder / "items.csv")} if csv else {}),
+        }
+    )
     return {
         "folder": str(folder),
         "tables": tables,  # null: not rebuilt, the folder cannot be written
@@ -214,9 +275,19 @@ def _print_json(document: dict[str, Any]) -> None:
 def _report(args: argparse.Namespace) -> int:
     from .sweep_report import write_report
 
-    report = write_report(args.folder, x=args.x, y=args.y, hue=args.hue, row=args.row, col=args.col,
-                          pool=args.pool, where=args.where, frequency=args.frequency, bins=_bins(args.bins),
-                          output=args.output)
+    report = write_report(
+        args.folder,
+        x=args.x,
+        y=args.y,
+        hue=args.hue,
+        row=args.row,
+        col=args.col,
+        pool=args.pool,
+        where=args.where,
+        frequency=args.frequency,
+        bins=_bins(args.bins),
+        output=args.output,
+    )
     if args.json:
         _print_json({**report.to_dict(), "exit_status": 0, "exit_meaning": "the report was written"})
         return 0

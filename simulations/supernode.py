@@ -83,8 +83,14 @@ def main(argv: list[str] | None = None) -> None:
         # like Flower's own SuperExec: a child that ends when this process ends
         subprocess.Popen(  # pylint: disable=consider-using-with
             [
-                sys.executable, "-m", "simulations.clientapp_process", "--insecure",
-                "--runtime-api-address", f"{ours.host}:{ours.port}", "--parent-pid", str(os.getpid()),
+                sys.executable,
+                "-m",
+                "simulations.clientapp_process",
+                "--insecure",
+                "--runtime-api-address",
+                f"{ours.host}:{ours.port}",
+                "--parent-pid",
+                str(os.getpid()),
             ]
         )
     sys.argv = ["flower-supernode", *flower_args]

@@ -82,7 +82,7 @@ def plan_chunks(trials: Sequence[Trial], workers: int) -> list[Chunk]:
     for group in groups.values():
         count = min(len(group), math.ceil(workers * len(group) / len(trials)))
         bounds = [round(i * len(group) / count) for i in range(count + 1)]
-        chunks.extend(group[bounds[i]:bounds[i + 1]] for i in range(count))
+        chunks.extend(group[bounds[i] : bounds[i + 1]] for i in range(count))
     users = {id(chunk): int(chunk[0].config["population"]["users"]) for chunk in chunks}
     return sorted(chunks, key=lambda chunk: (len(chunk), users[id(chunk)]), reverse=True)
 
@@ -149,7 +149,9 @@ class ProcessTrials:
         self._results = context.SimpleQueue()
         self._stop = context.Event()
         self._pool = futures.ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_start_worker,
+            workers,
+            mp_context=context,
+            initializer=_start_worker,
             initargs=(self._results, self._stop, os.getpid()),
         )
 
@@ -188,8 +190,13 @@ class RayTrials:
         self._connected_here = not ray.is_initialized()
         if self._connected_here:
             try:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False, logging_level=logging.ERROR)
+                ray.init(
+                    address=address,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                    logging_level=logging.ERROR,
+                )
             except (ConnectionError, ValueError, RuntimeError) as error:
                 raise InputError(f"--ray-address {address}: cannot connect to a Ray cluster ({error})") from None
         self._ray: Any = ray
@@ -202,8 +209,11 @@ class RayTrials:
     def place(self, trials: Sequence[Trial]) -> None:
         """The nodes holding every stored shard of each population on disk the trials run from (see
         :mod:`simulations.placement`); refuses one that no node holds whole, before any trial runs."""
-        for path, config in {trial.config.population.path: trial.config for trial in trials
-                             if trial.config["population"]["source"] == "dataset"}.items():
+        for path, config in {
+            trial.config.population.path: trial.config
+            for trial in trials
+            if trial.config["population"]["source"] == "dataset"
+        }.items():
             holders = whole_population_holders(config)
             if holders is not None:
                 self._placements[path] = itertools.cycle(holders)  # the chunks of a population in turn
@@ -215,8 +225,9 @@ class RayTrials:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         place = next(holders)
-        return self._task_in.options(scheduling_strategy=NodeAffinitySchedulingStrategy(place.node_id, soft=False)
-                                     ).remote(chunk, place.folder)
+        return self._task_in.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(place.node_id, soft=False)
+        ).remote(chunk, place.folder)
 
     def records(self, chunks: Sequence[Chunk]) -> Iterator[TrialRecord]:
         from ray.exceptions import RayError
@@ -281,9 +292,14 @@ class SweepProgress:
         self._progress: Progress | None = None
         if enabled:
             self._progress = Progress(
-                TextColumn("[bold]sweep[/] trials"), MofNCompleteColumn(), BarColumn(),
-                TextColumn("[red]{task.fields[failures]} failed[/]" ), TextColumn("{task.description}"),
-                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                TextColumn("[bold]sweep[/] trials"),
+                MofNCompleteColumn(),
+                BarColumn(),
+                TextColumn("[red]{task.fields[failures]} failed[/]"),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
                 console=Console(file=sys.stderr),
             )
             note = f"({skipped} done before)" if skipped else ""
@@ -359,6 +375,16 @@ def run_sweep(
             except FolderUnwritable as error:
                 status = status if status.startswith("stopped") else f"stopped: {error}"
         errors = folder.errors(trials)
-    return SweepOutcome(folder.path, len(trials), len(trials) - len(todo), computed, failed,
-                        len(todo) - computed, status, time.perf_counter() - started, rows,
-                        sum(errors.values()), errors)
+    return SweepOutcome(
+        folder.path,
+        len(trials),
+        len(trials) - len(todo),
+        computed,
+        failed,
+        len(todo) - computed,
+        status,
+        time.perf_counter() - started,
+        rows,
+        sum(errors.values()),
+        errors,
+    )

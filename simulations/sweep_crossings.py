@@ -42,14 +42,15 @@ def simulated_crossing(frequency: np.ndarray, found: np.ndarray, level: float) -
         p = 1.0 / (1.0 + np.exp(-z))
         gradient = p - y
         return float(np.sum(np.logaddexp(0.0, z) - y * z)), np.array(
-            [gradient.sum(), gradient @ ((x - centre) / spread)])
+            [gradient.sum(), gradient @ ((x - centre) / spread)]
+        )
 
     fit = minimize(loss, np.zeros(2), jac=True, method="BFGS")
     intercept, slope = fit.x
     if not fit.success or slope <= 0:
         return None
     crossing = centre + spread * (math.log(level / (1 - level)) - intercept) / slope
-    return 10.0 ** crossing
+    return 10.0**crossing
 
 
 def model_crossing(frequency: np.ndarray, predicted: np.ndarray, level: float) -> float | None:

@@ -40,15 +40,33 @@ WRAP = 3  # panels per line when only --col splits them
 MODEL_STYLES = {PREDICTED: "--", EQ5: ":"}
 SHARES = {DISCOVERY, "recall", "precision", "f1", "ncr"}  # metrics in [0, 1]: never on a log axis
 LABELS = {
-    "population.users": "users n", "privacy.epsilon": "target ε", "privacy.delta": "target δ",
-    "population.words_per_user": "words per user", "protocol.unit_size": "unit size", "protocol.name": "protocol",
-    "population.per_user": "words a user keeps", "population.concentration": "concentration α (0: independent)",
-    "protocol.top_k": "k (values reported)", "protocol.oracle": "oracle", "protocol.segment_length": "η",
-    "population.path": "population", "epsilon": "ε", "delta": "δ", "n": "users n",
-    "k": "K (true top K)", "frequency": "true frequency (share of users)", DISCOVERY: "discovery rate",
-    "recall": "recall of the true top K", "f1": "F1", "ncr": "NCR", "precision": "precision",
-    "wall_s": "seconds per trial", "user_bits": "bits a user sends", "user_bits_max": "most bits a user sends",
-    "server_s": "server seconds", "shards_s": "shards' seconds",
+    "population.users": "users n",
+    "privacy.epsilon": "target ε",
+    "privacy.delta": "target δ",
+    "population.words_per_user": "words per user",
+    "protocol.unit_size": "unit size",
+    "protocol.name": "protocol",
+    "population.per_user": "words a user keeps",
+    "population.concentration": "concentration α (0: independent)",
+    "protocol.top_k": "k (values reported)",
+    "protocol.oracle": "oracle",
+    "protocol.segment_length": "η",
+    "population.path": "population",
+    "epsilon": "ε",
+    "delta": "δ",
+    "n": "users n",
+    "k": "K (true top K)",
+    "frequency": "true frequency (share of users)",
+    DISCOVERY: "discovery rate",
+    "recall": "recall of the true top K",
+    "f1": "F1",
+    "ncr": "NCR",
+    "precision": "precision",
+    "wall_s": "seconds per trial",
+    "user_bits": "bits a user sends",
+    "user_bits_max": "most bits a user sends",
+    "server_s": "server seconds",
+    "shards_s": "shards' seconds",
 }
 
 
@@ -67,28 +85,51 @@ def render(plot: Plot, folder: Path) -> list[Path]:
 def write_csv(plot: Plot, path: Path) -> Path:
     """Every point of ``plot``: its keys, mean, interval, method, trials, and each model there."""
     roles = [(role, key) for role, key in (("row", plot.row), ("col", plot.col), ("hue", plot.hue)) if key]
-    extras = [name for name in ("item", "bin_low", "bin_high", "found", "item_trials")
-              if any(name in curve.extra for curve in plot.curves)]
+    extras = [
+        name
+        for name in ("item", "bin_low", "bin_high", "found", "item_trials")
+        if any(name in curve.extra for curve in plot.curves)
+    ]
     before = [name for name in extras if name in ("item", "bin_low", "bin_high")]
     after = [name for name in extras if name not in before]
     models = list(plot.model_labels)
     kinds = ["privacy"] if plot.privacy_kinds else []
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow([*(key for _, key in roles), *kinds, plot.x, *before, "mean", "low", "high", "method",
-                         "trials", *after, *(f"model: {name}" for name in models)])
+        writer.writerow(
+            [
+                *(key for _, key in roles),
+                *kinds,
+                plot.x,
+                *before,
+                "mean",
+                "low",
+                "high",
+                "method",
+                "trials",
+                *after,
+                *(f"model: {name}" for name in models),
+            ]
+        )
         for curve in plot.curves:
             by_label = {line.label: line.at_points for line in curve.models}
             interval = curve.interval
             for j in range(curve.x.size):
-                writer.writerow([
-                    *(_cell(getattr(curve, role)) for role, _ in roles), *([curve.privacy] if kinds else []),
-                    _cell(curve.x[j]),
-                    *(_cell(curve.extra[name][j]) for name in before),
-                    _cell(interval.mean[j]), _cell(interval.low[j]), _cell(interval.high[j]), interval.method[j],
-                    int(interval.trials[j]), *(_cell(curve.extra[name][j]) for name in after),
-                    *(_cell(by_label[name][j]) if name in by_label else "" for name in models),
-                ])
+                writer.writerow(
+                    [
+                        *(_cell(getattr(curve, role)) for role, _ in roles),
+                        *([curve.privacy] if kinds else []),
+                        _cell(curve.x[j]),
+                        *(_cell(curve.extra[name][j]) for name in before),
+                        _cell(interval.mean[j]),
+                        _cell(interval.low[j]),
+                        _cell(interval.high[j]),
+                        interval.method[j],
+                        int(interval.trials[j]),
+                        *(_cell(curve.extra[name][j]) for name in after),
+                        *(_cell(by_label[name][j]) if name in by_label else "" for name in models),
+                    ]
+                )
     return path
 
 
@@ -111,8 +152,9 @@ def draw(plot: Plot) -> Any:
     else:
         columns, lines = len(col_values), len(row_values)
         where = {(r, c): (i, j) for i, r in enumerate(row_values) for j, c in enumerate(col_values)}
-    figure, grid = plt.subplots(lines, columns, figsize=(4.6 * columns + 1.2, 3.6 * lines), dpi=110,
-                                squeeze=False, sharey=True)
+    figure, grid = plt.subplots(
+        lines, columns, figsize=(4.6 * columns + 1.2, 3.6 * lines), dpi=110, squeeze=False, sharey=True
+    )
     colours = plt.get_cmap("viridis" if len(hues) > 6 else "tab10")
     hue_names = dict(zip(hues, display_names(hues)))
     categorical = not all(isinstance(v, (int, float, np.integer, np.floating)) for c in plot.curves for v in c.x)
@@ -136,15 +178,19 @@ def draw(plot: Plot) -> Any:
         if unbinned:
             axes.plot(x, interval.mean, marker, color=colour, ms=2.2, alpha=0.45, label=name)
         else:
-            axes.plot(x, interval.mean, marker + "-" if x.size <= MARKED else "-", color=colour, ms=3.5, lw=1.4,
-                      label=name)
+            axes.plot(
+                x, interval.mean, marker + "-" if x.size <= MARKED else "-", color=colour, ms=3.5, lw=1.4, label=name
+            )
             axes.fill_between(x, interval.low, interval.high, color=colour, alpha=0.18, lw=0)
             for j, samples in enumerate(curve.samples):
                 if interval.method[j] == RANGE and samples.size:
                     axes.plot(np.full(samples.size, x[j]), samples, ".", color=colour, ms=2.5, alpha=0.6)
         for line in curve.models:
-            model_x = (np.array([categories.index(v) for v in line.x], dtype=float) if categorical
-                       else np.asarray(line.x, dtype=float))
+            model_x = (
+                np.array([categories.index(v) for v in line.x], dtype=float)
+                if categorical
+                else np.asarray(line.x, dtype=float)
+            )
             order = np.argsort(model_x, kind="stable") if unbinned else np.arange(model_x.size)
             style = MODEL_STYLES.get(line.column, "-.") + ("x" if categorical else "")  # a point each: marked
             axes.plot(model_x[order], np.asarray(line.y, dtype=float)[order], style, color=colour, lw=1.2, ms=5)
@@ -165,8 +211,11 @@ def draw(plot: Plot) -> Any:
         if shares:
             axes.set_ylim(-0.03, 1.03)
         first = panel_curves[0]
-        title = [f"{label(key)} = {value_text(value)}" for key, value in ((plot.row, first.row), (plot.col, first.col))
-                 if key]
+        title = [
+            f"{label(key)} = {value_text(value)}"
+            for key, value in ((plot.row, first.row), (plot.col, first.col))
+            if key
+        ]
         if title:
             axes.set_title(", ".join(title), fontsize=10)
         axes.set_xlabel(axis_label(plot))
@@ -190,16 +239,32 @@ def draw(plot: Plot) -> Any:
         handles.append(Line2D([], [], color=grey, marker="o", ms=3.5, label="simulated: mean over trials"))
         for method in plot.methods:
             text = METHODS[method]
-            handles.append(Line2D([], [], color=grey, lw=6, alpha=0.3,
-                                  label=("band and dots: " if method == RANGE else "band: ") + text))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color=grey,
+                    lw=6,
+                    alpha=0.3,
+                    label=("band and dots: " if method == RANGE else "band: ") + text,
+                )
+            )
     for name, column in plot.model_labels.items():
         handles.append(Line2D([], [], color=grey, ls=MODEL_STYLES.get(column, "-."), label=name))
     if mixed:
         for kind in kinds:
             text = "no privacy (ε ignored)" if kind == NO_PRIVACY else f"ε, {kind}"
             handles.append(Line2D([], [], color=grey, marker=PRIVACY_MARKERS[kind], ls="", ms=4, label=text))
-    figure.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False,
-                  title=label(plot.hue) or None, title_fontsize=8, alignment="left")
+    figure.legend(
+        handles=handles,
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        fontsize=8,
+        frameon=False,
+        title=label(plot.hue) or None,
+        title_fontsize=8,
+        alignment="left",
+    )
     heading = f"{label(plot.y)} against {label(plot.x)}"
     if plot.pooled:
         heading += f" (pooled over {', '.join(plot.pooled)})"
@@ -225,8 +290,11 @@ def axis_label(plot: Plot) -> str:
 
 def is_share(metric: str) -> bool:
     """Whether ``metric`` is a share in [0, 1] (drawn on a linear axis from 0 to 1)."""
-    return (metric in SHARES or bool(RECALL_AT.fullmatch(metric))
-            or bool(re.fullmatch(r"(predicted_(eq5_)?)?(recall_at_\d+|f1|ncr)", metric)))
+    return (
+        metric in SHARES
+        or bool(RECALL_AT.fullmatch(metric))
+        or bool(re.fullmatch(r"(predicted_(eq5_)?)?(recall_at_\d+|f1|ncr)", metric))
+    )
 
 
 def spans_decade(values: Sequence[Any]) -> bool:

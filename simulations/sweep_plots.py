@@ -84,9 +84,13 @@ class Plot:
     @property
     def stem(self) -> str:
         y = re.sub(r"recall@(\d+)", r"recall-at-\1", self.y)
-        name = (f"{y}-vs-{self.x}" + (f"-by-{self.hue}" if self.hue else "") + (f"-per-{self.col}" if self.col else "")
-                + (f"-per-{self.row}" if self.row else "")
-                + ("-unbinned" if self.x == FREQUENCY_AXIS and self.bins is None else ""))
+        name = (
+            f"{y}-vs-{self.x}"
+            + (f"-by-{self.hue}" if self.hue else "")
+            + (f"-per-{self.col}" if self.col else "")
+            + (f"-per-{self.row}" if self.row else "")
+            + ("-unbinned" if self.x == FREQUENCY_AXIS and self.bins is None else "")
+        )
         return re.sub(r"[^A-Za-z0-9_.=-]+", "_", name)
 
     @property

@@ -113,12 +113,22 @@ class Report:
             "summary": str(self.folder / "summary.md"),
             "trials": self.trials,
             "failed_trials": self.failed,
-            "plots": [{
-                "name": plot.stem, "x": plot.x, "y": plot.y, "hue": plot.hue, "row": plot.row, "col": plot.col,
-                "pooled": plot.pooled, "where": plot.filters, "intervals": plot.methods,
-                "models": list(plot.model_labels),
-                "files": [str(self.folder / f"{plot.stem}.{kind}") for kind in ("png", "svg", "csv")],
-            } for plot in self.plots],
+            "plots": [
+                {
+                    "name": plot.stem,
+                    "x": plot.x,
+                    "y": plot.y,
+                    "hue": plot.hue,
+                    "row": plot.row,
+                    "col": plot.col,
+                    "pooled": plot.pooled,
+                    "where": plot.filters,
+                    "intervals": plot.methods,
+                    "models": list(plot.model_labels),
+                    "files": [str(self.folder / f"{plot.stem}.{kind}") for kind in ("png", "svg", "csv")],
+                }
+                for plot in self.plots
+            ],
         }
 
 
@@ -148,8 +158,9 @@ def write_report(
     names: list[str] = []
     with claim_report_folder(tables.folder, output) as report:
         requests, pooled = plan_plots(tables, x, y, hue, row, col, pool)
-        if frequency is not None and not any(request.y == DISCOVERY and request.x != FREQUENCY_AXIS
-                                             for request in requests):
+        if frequency is not None and not any(
+            request.y == DISCOVERY and request.x != FREQUENCY_AXIS for request in requests
+        ):
             raise InputError("--frequency: selects the items of --y discovery against a key; not used by this plot")
         if bins != BINS_PER_DECADE and not any(request.x == FREQUENCY_AXIS for request in requests):
             raise InputError(f"--bins: the bins of --x {FREQUENCY_AXIS}; not used by this plot")
@@ -182,11 +193,15 @@ def claim_report_folder(sweep_folder: Path, output: str | Path | None) -> Result
     except (OSError, RuntimeError) as error:
         raise OutputError(f"--output: cannot resolve {destination} ({error})") from None
     if resolved == inside:
-        raise OutputError(f"--output: {destination} is the sweep folder itself; a report goes into a folder of its "
-                          f"own (default: {default})")
+        raise OutputError(
+            f"--output: {destination} is the sweep folder itself; a report goes into a folder of its "
+            f"own (default: {default})"
+        )
     if resolved.is_relative_to(inside) and not is_default:
-        raise OutputError(f"--output: {destination} is inside the sweep folder {sweep}, where fedhh writes only "
-                          f"its default report folder {default}; choose a folder outside it")
+        raise OutputError(
+            f"--output: {destination} is inside the sweep folder {sweep}, where fedhh writes only "
+            f"its default report folder {default}; choose a folder outside it"
+        )
     return ResultsFolder.claim(destination, overwrite=True, field="--output", kind=REPORT_KIND)
 
 
@@ -224,8 +239,11 @@ def plan_plots(
         check_axes(tables, request)
         check_placed(tables, request, pooled, explicit=True)
         return [request], pooled
-    free = [axis for axis in sorted(tables.swept, key=lambda key: -len(set(tables.column(key))))
-            if axis not in pooled and not _overlaps(axis, given)]
+    free = [
+        axis
+        for axis in sorted(tables.swept, key=lambda key: -len(set(tables.column(key))))
+        if axis not in pooled and not _overlaps(axis, given)
+    ]
 
     def fill(first: str | None) -> PlotRequest:
         """A plot with x ``first`` (or a special axis) and the roles not given filled in turn."""
@@ -246,11 +264,15 @@ def plan_plots(
         requests = []
         if first is not None:
             base = fill(first)
-            requests += [PlotRequest(first, metric, base.hue, base.row, base.col)
-                         for metric in (_default_y(tables, first), "f1", "ncr")]
+            requests += [
+                PlotRequest(first, metric, base.hue, base.row, base.col)
+                for metric in (_default_y(tables, first), "f1", "ncr")
+            ]
         items = fill(None)
-        requests += [PlotRequest(K_AXIS, RECALL, items.hue, items.row, items.col),
-                     PlotRequest(FREQUENCY_AXIS, DISCOVERY, items.hue, items.row, items.col)]
+        requests += [
+            PlotRequest(K_AXIS, RECALL, items.hue, items.row, items.col),
+            PlotRequest(FREQUENCY_AXIS, DISCOVERY, items.hue, items.row, items.col),
+        ]
     for request in requests:
         check_axes(tables, request)
         check_placed(tables, request, pooled, explicit=False)
@@ -277,9 +299,11 @@ def _pooled_axis(tables: SweepTables, key: str) -> str:
     for axis in swept:
         if key == axis or key in axis.split(","):
             return axis
-    raise InputError(f"--pool {key}: not a key this sweep varies"
-                     + (f" among the trials --where keeps ({' '.join(tables.filters)})" if tables.filters else "")
-                     + f"; varied: {swept or 'none'}")
+    raise InputError(
+        f"--pool {key}: not a key this sweep varies"
+        + (f" among the trials --where keeps ({' '.join(tables.filters)})" if tables.filters else "")
+        + f"; varied: {swept or 'none'}"
+    )
 
 
 def _typed(value: Any) -> str:
@@ -330,12 +354,13 @@ def check_placed(tables: SweepTables, request: PlotRequest, pooled: Sequence[str
     first = next(iter(mixed))
     example = first.split(",")[0]
     value = _typed(tables.column(example)[0])
-    hint = (f"put each on an axis (--hue, --col, --row), fix it (--where {example}={value}) or pool it by name "
-            f"(--pool {first})")
+    hint = (
+        f"put each on an axis (--hue, --col, --row), fix it (--where {example}={value}) or pool it by name "
+        f"(--pool {first})"
+    )
     if explicit:
         raise InputError(f"--x {request.x}: the plot would pool trials of different {named}; {hint}")
-    raise InputError(f"report: the sweep varies {named} beyond what one plot shows "
-                     f"(x, --hue, --col, --row); {hint}")
+    raise InputError(f"report: the sweep varies {named} beyond what one plot shows (x, --hue, --col, --row); {hint}")
 
 
 # -- the numbers of one plot --------------------------------------------------------------------
@@ -352,8 +377,17 @@ def build_plot(
     x, y = request.x, request.y
     check_axes(tables, request)
     groups = _groups(tables, request)
-    plot = Plot(x, y, request.hue, request.row, request.col, [], _pooled_within(tables, request, pooled),
-                list(tables.filters), bins if x == FREQUENCY_AXIS else BINS_PER_DECADE)
+    plot = Plot(
+        x,
+        y,
+        request.hue,
+        request.row,
+        request.col,
+        [],
+        _pooled_within(tables, request, pooled),
+        list(tables.filters),
+        bins if x == FREQUENCY_AXIS else BINS_PER_DECADE,
+    )
     kinds = _privacy_kinds(tables, request, groups)
     if x == K_AXIS:
         plot.curves = _recall_by_k(tables, groups)
@@ -388,10 +422,19 @@ def _privacy_kinds(tables: SweepTables, request: PlotRequest, groups: list[Group
             by_kind.setdefault(privacy_kind(models[i]), set()).add(str(protocols[i]))
         promises = [(kind, text) for kind, text in KIND_PROMISES if kind in by_kind]
         if len(promises) > 1:
-            roles = [f"{flag} {key}" for flag, key in (("--x", request.x), ("--hue", request.hue),
-                                                       ("--col", request.col), ("--row", request.row)) if key]
-            joined = " and under ".join(f"{text} ({', '.join(sorted(by_kind[kind]))}: {what})"
-                                        for (kind, (text, what)) in promises)
+            roles = [
+                f"{flag} {key}"
+                for flag, key in (
+                    ("--x", request.x),
+                    ("--hue", request.hue),
+                    ("--col", request.col),
+                    ("--row", request.row),
+                )
+                if key
+            ]
+            joined = " and under ".join(
+                f"{text} ({', '.join(sorted(by_kind[kind]))}: {what})" for (kind, (text, what)) in promises
+            )
             raise InputError(
                 f"report: a line of this plot ({', '.join(roles)}) would join trials under {joined}, which are "
                 "different promises; give each protocol (and privacy model) its own line or panel (--hue "
@@ -415,8 +458,9 @@ def _pooled_within(tables: SweepTables, request: PlotRequest, pooled: Sequence[s
 
 def _cells(tables: SweepTables, request: PlotRequest) -> list[tuple[Any, ...]]:
     """Per trial, the values that place it in the plot: its x (unless k or frequency), hue, column, row."""
-    shown = [key for key in (request.x, request.hue, request.col, request.row)
-             if key and key not in (K_AXIS, FREQUENCY_AXIS)]
+    shown = [
+        key for key in (request.x, request.hue, request.col, request.row) if key and key not in (K_AXIS, FREQUENCY_AXIS)
+    ]
     return list(zip(*(tables.column(key) for key in shown))) if shown else [()] * tables.count
 
 
@@ -425,6 +469,7 @@ Group = tuple[Scalar | None, Scalar | None, Scalar | None, np.ndarray]  # row, c
 
 def _groups(tables: SweepTables, request: PlotRequest) -> list[Group]:
     """(row, col, hue values, trial indices) in sorted order of the values."""
+
     def values(key: str | None, flag: str) -> list[Any]:
         return tables.column(key, flag) if key else [None] * tables.count
 
@@ -491,9 +536,7 @@ def _model_lines(column: str, x: np.ndarray, at_points: np.ndarray, protocols: S
     return lines
 
 
-def _metric_by_key(
-    tables: SweepTables, groups: list[Group], x: str, y: str, frequency: float | None
-) -> list[Curve]:
+def _metric_by_key(tables: SweepTables, groups: list[Group], x: str, y: str, frequency: float | None) -> list[Curve]:
     xs = tables.column(x, "--x")
     recall_k = RECALL_AT.fullmatch(y)
     if y == DISCOVERY:
@@ -532,23 +575,33 @@ def _discovery_by_key(tables: SweepTables, groups: list[Group], x: str, frequenc
     xs = tables.column(x, "--x")
     chosen = np.ones(tables.item_trial.size, dtype=bool)
     if frequency is not None:
-        chosen = ((tables.item_frequency >= frequency / FREQUENCY_BAND)
-                  & (tables.item_frequency <= frequency * FREQUENCY_BAND))
+        chosen = (tables.item_frequency >= frequency / FREQUENCY_BAND) & (
+            tables.item_frequency <= frequency * FREQUENCY_BAND
+        )
     trial = tables.item_trial[chosen]
     tried = np.bincount(trial, minlength=tables.count).astype(np.float64)
     found = np.bincount(trial, weights=tables.item_found[chosen], minlength=tables.count)
-    predicted = {column: np.bincount(trial, weights=values[chosen], minlength=tables.count)
-                 for column, values in tables.item_models.items()}
+    predicted = {
+        column: np.bincount(trial, weights=values[chosen], minlength=tables.count)
+        for column, values in tables.item_models.items()
+    }
     curves = []
     for row, col, hue, rows in groups:
-        points = [p for p in sorted({xs[i] for i in rows}, key=_sortable)
-                  if tried[[i for i in rows if xs[i] == p]].sum() > 0]
+        points = [
+            p for p in sorted({xs[i] for i in rows}, key=_sortable) if tried[[i for i in rows if xs[i] == p]].sum() > 0
+        ]
         members = [np.array([i for i in rows if xs[i] == point]) for point in points]
         n_tried = np.array([tried[m].sum() for m in members])
         n_found = np.array([found[m].sum() for m in members])
         interval = binomial(n_found, n_tried, np.array([m.size for m in members]))
-        curve = Curve(row, col, hue, _objects(points), interval,
-                      extra={"found": n_found.astype(np.int64), "item_trials": n_tried.astype(np.int64)})
+        curve = Curve(
+            row,
+            col,
+            hue,
+            _objects(points),
+            interval,
+            extra={"found": n_found.astype(np.int64), "item_trials": n_tried.astype(np.int64)},
+        )
         protocols = [_protocol(tables, m) for m in members]
         for column, sums in predicted.items():
             at_points = np.array([sums[m].sum() for m in members]) / np.maximum(n_tried, 1)
@@ -625,8 +678,14 @@ def _discovery_by_frequency(tables: SweepTables, groups: list[Group], bins: int 
         with np.errstate(invalid="ignore", divide="ignore"):
             centre = np.exp(np.bincount(cell, weights=np.log(frequency[chosen]), minlength=size) / tried)
         interval = binomial(found[used], tried[used], trials[used])
-        curve = Curve(row, col, hue, centre[used], interval,
-                      extra={"found": found[used].astype(np.int64), "item_trials": tried[used].astype(np.int64)})
+        curve = Curve(
+            row,
+            col,
+            hue,
+            centre[used],
+            interval,
+            extra={"found": found[used].astype(np.int64), "item_trials": tried[used].astype(np.int64)},
+        )
         if bins is None:
             curve.extra["item"] = _objects([distinct[j][0] for j in np.flatnonzero(used)])
         else:
@@ -663,8 +722,9 @@ def _crossings(tables: SweepTables, groups: list[Group], curves: list[Curve]) ->
         for level in LEVELS:
             entry["simulated"][level] = simulated_crossing(frequency, tables.item_found[chosen], level)
         for line in curve.models:
-            entry["models"][line.label] = {level: model_crossing(frequency, tables.item_models[line.column][chosen],
-                                                                 level) for level in LEVELS}
+            entry["models"][line.label] = {
+                level: model_crossing(frequency, tables.item_models[line.column][chosen], level) for level in LEVELS
+            }
         found.append(entry)
     return found
 
@@ -680,9 +740,13 @@ def _single_triehh_setting(tables: SweepTables, rows: np.ndarray) -> dict[str, A
     """The one TrieHH setting (one item per user) shared by ``rows``, or None."""
     missing = [None] * tables.count
     settings = {
-        (tables.rows["protocol"][i], tables.rows.get("param.theta", missing)[i],
-         tables.rows.get("param.batch_size", missing)[i], tables.rows.get("param.max_rounds", missing)[i],
-         tables.rows["n"][i])
+        (
+            tables.rows["protocol"][i],
+            tables.rows.get("param.theta", missing)[i],
+            tables.rows.get("param.batch_size", missing)[i],
+            tables.rows.get("param.max_rounds", missing)[i],
+            tables.rows["n"][i],
+        )
         for i in rows
     }
     if len(settings) != 1:
@@ -715,9 +779,14 @@ def _triehh_dense(
         config = json.loads(text)
         if config["protocol"]["name"] != "triehh" or not one_item_per_user(config["population"]):
             return None
-        settings.append({"population.users": config["population"]["users"],
-                         "privacy.epsilon": config["privacy"]["epsilon"], "privacy.delta": config["privacy"]["delta"],
-                         "rounds": item_codec(build_config(config)).max_rounds})
+        settings.append(
+            {
+                "population.users": config["population"]["users"],
+                "privacy.epsilon": config["privacy"]["epsilon"],
+                "privacy.delta": config["privacy"]["delta"],
+                "rounds": item_codec(build_config(config)).max_rounds,
+            }
+        )
     if len({tuple(v for k, v in setting.items() if k != x) for setting in settings}) != 1:
         return None  # the curve would mix settings
     fixed = settings[0]
@@ -726,8 +795,17 @@ def _triehh_dense(
     values = []
     for value in grid:
         setting = {**fixed, x: value}
-        values.append(float(triehh_bound(frequency, int(round(setting["population.users"])),
-                                         setting["privacy.epsilon"], setting["privacy.delta"], setting["rounds"])))
+        values.append(
+            float(
+                triehh_bound(
+                    frequency,
+                    int(round(setting["population.users"])),
+                    setting["privacy.epsilon"],
+                    setting["privacy.delta"],
+                    setting["rounds"],
+                )
+            )
+        )
     return grid, np.array(values)
 
 
@@ -748,13 +826,17 @@ def write_summary(tables: SweepTables, plots: Sequence[Plot], folder: Path) -> P
         "",
         f"{total} trials at {manifest.get('points')} grid points ({manifest.get('trials_per_point')} per point), "
         f"{failed} failed; swept: {', '.join(f'`{key}`' for key in swept) or 'nothing'}. "
-        + ("Each trial drew its own population (`sweep.redraw_population = true`), so the intervals cover the "
-           "population's variability too." if redraw else
-           "The trials of a grid point share one population, drawn once with the point's `run.seed`: the "
-           "intervals cover the protocol's randomness on that population, not the population's variability "
-           "(`sweep.redraw_population = true` redraws it per trial)."),
+        + (
+            "Each trial drew its own population (`sweep.redraw_population = true`), so the intervals cover the "
+            "population's variability too."
+            if redraw
+            else "The trials of a grid point share one population, drawn once with the point's `run.seed`: the "
+            "intervals cover the protocol's randomness on that population, not the population's variability "
+            "(`sweep.redraw_population = true` redraws it per trial)."
+        ),
         "",
-        "Means over trials. Intervals: " + "; ".join(f"`{method}`: {text}" for method, text in METHODS.items())
+        "Means over trials. Intervals: "
+        + "; ".join(f"`{method}`: {text}" for method, text in METHODS.items())
         + ". In the table, `0.43 [0.38, 0.47]` is a mean and its interval, `0.43 (0.38–0.47)` a mean and the "
         "range of the trials, one number what every trial gave.",
         "",
@@ -798,11 +880,23 @@ def _point_table(tables: SweepTables, swept: Sequence[str]) -> list[str]:
     all_rows = tables.all_rows
     privacy = [c for c in PRIVACY_COLUMNS if c in rows and any(v is not None for v in rows[c])]
     metrics = [m for m in SUMMARY_METRICS if m in rows]
-    names = {"epsilon": "ε spent", "delta": "δ", "shuffle_epsilon": "ε shuffled", "param.theta": "θ",
-             "param.batch_size": "m"}
+    names = {
+        "epsilon": "ε spent",
+        "delta": "δ",
+        "shuffle_epsilon": "ε shuffled",
+        "param.theta": "θ",
+        "param.batch_size": "m",
+    }
     models = rows.get("privacy_model")
-    header = [*swept, "trials", "failed", *(["ε is"] if models else []), *(names[c] for c in privacy), "interval",
-              *(label(m) for m in metrics)]
+    header = [
+        *swept,
+        "trials",
+        "failed",
+        *(["ε is"] if models else []),
+        *(names[c] for c in privacy),
+        "interval",
+        *(label(m) for m in metrics),
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     failed_at: dict[Any, int] = {}
     for point, error in zip(all_rows.get("point", []), all_rows.get("error", [])):
@@ -815,8 +909,13 @@ def _point_table(tables: SweepTables, swept: Sequence[str]) -> list[str]:
             cells.append(" / ".join(sorted({privacy_kind(models[i]) or str(models[i]) for i in members})))
         for column in privacy:
             values = sorted({rows[column][i] for i in members if rows[column][i] is not None})
-            cells.append(" – ".join(number(v) for v in (values[0], values[-1])) if len(values) > 1
-                         else number(values[0]) if values else "")
+            cells.append(
+                " – ".join(number(v) for v in (values[0], values[-1]))
+                if len(values) > 1
+                else number(values[0])
+                if values
+                else ""
+            )
         matrix = np.array([[np.nan if rows[m][i] is None else float(rows[m][i]) for m in metrics] for i in members])
         interval = over_trials(matrix)
         cells.append(next((m for m in interval.method.tolist() if m), ""))
@@ -840,17 +939,22 @@ def _crossing_table(plot: Plot) -> list[str]:
     """Where each curve of a frequency plot reaches 50% and 90%: runs, models, and their ratio."""
     if not plot.crossings:
         return []
-    lines = ["", f"## Where discovery reaches {' and '.join(f'{level:.0%}' for level in LEVELS)} "
-             f"({plot.stem})", "",
-             "Read item by item, without bins: the runs by a logistic fit of found on log frequency over the "
-             "item-trials, a model from its per-item probabilities (made monotone, interpolated); the ratio is the "
-             "model's frequency over the runs'.", ""]
+    lines = [
+        "",
+        f"## Where discovery reaches {' and '.join(f'{level:.0%}' for level in LEVELS)} ({plot.stem})",
+        "",
+        "Read item by item, without bins: the runs by a logistic fit of found on log frequency over the "
+        "item-trials, a model from its per-item probabilities (made monotone, interpolated); the ratio is the "
+        "model's frequency over the runs'.",
+        "",
+    ]
     keys = [key for key in (plot.row, plot.col, plot.hue) if key]
     header = [*keys, "level", "runs", "model", "model's frequency", "ratio"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for entry in plot.crossings:
-        where = [value_text(entry[role]) for role, key in (("row", plot.row), ("col", plot.col), ("hue", plot.hue))
-                 if key]
+        where = [
+            value_text(entry[role]) for role, key in (("row", plot.row), ("col", plot.col), ("hue", plot.hue)) if key
+        ]
         for level in LEVELS:
             simulated = entry["simulated"][level]
             models = entry["models"] or {"": {level: None}}
@@ -861,4 +965,3 @@ def _crossing_table(plot: Plot) -> list[str]:
                 cells = [*where, f"{level:.0%}", runs, name, number(model) if model else "", ratio]
                 lines.append("| " + " | ".join(cells) + " |")
     return lines
-

@@ -54,8 +54,14 @@ RESERVED = ("trials", "items", "redraw_population", "zip")
 # transport (which changes no result) or charge a real deployment's privacy ledger.
 FIXED_KEYS: dict[str, Scalar] = {"run.driver": "fast", "run.backend": "inprocess", "run.shards": 1}
 NOT_SWEPT = (
-    *FIXED_KEYS, "run.federation", "run.round_timeout", "run.connect_timeout", "run.secure_aggregation",
-    "privacy.ledger", "privacy.max_epsilon", "run.deny_list",
+    *FIXED_KEYS,
+    "run.federation",
+    "run.round_timeout",
+    "run.connect_timeout",
+    "run.secure_aggregation",
+    "privacy.ledger",
+    "privacy.max_epsilon",
+    "run.deny_list",
 )
 TRIAL_SEED_PURPOSE = "sweep.trial"
 # Config keys added after sweeps were first written: at their defaults they change no result, so
@@ -121,8 +127,9 @@ class Trial:
     def vocabulary_key(self) -> str:
         """Equal for trials whose populations differ at most in size (one encoded vocabulary)."""
         section = {key: value for key, value in self.config["population"].items() if key != "users"}
-        return _digest({"population": section, "codec": item_codec(self.config).describe(),
-                        "seed": self.population_seed})
+        return _digest(
+            {"population": section, "codec": item_codec(self.config).describe(), "seed": self.population_seed}
+        )
 
 
 @dataclass(frozen=True)
@@ -144,7 +151,8 @@ class SweepSpec:
     def point_count(self) -> int:
         """The grid points, counted from the axes' lengths (the grid itself is not made)."""
         return math.prod(len(values) for values in self.axes.values()) * math.prod(
-            len(next(iter(group.values()))) for group in self.zipped)
+            len(next(iter(group.values()))) for group in self.zipped
+        )
 
     @property
     def trial_count(self) -> int:
@@ -183,12 +191,25 @@ class SweepSpec:
                 seed = trial_seed(point_seed, index)
                 trial_config = config.with_overrides({**FIXED_KEYS, "run.seed": seed})
                 population_seed = seed if self.redraw_population else point_seed
-                identity: dict[str, Any] = {"config": _identity(trial_config), "population_seed": population_seed,
-                                            "items": self.items}
+                identity: dict[str, Any] = {
+                    "config": _identity(trial_config),
+                    "population_seed": population_seed,
+                    "items": self.items,
+                }
                 if self.redraw_population:  # absent when false: the keys of shared-population sweeps never change
                     identity["redraw_population"] = True
-                trials.append(Trial(_digest(identity), point, index, dict(values), trial_config, population_seed,
-                                    self.items, protocol_module(str(trial_config["protocol"]["name"]))))
+                trials.append(
+                    Trial(
+                        _digest(identity),
+                        point,
+                        index,
+                        dict(values),
+                        trial_config,
+                        population_seed,
+                        self.items,
+                        protocol_module(str(trial_config["protocol"]["name"])),
+                    )
+                )
         _check_distinct(trials, points)
         return trials
 
@@ -246,9 +267,7 @@ def load_sweep(path: str | Path, max_trials: int = DEFAULT_MAX_TRIALS) -> SweepS
     except ConfigError as error:
         raise SweepError(f"sweep base config: {error}") from None
     if base["privacy"]["ledger"]:
-        raise SweepError(
-            "privacy.ledger: a sweep simulates its populations and charges no ledger; remove the key"
-        )
+        raise SweepError("privacy.ledger: a sweep simulates its populations and charges no ledger; remove the key")
     if base["run"]["deny_list"]:
         raise SweepError(
             "run.deny_list: a sweep's trials are independent runs on one population, not a chain of runs that "
@@ -298,15 +317,19 @@ def _axis(key: str, values: Any, max_values: int) -> list[Scalar]:
             '"privacy.epsilon" (quoted in TOML)'
         )
     if key in NOT_SWEPT:
-        raise SweepError(f"sweep: {key} cannot be swept (sweeps run every trial on the fast driver in process, "
-                         f"and charge no ledger); not sweepable: {list(NOT_SWEPT)}")
+        raise SweepError(
+            f"sweep: {key} cannot be swept (sweeps run every trial on the fast driver in process, "
+            f"and charge no ledger); not sweepable: {list(NOT_SWEPT)}"
+        )
     if not isinstance(values, list):
         raise SweepError(f"sweep: {key}: expected a list of values, got {values!r}")
     if not values:
         raise SweepError(f"sweep: {key}: empty list; give at least one value")
     if len(values) > max_values:
-        raise SweepError(f"sweep: {key}: {len(values):,} values, more than the {max_values:,} trials a sweep may run; "
-                         "--max-trials N raises the cap")
+        raise SweepError(
+            f"sweep: {key}: {len(values):,} values, more than the {max_values:,} trials a sweep may run; "
+            "--max-trials N raises the cap"
+        )
     section, _, name = key.partition(".")
     known = schema()
     if section not in known:
@@ -402,20 +425,25 @@ def _check_point(config: FedhhConfig, seed: int, solved: set[str]) -> None:
         users = source.n_users
     else:
         users = int(population["users"])
-        drawn_from = {key: value for key, value in population.items()
-                      if key not in ("users", "words_per_user", "concentration", "per_user")}
+        drawn_from = {
+            key: value
+            for key, value in population.items()
+            if key not in ("users", "words_per_user", "concentration", "per_user")
+        }
         vocabulary = _digest({"candidates": drawn_from, "codec": codec.describe(), "seed": seed})
         if vocabulary not in solved:  # one encoding check per vocabulary: drawing zipf's takes a while
             codec.require_memory_to_encode(sampled_candidates(population, codec, seed) or [])
             solved.add(vocabulary)
         require_population_memory(users, held_items_per_user(population, codec))
-    target = _digest({"protocol": config["protocol"], "privacy": config["privacy"], "users": users,
-                      "codec": codec.describe()})
+    target = _digest(
+        {"protocol": config["protocol"], "privacy": config["privacy"], "users": users, "codec": codec.describe()}
+    )
     if target in solved:
         return
     try:
         get_protocol(str(config["protocol"]["name"])).build_server(
-            config["privacy"], users, codec, seed, protocol=config["protocol"])
+            config["privacy"], users, codec, seed, protocol=config["protocol"]
+        )
     except PrivacyTargetError:
         if float(config["privacy"]["delta"]) * users >= 1:
             raise

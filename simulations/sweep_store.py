@@ -65,8 +65,9 @@ class SweepFolder:
     @classmethod
     def claim(cls, path: str | Path, spec: SweepSpec) -> SweepFolder:
         """Claim the folder, to fill or to resume in if it holds an earlier run of the same sweep file."""
-        folder = IncrementalFolder.claim(path, kind=KIND, field="--output", subfolders={TRIALS_DIR: TRIAL_FILE},
-                                         nested=(REPORT_FOLDER,))
+        folder = IncrementalFolder.claim(
+            path, kind=KIND, field="--output", subfolders={TRIALS_DIR: TRIAL_FILE}, nested=(REPORT_FOLDER,)
+        )
         sweep = cls(folder, spec)
         try:
             previous = sweep.read_manifest() if folder.resumed else None
@@ -145,12 +146,25 @@ class SweepFolder:
         done = self.finished()
         found = [(trial, self.read_record(trial.key)) for trial in trials if trial.key in done]
         records = [record for _, record in found]
-        rows = table_from_rows([{"trial_key": trial.key, "point": trial.point, "trial": trial.index, **trial.values,
-                                 **{column: value for column, value in record.row.items()
-                                    if column not in ("trial_key", "point", "trial", *trial.values)}}
-                                for trial, record in found])
-        items = {column: [value for record in records for value in record.items.get(column, [])]
-                 for column in ITEM_COLUMNS}
+        rows = table_from_rows(
+            [
+                {
+                    "trial_key": trial.key,
+                    "point": trial.point,
+                    "trial": trial.index,
+                    **trial.values,
+                    **{
+                        column: value
+                        for column, value in record.row.items()
+                        if column not in ("trial_key", "point", "trial", *trial.values)
+                    },
+                }
+                for trial, record in found
+            ]
+        )
+        items = {
+            column: [value for record in records for value in record.items.get(column, [])] for column in ITEM_COLUMNS
+        }
         schema = pa.schema([(column, pa.type_for_alias(kind)) for column, kind in ITEM_COLUMNS.items()])
         tables = {TRIALS_TABLE: rows, ITEMS_TABLE: pa.Table.from_pydict(items, schema=schema)}
         for name, table in tables.items():
@@ -170,8 +184,15 @@ class SweepFolder:
         manifest = self.read_manifest() or self._new_manifest()
         manifest.update(self._sweep_fields())
         run = {
-            "started": _now(), "ended": None, "status": "running", "executor": executor, "workers": workers,
-            "to_run": todo, "skipped": skipped, "computed": 0, "failed": 0,
+            "started": _now(),
+            "ended": None,
+            "status": "running",
+            "executor": executor,
+            "workers": workers,
+            "to_run": todo,
+            "skipped": skipped,
+            "computed": 0,
+            "failed": 0,
             "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         }
         manifest["runs"].append(run)
@@ -258,12 +279,22 @@ def versions() -> dict[str, str]:
     import pyarrow
     import scipy
 
-    return {"fedhh": __version__, "python": platform.python_version(), "numpy": np.__version__,
-            "scipy": scipy.__version__, "pyarrow": pyarrow.__version__}
+    return {
+        "fedhh": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "pyarrow": pyarrow.__version__,
+    }
 
 
 def machine() -> dict[str, Any]:
     """The machine a sweep ran on (for timings)."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
-    return {"platform": platform.platform(), "machine": platform.machine(), "processor": platform.processor(),
-            "cpus": os.cpu_count(), "memory_gib": round(memory / 2**30, 1)}
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpus": os.cpu_count(),
+        "memory_gib": round(memory / 2**30, 1),
+    }

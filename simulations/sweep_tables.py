@@ -85,13 +85,17 @@ class SweepTables:
     def numeric(self, name: str, flag: str = "--y") -> np.ndarray:
         values = self.column(name, flag)
         if not all((isinstance(v, (int, float)) and not isinstance(v, bool)) or v is None for v in values):
-            raise InputError(f"{flag} {name}: not a numeric column; allowed: {self.numeric_columns()}, "
-                             f"{DISCOVERY} or recall@K")
+            raise InputError(
+                f"{flag} {name}: not a numeric column; allowed: {self.numeric_columns()}, {DISCOVERY} or recall@K"
+            )
         return np.array([math.nan if v is None else float(v) for v in values])
 
     def numeric_columns(self) -> list[str]:
-        return sorted(name for name, values in self.rows.items()
-                      if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values))
+        return sorted(
+            name
+            for name, values in self.rows.items()
+            if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        )
 
     # -- selection --------------------------------------------------------------------------
 
@@ -114,11 +118,15 @@ class SweepTables:
             present = self.rows[key]
             if not any(_equal(cell, parsed) for cell in present):
                 values = ", ".join(sorted({repr(v) for v in present}))
-                raise InputError(f"--where {key}={value.strip()}: no successful trial has {key} = {parsed!r}; "
-                                 f"its values: {values}")
+                raise InputError(
+                    f"--where {key}={value.strip()}: no successful trial has {key} = {parsed!r}; its values: {values}"
+                )
             wanted.setdefault(key, []).append(parsed)
-        keep = [i for i in range(self.count)
-                if all(any(_equal(self.rows[key][i], v) for v in values) for key, values in wanted.items())]
+        keep = [
+            i
+            for i in range(self.count)
+            if all(any(_equal(self.rows[key][i], v) for v in values) for key, values in wanted.items())
+        ]
         if not keep:
             raise InputError(f"--where {' '.join(filters)}: no successful trial holds all these values together")
         return self._subset(np.array(keep, dtype=np.int64), list(filters))
@@ -161,8 +169,10 @@ class SweepTables:
         """Refuse ``recall@k`` when no trial's items table reaches its ``k``-th item."""
         if np.all(np.isnan(self.recall_at(k))):
             depth = int(np.bincount(self.item_trial, minlength=self.count).max()) if self.item_trial.size else 0
-            raise InputError(f"--y recall@{k}: the items table holds the true top {depth} of each trial "
-                             f"(sweep.items = {self.manifest.get('items')}); K at most {depth}")
+            raise InputError(
+                f"--y recall@{k}: the items table holds the true top {depth} of each trial "
+                f"(sweep.items = {self.manifest.get('items')}); K at most {depth}"
+            )
 
 
 def config_value(key: str, text: str) -> Any:

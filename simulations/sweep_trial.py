@@ -41,9 +41,17 @@ COUNT_ERRORS = ("mae", "rmse", "relative_error", "items", "without_estimate")
 # Columns of the trials table measured in seconds: the only ones that differ between two runs of a sweep.
 TIMING_COLUMNS = ("wall_s", "population_s", "server_s", "shards_s")
 # The items table: column -> pyarrow type name (cells may be null where noted in docs/sweeps.md).
-ITEM_COLUMNS = {"trial_key": "string", "item": "string", "true_rank": "int64", "true_frequency": "double",
-                "true_count": "int64", "discovered": "bool", "estimated_count": "double", PREDICTED: "double",
-                EQ5: "double"}
+ITEM_COLUMNS = {
+    "trial_key": "string",
+    "item": "string",
+    "true_rank": "int64",
+    "true_frequency": "double",
+    "true_count": "int64",
+    "discovered": "bool",
+    "estimated_count": "double",
+    PREDICTED: "double",
+    EQ5: "double",
+}
 
 
 @dataclass
@@ -99,14 +107,20 @@ class PopulationCache:
         """The trial's population and the seconds spent building it now (0 when reused)."""
         previous = self._population
         by_law = trial.config.run.simulation == "law"
-        if previous is not None and previous.key == trial.population_key and (
-                isinstance(previous.shard, CountedShard) == by_law):
+        if (
+            previous is not None
+            and previous.key == trial.population_key
+            and (isinstance(previous.shard, CountedShard) == by_law)
+        ):
             return previous, 0.0
         self._population = None  # free the previous users before drawing the next
         started = time.perf_counter()
         config = trial.config
-        if previous is not None and isinstance(previous.source, SampledSource) and (
-                self._vocabulary_key == trial.vocabulary_key):
+        if (
+            previous is not None
+            and isinstance(previous.source, SampledSource)
+            and (self._vocabulary_key == trial.vocabulary_key)
+        ):
             source: PopulationSource = previous.source.with_users(int(config["population"]["users"]))
         else:
             section = config["population"]
@@ -147,9 +161,16 @@ def run_trial(trial: Trial, cache: PopulationCache) -> TrialRecord:
     (0 for every trial after the first on a population); ``server_s`` and
     ``user_bits`` are the run's costs (:func:`_costs`).
     """
-    identity = {"trial_key": trial.key, "point": trial.point, "trial": trial.index, **trial.values,
-                "protocol": trial.config["protocol"]["name"], "simulation": trial.config.run.simulation,
-                "seed": trial.seed, "population_seed": trial.population_seed}
+    identity = {
+        "trial_key": trial.key,
+        "point": trial.point,
+        "trial": trial.index,
+        **trial.values,
+        "protocol": trial.config["protocol"]["name"],
+        "simulation": trial.config.run.simulation,
+        "seed": trial.seed,
+        "population_seed": trial.population_seed,
+    }
     population_s = 0.0
     started = time.perf_counter()
     try:
@@ -169,8 +190,14 @@ def run_trial(trial: Trial, cache: PopulationCache) -> TrialRecord:
         row.update(_costs(experiment, clock))
     except Exception as error:  # a trial's failure is data: the sweep goes on
         row, items = {"error": f"{type(error).__name__}: {error}"}, {}
-    row = {**identity, **row, "wall_s": time.perf_counter() - started, "population_s": population_s,
-           "error": row.get("error", ""), "config": json.dumps(trial.config.to_dict(), sort_keys=True)}
+    row = {
+        **identity,
+        **row,
+        "wall_s": time.perf_counter() - started,
+        "population_s": population_s,
+        "error": row.get("error", ""),
+        "config": json.dumps(trial.config.to_dict(), sort_keys=True),
+    }
     return TrialRecord(trial.key, row, items)
 
 
@@ -226,8 +253,10 @@ def _outcome(
         "true_count": truth.holders[shown].astype(np.int64).tolist(),
         "discovered": [name in discovered for name in names],
         "estimated_count": [estimates.get(name) for name in names],
-        **{column: predictions[column][: len(names)].tolist() if column in predictions else [None] * len(names)
-           for column in (PREDICTED, EQ5)},
+        **{
+            column: predictions[column][: len(names)].tolist() if column in predictions else [None] * len(names)
+            for column in (PREDICTED, EQ5)
+        },
     }
     return row, items
 

@@ -84,8 +84,12 @@ class Admission:
                 of = f" of {expected}" if expected is not None else ""
                 shown = self._tell(f"SuperNodes building their shards: {len(nodes)}{of} connected", shown)
                 messages = [
-                    Message(content=SHARD_QUERY_CODEC.encode(ShardQuery()), dst_node_id=node,
-                            message_type=SHARD_INFO_MESSAGE, group_id="shards")
+                    Message(
+                        content=SHARD_QUERY_CODEC.encode(ShardQuery()),
+                        dst_node_id=node,
+                        message_type=SHARD_INFO_MESSAGE,
+                        group_id="shards",
+                    )
                     for node in new
                 ]
                 # Each node builds its shard now: on a loaded machine that takes long, but as long as

@@ -387,9 +387,7 @@ class ProtocolStrategy(Strategy):
             self.num_shards = len(self.federation.members)
         return self.federation
 
-    def targets(
-        self, server_round: int, request: Request, grid: Grid
-    ) -> tuple[dict[int, Request], RoundParticipation]:
+    def targets(self, server_round: int, request: Request, grid: Grid) -> tuple[dict[int, Request], RoundParticipation]:
         """The online nodes to ask and their requests; offline ones are recorded, not asked."""
         participation = RoundParticipation(server_round)
         online = set(grid.get_node_ids())
@@ -412,8 +410,12 @@ class ProtocolStrategy(Strategy):
         for message in [m for m in pending.messages if m.metadata.message_id not in pushed]:
             node = message.metadata.dst_node_id
             shard = self.federation.members[node].shard_index
-            LOGGER.warning("round %s: the request to shard %d (node %d) could not be delivered",
-                           message.metadata.group_id, shard, node)
+            LOGGER.warning(
+                "round %s: the request to shard %d (node %d) could not be delivered",
+                message.metadata.group_id,
+                shard,
+                node,
+            )
             pending.participation.failed.append(shard)
             pending.messages.remove(message)
             del pending.asked[node]

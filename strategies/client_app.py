@@ -87,7 +87,7 @@ def shard_of(node_config: Mapping[str, Any]) -> tuple[int, int]:
     if missing:
         raise InputError(
             f"node config lacks {missing}: a fedhh SuperNode needs to know its shard; start it "
-            f"with --node-config \"{PARTITION_ID}=0 {NUM_PARTITIONS}=8\" (simulation sets both)"
+            f'with --node-config "{PARTITION_ID}=0 {NUM_PARTITIONS}=8" (simulation sets both)'
         )
     index, count = node_config[PARTITION_ID], node_config[NUM_PARTITIONS]
     if not (isinstance(index, int) and isinstance(count, int) and 0 <= index < count):

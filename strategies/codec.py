@@ -68,7 +68,7 @@ def parse_version(value: Any) -> tuple[int, int]:
     major, dot, minor = value.partition(".") if isinstance(value, str) else ("", "", "")
     if not (dot and major.isdigit() and minor.isdigit()):
         raise VersionMismatch(
-            f"the message carries contract version {value!r}; expected \"MAJOR.MINOR\" "
+            f'the message carries contract version {value!r}; expected "MAJOR.MINOR" '
             f"(this side speaks {version_text()})"
         )
     return int(major), int(minor)
@@ -107,8 +107,7 @@ class MessageCodec(Generic[MessageT]):
         names = set(content.keys()) - {NOTICE_RECORD}
         if names != {ARRAYS_RECORD, SCALARS_RECORD}:
             raise MessageDecodeError(
-                f"{self.tag}: expected records {sorted([ARRAYS_RECORD, SCALARS_RECORD])}, "
-                f"got {sorted(names)}"
+                f"{self.tag}: expected records {sorted([ARRAYS_RECORD, SCALARS_RECORD])}, got {sorted(names)}"
             )
         config, array_record = content[SCALARS_RECORD], content[ARRAYS_RECORD]
         if not isinstance(config, ConfigRecord) or not isinstance(array_record, ArrayRecord):
@@ -224,8 +223,7 @@ def _to_numpy(tag: str, name: str, array: Array) -> np.ndarray:
         raise MessageDecodeError(f"malformed {tag}.{name}: cannot read the array ({error})") from None
     if str(value.dtype) != array.dtype or tuple(value.shape) != tuple(array.shape):
         raise MessageDecodeError(
-            f"malformed {tag}.{name}: header says {array.dtype}{tuple(array.shape)}, "
-            f"data is {value.dtype}{value.shape}"
+            f"malformed {tag}.{name}: header says {array.dtype}{tuple(array.shape)}, data is {value.dtype}{value.shape}"
         )
     return value
 

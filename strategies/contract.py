@@ -111,8 +111,10 @@ def _cell(text: str) -> str:
 def _message_section(title: str, message_type: type) -> str:
     doc = inspect.cleandoc(message_type.__doc__ or "").split("\n\n")[0].replace("\n", " ")
     tag = message_layout(message_type).tag
-    return (f"#### {title}: `{message_type.__name__}`\n\n{doc} Its `\"{TYPE_KEY}\"` is `\"{tag}\"`.\n\n"
-            f"{field_table(message_type)}\n")
+    return (
+        f'#### {title}: `{message_type.__name__}`\n\n{doc} Its `"{TYPE_KEY}"` is `"{tag}"`.\n\n'
+        f"{field_table(message_type)}\n"
+    )
 
 
 def _indented_quote(text: str) -> str:
@@ -253,8 +255,8 @@ def render() -> str:
         "## Your ClientApp beside fedhh's ServerApp",
         "",
         "A ClientApp of your own runs with fedhh's ServerApp as one Flower App: a project whose "
-        "`pyproject.toml` names `serverapp = \"simulations.flower_app:app\"` (fedhh, installed where the "
-        "SuperLink runs) and `clientapp = \"your_module:app\"` (your code, in the app bundle: the nodes "
+        '`pyproject.toml` names `serverapp = "simulations.flower_app:app"` (fedhh, installed where the '
+        'SuperLink runs) and `clientapp = "your_module:app"` (your code, in the app bundle: the nodes '
         "need Flower and whatever your code imports) under `[tool.flwr.app.components]`. Its "
         "`[tool.flwr.app.config]` lists the fedhh config keys of the run (`docs/configuration.md`), as "
         "tables (`[tool.flwr.app.config.protocol]`) or dotted keys: Flower refuses a `--run-config` "
@@ -280,16 +282,16 @@ def render() -> str:
         "",
         "The content (`RecordDict`) of every request and reply holds exactly two records, plus one optional:",
         "",
-        f"* `\"{ARRAYS_RECORD}\"`: an `ArrayRecord`, one `Array` (numpy serialisation) per array field;",
-        f"* `\"{SCALARS_RECORD}\"`: a `ConfigRecord`, one entry per scalar field (Python `int`, `float`, "
-        f"`str` or `bool`, exactly as typed), plus `\"{TYPE_KEY}\"`: the message class name and "
-        f"`\"{VERSION_KEY}\"`: the contract version its sender speaks, `\"MAJOR.MINOR\"`;",
-        f"* `\"{NOTICE_RECORD}\"` (requests only, optional): a `ConfigRecord` whose `\"{REASON_KEY}\"` tells the "
+        f'* `"{ARRAYS_RECORD}"`: an `ArrayRecord`, one `Array` (numpy serialisation) per array field;',
+        f'* `"{SCALARS_RECORD}"`: a `ConfigRecord`, one entry per scalar field (Python `int`, `float`, '
+        f'`str` or `bool`, exactly as typed), plus `"{TYPE_KEY}"`: the message class name and '
+        f'`"{VERSION_KEY}"`: the contract version its sender speaks, `"MAJOR.MINOR"`;',
+        f'* `"{NOTICE_RECORD}"` (requests only, optional): a `ConfigRecord` whose `"{REASON_KEY}"` tells the '
         "node why the server refused its previous reply.",
         "",
         "Shapes name their axes: a number is a fixed length, a scalar field's name (with an offset, "
         "`round-1`) is that field's value, and any other name is a free length that must be the same in "
-        "every array of the message naming it. \"At least\" is the smallest allowed element or value "
+        'every array of the message naming it. "At least" is the smallest allowed element or value '
         "(ids, symbols and counts are never negative).",
         "",
         "## Versions and compatibility",
@@ -307,7 +309,7 @@ def render() -> str:
         "ignored; a reply of another major version, or with no version, is refused. A refused reply "
         "(another version, a malformed or impossible one) is dropped from its round, the run goes on, "
         f"the round's line of the trace names the shard under `rejected_shards` and the reason under "
-        f"`refusals`, and the node's next request carries the reason in its `\"{NOTICE_RECORD}\"` record. "
+        f'`refusals`, and the node\'s next request carries the reason in its `"{NOTICE_RECORD}"` record. '
         "A client that cannot decode a request (another major version) answers with a Flower error reply "
         "whose reason says so; the server counts the node failed for that round and records the reason.",
         "",
@@ -320,14 +322,14 @@ def render() -> str:
         "over 10 users holds users 0..2, shard 1 users 3..5, shard 2 users 6..9. A node answers with "
         "`shard_index` = `i`, `num_shards` = `k`, `first_user` and `users` from `shard_bounds(n, i, k)`, "
         "and `population` = `n`; under Flower `i` and `k` are its node config's `partition-id` and "
-        "`num-partitions`, and `k` is `run.shards` (a device, `run.federation = \"devices\"`, is shard "
+        '`num-partitions`, and `k` is `run.shards` (a device, `run.federation = "devices"`, is shard '
         "`u` of `n` for its user id `u`). The server admits the nodes only if they split `0..n-1` exactly "
         "so, each user held once.",
         "",
-        "`n` is the server's: with `population.source = \"file\"` (or `\"dataset\"`) the number of users "
+        '`n` is the server\'s: with `population.source = "file"` (or `"dataset"`) the number of users '
         "of the file (`population.path`; a `.txt` file has one user a line), whatever "
         "`population.users` says (it is not read); with a generated source (`wordfreq`, `zipf`, "
-        "`exponential`) and with `run.federation = \"devices\"`, `population.users`. A node that holds "
+        '`exponential`) and with `run.federation = "devices"`, `population.users`. A node that holds '
         "its own users' data (not the population's file) must be told `n` (in its node config) and hold "
         "exactly the users of its shard, in the order of their ids, one item each as the population's "
         "file lists them.",

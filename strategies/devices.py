@@ -42,7 +42,7 @@ def device_of(node_config: Mapping[str, Any], n_users: int) -> tuple[int, str]:
     missing = [key for key in (USER_ID, DATA_FILE) if key not in node_config]
     if missing:
         raise InputError(
-            f"node config lacks {missing}: in a run.federation = \"devices\" run every SuperNode is one "
+            f'node config lacks {missing}: in a run.federation = "devices" run every SuperNode is one '
             f"user's device; start it with --node-config '{USER_ID}=0 {DATA_FILE}=\"/path/to/items.txt\"'"
         )
     user_id, data_file = node_config[USER_ID], node_config[DATA_FILE]

@@ -141,8 +141,9 @@ def run_on_grid(
         experiment = Experiment(config) if server_holds_population(config) else None
         write = write_result if config["run"]["federation"] == DEVICES else write_outputs
         display = progress if show_progress else None
-        path = _run(grid, config, experiment, context, lambda document: write(folder, document), display, run_id,
-                    stop, status)
+        path = _run(
+            grid, config, experiment, context, lambda document: write(folder, document), display, run_id, stop, status
+        )
         assert path is not None
         return path
 
@@ -154,8 +155,12 @@ def server_holds_population(config: FedhhConfig) -> bool:
 
 
 def run_prepared(
-    grid: Grid, run_config: Mapping[str, Any], context: Context, prepared: PreparedRun,
-    stop: threading.Event | None = None, progress: ProgressFactory | None = None,
+    grid: Grid,
+    run_config: Mapping[str, Any],
+    context: Context,
+    prepared: PreparedRun,
+    stop: threading.Event | None = None,
+    progress: ProgressFactory | None = None,
     status: StatusCallback | None = None,
 ) -> Path | None:
     """Run a driver's prepared experiment over the grid's nodes; what ``prepared.write`` returns."""
@@ -194,9 +199,7 @@ def _run(
             admitted = time.perf_counter()
             federation = Admission(SHARDS, shards, None, connect_timeout, round_timeout, stop, status).run(grid)
             n_users, admission_s = federation.n_users, time.perf_counter() - admitted
-        server = spec.build_server(
-            config["privacy"], n_users, codec, int(run["seed"]), protocol=config["protocol"]
-        )
+        server = spec.build_server(config["privacy"], n_users, codec, int(run["seed"]), protocol=config["protocol"])
     else:
         n_users = experiment.n_users
         server = experiment.make_server()
@@ -271,8 +274,12 @@ def add_participation(document: dict[str, Any], strategy: ProtocolStrategy) -> N
 
 
 def dataless_document(
-    config: FedhhConfig, result: ProtocolResult, timing: dict[str, float], n_users: int,
-    communication: Communication | None = None, deny_list: DenyList | None = None,
+    config: FedhhConfig,
+    result: ProtocolResult,
+    timing: dict[str, float],
+    n_users: int,
+    communication: Communication | None = None,
+    deny_list: DenyList | None = None,
 ) -> dict[str, Any]:
     """The result of a server that holds no data (a device federation, or a shards federation
     without ``run.evaluation``): what it can know without anyone's data; no population is described."""
@@ -326,8 +333,9 @@ def make_server_app(
         requested = stop.requested if stop is not None else None
         try:
             if prepared is None:
-                run_on_grid(grid, run_config, context, requested, write_outputs=write_outputs, progress=progress,
-                            status=status)
+                run_on_grid(
+                    grid, run_config, context, requested, write_outputs=write_outputs, progress=progress, status=status
+                )
             else:
                 run_prepared(grid, run_config, context, prepared, requested, progress, status)
         except RunStopped:

@@ -117,9 +117,7 @@ def admit(infos: Mapping[int, ShardInfo], n_users: int, num_shards: int, mode: s
     refused = {node: problem for node, problem in problems.items() if problem is not None}
     if refused and mode == SHARDS:
         raise ShardCoverageError("; ".join(sorted(set(refused.values()))))
-    members = {
-        nodes[0]: infos[nodes[0]] for _, nodes in sorted(by_index.items()) if len(nodes) == 1
-    }
+    members = {nodes[0]: infos[nodes[0]] for _, nodes in sorted(by_index.items()) if len(nodes) == 1}
     return Federation(n_users, members, refused)
 
 

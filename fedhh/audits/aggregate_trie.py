@@ -63,13 +63,19 @@ def statistic(params: AggregateTrieParameters, shift: bool, trials: int, generat
     noise = level_noise(params.noise, params.scale, trials * cells, generator).reshape(trials, cells).sum(axis=1)
     if not shift:
         return noise
-    sampled = generator.binomial(params.levels, params.sampling_rate, trials) if params.sampling_rate < 1 else (
-        np.full(trials, params.levels))
+    sampled = (
+        generator.binomial(params.levels, params.sampling_rate, trials)
+        if params.sampling_rate < 1
+        else (np.full(trials, params.levels))
+    )
     return noise + sampled * params.contributions
 
 
 def audit_aggregate_trie(
-    params: AggregateTrieParameters, trials: int = 1_000_000, seed: int = 0, confidence: float = 0.95,
+    params: AggregateTrieParameters,
+    trials: int = 1_000_000,
+    seed: int = 0,
+    confidence: float = 0.95,
     claim: tuple[float, float] | None = None,
 ) -> AggregateTrieAudit:
     """Audit the run of ``params`` (module docstring) against ``claim`` (default: its own guarantee);
@@ -101,5 +107,6 @@ def audit_aggregate_trie(
             best = max(best, math.log((low - delta) / high))
         p_without.append(less / trials)
         p_with.append(more / trials)
-    return AggregateTrieAudit(params.noise, epsilon, delta, trials, confidence, thresholds, tuple(p_without),
-                              tuple(p_with), best)
+    return AggregateTrieAudit(
+        params.noise, epsilon, delta, trials, confidence, thresholds, tuple(p_without), tuple(p_with), best
+    )

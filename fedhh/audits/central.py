@@ -77,12 +77,17 @@ class CentralAudit:
     @property
     def violated(self) -> bool:
         """The measurements contradict the claim (at the stated confidence)."""
-        return (self.epsilon_lower > self.claimed_epsilon + TOLERANCE
-                or self.delta_lower > self.claimed_delta + TOLERANCE)
+        return (
+            self.epsilon_lower > self.claimed_epsilon + TOLERANCE or self.delta_lower > self.claimed_delta + TOLERANCE
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "epsilon_lower": self.epsilon_lower, "delta_lower": self.delta_lower,
-                "violated": self.violated}
+        return {
+            **asdict(self),
+            "epsilon_lower": self.epsilon_lower,
+            "delta_lower": self.delta_lower,
+            "violated": self.violated,
+        }
 
 
 def _release(params: CentralParameters, holders: int, trials: int, generator: np.random.Generator) -> np.ndarray:
@@ -136,9 +141,17 @@ def audit_central(
             above_with = int(np.count_nonzero(with_ > t))  # NaN compares false: not released
             above_without = int(np.count_nonzero(without > t))
             # (event, hits of the population it favours, of the other, under D, under D', the other is D)
-            events = ((f"released above {t:.4g}", above_with, above_without, above_without, above_with, True),
-                      (f"not released above {t:.4g}", trials - above_without, trials - above_with,
-                       trials - above_without, trials - above_with, False))
+            events = (
+                (f"released above {t:.4g}", above_with, above_without, above_without, above_with, True),
+                (
+                    f"not released above {t:.4g}",
+                    trials - above_without,
+                    trials - above_with,
+                    trials - above_without,
+                    trials - above_with,
+                    False,
+                ),
+            )
             for name, more, less, hits_without, hits_with, less_is_without in events:
                 lower, _ = clopper_pearson(np.array([more]), np.array([trials]), alpha / 2)
                 _, upper = clopper_pearson(np.array([less]), np.array([trials]), alpha / 2)

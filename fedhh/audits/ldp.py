@@ -95,8 +95,10 @@ def _report_columns(reports: Any, n_reports: int) -> Iterator[np.ndarray]:
 def distinct_reports(reports: Any) -> np.ndarray:
     """Index of the first occurrence of each distinct report (rows compared byte for byte)."""
     n_reports = len(reports)
-    parts = [np.ascontiguousarray(column.reshape(n_reports, -1)).view(np.uint8).reshape(n_reports, -1)
-             for column in _report_columns(reports, n_reports)]
+    parts = [
+        np.ascontiguousarray(column.reshape(n_reports, -1)).view(np.uint8).reshape(n_reports, -1)
+        for column in _report_columns(reports, n_reports)
+    ]
     if not parts:
         raise InputError(f"{type(reports).__name__}: no per-report arrays to compare")
     rows = np.ascontiguousarray(np.concatenate(parts, axis=1))

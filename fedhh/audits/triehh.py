@@ -47,9 +47,7 @@ Progress = Callable[[int], None]  # called with the number of draws or runs just
 
 
 # statistics -------------------------------------------------------------------
-def clopper_pearson(
-    hits: np.ndarray | int, trials: np.ndarray | int, alpha: float
-) -> tuple[np.ndarray, np.ndarray]:
+def clopper_pearson(hits: np.ndarray | int, trials: np.ndarray | int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """One-sided Clopper-Pearson bounds, each holding with probability ``1 - alpha``."""
     hits = np.asarray(hits, dtype=np.float64)
     trials = np.asarray(trials, dtype=np.float64)
@@ -102,9 +100,12 @@ def epsilon_from_bounds(more: Estimate, less: Estimate, delta: float) -> float:
 
 
 def epsilon_lower_bound(
-    hits_more: np.ndarray | int, trials_more: np.ndarray | int, hits_less: np.ndarray | int,
+    hits_more: np.ndarray | int,
+    trials_more: np.ndarray | int,
+    hits_less: np.ndarray | int,
     trials_less: np.ndarray | int,
-    delta: float, alpha: float,
+    delta: float,
+    alpha: float,
 ) -> np.ndarray:
     """:func:`epsilon_from_bounds` of plain counts (Clopper-Pearson, ``alpha / 2`` per side)."""
     lower, _ = clopper_pearson(hits_more, trials_more, alpha / 2)
@@ -336,7 +337,8 @@ def audit_round(
         added = epsilon_from_bounds(with_, without, delta)
         kept_out = epsilon_from_bounds(without.complement(), with_.complement(), delta)
         event, p0, p1 = (
-            ("prefix added (>= θ votes)", without.mean, with_.mean) if added >= kept_out
+            ("prefix added (>= θ votes)", without.mean, with_.mean)
+            if added >= kept_out
             else ("prefix not added", 1 - without.mean, 1 - with_.mean)
         )
         events.append(EventAudit(c, proposal_holders(params, c), event, trials, p0, p1, max(added, kept_out), exact_c))
@@ -344,8 +346,14 @@ def audit_round(
 
 
 def _audit(
-    scope: str, observe: str, params: TrieHHParameters, delta: float, claimed: float,
-    confidence: float, events: list[EventAudit], started: float,
+    scope: str,
+    observe: str,
+    params: TrieHHParameters,
+    delta: float,
+    claimed: float,
+    confidence: float,
+    events: list[EventAudit],
+    started: float,
 ) -> TrieHHAudit:
     exact = [e.epsilon_exact for e in events if e.epsilon_exact is not None]
     return TrieHHAudit(
@@ -486,8 +494,13 @@ def _depth_terms(sampler: _Sampler, depths: np.ndarray, votes: np.ndarray, depth
 
 
 def _best_depth_event(
-    holders: int, samplers: list[_Sampler], runs: list[tuple[np.ndarray, np.ndarray]],
-    delta: float, confidence: float, swept: int, params: TrieHHParameters,
+    holders: int,
+    samplers: list[_Sampler],
+    runs: list[tuple[np.ndarray, np.ndarray]],
+    delta: float,
+    confidence: float,
+    swept: int,
+    params: TrieHHParameters,
 ) -> EventAudit:
     """Measure, on every run, the depth event that the exact depth distributions say
     separates D from D' most at δ ("depth >= j" or "depth < j").
@@ -541,8 +554,12 @@ def _exact_best_depth_event(params: TrieHHParameters, holders: int, delta: float
 
 
 def _trials_needed(
-    samplers: list[_Sampler], runs: list[tuple[np.ndarray, np.ndarray]], depth: int, alpha: float,
-    delta: float, reached_favoured: bool,
+    samplers: list[_Sampler],
+    runs: list[tuple[np.ndarray, np.ndarray]],
+    depth: int,
+    alpha: float,
+    delta: float,
+    reached_favoured: bool,
 ) -> int | None:
     """About how many runs per population would make this event's bound reach half its
     point estimate, from the spread of the weighted terms seen (None: nothing to go on)."""
@@ -560,16 +577,15 @@ def _trials_needed(
     log_term = math.log(2 / alpha)
     for doubling in range(30):
         trials = 1000 * 2**doubling
-        widths = [math.sqrt(2 * var * log_term / trials) + 7 * bound * log_term / (3 * trials)
-                  for _, var, bound in moments]
+        widths = [
+            math.sqrt(2 * var * log_term / trials) + 7 * bound * log_term / (3 * trials) for _, var, bound in moments
+        ]
         if p_more - widths[1] > delta and math.log((p_more - widths[1] - delta) / (p_less + widths[0])) >= target:
             return trials
     return None
 
 
-def _threshold_events(
-    without: np.ndarray, with_: np.ndarray
-) -> list[tuple[str, Callable[..., np.ndarray], bool]]:
+def _threshold_events(without: np.ndarray, with_: np.ndarray) -> list[tuple[str, Callable[..., np.ndarray], bool]]:
     """Candidate events "outcome >= t" (D' favoured) and "outcome < t" (D favoured)."""
     values = np.unique(np.concatenate([without, with_]))
     events = []
@@ -579,9 +595,7 @@ def _threshold_events(
     return events
 
 
-def _best_vote_event(
-    holders: int, outcomes: list[np.ndarray], select: int, delta: float, alpha: float
-) -> EventAudit:
+def _best_vote_event(holders: int, outcomes: list[np.ndarray], select: int, delta: float, alpha: float) -> EventAudit:
     """The server's view: a threshold on the total votes, chosen on the first ``select`` runs."""
     without, with_ = outcomes
     best = None
@@ -615,7 +629,7 @@ def _exact_run_epsilon(params: TrieHHParameters, holders: int, delta: float) -> 
     depths = np.arange(params.max_rounds + 1)
 
     def depth_pmf(p: float) -> np.ndarray:
-        reach = p ** depths
+        reach = p**depths
         return reach - np.append(reach[1:], 0.0)
 
     return float(hockey_stick_epsilon(depth_pmf(float(p_with[0])), depth_pmf(float(p_without[0])), delta)[0])

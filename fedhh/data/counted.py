@@ -86,8 +86,9 @@ class UserTypes:
 
     def holders(self, vocabulary_size: int) -> np.ndarray:
         """Per item, the users of these types holding it."""
-        return np.bincount(self.item_ids, weights=self.users[self.type_of_entry].astype(np.float64),
-                           minlength=vocabulary_size).astype(np.int64)
+        return np.bincount(
+            self.item_ids, weights=self.users[self.type_of_entry].astype(np.float64), minlength=vocabulary_size
+        ).astype(np.int64)
 
     def weight_units(self, vocabulary_size: int) -> np.ndarray:
         """Per item, the sum over these users of its local share, in ``2**-SHARE_BITS`` units
@@ -112,8 +113,12 @@ class UserTypes:
         offsets = [parts[0].offsets]
         for part in parts[1:]:
             offsets.append(part.offsets[1:] + offsets[-1][-1])
-        joined = cls(np.concatenate(offsets), np.concatenate([p.item_ids for p in parts]),
-                     np.concatenate([p.item_counts for p in parts]), np.concatenate([p.users for p in parts]))
+        joined = cls(
+            np.concatenate(offsets),
+            np.concatenate([p.item_ids for p in parts]),
+            np.concatenate([p.item_counts for p in parts]),
+            np.concatenate([p.users for p in parts]),
+        )
         return joined.merged()
 
     def merged(self) -> UserTypes:
@@ -229,7 +234,9 @@ def counted_users(source: PopulationSource, start: int, stop: int, seed: int) ->
         rng = KeyedRandomness(seed).generator(COUNTS_PURPOSE, start, stop)
         drawn = rng.multinomial(stop - start, law).astype(np.int64)  # entry 0: users holding nothing
         return CountedShard(source.vocabulary, start, stop - start, drawn[1:], UserTypes.none(), source.n_users)
-    return CountedShard.combine([
-        CountedShard.of_shard(source.build_users(first, min(first + TRUTH_CHUNK_USERS, stop)), source.n_users)
-        for first in range(start, max(stop, start + 1), TRUTH_CHUNK_USERS)
-    ])
+    return CountedShard.combine(
+        [
+            CountedShard.of_shard(source.build_users(first, min(first + TRUTH_CHUNK_USERS, stop)), source.n_users)
+            for first in range(start, max(stop, start + 1), TRUTH_CHUNK_USERS)
+        ]
+    )

@@ -86,8 +86,7 @@ class DenyList:
 
     def source(self) -> dict[str, Any]:
         """Where the list comes from, as a ledger entry names it (no items)."""
-        source: dict[str, Any] = {"kind": self.kind, "path": self.path, "sha256": self.sha256,
-                                  "items": len(self.items)}
+        source: dict[str, Any] = {"kind": self.kind, "path": self.path, "sha256": self.sha256, "items": len(self.items)}
         if self.previous_run_id is not None:
             source["previous_run_id"] = self.previous_run_id
         return source
@@ -182,8 +181,11 @@ def _checked(path: str, items: list[str], max_length: int, what: str) -> tuple[s
         if not item:
             raise _fail(path, f"{what} {number} is empty")
         if len(item) > max_length:
-            raise _fail(path, f"{what} {number} has {len(item):,} characters, more than any item can "
-                        f"(protocol.max_length = {max_length})")
+            raise _fail(
+                path,
+                f"{what} {number} has {len(item):,} characters, more than any item can "
+                f"(protocol.max_length = {max_length})",
+            )
     if not items:
         raise _fail(path, "lists no item")
     return tuple(dict.fromkeys(items))
@@ -204,8 +206,7 @@ def without_denied(shard: Shard, mask: np.ndarray) -> Shard:
     keep = ~mask[shard.item_ids]
     owner = np.repeat(np.arange(shard.n_users), np.diff(shard.item_offsets))[keep]
     offsets = np.searchsorted(owner, np.arange(shard.n_users + 1), side="left").astype(np.int64)
-    return Shard(shard.vocabulary, shard.first_user, offsets, shard.item_ids[keep],
-                 np.asarray(shard.item_counts)[keep])
+    return Shard(shard.vocabulary, shard.first_user, offsets, shard.item_ids[keep], np.asarray(shard.item_counts)[keep])
 
 
 class DeniedItemsSource(PopulationSource):
@@ -222,8 +223,11 @@ class DeniedItemsSource(PopulationSource):
         self.vocabulary = source.vocabulary
         self.mask = denied_mask(source.vocabulary, deny_list)
         if self.mask.all():
-            raise _fail(deny_list.path, f"denies every one of the population's {self.vocabulary.size:,} items, "
-                        "so no user would have anything to contribute")
+            raise _fail(
+                deny_list.path,
+                f"denies every one of the population's {self.vocabulary.size:,} items, "
+                "so no user would have anything to contribute",
+            )
 
     def build_users(self, start: int, stop: int) -> Shard:
         return without_denied(self.source.build_users(start, stop), self.mask)

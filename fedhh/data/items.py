@@ -94,9 +94,7 @@ def get_alphabet(name: str) -> Alphabet:
     try:
         return ALPHABETS[name]
     except KeyError:
-        raise InputError(
-            f"protocol.alphabet: unknown alphabet {name!r}; allowed: {sorted(ALPHABETS)}"
-        ) from None
+        raise InputError(f"protocol.alphabet: unknown alphabet {name!r}; allowed: {sorted(ALPHABETS)}") from None
 
 
 @dataclass(frozen=True)
@@ -138,19 +136,14 @@ class ItemCodec:
 
     def __post_init__(self) -> None:
         if not 1 <= self.unit_size <= MAX_UNIT_SIZE:
-            raise InputError(
-                f"protocol.unit_size: must be an integer in 1..{MAX_UNIT_SIZE}, got {self.unit_size}"
-            )
+            raise InputError(f"protocol.unit_size: must be an integer in 1..{MAX_UNIT_SIZE}, got {self.unit_size}")
         if self.max_length < 1:
             raise InputError(f"protocol.max_length: must be >= 1, got {self.max_length}")
         if self.overlong not in OVERLONG_POLICIES:
-            raise InputError(
-                f"protocol.overlong: got {self.overlong!r}; allowed: {list(OVERLONG_POLICIES)}"
-            )
+            raise InputError(f"protocol.overlong: got {self.overlong!r}; allowed: {list(OVERLONG_POLICIES)}")
         if self.unknown_chars not in UNKNOWN_CHAR_POLICIES:
             raise InputError(
-                f"protocol.unknown_chars: got {self.unknown_chars!r}; "
-                f"allowed: {list(UNKNOWN_CHAR_POLICIES)}"
+                f"protocol.unknown_chars: got {self.unknown_chars!r}; allowed: {list(UNKNOWN_CHAR_POLICIES)}"
             )
 
     @property
@@ -204,17 +197,19 @@ class ItemCodec:
         if bad_char.any() and self.unknown_chars == "error":
             first = int(np.flatnonzero(bad_char)[0])
             raise _item_error(
-                items[first], first,
+                items[first],
+                first,
                 f"has characters outside the {self.alphabet.name!r} alphabet; set protocol.unknown_chars = "
-                f"\"drop\" to drop such items, or choose another protocol.alphabet ({sorted(ALPHABETS)})",
+                f'"drop" to drop such items, or choose another protocol.alphabet ({sorted(ALPHABETS)})',
             )
         overlong = (lengths > self.max_length) & ~bad_char
         if overlong.any() and self.overlong == "error":
             first = int(np.flatnonzero(overlong)[0])
             raise _item_error(
-                items[first], first,
+                items[first],
+                first,
                 f"has {lengths[first]} characters, more than protocol.max_length = {self.max_length}; set "
-                "protocol.overlong to \"drop\" or \"truncate\" to accept it",
+                'protocol.overlong to "drop" or "truncate" to accept it',
             )
         kept = ~bad_char
         if self.overlong == "drop":
@@ -256,7 +251,8 @@ class ItemCodec:
         alphabet (as the sampled sources' candidates are: they are drawn or filtered by it)."""
         lengths = np.fromiter(
             map(len, map(str.encode, items)) if self.alphabet.byte_level else map(len, items),
-            dtype=np.int64, count=len(items),
+            dtype=np.int64,
+            count=len(items),
         )
         kept = lengths <= self.max_length if self.overlong == "drop" else np.ones(lengths.size, dtype=bool)
         self.require_encoding_memory(int(kept.sum()), int(lengths[kept].max(initial=0)), int(lengths.sum()))
@@ -325,7 +321,7 @@ def _check_unicode(item: str, position: int) -> None:
         item.encode("utf-8")
     except UnicodeEncodeError as error:
         raise _item_error(
-            item, position, f"is not valid Unicode ({error.reason}: {item[error.start:error.end]!r})"
+            item, position, f"is not valid Unicode ({error.reason}: {item[error.start : error.end]!r})"
         ) from None
 
 

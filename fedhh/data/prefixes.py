@@ -107,8 +107,9 @@ class PrefixIndex:
         """
         parents = np.asarray(parents)
         if depth > 1 and (parents.ndim != 2 or parents.shape[1] != depth - 1):
-            raise ValueError(f"parents of depth-{depth} prefixes must be rows of {depth - 1} symbols, "
-                             f"got shape {parents.shape}")
+            raise ValueError(
+                f"parents of depth-{depth} prefixes must be rows of {depth - 1} symbols, got shape {parents.shape}"
+            )
         last = self._extending
         if last is not None and last[0] == depth and (depth == 1 or np.array_equal(last[1], parents)):
             return last[2]

@@ -119,8 +119,10 @@ class SampledSource(PopulationSource):
         over the same draws (:func:`fedhh.data.user_words.polya_urn_words`)."""
         users = np.arange(start, stop)
         draws = UserRandom(derive_key(self.seed, POPULATION_PURPOSE), users)
-        fresh = (self._candidate_item[np.minimum(self._pick(draws.random()), self._candidate_item.size - 1)]
-                 for _ in range(self.words_per_user))
+        fresh = (
+            self._candidate_item[np.minimum(self._pick(draws.random()), self._candidate_item.size - 1)]
+            for _ in range(self.words_per_user)
+        )
         if self.concentration > 0 and self.words_per_user > 1:
             urn = UserRandom(derive_key(self.seed, URN_PURPOSE), users)
             return list(polya_urn_words(fresh, self.words_per_user, urn, self.concentration))
@@ -172,9 +174,11 @@ class WordfreqSource(SampledSource):
     def _encode(self, candidates: list[str], codec: ItemCodec) -> tuple[Vocabulary, np.ndarray]:
         """Kept in fedhh's cache under the candidates' key and the codec: reading the encoded
         words back costs a fraction of encoding them and finding the distinct rows."""
-        key = None if self._candidates_key is None else {
-            **self._candidates_key, "vocabulary_format": VOCABULARY_FORMAT, "codec": codec.describe()
-        }
+        key = (
+            None
+            if self._candidates_key is None
+            else {**self._candidates_key, "vocabulary_format": VOCABULARY_FORMAT, "codec": codec.describe()}
+        )
         stored = cache.load("vocabulary", key) if key is not None else None
         if stored is not None:
             try:
@@ -228,8 +232,10 @@ class LanguagePartiesSource(WordfreqSource):
 
         unknown = [language for language in languages if language not in wordfreq.available_languages()]
         if unknown:
-            raise InputError(f"population.languages: {unknown[0]!r} is not in wordfreq; "
-                             f"allowed: {sorted(wordfreq.available_languages())}")
+            raise InputError(
+                f"population.languages: {unknown[0]!r} is not in wordfreq; "
+                f"allowed: {sorted(wordfreq.available_languages())}"
+            )
         lists = [wordfreq_candidates(language, vocabulary_size, codec.alphabet.name) for language in languages]
         union: dict[str, int] = {}
         for words, _ in lists:
@@ -242,8 +248,9 @@ class LanguagePartiesSource(WordfreqSource):
         self.languages = list(languages)
         self.language = ",".join(languages)
         self._candidates_key = None
-        SampledSource.__init__(self, list(union), laws.mean(axis=0), n_users, words_per_user, codec, seed,
-                               before_encoding, concentration)
+        SampledSource.__init__(
+            self, list(union), laws.mean(axis=0), n_users, words_per_user, codec, seed, before_encoding, concentration
+        )
         self._party_picks = [InverseCdf(np.cumsum(law) / np.sum(law)) for law in laws]
 
     def item_law(self) -> np.ndarray | None:
@@ -283,8 +290,12 @@ def _vocabulary_arrays(vocabulary: Vocabulary) -> dict[str, np.ndarray] | None:
         return None
     report = vocabulary.encoding
     counts = [report.kept, report.dropped_overlong, report.truncated, report.dropped_unknown_chars]
-    return {"items": items, "rows": vocabulary.rows, "key_order": vocabulary.key_order,
-            "encoding": np.array(counts, dtype=np.int64)}
+    return {
+        "items": items,
+        "rows": vocabulary.rows,
+        "key_order": vocabulary.key_order,
+        "encoding": np.array(counts, dtype=np.int64),
+    }
 
 
 def _vocabulary_from_arrays(arrays: dict[str, np.ndarray], codec: ItemCodec) -> Vocabulary:
@@ -332,8 +343,14 @@ def _candidates_key(language: str, size: int, alphabet: str) -> dict[str, Any] |
     version = _wordfreq_version()
     if version is None or alphabet not in ALPHABETS:
         return None
-    return {"format": CANDIDATES_FORMAT, "wordfreq": version, "language": language, "size": size,
-            "alphabet": alphabet, "characters": ALPHABETS[alphabet].characters.hex()}
+    return {
+        "format": CANDIDATES_FORMAT,
+        "wordfreq": version,
+        "language": language,
+        "size": size,
+        "alphabet": alphabet,
+        "characters": ALPHABETS[alphabet].characters.hex(),
+    }
 
 
 @functools.cache
@@ -360,15 +377,16 @@ def _select_candidates(language: str, size: int, alphabet: str) -> tuple[list[st
 
     if language not in wordfreq.available_languages():
         raise InputError(
-            f"population.language: {language!r} is not in wordfreq; "
-            f"allowed: {sorted(wordfreq.available_languages())}"
+            f"population.language: {language!r} is not in wordfreq; allowed: {sorted(wordfreq.available_languages())}"
         )
     buckets = wordfreq.get_frequency_list(language)
     listed = list(itertools.chain.from_iterable(buckets))
     bucket_of = np.repeat(np.arange(len(buckets)), [len(bucket) for bucket in buckets])
     allowed = ALPHABETS[alphabet]
-    keep = np.arange(len(listed)) if allowed.byte_level else np.flatnonzero(
-        _spelled_with(listed, allowed.index_table()[:128] > 0)
+    keep = (
+        np.arange(len(listed))
+        if allowed.byte_level
+        else np.flatnonzero(_spelled_with(listed, allowed.index_table()[:128] > 0))
     )
     if keep.size > size:  # every bucket up to the one of the size-th word, for the ties in that bucket
         keep = keep[bucket_of[keep] <= bucket_of[keep[size - 1]]]
@@ -510,9 +528,7 @@ class FileSource(PopulationSource):
             first = np.unique(item_index, return_index=True)[1]  # codes follow first appearance
             place = occurrence_place(path, int(first[error.position]))
             raise ItemError(f"population.path {path!r}: {place}: {error.reason}") from None
-        self._all = Shard.from_pairs(
-            self.vocabulary, 0, self.n_users, user_index, candidate_item[item_index]
-        )
+        self._all = Shard.from_pairs(self.vocabulary, 0, self.n_users, user_index, candidate_item[item_index])
 
     def build_users(self, start: int, stop: int) -> Shard:
         return self._all.slice(start, stop)
@@ -555,9 +571,7 @@ def read_user_items(path: str) -> tuple[list[Any], list[str]]:
         return list(range(len(lines))), lines
     if suffix in TABLE_SUFFIXES:
         return read_table(file, path, suffix)
-    raise InputError(
-        f"population.path: unsupported file type {suffix!r}; allowed: .txt, .csv, .parquet"
-    )
+    raise InputError(f"population.path: unsupported file type {suffix!r}; allowed: .txt, .csv, .parquet")
 
 
 def read_lines(file: Path, path: str) -> list[str]:
@@ -577,8 +591,10 @@ def read_lines(file: Path, path: str) -> list[str]:
         line = raw[:start].count(b"\n") + 1
         line_start = raw.rfind(b"\n", 0, start) + 1
         column = len(raw[line_start:start].decode("utf-8-sig", errors="replace")) + 1
-        raise ItemError(f"population.path {path!r}: line {line} is not valid UTF-8 (column {column}, "
-                        f"byte {start - line_start + 1} of the line)") from None
+        raise ItemError(
+            f"population.path {path!r}: line {line} is not valid UTF-8 (column {column}, "
+            f"byte {start - line_start + 1} of the line)"
+        ) from None
     lines = text.replace("\r\n", "\n").split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -601,7 +617,8 @@ def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]
     try:
         if suffix == ".csv":
             table = pyarrow.csv.read_csv(
-                file, read_options=pyarrow.csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                file,
+                read_options=pyarrow.csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
                 convert_options=pyarrow.csv.ConvertOptions(column_types={"user": pa.string(), "item": pa.string()}),
             )
         else:
@@ -719,8 +736,10 @@ def sampled_candidates(population: dict[str, Any], codec: ItemCodec, seed: int) 
     """The candidates a sampled population (wordfreq, zipf, exponential) draws its users' items
     from, as its source reads them, without encoding them; ``None`` for a file or a dataset."""
     if population["source"] == "wordfreq" and population.get("languages"):
-        words = (wordfreq_candidates(language, population["vocabulary"], codec.alphabet.name)[0]
-                 for language in party_languages(population["languages"]))
+        words = (
+            wordfreq_candidates(language, population["vocabulary"], codec.alphabet.name)[0]
+            for language in party_languages(population["languages"])
+        )
         return list(dict.fromkeys(itertools.chain.from_iterable(words)))
     if population["source"] == "wordfreq":
         return wordfreq_candidates(population["language"], population["vocabulary"], codec.alphabet.name)[0]
@@ -795,23 +814,49 @@ def _users_source(
     concentration = float(population["concentration"])
     if source == "wordfreq" and population.get("languages"):
         return LanguagePartiesSource(
-            population["users"], party_languages(population["languages"]), population["vocabulary"],
-            population["words_per_user"], codec, seed, before_encoding, concentration,
+            population["users"],
+            party_languages(population["languages"]),
+            population["vocabulary"],
+            population["words_per_user"],
+            codec,
+            seed,
+            before_encoding,
+            concentration,
         )
     if source == "wordfreq":
         return WordfreqSource(
-            population["users"], population["language"], population["vocabulary"],
-            population["words_per_user"], codec, seed, before_encoding, concentration,
+            population["users"],
+            population["language"],
+            population["vocabulary"],
+            population["words_per_user"],
+            codec,
+            seed,
+            before_encoding,
+            concentration,
         )
     if source == "zipf":
         return ZipfSource(
-            population["users"], population["vocabulary"], population["zipf_exponent"],
-            population["item_length"], population["words_per_user"], codec, seed, before_encoding, concentration,
+            population["users"],
+            population["vocabulary"],
+            population["zipf_exponent"],
+            population["item_length"],
+            population["words_per_user"],
+            codec,
+            seed,
+            before_encoding,
+            concentration,
         )
     if source == "exponential":
         return ExponentialSource(
-            population["users"], population["vocabulary"], population["exponential_rate"],
-            population["item_length"], population["words_per_user"], codec, seed, before_encoding, concentration,
+            population["users"],
+            population["vocabulary"],
+            population["exponential_rate"],
+            population["item_length"],
+            population["words_per_user"],
+            codec,
+            seed,
+            before_encoding,
+            concentration,
         )
     if source == "file":
         path = Path(population["path"])

@@ -83,12 +83,14 @@ def arrow_integers(column: Any) -> np.ndarray:
     import pyarrow as pa
 
     if not pa.types.is_integer(column.type) or column.null_count:
-        raise InputError(f"{FIELD}: a stored column holds {column.type} values or nulls, not integers; "
-                         "build the population again")
+        raise InputError(
+            f"{FIELD}: a stored column holds {column.type} values or nulls, not integers; build the population again"
+        )
     dtype = np.dtype(f"{'int' if pa.types.is_signed_integer(column.type) else 'uint'}{column.type.bit_width}")
     parts = [
-        np.frombuffer(chunk.buffers()[1], dtype=dtype, count=chunk.offset + len(chunk))[chunk.offset:]
-        for chunk in (column.chunks if isinstance(column, pa.ChunkedArray) else [column]) if len(chunk)
+        np.frombuffer(chunk.buffers()[1], dtype=dtype, count=chunk.offset + len(chunk))[chunk.offset :]
+        for chunk in (column.chunks if isinstance(column, pa.ChunkedArray) else [column])
+        if len(chunk)
     ]
     if len(parts) == 1:
         return parts[0]
@@ -107,10 +109,14 @@ def write_shard(path: Path, shard: Shard) -> None:
         table = pa.table({"item": pa.array(shard.item_of_user.astype(np.int32, copy=False))})
     else:
         offsets = pa.array(shard.item_offsets.astype(np.int64, copy=False))
-        table = pa.table({
-            "items": pa.LargeListArray.from_arrays(offsets, pa.array(shard.item_ids.astype(np.int32))),
-            "counts": pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(shard.item_counts, dtype=np.int64))),
-        })
+        table = pa.table(
+            {
+                "items": pa.LargeListArray.from_arrays(offsets, pa.array(shard.item_ids.astype(np.int32))),
+                "counts": pa.LargeListArray.from_arrays(
+                    offsets, pa.array(np.asarray(shard.item_counts, dtype=np.int64))
+                ),
+            }
+        )
     pq.write_table(table, path, row_group_size=ROW_GROUP_USERS, compression="zstd")
 
 
@@ -119,12 +125,18 @@ def write_vocabulary(path: Path, vocabulary: Vocabulary, counts: PopulationCount
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({
-        "item": pa.array(vocabulary.items, type=pa.string()),
-        "holders": pa.array(counts.holders),
-        "weight_units": pa.array(counts.weight_units),
-        "true_frequency": pa.array(counts.frequency / max(counts.users, 1)),
-    }), path, compression="zstd")
+    pq.write_table(
+        pa.table(
+            {
+                "item": pa.array(vocabulary.items, type=pa.string()),
+                "holders": pa.array(counts.holders),
+                "weight_units": pa.array(counts.weight_units),
+                "true_frequency": pa.array(counts.frequency / max(counts.users, 1)),
+            }
+        ),
+        path,
+        compression="zstd",
+    )
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -152,13 +164,17 @@ class PopulationStore:
         self.path = Path(path)
         folder = repr(str(path))
         if not self.path.is_dir():
-            raise InputError(f"{FIELD}: {folder} is not a folder; a dataset population is a folder written by "
-                             "`fedhh population build CONFIG --output DIR`")
+            raise InputError(
+                f"{FIELD}: {folder} is not a folder; a dataset population is a folder written by "
+                "`fedhh population build CONFIG --output DIR`"
+            )
         listed = marked_files(self.path)
         if listed is None or MANIFEST not in listed:
             what = "a fedhh results folder, not a population" if listed is not None else "not written by fedhh"
-            raise InputError(f"{FIELD}: {folder} is {what}; a dataset population is a folder written by "
-                             "`fedhh population build CONFIG --output DIR`")
+            raise InputError(
+                f"{FIELD}: {folder} is {what}; a dataset population is a folder written by "
+                "`fedhh population build CONFIG --output DIR`"
+            )
         try:
             manifest = json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as error:
@@ -177,6 +193,7 @@ class PopulationStore:
 
     def _checked(self, manifest: Any, listed: list[str], folder: str) -> dict[str, Any]:
         """The manifest, if it is one this version reads and its shards cover ``0..users-1`` exactly."""
+
         def broken(problem: str) -> InputError:
             return InputError(f"{FIELD}: {folder}: {MANIFEST} {problem}; build the population again")
 
@@ -212,8 +229,10 @@ class PopulationStore:
         table = self._read(self.path / VOCABULARY_FILE, None)
         missing = {"item", "holders", "weight_units"} - set(table.column_names)
         if missing:
-            raise InputError(f"{FIELD}: {str(self.path)!r}: {VOCABULARY_FILE} lacks column(s) {sorted(missing)}; "
-                             "build the population again")
+            raise InputError(
+                f"{FIELD}: {str(self.path)!r}: {VOCABULARY_FILE} lacks column(s) {sorted(missing)}; "
+                "build the population again"
+            )
         return table
 
     def counts(self) -> PopulationCounts:
@@ -261,8 +280,10 @@ class PopulationStore:
             if table.num_rows != expected or not (
                 table.column_names == ONE_ITEM_COLUMNS or table.column_names == ITEMS_COLUMNS
             ):
-                raise InputError(f"{FIELD}: {str(self.path)!r}: {stored.file.name} does not hold the users its "
-                                 "manifest lists; build the population again")
+                raise InputError(
+                    f"{FIELD}: {str(self.path)!r}: {stored.file.name} does not hold the users its "
+                    "manifest lists; build the population again"
+                )
             pieces.append((stored.first_user + lo, table.slice(lo - offset, hi - lo)))
         return pieces
 
@@ -314,8 +335,8 @@ class DatasetSource(PopulationSource):
             lists = table.column("items").combine_chunks()
             offsets = arrow_integers(lists.offsets)
             lengths.append(np.diff(offsets))
-            ids.append(arrow_integers(lists.values)[offsets[0]:offsets[-1]])
-            counts.append(arrow_integers(table.column("counts").combine_chunks().values)[offsets[0]:offsets[-1]])
+            ids.append(arrow_integers(lists.values)[offsets[0] : offsets[-1]])
+            counts.append(arrow_integers(table.column("counts").combine_chunks().values)[offsets[0] : offsets[-1]])
         per_user, item_ids, item_counts = np.concatenate(lengths), np.concatenate(ids), np.concatenate(counts)
         if not self._same_ids:  # the run's codec dropped some stored items: their entries go
             item_ids = self._run_item[item_ids]

@@ -58,9 +58,13 @@ def record_batches(file: Path, path: str) -> Iterator[Any]:
         if file.suffix.lower() == ".csv":
             with pyarrow.csv.open_csv(file) as header:  # the column names, from the first block
                 check_columns(path, header.schema.names, f"the header (line {csv_line(file, -1)})")
-            reader = pyarrow.csv.open_csv(file, read_options=pyarrow.csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
-                                          convert_options=pyarrow.csv.ConvertOptions(
-                column_types={"user": pa.string(), "item": pa.string()}, include_columns=COLUMNS))
+            reader = pyarrow.csv.open_csv(
+                file,
+                read_options=pyarrow.csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                convert_options=pyarrow.csv.ConvertOptions(
+                    column_types={"user": pa.string(), "item": pa.string()}, include_columns=COLUMNS
+                ),
+            )
         else:
             parquet = pyarrow.parquet.ParquetFile(file)
             check_columns(path, parquet.schema_arrow.names, "the schema")
@@ -149,8 +153,13 @@ class StreamedTableSource(PopulationSource):
             lo, hi = np.searchsorted(run_users, [start, stop])
             users.append(np.array(run_users[lo:hi]))
             items.append(np.array(np.memmap(items_file, dtype=np.int64, mode="r")[lo:hi]))
-        return Shard.from_pairs(self.vocabulary, start, stop - start, np.concatenate(users) - start,
-                                self._candidate_item[np.concatenate(items)])
+        return Shard.from_pairs(
+            self.vocabulary,
+            start,
+            stop - start,
+            np.concatenate(users) - start,
+            self._candidate_item[np.concatenate(items)],
+        )
 
     def discard_spill(self) -> None:
         """Remove the spill files (before the build's folder is committed)."""

@@ -36,13 +36,16 @@ def check_columns(path: str, names: list[str], header: str) -> None:
     (``"the header (line 1)"``, ``"the schema"``)."""
     missing = sorted(set(COLUMNS) - set(names))
     if missing:
-        raise InputError(f"population.path {path!r}: missing column(s) {missing}; "
-                         f"needs columns 'user' and 'item', has {names}")
+        raise InputError(
+            f"population.path {path!r}: missing column(s) {missing}; needs columns 'user' and 'item', has {names}"
+        )
     repeated = {name: count for name, count in Counter(names).items() if name in COLUMNS and count > 1}
     for name in repeated:
         positions = [str(index + 1) for index, other in enumerate(names) if other == name]
-        raise InputError(f"population.path {path!r}: {header} has column {name!r} {repeated[name]} times "
-                         f"(columns {', '.join(positions)}); 'user' and 'item' must each appear once")
+        raise InputError(
+            f"population.path {path!r}: {header} has column {name!r} {repeated[name]} times "
+            f"(columns {', '.join(positions)}); 'user' and 'item' must each appear once"
+        )
 
 
 def unreadable(file: Path, path: str, error: Exception) -> InputError:
@@ -68,11 +71,13 @@ def csv_problem(file: Path) -> str | None:
         while raw := handle.readline(CSV_BLOCK_BYTES + 1):
             number += 1
             if number == 1 and raw.startswith(UTF8_BOM):
-                raw = raw[len(UTF8_BOM):]
+                raw = raw[len(UTF8_BOM) :]
             if len(raw) > CSV_BLOCK_BYTES:
                 column = _field_at(raw.decode("utf-8", errors="replace"))
-                return (f"line {number}, column {column}: the row is longer than {CSV_BLOCK_BYTES:,} bytes, "
-                        "the most a CSV row may have")
+                return (
+                    f"line {number}, column {column}: the row is longer than {CSV_BLOCK_BYTES:,} bytes, "
+                    "the most a CSV row may have"
+                )
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -84,14 +89,18 @@ def csv_problem(file: Path) -> str | None:
             try:
                 fields = next(csv.reader([line], strict=True))
             except csv.Error:
-                return (f"line {number}, column {_field_at(line)}: a quoted field is not closed on its line "
-                        f"(a CSV row is one line)")
+                return (
+                    f"line {number}, column {_field_at(line)}: a quoted field is not closed on its line "
+                    f"(a CSV row is one line)"
+                )
             if header is None:
                 header = (number, len(fields))
             elif len(fields) != header[1]:
-                return (f"line {number}: {len(fields)} field(s), where the header (line {header[0]}) has "
-                        f"{header[1]}; column {min(len(fields), header[1]) + 1} is "
-                        f"{'one too many' if len(fields) > header[1] else 'missing'}")
+                return (
+                    f"line {number}: {len(fields)} field(s), where the header (line {header[0]}) has "
+                    f"{header[1]}; column {min(len(fields), header[1]) + 1} is "
+                    f"{'one too many' if len(fields) > header[1] else 'missing'}"
+                )
     return None
 
 
@@ -111,8 +120,10 @@ def check_csv_rows(file: Path, path: str, columns: list[Any]) -> None:
         except csv.Error:
             handle.seek(0)
             line = next(itertools.islice(handle, start - 1, None), "").rstrip("\r\n")
-            raise InputError(f"population.path {path!r}: line {start}, column {_field_at(line)}: a quoted field is "
-                             "not closed on its line (a CSV row is one line)") from None
+            raise InputError(
+                f"population.path {path!r}: line {start}, column {_field_at(line)}: a quoted field is "
+                "not closed on its line (a CSV row is one line)"
+            ) from None
 
 
 def check_utf8(path: str, column: Any, name: str, first_row: int = 0) -> None:
@@ -129,8 +140,9 @@ def check_utf8(path: str, column: Any, name: str, first_row: int = 0) -> None:
             values = chunk.view(pa.large_binary() if pa.types.is_large_string(chunk.type) else pa.binary())
             for index, value in enumerate(values.to_pylist()):  # only to name the row of a refusal
                 if value is not None and not _is_utf8(value):
-                    raise InputError(f"population.path {path!r}: row {offset + index + 1}, column {name!r}: "
-                                     "not valid UTF-8") from None
+                    raise InputError(
+                        f"population.path {path!r}: row {offset + index + 1}, column {name!r}: not valid UTF-8"
+                    ) from None
             raise InputError(f"population.path {path!r}: cannot read column {name!r} ({error})") from None
         offset += len(chunk)
 

@@ -83,8 +83,10 @@ def _inversion(threshold: int) -> _Inversion:
         cuts.append(total)
     cells = np.array([cut >> _FRACTION_BITS for cut in cuts], dtype=np.int64)
     shifted = [(cut & ((1 << _FRACTION_BITS) - 1)) << (REFINEMENT_WORDS * 64 - _FRACTION_BITS) for cut in cuts]
-    fractions = np.array([[(f >> (64 * (REFINEMENT_WORDS - 1 - w))) & _WORD for w in range(REFINEMENT_WORDS)]
-                          for f in shifted], dtype=np.uint64)
+    fractions = np.array(
+        [[(f >> (64 * (REFINEMENT_WORDS - 1 - w))) & _WORD for w in range(REFINEMENT_WORDS)] for f in shifted],
+        dtype=np.uint64,
+    )
     inside = np.array([f != 0 for f in shifted])
     # F_v <= a cell's start exactly when F_v's cell is earlier, or the same with nothing below it
     reached = np.sort(cells + inside)

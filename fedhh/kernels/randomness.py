@@ -368,8 +368,7 @@ class OsRandom(_PerUserDraws):
 class RandomnessSource(Protocol):
     """Where client code gets its per-user randomness for one purpose and round."""
 
-    def for_users(self, purpose: str, round: int, user_ids: np.ndarray) -> UserRandom | OsRandom:
-        ...
+    def for_users(self, purpose: str, round: int, user_ids: np.ndarray) -> UserRandom | OsRandom: ...
 
     def for_range(self, purpose: str, round: int, first_user: int, n_users: int) -> RangeRandom | OsRandom:
         """Per-user draws for a contiguous range of global users (cheaper per word than ``for_users``)."""

@@ -54,8 +54,13 @@ def _hits(multipliers: np.ndarray, shifted: np.ndarray, widths: np.ndarray, key:
 
 @numba.njit(nogil=True, inline="always")
 def _hits4(
-    multipliers: np.ndarray, shifted: np.ndarray, widths: np.ndarray,
-    key0: np.uint32, key1: np.uint32, key2: np.uint32, key3: np.uint32,
+    multipliers: np.ndarray,
+    shifted: np.ndarray,
+    widths: np.ndarray,
+    key0: np.uint32,
+    key1: np.uint32,
+    key2: np.uint32,
+    key3: np.uint32,
 ) -> tuple[np.uint32, np.uint32, np.uint32, np.uint32]:
     """:func:`_hits` of four candidate keys in one pass over the block."""
     hits0 = hits1 = hits2 = hits3 = np.uint32(0)

@@ -104,7 +104,7 @@ class CountSketchHadamard(FrequencyOracle[CountSketchHadamardReports, CountSketc
     name = NAME
     device_spec = DeviceSpec(
         parameters="`t = rows` hash pairs, `m = width` (a power of two); `p = E / (1 + E)`; with `σ_j` and `σ'_j` "
-        "the `j`-th seed and sign seed of purpose `\"fedhh.protocols.count-sketch-hadamard\"` under `seed`: "
+        'the `j`-th seed and sign seed of purpose `"fedhh.protocols.count-sketch-hadamard"` under `seed`: '
         "`h_j(v) = hash64(σ_j, v, m)`, `g_j(v) = hash64(σ'_j, v, 2)` (1 means the sign -1).",
         randomizer="`hashes`: `j` uniform in `[0, t)`; `rows`: `r` uniform in `[0, m)`; "
         "`negative = g_j(v) XOR parity(r, h_j(v))`, flipped (XOR 1) with probability `1 - p`.",

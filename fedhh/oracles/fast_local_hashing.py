@@ -88,7 +88,7 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
     device_spec = DeviceSpec(
         parameters="`k' = hash_functions`; `g = max(2, round(E) + 1)` (round half to even); `p = E / (E + g - 1)`; "
         "function `j` (`j < k'`) is `hash64(σ_j, ., g)` with `σ_j` the `j`-th seed of purpose "
-        "`\"fedhh.oracles.flh.functions\"` under `seed`.",
+        '`"fedhh.oracles.flh.functions"` under `seed`.',
         randomizer="`functions`: `j` uniform in `[0, k')`; `buckets = RR(hash64(σ_j, v, g), g, p)`.",
         statistics="When `k' g <= FLAT_CELLS_LIMIT`: `cells[j g + y]` is the number of reports `(j, y)`; "
         "`reporters = [n]`.",
@@ -171,7 +171,8 @@ class FastLocalHashing(PureOracle[FastLocalHashReports, FastLocalHashStatistics]
             cells, g = np.ascontiguousarray(cells, dtype=np.int64), np.uint64(self.g)
             blocks = map_blocks(
                 lambda part: kernels.sum_table_at_buckets(cells, self.multipliers, self.offsets, g, mixed[part]),
-                parts, work,
+                parts,
+                work,
             )
         return Support(np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64), statistics.n_users)
 

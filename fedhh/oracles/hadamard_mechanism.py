@@ -137,10 +137,7 @@ class HadamardMechanism(HistogramFlatForm, FrequencyOracle[HadamardMechanismRepo
         self.pair_correlation = self.keep_probability - (1 - self.keep_probability) / (words - 1)
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(epsilon={self.epsilon}, domain={self.domain}, "
-            f"coefficients={self.coefficients})"
-        )
+        return f"{type(self).__name__}(epsilon={self.epsilon}, domain={self.domain}, coefficients={self.coefficients})"
 
     def randomize(self, values: np.ndarray, rng: RandomSource) -> HadamardMechanismReports:
         values = self._values(values)

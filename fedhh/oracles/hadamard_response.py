@@ -98,6 +98,7 @@ class HadamardResponse(HistogramFlatForm, FrequencyOracle[HadamardResponseReport
     @property
     def histogram_size(self) -> int:
         return self.outputs
+
     max_domain = (1 << 64) - 1
 
     def __init__(self, epsilon: float, domain: int) -> None:

@@ -89,7 +89,7 @@ class Hashtogram(FrequencyOracle[HashtogramReports, HashtogramStatistics]):
     name = "hashtogram"
     device_spec = DeviceSpec(
         parameters="`R = rows`, `T = width` (a power of two); `p = E / (1 + E)`; row `r`'s bucket of `v` is "
-        "`h_r(v) = hash64(σ_r, v, T)` with `σ_r` the `r`-th seed of purpose `\"fedhh.oracles.hashtogram.rows\"` "
+        '`h_r(v) = hash64(σ_r, v, T)` with `σ_r` the `r`-th seed of purpose `"fedhh.oracles.hashtogram.rows"` '
         "under `seed`, or `h_r(v) = v` when `d <= T` (no hashing).",
         randomizer="`rows`: `r` uniform in `[0, R)`; `indices`: `s` uniform in `[0, T)`; "
         "`negative = parity(s, h_r(v))`, flipped (XOR 1) with probability `1 - p`.",

@@ -31,8 +31,7 @@ class Histogram:
         counts = np.asarray(self.counts, dtype=np.int64)
         if keys.ndim != 1 or counts.shape != keys.shape:
             raise ValueError(
-                f"Histogram: keys and counts must be 1-D of equal length, got shapes "
-                f"{keys.shape} and {counts.shape}"
+                f"Histogram: keys and counts must be 1-D of equal length, got shapes {keys.shape} and {counts.shape}"
             )
         if keys.size > 1 and not np.all(keys[1:] > keys[:-1]):
             raise ValueError("Histogram: keys must be sorted and unique")

@@ -123,8 +123,11 @@ def uniform_split(
     if not owners:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty
-    return (np.concatenate(owners).astype(np.int64), np.concatenate(chosen).astype(np.int64),
-            np.concatenate(weights).astype(np.int64))
+    return (
+        np.concatenate(owners).astype(np.int64),
+        np.concatenate(chosen).astype(np.int64),
+        np.concatenate(weights).astype(np.int64),
+    )
 
 
 # -- the entry points ---------------------------------------------------------------------------
@@ -282,8 +285,13 @@ def _fast_local_hashing_statistics(
 
 
 def hadamard_row_sums(
-    rng: np.random.Generator, blocks: int, width: int, block: np.ndarray, column: np.ndarray,
-    negative: np.ndarray, counts: np.ndarray,
+    rng: np.random.Generator,
+    blocks: int,
+    width: int,
+    block: np.ndarray,
+    column: np.ndarray,
+    negative: np.ndarray,
+    counts: np.ndarray,
 ) -> np.ndarray:
     """``Z[h, r]``: the sum over reporters of ``(-1)^negative W[r, column]``, each reporter of block
     ``h`` at a row ``r`` uniform in ``[0, width)`` (``width`` a power of two), as ``(blocks, width)``.
@@ -307,7 +315,12 @@ def hadamard_row_sums(
 
 
 def _hashed_hadamard(
-    rng: np.random.Generator, values: np.ndarray, counts: np.ndarray, truth: float, blocks: int, width: int,
+    rng: np.random.Generator,
+    values: np.ndarray,
+    counts: np.ndarray,
+    truth: float,
+    blocks: int,
+    width: int,
     cells_of: object,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sums and reporters per block of a one-bit Hadamard oracle whose reporter picks a block
@@ -321,7 +334,9 @@ def _hashed_hadamard(
     plus = fair_binomial(rng, noisy)
     every = np.arange(blocks)
     sums = hadamard_row_sums(
-        rng, blocks, width,
+        rng,
+        blocks,
+        width,
         np.concatenate((which, every, every)),
         np.concatenate((column.astype(np.int64), np.zeros(2 * blocks, dtype=np.int64))),
         np.concatenate((negative.astype(np.int64), np.zeros(blocks, dtype=np.int64), np.ones(blocks, dtype=np.int64))),
@@ -360,8 +375,13 @@ def _hadamard_mechanism_statistics(
     noisy = t * (total - int(truthful.sum()))
     plus = int(fair_binomial(rng, np.array([noisy]))[0])
     sums = hadamard_row_sums(
-        rng, 1, oracle.rows, np.zeros(values.size + 2, dtype=np.int64), np.append(values.astype(np.int64), [0, 0]),
-        np.append(np.zeros(values.size, dtype=np.int64), [0, 1]), np.append(t * truthful, [plus, noisy - plus]),
+        rng,
+        1,
+        oracle.rows,
+        np.zeros(values.size + 2, dtype=np.int64),
+        np.append(values.astype(np.int64), [0, 0]),
+        np.append(np.zeros(values.size, dtype=np.int64), [0, 1]),
+        np.append(t * truthful, [plus, noisy - plus]),
     )[0]
     return HadamardMechanismStatistics(Histogram.of_owned_dense(sums), total)
 
@@ -379,8 +399,11 @@ def _hadamard_response_statistics(
     size, bits = oracle.block_size, oracle.block_bits
     # cells: 2 (block size + word) + parity; the word's high bits become the offset's, its low bits the position's
     cells = 2 * oracle.outputs
-    state = np.bincount(((blocks.astype(np.int64) * size + positions.astype(np.int64)) << 1),
-                        weights=(counts - anywhere).astype(np.float64), minlength=cells)
+    state = np.bincount(
+        ((blocks.astype(np.int64) * size + positions.astype(np.int64)) << 1),
+        weights=(counts - anywhere).astype(np.float64),
+        minlength=cells,
+    )
     for bit in range(bits - 1, -1, -1):
         occupied = np.flatnonzero(state)
         held = state[occupied].astype(np.int64)
@@ -391,8 +414,9 @@ def _hadamard_response_statistics(
         ones = np.where(lowest, parity * held, fair_binomial(rng, held))
         zero = ((word & ~(1 << bit)) << 1) | parity
         one = ((word | (1 << bit)) << 1) | np.where(lowest, parity, parity ^ position_bit)
-        state = np.bincount(np.concatenate((zero, one)), weights=np.concatenate((held - ones, ones)).astype(np.float64),
-                            minlength=cells)
+        state = np.bincount(
+            np.concatenate((zero, one)), weights=np.concatenate((held - ones, ones)).astype(np.float64), minlength=cells
+        )
     outputs += np.rint(state).astype(np.int64).reshape(-1, 2).sum(axis=1)
     return HadamardResponseStatistics(Histogram.of_owned_dense(outputs), total)
 
@@ -400,8 +424,9 @@ def _hadamard_response_statistics(
 # -- sketches -------------------------------------------------------------------------------------
 
 
-def _row_split(oracle: SketchOracle, values: np.ndarray, counts: np.ndarray, rng: np.random.Generator
-               ) -> list[tuple[np.ndarray, np.ndarray]]:
+def _row_split(
+    oracle: SketchOracle, values: np.ndarray, counts: np.ndarray, rng: np.random.Generator
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per sketch row, the (symbol, reporters) of the reporters that picked it."""
     owner, row, weight = uniform_split(rng, counts, oracle.rows)
     symbols = oracle.symbols(row, values[owner])
@@ -413,8 +438,12 @@ def _row_split(oracle: SketchOracle, values: np.ndarray, counts: np.ndarray, rng
 def _sketch_statistics(
     oracle: SketchOracle, values: np.ndarray, counts: np.ndarray, rng: np.random.Generator
 ) -> SketchStatistics:
-    return SketchStatistics(tuple(statistics_law(oracle.inner, symbols, held, rng)
-                                  for symbols, held in _row_split(oracle, values, counts, rng)))
+    return SketchStatistics(
+        tuple(
+            statistics_law(oracle.inner, symbols, held, rng)
+            for symbols, held in _row_split(oracle, values, counts, rng)
+        )
+    )
 
 
 def _sketch_support(
@@ -455,4 +484,3 @@ def has_derived_law(oracle_type: type) -> bool:
     """Whether an oracle class has a law derived here (its aggregate's cost then does not grow
     with the reporters); the others draw reports (module docstring)."""
     return any(issubclass(oracle_type, kind) and law is not None for kind, law in (*_STATISTICS_LAWS, *_SUPPORT_LAWS))
-

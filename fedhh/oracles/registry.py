@@ -73,24 +73,52 @@ def _sketch(
     return SketchOracle(inner_oracle, domain, rows, width, estimator=estimator, signed=signed, seed=seed)
 
 
-def count_mean(epsilon: float, domain: int, rows: int = 16, width: int = 1024, inner: str = "flh",
-               inner_options: Mapping[str, Any] | None = None, seed: int = 0) -> SketchOracle:
+def count_mean(
+    epsilon: float,
+    domain: int,
+    rows: int = 16,
+    width: int = 1024,
+    inner: str = "flh",
+    inner_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> SketchOracle:
     return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, "mean", signed=False)
 
 
-def count_median(epsilon: float, domain: int, rows: int = 16, width: int = 1024, inner: str = "flh",
-                 inner_options: Mapping[str, Any] | None = None, seed: int = 0) -> SketchOracle:
+def count_median(
+    epsilon: float,
+    domain: int,
+    rows: int = 16,
+    width: int = 1024,
+    inner: str = "flh",
+    inner_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> SketchOracle:
     return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, "median", signed=False)
 
 
-def count_min(epsilon: float, domain: int, rows: int = 16, width: int = 1024, inner: str = "flh",
-              inner_options: Mapping[str, Any] | None = None, seed: int = 0) -> SketchOracle:
+def count_min(
+    epsilon: float,
+    domain: int,
+    rows: int = 16,
+    width: int = 1024,
+    inner: str = "flh",
+    inner_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> SketchOracle:
     return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, "min", signed=False)
 
 
-def count_sketch(epsilon: float, domain: int, rows: int = 16, width: int = 1024, inner: str = "flh",
-                 inner_options: Mapping[str, Any] | None = None, seed: int = 0,
-                 estimator: SketchEstimator = "median") -> SketchOracle:
+def count_sketch(
+    epsilon: float,
+    domain: int,
+    rows: int = 16,
+    width: int = 1024,
+    inner: str = "flh",
+    inner_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    estimator: SketchEstimator = "median",
+) -> SketchOracle:
     return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, estimator, signed=True)
 
 
@@ -104,8 +132,9 @@ def apple_hcms(epsilon: float, domain: int, rows: int = 16, width: int = 1024, s
     return _sketch(epsilon, domain, rows, width, "hm", None, seed, "mean", signed=False)
 
 
-def count_sketch_hadamard(epsilon: float, domain: int, rows: int = 15, width: int = 1024, seed: int = 0,
-                          estimator: str = "median") -> CountSketchHadamard:
+def count_sketch_hadamard(
+    epsilon: float, domain: int, rows: int = 15, width: int = 1024, seed: int = 0, estimator: str = "median"
+) -> CountSketchHadamard:
     """TreeHist's count sketch of Hadamard bits, ``rows`` hash pairs of ``width`` columns."""
     return CountSketchHadamard(epsilon, domain, hashes=rows, width=width, seed=seed, estimator=estimator)  # type: ignore[arg-type]
 

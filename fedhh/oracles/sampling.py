@@ -74,9 +74,7 @@ def uniform_below(rng: RandomSource, shape: tuple[int, ...], bound: int) -> np.n
     return result
 
 
-def randomized_response(
-    rng: RandomSource, true_values: np.ndarray, domain: int, keep_probability: float
-) -> np.ndarray:
+def randomized_response(rng: RandomSource, true_values: np.ndarray, domain: int, keep_probability: float) -> np.ndarray:
     """Generalised randomised response over ``[0, domain)``, one value per user.
 
     Keeps the true value with ``keep_probability``, else reports a value

@@ -114,7 +114,7 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         parameters="`k = rows`, `m = width`; the *inner* oracle is the one named (with its own default options: "
         "an inner `flh` has 1000 functions and seed 0) at the same ε over `m` values, or `2m` for the signed "
         "`count-sketch`; with `σ_j` and `σ'_j` the `j`-th seed and sign seed of purpose "
-        "`\"fedhh.oracles.sketch.rows\"` under `seed`, row `j`'s symbol of `v` is `hash64(σ_j, v, m)`, plus "
+        '`"fedhh.oracles.sketch.rows"` under `seed`, row `j`\'s symbol of `v` is `hash64(σ_j, v, m)`, plus '
         "`m hash64(σ'_j, v, 2)` when signed.",
         randomizer="`rows`: `j` uniform in `[0, k)`; `inner`: the inner oracle's report of row `j`'s symbol of `v`.",
         statistics="When the inner oracle has a flat form of `F` cells and `k F <= FLAT_CELLS_LIMIT`: `cells` is "
@@ -450,11 +450,14 @@ class SketchOracle(FrequencyOracle[SketchReports, SketchStatistics]):
         order -- the very operations of :meth:`_combine` on ``(rows, 1 or 2, C)`` gathered
         estimates (a mean down axis 0 adds the rows one after the other), without them."""
         if self.domain > MAX_DOMAIN_ESTIMATES:
-            raise ValueError(f"{self.name}: domain_estimates enumerates at most {MAX_DOMAIN_ESTIMATES:,} values, "
-                             f"the domain has {self.domain:,}")
+            raise ValueError(
+                f"{self.name}: domain_estimates enumerates at most {MAX_DOMAIN_ESTIMATES:,} values, "
+                f"the domain has {self.domain:,}"
+            )
         if self.estimator != "mean" or self.inner.domain > 4 * self.domain or not statistics:
             return np.array(self.estimates(statistics, np.arange(self.domain, dtype=np.uint64))).reshape(
-                len(statistics), self.domain)
+                len(statistics), self.domain
+            )
         for stats in statistics:
             self._check_statistics(stats)
         tables = self._row_tables(statistics)  # [row, statistics, inner symbol]

@@ -70,8 +70,10 @@ def word_thresholds(p: float, q: float) -> tuple[int, int]:
     """
     t_p, t_q = min(math.floor(p * WORD_SCALE), WORD_SCALE - 1), math.ceil(q * WORD_SCALE)
     if t_p <= t_q:
-        raise InputError(f"epsilon: p = {p} and q = {q} leave no 32-bit difference between a user's own bit and "
-                         "the others; use a larger ε")
+        raise InputError(
+            f"epsilon: p = {p} and q = {q} leave no 32-bit difference between a user's own bit and "
+            "the others; use a larger ε"
+        )
     return t_p, t_q
 
 

@@ -49,9 +49,11 @@ class SizeAnswer:
         """What a reader of the answer must know: the analysis jumps at the answer."""
         if self.target - self.below_discovery <= FAR_BELOW:
             return []
-        return [f"the analysis gives {self.below_discovery:.3f} at {self.below_users:,} users (1% fewer), far below "
-                f"the target {self.target:g}: the discovery rate jumps at this n, so a population slightly smaller "
-                "than the answer may fall well short of the target"]
+        return [
+            f"the analysis gives {self.below_discovery:.3f} at {self.below_users:,} users (1% fewer), far below "
+            f"the target {self.target:g}: the discovery rate jumps at this n, so a population slightly smaller "
+            "than the answer may fall well short of the target"
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "warnings": self.warnings}
@@ -60,8 +62,10 @@ class SizeAnswer:
 def check_share(value: float, flag: str, upper_open: bool = True) -> float:
     """A share or probability in (0, 1) (``(0, 1]`` when ``upper_open`` is false)."""
     allowed = "(0, 1)" if upper_open else "(0, 1]"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        0 < value < 1 or (not upper_open and value == 1)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (0 < value < 1 or (not upper_open and value == 1))
     ):
         raise InputError(f"{flag}: must be a number in {allowed}, got {value!r}")
     return float(value)
@@ -168,7 +172,14 @@ def size_by_analysis(
         low, high = bracket(meets, below, smallest, flags, describe)  # the design changed between
     discovered, parameters = evaluate(high)
     below = int(high * (1 - PRECISION))
-    return SizeAnswer(protocol, high, frequency, discovery, discovered, below,
-                      evaluate(below)[0] if below >= smallest else 0.0, definition, dict(parameters))
-
-
+    return SizeAnswer(
+        protocol,
+        high,
+        frequency,
+        discovery,
+        discovered,
+        below,
+        evaluate(below)[0] if below >= smallest else 0.0,
+        definition,
+        dict(parameters),
+    )

@@ -96,15 +96,17 @@ def level_events(noise: str, scale: float, contributions: int, sampling_rate: fl
     return dp_event.SelfComposedDpEvent(level, levels)
 
 
-def composed_epsilon(noise: str, scale: float, contributions: int, sampling_rate: float, levels: int,
-                     delta: float) -> float:
+def composed_epsilon(
+    noise: str, scale: float, contributions: int, sampling_rate: float, levels: int, delta: float
+) -> float:
     """ε at ``delta`` of the run's composed event, by dp-accounting's PLD accountant."""
     return _composed_epsilon(noise, float(scale), int(contributions), float(sampling_rate), int(levels), float(delta))
 
 
 @lru_cache(maxsize=4096)
-def _composed_epsilon(noise: str, scale: float, contributions: int, sampling_rate: float, levels: int,
-                      delta: float) -> float:
+def _composed_epsilon(
+    noise: str, scale: float, contributions: int, sampling_rate: float, levels: int, delta: float
+) -> float:
     from dp_accounting.pld import pld_privacy_accountant
 
     accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=DISCRETIZATION)
@@ -128,8 +130,7 @@ class AggregateTrieParameters:
     @property
     def epsilon(self) -> float:
         """The composed ε at δ (at most the target)."""
-        return composed_epsilon(self.noise, self.scale, self.contributions, self.sampling_rate, self.levels,
-                                self.delta)
+        return composed_epsilon(self.noise, self.scale, self.contributions, self.sampling_rate, self.levels, self.delta)
 
     @property
     def expected_users(self) -> float:
@@ -138,15 +139,24 @@ class AggregateTrieParameters:
 
     def to_parameters(self) -> dict[str, Any]:
         return {
-            "noise": self.noise, "n_users": self.n_users, "scale": self.scale, "contributions": self.contributions,
-            "sampling_rate": self.sampling_rate, "levels": self.levels, "target_epsilon": self.target_epsilon,
-            "delta": self.delta, "accountant": "dp_accounting PLD", "discretization": DISCRETIZATION,
+            "noise": self.noise,
+            "n_users": self.n_users,
+            "scale": self.scale,
+            "contributions": self.contributions,
+            "sampling_rate": self.sampling_rate,
+            "levels": self.levels,
+            "target_epsilon": self.target_epsilon,
+            "delta": self.delta,
+            "accountant": "dp_accounting PLD",
+            "discretization": DISCRETIZATION,
         }
 
     def report(self) -> PrivacyReport:
-        per_level = (f"Gaussian σ = {self.scale:.4g} per count, ℓ2 sensitivity sqrt({self.contributions})"
-                     if self.noise == GAUSSIAN else
-                     f"Laplace b = {self.scale:.4g} per count, {self.contributions} count(s) moved by 1")
+        per_level = (
+            f"Gaussian σ = {self.scale:.4g} per count, ℓ2 sensitivity sqrt({self.contributions})"
+            if self.noise == GAUSSIAN
+            else f"Laplace b = {self.scale:.4g} per count, {self.contributions} count(s) moved by 1"
+        )
         sampling = f", Poisson sampling q = {self.sampling_rate:.4g}" if self.sampling_rate < 1 else ""
         return PrivacyReport(
             model=MODEL,
@@ -181,8 +191,14 @@ def aggregate_trie_guarantee(parameters: Mapping[str, Any]) -> tuple[float, floa
     if numbers["sampling_rate"] > 1 or numbers["delta"] >= 1:
         raise InputError("sampling_rate and delta: must be at most 1 and below 1")
     check_noise(str(noise), counts["contributions"], numbers["sampling_rate"])
-    epsilon = composed_epsilon(str(noise), numbers["scale"], counts["contributions"], numbers["sampling_rate"],
-                               counts["levels"], numbers["delta"])
+    epsilon = composed_epsilon(
+        str(noise),
+        numbers["scale"],
+        counts["contributions"],
+        numbers["sampling_rate"],
+        counts["levels"],
+        numbers["delta"],
+    )
     return epsilon, numbers["delta"]
 
 
@@ -192,12 +208,13 @@ def check_noise(noise: str, contributions: int, sampling_rate: float) -> None:
     if noise == LAPLACE and contributions > 1 and sampling_rate < 1:
         raise InputError(
             "protocol.level_noise: Laplace noise with protocol.contributions > 1 is accounted for only without "
-            "sampling (protocol.users_per_level = 0); use level_noise = \"gaussian\" or contributions = 1"
+            'sampling (protocol.users_per_level = 0); use level_noise = "gaussian" or contributions = 1'
         )
 
 
-def solve_aggregate_trie(n_users: int, epsilon: float, delta: float, noise: str, contributions: int,
-                         sampling_rate: float, levels: int) -> AggregateTrieParameters:
+def solve_aggregate_trie(
+    n_users: int, epsilon: float, delta: float, noise: str, contributions: int, sampling_rate: float, levels: int
+) -> AggregateTrieParameters:
     """The smallest noise scale whose composed guarantee meets (ε, δ) (δ must be below ``1/n``)."""
     check_users(n_users)
     epsilon = check_epsilon(epsilon)
@@ -212,8 +229,10 @@ def solve_aggregate_trie(n_users: int, epsilon: float, delta: float, noise: str,
     if not 0 < sampling_rate <= 1:
         raise InputError(f"protocol.users_per_level: a sampling rate in (0, 1] is needed, got {sampling_rate!r}")
     if levels < 1 or contributions < 1:
-        raise InputError(f"protocol.extension / protocol.contributions: at least one level and one contribution, "
-                         f"got {levels} level(s), {contributions} contribution(s)")
+        raise InputError(
+            f"protocol.extension / protocol.contributions: at least one level and one contribution, "
+            f"got {levels} level(s), {contributions} contribution(s)"
+        )
 
     def meets(scale: float) -> bool:
         return composed_epsilon(noise, scale, contributions, sampling_rate, levels, delta) <= epsilon
@@ -222,8 +241,10 @@ def solve_aggregate_trie(n_users: int, epsilon: float, delta: float, noise: str,
     while not meets(high):
         high *= 2
         if high > 1e12:
-            raise InputError(f"privacy.epsilon: no noise scale meets ε = {epsilon:g} at δ = {delta:g} over "
-                             f"{levels} levels; ask for a larger ε or δ")
+            raise InputError(
+                f"privacy.epsilon: no noise scale meets ε = {epsilon:g} at δ = {delta:g} over "
+                f"{levels} levels; ask for a larger ε or δ"
+            )
     low = high / 2
     while meets(low) and low > 1e-6:
         low, high = low / 2, low

@@ -136,21 +136,34 @@ class CentralParameters:
         return central_guarantee(self.to_parameters())
 
     def to_parameters(self) -> dict[str, Any]:
-        return {"noise": self.noise, "n_users": self.n_users, "epsilon": self.epsilon, "scale": self.scale,
-                "threshold": self.threshold}
+        return {
+            "noise": self.noise,
+            "n_users": self.n_users,
+            "epsilon": self.epsilon,
+            "scale": self.scale,
+            "threshold": self.threshold,
+        }
 
     def report(self) -> PrivacyReport:
         epsilon, delta = self.guarantee
         if self.noise == LAPLACE:
-            mechanism = (f"a curator's count of each item present, one item per user, plus Laplace noise of "
-                         f"scale b = {self.scale:.4g}; released when the noisy count exceeds τ = {self.threshold:.4g}")
-            method = ("Laplace thresholding (Korolova et al. 2009; Gopi et al. 2020, ρ_Lap at Δ0 = 1): "
-                      "ε = 1/b, δ = ½ exp(-(τ - 1)/b)")
+            mechanism = (
+                f"a curator's count of each item present, one item per user, plus Laplace noise of "
+                f"scale b = {self.scale:.4g}; released when the noisy count exceeds τ = {self.threshold:.4g}"
+            )
+            method = (
+                "Laplace thresholding (Korolova et al. 2009; Gopi et al. 2020, ρ_Lap at Δ0 = 1): "
+                "ε = 1/b, δ = ½ exp(-(τ - 1)/b)"
+            )
         else:
-            mechanism = (f"a curator's count of each item present, one item per user, plus Gaussian noise of "
-                         f"σ = {self.scale:.4g}; released when the noisy count exceeds τ = {self.threshold:.4g}")
-            method = ("Gaussian thresholding (Gopi et al. 2020, ρ_Gauss at Δ0 = 1): σ by Balle and Wang 2018, "
-                      "Theorem 8, at (ε, δ/2); δ = δ_Gauss(σ, ε) + 1 - Φ((τ - 1)/σ)")
+            mechanism = (
+                f"a curator's count of each item present, one item per user, plus Gaussian noise of "
+                f"σ = {self.scale:.4g}; released when the noisy count exceeds τ = {self.threshold:.4g}"
+            )
+            method = (
+                "Gaussian thresholding (Gopi et al. 2020, ρ_Gauss at Δ0 = 1): σ by Balle and Wang 2018, "
+                "Theorem 8, at (ε, δ/2); δ = δ_Gauss(σ, ε) + 1 - Φ((τ - 1)/σ)"
+            )
         return PrivacyReport(
             model=MODEL,
             epsilon=epsilon,

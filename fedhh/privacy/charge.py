@@ -65,5 +65,6 @@ def charge_run(
     if configured is None:
         return report
     ledger, budget = configured
-    return ledger.record(report, run_id, max_epsilon=budget,
-                         deny_list=None if deny_list is None else deny_list.source())
+    return ledger.record(
+        report, run_id, max_epsilon=budget, deny_list=None if deny_list is None else deny_list.source()
+    )

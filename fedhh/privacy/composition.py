@@ -114,9 +114,7 @@ def compose(guarantees: Iterable[Guarantee], delta: float | None = None) -> Comp
     pairs = [(float(e), float(d)) for e, d in guarantees]
     for index, (epsilon, run_delta) in enumerate(pairs):
         if not (epsilon > 0 and 0 <= run_delta <= 1):
-            raise ValueError(
-                f"run {index}: ε must be > 0 and δ in [0, 1], got ε = {epsilon!r}, δ = {run_delta!r}"
-            )
+            raise ValueError(f"run {index}: ε must be > 0 and δ in [0, 1], got ε = {epsilon!r}, δ = {run_delta!r}")
     target = default_delta(pairs) if delta is None else float(delta)
     if not 0 <= target < 1:
         raise ValueError(f"delta: the total δ must be in [0, 1), got {delta!r}")

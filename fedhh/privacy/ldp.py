@@ -28,10 +28,7 @@ from .report import EVALUATION_NOT_COVERED, PUBLIC_INPUTS, Coverage, PrivacyRepo
 from .validation import check_epsilon
 
 MODEL = "local, per-user ε-LDP"
-ADJACENCY = (
-    "any two values of one user (replace-one): the reports, not the user's "
-    "participation, are protected"
-)
+ADJACENCY = "any two values of one user (replace-one): the reports, not the user's participation, are protected"
 COVERAGE = Coverage(
     covered=(
         "heavy_hitters[] (item, estimated_count), rounds[], frequent_prefixes: computed from the users' "
@@ -106,7 +103,8 @@ def _check_report_budgets(split: BudgetSplit, epsilon: float) -> None:
     lowest, highest = MIN_EPSILON / min(shares), MAX_EPSILON / max(shares)
     parts = ", ".join(f"{name}: {share:.3g} ε" for (name, _), share in zip(split.parts, shares, strict=True))
     allowed = (
-        f"so ε must be in [{lowest:.3g}, {highest:.3g}]" if lowest <= highest
+        f"so ε must be in [{lowest:.3g}, {highest:.3g}]"
+        if lowest <= highest
         else "and no ε puts every report in that range with this split"
     )
     raise InputError(
@@ -115,9 +113,7 @@ def _check_report_budgets(split: BudgetSplit, epsilon: float) -> None:
     )
 
 
-def ldp_report(
-    split: BudgetSplit, oracle: str, parameters: Mapping[str, Any] | None = None
-) -> PrivacyReport:
+def ldp_report(split: BudgetSplit, oracle: str, parameters: Mapping[str, Any] | None = None) -> PrivacyReport:
     """The privacy report of one run of an LDP protocol.
 
     ``oracle`` names the frequency oracle every report goes through (as in

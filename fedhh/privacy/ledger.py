@@ -61,8 +61,11 @@ VERSION = 1
 Accountant = Callable[[Mapping[str, Any]], tuple[float, float]]
 # Per privacy model (a report's ``model``), the code that derives a run's (ε, δ) from its parameters.
 ACCOUNTANTS: dict[str, Accountant] = {
-    triehh.MODEL: triehh.triehh_guarantee, ldp.MODEL: ldp.ldp_guarantee, central.MODEL: central.central_guarantee,
-    aggregate_trie.MODEL: aggregate_trie.aggregate_trie_guarantee, shuffle.MODEL: shuffle.shuffle_accountant,
+    triehh.MODEL: triehh.triehh_guarantee,
+    ldp.MODEL: ldp.ldp_guarantee,
+    central.MODEL: central.central_guarantee,
+    aggregate_trie.MODEL: aggregate_trie.aggregate_trie_guarantee,
+    shuffle.MODEL: shuffle.shuffle_accountant,
 }
 DERIVATION_TOLERANCE = 1e-9  # relative: the same formulas on another machine's libm may differ in the last bits
 
@@ -171,12 +174,19 @@ class _Reader:
     def document(self, data: Any) -> tuple[float | None, list[LedgerEntry]]:
         data = self.keys(data, "the document", {"format", "version", "runs"}, _DOCUMENT_KEYS)
         if data["format"] != FORMAT or isinstance(data["version"], bool) or data["version"] != VERSION:
-            raise self.fail("format, version", f"not a {FORMAT} version {VERSION} file, got "
-                            f"{json.dumps(data['format'])} version {json.dumps(data['version'])}")
+            raise self.fail(
+                "format, version",
+                f"not a {FORMAT} version {VERSION} file, got "
+                f"{json.dumps(data['format'])} version {json.dumps(data['version'])}",
+            )
         delta = data.get("delta")
         if delta is not None:
-            delta = self.number(delta, "delta (the total δ)", "null or a number in the open interval (0, 1)",
-                                lambda value: 0 < value < 1)
+            delta = self.number(
+                delta,
+                "delta (the total δ)",
+                "null or a number in the open interval (0, 1)",
+                lambda value: 0 < value < 1,
+            )
         runs = data["runs"]
         if not isinstance(runs, list):
             raise self.fail("runs", f"must be a list of charged runs, got {type(runs).__name__} {json.dumps(runs)}")
@@ -189,14 +199,19 @@ class _Reader:
                 )
             seen[entry.run_id] = index
             if entry.report.adjacency != entries[0].report.adjacency:
-                raise self.fail(f"runs[{index}] (run_id {entry.run_id!r})", "its adjacency differs from runs[0]'s, "
-                                "and guarantees under different adjacencies do not compose")
+                raise self.fail(
+                    f"runs[{index}] (run_id {entry.run_id!r})",
+                    "its adjacency differs from runs[0]'s, and guarantees under different adjacencies do not compose",
+                )
         if delta is not None and entries:
             smallest = min(entries, key=lambda entry: _population(entry.report) or math.inf)
             users = _population(smallest.report)
             if users is not None and delta * users >= 1:
-                raise self.fail("delta (the total δ)", f"{delta:g} is not below 1/n = 1/{users:,} of run "
-                                f"{smallest.run_id!r}, where a guarantee means nothing")
+                raise self.fail(
+                    "delta (the total δ)",
+                    f"{delta:g} is not below 1/n = 1/{users:,} of run "
+                    f"{smallest.run_id!r}, where a guarantee means nothing",
+                )
         return delta, entries
 
     def entry(self, data: Any, where: str) -> LedgerEntry:
@@ -212,21 +227,27 @@ class _Reader:
             ) from None
         report = self.report(data["report"], f"{where}.report")
         deny_list = data.get("deny_list")
-        return LedgerEntry(run_id, recorded_at, report,
-                           None if deny_list is None else self.deny_list(deny_list, f"{where}.deny_list"))
+        return LedgerEntry(
+            run_id, recorded_at, report, None if deny_list is None else self.deny_list(deny_list, f"{where}.deny_list")
+        )
 
     def deny_list(self, data: Any, where: str) -> dict[str, Any]:
         """The source of a run's deny list: its kind, path, SHA-256, item count, and the previous run."""
-        data = self.keys(data, where, {"kind", "path", "sha256", "items"},
-                         {"kind", "path", "sha256", "items", "previous_run_id"})
+        data = self.keys(
+            data, where, {"kind", "path", "sha256", "items"}, {"kind", "path", "sha256", "items", "previous_run_id"}
+        )
         if data["kind"] not in _DENY_LIST_KINDS:
             raise self.fail(f"{where}.kind", f"must be one of {list(_DENY_LIST_KINDS)}, got {json.dumps(data['kind'])}")
         self.text(data["path"], f"{where}.path")
         digest = data["sha256"]
         if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
             raise self.fail(f"{where}.sha256", f"must be 64 lowercase hexadecimal digits, got {json.dumps(digest)}")
-        self.number(data["items"], f"{where}.items", "an integer >= 1",
-                    lambda value: isinstance(data["items"], int) and value >= 1)
+        self.number(
+            data["items"],
+            f"{where}.items",
+            "an integer >= 1",
+            lambda value: isinstance(data["items"], int) and value >= 1,
+        )
         if "previous_run_id" in data:
             self.text(data["previous_run_id"], f"{where}.previous_run_id")
         return dict(data)
@@ -239,16 +260,21 @@ class _Reader:
         parameters = data["parameters"]
         if not isinstance(parameters, dict):
             raise self.fail(f"{where}.parameters", f"must be a JSON object, got {type(parameters).__name__}")
-        epsilon = self.number(data["epsilon"], f"{where}.epsilon", "a finite number > 0",
-                              lambda value: math.isfinite(value) and value > 0)
+        epsilon = self.number(
+            data["epsilon"], f"{where}.epsilon", "a finite number > 0", lambda value: math.isfinite(value) and value > 0
+        )
         users = parameters.get("n_users")
         if users is not None and (isinstance(users, bool) or not isinstance(users, int) or users < 1):
             raise self.fail(f"{where}.parameters.n_users", f"must be an integer >= 1, got {json.dumps(users)}")
         if users is None:
             delta = self.number(data["delta"], f"{where}.delta", "a number in [0, 1)", lambda value: 0 <= value < 1)
         else:
-            delta = self.number(data["delta"], f"{where}.delta", f"a number in [0, 1/n) = [0, {1 / users:.3g}) "
-                                f"for n_users = {users:,}", lambda value: 0 <= value and value * users < 1)
+            delta = self.number(
+                data["delta"],
+                f"{where}.delta",
+                f"a number in [0, 1/n) = [0, {1 / users:.3g}) for n_users = {users:,}",
+                lambda value: 0 <= value and value * users < 1,
+            )
         self.derived(texts["model"], parameters, epsilon, delta, where)
         return PrivacyReport(epsilon=epsilon, delta=delta, parameters=parameters, **texts)
 
@@ -256,16 +282,22 @@ class _Reader:
         """Refuse a run whose (ε, δ) is not what its own parameters give (:data:`ACCOUNTANTS`)."""
         accountant = ACCOUNTANTS.get(model)
         if accountant is None:
-            raise self.fail(f"{where}.model", f"no accounting derives the guarantee of model {model!r} from its "
-                            f"parameters, so its (ε, δ) cannot be checked; known models: {sorted(ACCOUNTANTS)}")
+            raise self.fail(
+                f"{where}.model",
+                f"no accounting derives the guarantee of model {model!r} from its "
+                f"parameters, so its (ε, δ) cannot be checked; known models: {sorted(ACCOUNTANTS)}",
+            )
         try:
             derived_epsilon, derived_delta = accountant(parameters)
         except InputError as error:
             raise self.fail(f"{where}.parameters", f"do not state the run's mechanism ({error})") from None
         if not (_agrees(epsilon, derived_epsilon) and _agrees(delta, derived_delta)):
-            raise self.fail(where, f"ε = {epsilon!r}, δ = {delta!r} disagree with its own parameters, which "
-                            f"give ε = {derived_epsilon!r}, δ = {derived_delta!r} ({model}); the entry was edited "
-                            "or damaged")
+            raise self.fail(
+                where,
+                f"ε = {epsilon!r}, δ = {delta!r} disagree with its own parameters, which "
+                f"give ε = {derived_epsilon!r}, δ = {derived_delta!r} ({model}); the entry was edited "
+                "or damaged",
+            )
 
 
 def _agrees(stated: float, derived: float) -> bool:
@@ -281,8 +313,10 @@ def _population(report: PrivacyReport) -> int | None:
 def check_max_epsilon(max_epsilon: float | None) -> float | None:
     if max_epsilon is None:
         return None
-    if isinstance(max_epsilon, bool) or not isinstance(max_epsilon, (int, float)) or not (
-        math.isfinite(max_epsilon) and max_epsilon > 0
+    if (
+        isinstance(max_epsilon, bool)
+        or not isinstance(max_epsilon, (int, float))
+        or not (math.isfinite(max_epsilon) and max_epsilon > 0)
     ):
         raise InputError(f"privacy.max_epsilon: must be a finite number > 0, got {max_epsilon!r}")
     return float(max_epsilon)
@@ -393,8 +427,9 @@ class Ledger:
         _check_chargeable(report)
         if not isinstance(run_id, str) or not run_id:
             raise InputError(f"run_id: must be a non-empty string, got {run_id!r}")
-        entry = LedgerEntry(run_id, time.strftime(TIME_FORMAT, time.gmtime()), report,
-                            None if deny_list is None else dict(deny_list))
+        entry = LedgerEntry(
+            run_id, time.strftime(TIME_FORMAT, time.gmtime()), report, None if deny_list is None else dict(deny_list)
+        )
         _Reader(self.path).entry(entry.to_dict(), "the run to charge")  # the checks a stored entry gets
         with self._locked():
             stored, entries = self._load()
@@ -425,12 +460,16 @@ class Ledger:
             else:
                 os.rmdir(tempfile.mkdtemp(prefix=".fedhh-ledger-", dir=existing))
         except OSError as error:
-            raise self._unwritable(f"cannot {'write in' if existing == folder else 'create folders in'} "
-                                   f"{str(existing)!r} ({error.strerror})") from None
+            raise self._unwritable(
+                f"cannot {'write in' if existing == folder else 'create folders in'} "
+                f"{str(existing)!r} ({error.strerror})"
+            ) from None
 
     def _unwritable(self, problem: str) -> LedgerError:
-        return LedgerError(f"privacy.ledger {str(self.path)!r}: {problem}; name a JSON file in a folder "
-                           "fedhh can write to (created if absent)")
+        return LedgerError(
+            f"privacy.ledger {str(self.path)!r}: {problem}; name a JSON file in a folder "
+            "fedhh can write to (created if absent)"
+        )
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

@@ -245,8 +245,9 @@ class Crowd:
         parts, groups = data.get("parts"), data.get("groups")
         if not isinstance(parts, list) or not isinstance(groups, list) or not groups:
             raise InputError(f"shuffle.messages: each needs a list of parts and of group shares, got {data!r}")
-        if any(isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1
-               for share in groups):
+        if any(
+            isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1 for share in groups
+        ):
             raise InputError(f"shuffle.messages: group shares must be numbers in (0, 1], got {groups!r}")
         return cls(tuple(map(str, parts)), str(data.get("among", "")), tuple(float(share) for share in groups))
 

@@ -121,9 +121,7 @@ class TrieHHParameters:
         check_positive_int(self.max_rounds, "max_rounds")
         check_positive_int(self.theta, "theta")
         if not 1 <= self.batch_size <= self.n_users:
-            raise PrivacyTargetError(
-                f"batch_size: must be in 1..n_users = {self.n_users}, got {self.batch_size}"
-            )
+            raise PrivacyTargetError(f"batch_size: must be in 1..n_users = {self.n_users}, got {self.batch_size}")
 
     @property
     def sampling_rate(self) -> float:
@@ -141,8 +139,7 @@ class TrieHHParameters:
             problems.append(f"θ·γ = {self.theta * self.sampling_rate:.4g} >= 1")
         elif self.sampling_rate * (self.theta + 1) > 1:
             problems.append(
-                f"γ·(θ + 1) = {self.sampling_rate * (self.theta + 1):.4g} > 1 "
-                "(equivalently θ < e^(ε/L) - 1)"
+                f"γ·(θ + 1) = {self.sampling_rate * (self.theta + 1):.4g} > 1 (equivalently θ < e^(ε/L) - 1)"
             )
         if self.batch_size < self.theta:
             problems.append(f"m = {self.batch_size} < θ = {self.theta}")

@@ -40,8 +40,11 @@ def check_delta(delta: float, field_name: str = "privacy.delta") -> float:
 
 
 def check_positive_int(value: int, field_name: str, minimum: int = 1, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
-        maximum is not None and value > maximum
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
     ):
         allowed = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum:,}"
         raise InputError(f"{field_name}: must be an integer {allowed}, got {value!r}")

@@ -125,9 +125,11 @@ def split_by_public_index(
     owner = np.repeat(light, reporters[light])
     drawn = np.minimum(np.searchsorted(np.cumsum(probabilities), rng.random(owner.size), side="right"), span - 1)
     cells, tallies = np.unique(owner * span + drawn, return_counts=True)
-    return (np.concatenate((heavy[rows], cells // span)).astype(np.int64),
-            np.concatenate((indexes, cells % span)).astype(np.int64),
-            np.concatenate((split[rows, indexes], tallies)).astype(np.int64))
+    return (
+        np.concatenate((heavy[rows], cells // span)).astype(np.int64),
+        np.concatenate((indexes, cells % span)).astype(np.int64),
+        np.concatenate((split[rows, indexes], tallies)).astype(np.int64),
+    )
 
 
 def public_index_table(rng: np.random.Generator, reporters: np.ndarray, span: int) -> np.ndarray:

@@ -202,8 +202,10 @@ class ProtocolSpec(Generic[RequestT, ResponseT, ServerT]):
     def shuffle_setting(self, privacy: PrivacySection, n_users: int) -> ShuffleSetting:
         """How this protocol's reports read after shuffling, for ``privacy``'s model and δ."""
         if self.budget is None:
-            reason = (f"{self.name} sends no ε-LDP reports (its guarantee is of another model), so the "
-                      "amplification of ε-LDP reports by shuffling does not apply")
+            reason = (
+                f"{self.name} sends no ε-LDP reports (its guarantee is of another model), so the "
+                "amplification of ε-LDP reports by shuffling does not apply"
+            )
         else:
             reason = f"{self.name} declares no crowds for its reports (ProtocolSpec.crowds)"
         return ShuffleSetting(privacy.model, privacy.delta, n_users, self.crowds, reason)
@@ -223,8 +225,10 @@ class ProtocolSpec(Generic[RequestT, ResponseT, ServerT]):
             reason = self.shuffle_setting(privacy, n_users).reason
             raise InputError(f"privacy.model: 'shuffle' amplifies ε-LDP reports; {reason}; use privacy.model = 'local'")
         if not privacy.delta * n_users < 1:
-            raise InputError(f"privacy.delta: the shuffled guarantee needs δ below 1/n = 1/{n_users:,}, where it means "
-                             f"something, got {privacy.delta:g}")
+            raise InputError(
+                f"privacy.delta: the shuffled guarantee needs δ below 1/n = 1/{n_users:,}, where it means "
+                f"something, got {privacy.delta:g}"
+            )
         crowds_of = self.crowds
         built: dict[float, tuple[ServerT, float]] = {}
 
@@ -234,8 +238,10 @@ class ProtocolSpec(Generic[RequestT, ResponseT, ServerT]):
                 server = self.build(replace(privacy, epsilon=local), protocol, n_users, codec, seed)
                 parameters = server.privacy_report().parameters
                 split = split_of(parameters)
-                built[local] = server, shuffle_guarantee(split, crowds_of(split, parameters), n_users,
-                                                         privacy.delta).epsilon
+                built[local] = (
+                    server,
+                    shuffle_guarantee(split, crowds_of(split, parameters), n_users, privacy.delta).epsilon,
+                )
             return built[local][1]
 
         shares = [share for _, share in self.budget.parts]

@@ -59,8 +59,13 @@ ALPHABETS = {  # docs/messages.md, "Items as symbols": a character's index is it
     "bytes": bytes(range(256)),  # the item's UTF-8 bytes, not its characters
 }
 # fedhh's defaults (docs/configuration.md): the ServerApp's value of a key the app bundle does not declare.
-DEFAULTS: dict[str, Any] = {"protocol.alphabet": "lowercase", "protocol.unit_size": 1, "protocol.max_length": 10,
-                            "protocol.overlong": "drop", "protocol.unknown_chars": "error"}
+DEFAULTS: dict[str, Any] = {
+    "protocol.alphabet": "lowercase",
+    "protocol.unit_size": 1,
+    "protocol.max_length": 10,
+    "protocol.overlong": "drop",
+    "protocol.unknown_chars": "error",
+}
 FLH_FUNCTIONS = 1000  # FLH's default number of public hash functions, which a PEM level uses
 FLAT_CELLS_LIMIT = 1 << 20  # statistics of more cells travel as support counts instead
 
@@ -77,11 +82,14 @@ def read_message(content: RecordDict, expected_types: tuple[str, ...]) -> tuple[
     message_type, version = scalars.pop("@type", None), scalars.pop("@version", None)
     major = str(version).partition(".")[0]
     if major != str(CONTRACT_MAJOR):
-        raise ValueError(f"the server speaks contract version {version!s}; this client speaks "
-                         f"{CONTRACT_MAJOR}.{CONTRACT_MINOR}")
+        raise ValueError(
+            f"the server speaks contract version {version!s}; this client speaks {CONTRACT_MAJOR}.{CONTRACT_MINOR}"
+        )
     if message_type not in expected_types:
-        raise ValueError(f"this client answers {', '.join(expected_types)}; got a {message_type!r} "
-                         "(another protocol: see docs/messages.md)")
+        raise ValueError(
+            f"this client answers {', '.join(expected_types)}; got a {message_type!r} "
+            "(another protocol: see docs/messages.md)"
+        )
     if "notice" in content:
         LOGGER.warning("the server refused a reply of this node: %s", content.config_records["notice"]["reason"])
     arrays = {name: array.numpy() for name, array in content.array_records["arrays"].items()}
@@ -91,10 +99,12 @@ def read_message(content: RecordDict, expected_types: tuple[str, ...]) -> tuple[
 def record(message_type: str, scalars: dict, arrays: dict[str, np.ndarray]) -> RecordDict:
     """A fedhh message's content: its arrays, and its scalars under the type and this client's version."""
     header = {"@type": message_type, "@version": f"{CONTRACT_MAJOR}.{CONTRACT_MINOR}"}
-    return RecordDict({
-        "arrays": ArrayRecord({name: Array(np.ascontiguousarray(value)) for name, value in arrays.items()}),
-        "scalars": ConfigRecord({**header, **scalars}),
-    })
+    return RecordDict(
+        {
+            "arrays": ArrayRecord({name: Array(np.ascontiguousarray(value)) for name, value in arrays.items()}),
+            "scalars": ConfigRecord({**header, **scalars}),
+        }
+    )
 
 
 # -- this node's users ------------------------------------------------------------------------
@@ -170,9 +180,13 @@ class Codec:
             indices = self.indices(item)
             if indices is None:
                 continue
-            symbols = [sum(index * self.radix ** (self.unit_size - 1 - place)
-                           for place, index in enumerate(indices[start:start + self.unit_size]))
-                       for start in range(0, len(indices), self.unit_size)]
+            symbols = [
+                sum(
+                    index * self.radix ** (self.unit_size - 1 - place)
+                    for place, index in enumerate(indices[start : start + self.unit_size])
+                )
+                for start in range(0, len(indices), self.unit_size)
+            ]
             rows[user, : len(symbols)] = symbols
             rows[user, len(symbols)] = END
         return rows
@@ -190,17 +204,21 @@ class Users:
             self.population = int(node_config["population"])
             self.first, stop = shard_bounds(self.population, self.index, self.parts)
             if len(items) != stop - self.first:
-                raise ValueError(f"{node_config['data-file']}: holds {len(items)} users, this node must hold "
-                                 f"{stop - self.first} (users {self.first}..{stop - 1} of {self.population})")
+                raise ValueError(
+                    f"{node_config['data-file']}: holds {len(items)} users, this node must hold "
+                    f"{stop - self.first} (users {self.first}..{stop - 1} of {self.population})"
+                )
         else:
             path = str(run_config.get("population.path", ""))
             if not path or run_config.get("population.source", "file") != "file":
-                raise ValueError("give the node a data-file (node config), or the run a population.path with "
-                                 "population.source = \"file\" (run config)")
+                raise ValueError(
+                    "give the node a data-file (node config), or the run a population.path with "
+                    'population.source = "file" (run config)'
+                )
             everyone = read_items(path)
             self.population = len(everyone)
             self.first, stop = shard_bounds(self.population, self.index, self.parts)
-            items = everyone[self.first:stop]
+            items = everyone[self.first : stop]
         self.count = len(items)
         self.codec = Codec(run_config)
         self.rows = self.codec.rows(items)
@@ -245,8 +263,9 @@ def public_uniform(seed: int, user_ids: np.ndarray) -> np.ndarray:
 
 def key_rows(units: np.ndarray) -> np.ndarray:
     """The 64-bit key of each row of units (a prefix too long to key by its value)."""
-    state = np.full(units.shape[0], splitmix64(purpose_key("fedhh.oracles.row-key") ^ np.uint64(units.shape[1])),
-                    dtype=np.uint64)
+    state = np.full(
+        units.shape[0], splitmix64(purpose_key("fedhh.oracles.row-key") ^ np.uint64(units.shape[1])), dtype=np.uint64
+    )
     words = units.astype(np.int64).view(np.uint64)
     for column in range(units.shape[1]):
         state = splitmix64(state ^ words[:, column])
@@ -295,7 +314,7 @@ def value_units(users: Users, encoding: str) -> tuple[np.ndarray, int]:
     codec = users.codec
     symbols = np.where(users.rows[:, : codec.max_symbols] > 0, users.rows[:, : codec.max_symbols], 0)
     if encoding == "symbols":
-        return symbols, codec.radix ** codec.unit_size
+        return symbols, codec.radix**codec.unit_size
     powers = codec.radix ** np.arange(codec.unit_size - 1, -1, -1, dtype=np.int64)
     indices = ((symbols[:, :, None] // powers) % codec.radix).reshape(users.count, -1)[:, : codec.max_length]
     codes = np.maximum(indices - 1, 0) if codec.byte_level else indices
@@ -322,8 +341,9 @@ def randomised_bucket(true_bucket: np.ndarray, g: int, epsilon: float, draw: np.
     return np.where(draw.random(true_bucket.size) < keep, true_bucket, other).astype(np.uint64)
 
 
-def olh_supports(keys: np.ndarray, candidates: np.ndarray, g: int, epsilon: float,
-                 draw: np.random.Generator) -> np.ndarray:
+def olh_supports(
+    keys: np.ndarray, candidates: np.ndarray, g: int, epsilon: float, draw: np.random.Generator
+) -> np.ndarray:
     """OLH (or BLH, g = 2): each user hashes its key into g buckets with a function of its own, drawn
     fresh (this node counts the supports, so the hash family is its choice) and randomises the bucket;
     the reply is how many reports support each candidate (hash to the reported bucket)."""
@@ -337,8 +357,9 @@ def olh_supports(keys: np.ndarray, candidates: np.ndarray, g: int, epsilon: floa
     return counts
 
 
-def flh_counts(keys: np.ndarray, candidates: np.ndarray, epsilon: float, seed: int,
-               draw: np.random.Generator) -> np.ndarray:
+def flh_counts(
+    keys: np.ndarray, candidates: np.ndarray, epsilon: float, seed: int, draw: np.random.Generator
+) -> np.ndarray:
     """FLH: each user picks one of fedhh's 1000 public functions (named by the request's oracle_seed),
     hashes its key into g buckets and randomises the bucket.  The reply is the table ``cells[j g + y]``
     of how many reports said (j, y) when it has at most 2^20 cells, else each candidate's support."""
@@ -354,17 +375,23 @@ def flh_counts(keys: np.ndarray, candidates: np.ndarray, epsilon: float, seed: i
     return (hashed == reported[:, None]).sum(axis=0).astype(np.int64)
 
 
-def pem_reply(users: Users, scalars: dict, arrays: dict[str, np.ndarray],
-              draw: np.random.Generator) -> tuple[dict, dict]:
+def pem_reply(
+    users: Users, scalars: dict, arrays: dict[str, np.ndarray], draw: np.random.Generator
+) -> tuple[dict, dict]:
     """This node's answer to a PEM level round: its users of the asked level report their prefix's key
     through the oracle; the reply sums their reports."""
     oracle, mode = scalars["oracle"], scalars["mode"]
     if mode != "level" or oracle not in ("olh", "blh", "flh"):
-        raise ValueError(f"this client answers PEM level rounds with oracle olh, blh or flh; got mode {mode!r}, "
-                         f"oracle {oracle!r} (set protocol.oracle, protocol.collection = \"interactive\")")
+        raise ValueError(
+            f"this client answers PEM level rounds with oracle olh, blh or flh; got mode {mode!r}, "
+            f'oracle {oracle!r} (set protocol.oracle, protocol.collection = "interactive")'
+        )
     level, bounds = int(scalars["level"]), arrays["level_bounds"]
-    levels = np.clip(np.searchsorted(bounds, public_uniform(int(scalars["partition_seed"]), users.ids),
-                                     side="right") - 1, 0, bounds.size - 2)
+    levels = np.clip(
+        np.searchsorted(bounds, public_uniform(int(scalars["partition_seed"]), users.ids), side="right") - 1,
+        0,
+        bounds.size - 2,
+    )
     members = np.flatnonzero(levels == level)
     units, base = value_units(users, str(scalars["encoding"]))
     keys = prefix_keys(units[members], base, int(arrays["lengths"][level]))
@@ -400,8 +427,17 @@ def report_randomness(context: Context, round_: int) -> np.random.Generator:
 def shard_info(content: RecordDict, users: Users) -> RecordDict:
     """The answer to the shard query: which users the node holds."""
     read_message(content, ("ShardQuery",))
-    return record("ShardInfo", {"shard_index": users.index, "num_shards": users.parts, "first_user": users.first,
-                                "users": users.count, "population": users.population}, {})
+    return record(
+        "ShardInfo",
+        {
+            "shard_index": users.index,
+            "num_shards": users.parts,
+            "first_user": users.first,
+            "users": users.count,
+            "population": users.population,
+        },
+        {},
+    )
 
 
 def round_answer(content: RecordDict, users: Users, draw: Callable[[int], np.random.Generator]) -> RecordDict:

@@ -67,33 +67,50 @@ def test_a_user_whose_item_the_deny_list_names_holds_nothing(tmp_path: Path) -> 
     assert dropped.sum() == 1
     folder = tmp_path / "day-1"
     folder.mkdir()
-    (folder / "result.json").write_text(json.dumps({"heavy_hitters": [{"item": "to"}],
-                                                     "deny_list": {"denied": ["the"]}}), encoding="utf-8")
+    (folder / "result.json").write_text(
+        json.dumps({"heavy_hitters": [{"item": "to"}], "deny_list": {"denied": ["the"]}}), encoding="utf-8"
+    )
     assert client.read_deny_list(str(folder)) == {"the", "to"}
 
 
 def test_items_become_the_contract_s_symbol_rows() -> None:
     """docs/messages.md, "Items as symbols": "moon", unit 2 -> [id("mo"), id("on"), EOS]."""
-    codec = client.Codec({"protocol.alphabet": "lowercase", "protocol.unit_size": 2, "protocol.max_length": 4,
-                          "protocol.overlong": "drop", "protocol.unknown_chars": "drop"})
+    codec = client.Codec(
+        {
+            "protocol.alphabet": "lowercase",
+            "protocol.unit_size": 2,
+            "protocol.max_length": 4,
+            "protocol.overlong": "drop",
+            "protocol.unknown_chars": "drop",
+        }
+    )
     radix = 27
     mo, on, a = 13 * radix + 15, 15 * radix + 14, 1 * radix + 0
     assert codec.rows(["moon", "a", "moonlit", "Moon"]).tolist() == [
-        [mo, on, client.END], [a, client.END, client.PAD], [client.PAD] * 3, [client.PAD] * 3]
+        [mo, on, client.END],
+        [a, client.END, client.PAD],
+        [client.PAD] * 3,
+        [client.PAD] * 3,
+    ]
 
 
 def test_triehh_votes_are_the_sampled_users_prefixes(tmp_path: Path) -> None:
     users = client.Users({"partition-id": 0, "num-partitions": 1}, with_words(tmp_path, WORDS[:8]))
     sampled = np.array([0, 1, 2, 3, 5, 6, 7])  # user 4 ("a") is not sampled
-    scalars, arrays = client.triehh_reply(users, {"round": 1}, {"sampled": sampled,
-                                                               "parents": np.zeros((0, 0), dtype=np.int64)})
+    scalars, arrays = client.triehh_reply(
+        users, {"round": 1}, {"sampled": sampled, "parents": np.zeros((0, 0), dtype=np.int64)}
+    )
     t, o, h, e = 20, 15, 8, 5
     assert scalars == {"round": 1, "sampled_users": 7, "responding_users": 7}
     assert dict(zip(map(tuple, arrays["prefixes"].tolist()), arrays["votes"].tolist())) == {(t,): 5, (o,): 2}
-    scalars, arrays = client.triehh_reply(users, {"round": 2}, {"sampled": sampled,
-                                                               "parents": np.array([[t]], dtype=np.int64)})
+    scalars, arrays = client.triehh_reply(
+        users, {"round": 2}, {"sampled": sampled, "parents": np.array([[t]], dtype=np.int64)}
+    )
     assert dict(zip(map(tuple, arrays["prefixes"].tolist()), arrays["votes"].tolist())) == {
-        (t, h): 3, (t, o): 1, (t, e): 1}
+        (t, h): 3,
+        (t, o): 1,
+        (t, e): 1,
+    }
 
 
 @pytest.mark.parametrize("oracle", ["olh", "flh"])
@@ -102,10 +119,22 @@ def test_pem_level_replies_count_each_asked_user_once(tmp_path: Path, oracle: st
     candidates = np.arange(64, dtype=np.uint64)
     asked = []
     for level in range(3):
-        scalars = {"round": level + 1, "mode": "level", "level": level, "levels": 3, "encoding": "bits",
-                   "partition_seed": 7, "oracle": oracle, "epsilon": 2.0, "oracle_seed": 3}
-        arrays = {"lengths": np.array([5, 10, 15]), "level_bounds": np.array([0, 1 / 3, 2 / 3, 1]),
-                  "candidates": candidates}
+        scalars = {
+            "round": level + 1,
+            "mode": "level",
+            "level": level,
+            "levels": 3,
+            "encoding": "bits",
+            "partition_seed": 7,
+            "oracle": oracle,
+            "epsilon": 2.0,
+            "oracle_seed": 3,
+        }
+        arrays = {
+            "lengths": np.array([5, 10, 15]),
+            "level_bounds": np.array([0, 1 / 3, 2 / 3, 1]),
+            "candidates": candidates,
+        }
         reply, counts = client.pem_reply(users, scalars, arrays, np.random.default_rng(level))
         asked.append(reply["sampled_users"])
         assert reply["responding_users"] == reply["sampled_users"]
@@ -119,8 +148,9 @@ def test_pem_level_replies_count_each_asked_user_once(tmp_path: Path, oracle: st
 
 
 def test_a_request_of_another_major_version_is_refused() -> None:
-    content = RecordDict({"arrays": ArrayRecord({}),
-                          "scalars": ConfigRecord({"@type": "ShardQuery", "@version": "2.0"})})
+    content = RecordDict(
+        {"arrays": ArrayRecord({}), "scalars": ConfigRecord({"@type": "ShardQuery", "@version": "2.0"})}
+    )
     with pytest.raises(ValueError, match=r"contract version 2\.0"):
         client.read_message(content, ("ShardQuery",))
 
@@ -139,8 +169,10 @@ def test_with_fedhh_s_server_the_client_finds_what_fedhh_s_own_client_finds() ->
     assert shards is not None, "this project's run.shards is a number"
     nodes = [client.Users({"partition-id": i, "num-partitions": shards}, flat) for i in range(shards)]
     experiment = Experiment(config)
-    infos = {i: SHARD_INFO_CODEC.decode(client.shard_info(SHARD_QUERY_CODEC.encode(ShardQuery()), node))
-             for i, node in enumerate(nodes)}
+    infos = {
+        i: SHARD_INFO_CODEC.decode(client.shard_info(SHARD_QUERY_CODEC.encode(ShardQuery()), node))
+        for i, node in enumerate(nodes)
+    }
     admit(infos, experiment.n_users, shards, "shards")  # raises unless the nodes hold every user once
     draw = np.random.default_rng(0)
     reply_codec = codec_for(experiment.spec.response_type)

@@ -35,12 +35,14 @@ from .server import NAME, AggregateTrieServer, build_aggregate_trie
 from .sizing import AGGREGATE_TRIE_SIZING
 from .wire import aggregate_trie_bits
 
-CONTRACT = ContractText(definitions=(
-    "The aggregate-DP prefix tree (aggregate-trie): a sampled user chooses among its items by the request's "
-    "data_selection (its `weighted` scheme is the choice by share above, among the items that extend the tree), "
-    "sends its counts in the clear or inside secure aggregation's masked vector, and adds no noise: the server "
-    "adds it once to the sum.",
-))
+CONTRACT = ContractText(
+    definitions=(
+        "The aggregate-DP prefix tree (aggregate-trie): a sampled user chooses among its items by the request's "
+        "data_selection (its `weighted` scheme is the choice by share above, among the items that extend the tree), "
+        "sends its counts in the clear or inside secure aggregation's masked vector, and adds no noise: the server "
+        "adds it once to the sum.",
+    )
+)
 
 SPEC = register_protocol(
     ProtocolSpec(

@@ -39,7 +39,7 @@ def candidate_of_items(request: LevelRequest, vocabulary: Vocabulary, domain: Ex
         position = np.minimum(np.searchsorted(keys[order], item_keys), max(order.size - 1, 0))
         found = keys[order][position] == item_keys if order.size else np.zeros(rows.shape[0], dtype=bool)
         parent = np.where(found, order[position] if order.size else 0, -1)
-    codes = domain.codes(rows[:, request.depth: request.depth + domain.length])
+    codes = domain.codes(rows[:, request.depth : request.depth + domain.length])
     return np.where(parent >= 0, parent * domain.size + codes, -1)
 
 
@@ -90,8 +90,9 @@ def draw_one(owner: np.ndarray, weight: np.ndarray, uniforms: np.ndarray) -> np.
     return np.searchsorted(cumulative, target, side="right") - 1
 
 
-def select(request: LevelRequest, shard: Shard, local: np.ndarray, candidate: np.ndarray,
-           randomness: RandomnessSource) -> tuple[np.ndarray, np.ndarray]:
+def select(
+    request: LevelRequest, shard: Shard, local: np.ndarray, candidate: np.ndarray, randomness: RandomnessSource
+) -> tuple[np.ndarray, np.ndarray]:
     """(position of the user in ``local``, candidate) of every count a sampled user adds 1 to."""
     owner, items, weight, cand = user_entries(shard, local, candidate, request.choose_from == EXTENDING)
     if owner.size == 0:
@@ -101,8 +102,16 @@ def select(request: LevelRequest, shard: Shard, local: np.ndarray, candidate: np
     return owners[counted], cands[counted]
 
 
-def choose(request: LevelRequest, shard: Shard, local: np.ndarray, owner: np.ndarray, items: np.ndarray,
-           weight: np.ndarray, cand: np.ndarray, randomness: RandomnessSource) -> tuple[np.ndarray, np.ndarray]:
+def choose(
+    request: LevelRequest,
+    shard: Shard,
+    local: np.ndarray,
+    owner: np.ndarray,
+    items: np.ndarray,
+    weight: np.ndarray,
+    cand: np.ndarray,
+    randomness: RandomnessSource,
+) -> tuple[np.ndarray, np.ndarray]:
     """The data-selection scheme over the users' entries (grouped by owner): (owner, candidate) pairs."""
     scheme = request.data_selection
     if scheme in (RANDOM, WEIGHTED):
@@ -115,8 +124,9 @@ def choose(request: LevelRequest, shard: Shard, local: np.ndarray, owner: np.nda
     return heaviest(scheme, request.contributions, owner, items, weight, cand)
 
 
-def heaviest(scheme: str, contributions: int, owner: np.ndarray, items: np.ndarray, weight: np.ndarray,
-             cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def heaviest(
+    scheme: str, contributions: int, owner: np.ndarray, items: np.ndarray, weight: np.ndarray, cand: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The schemes without a draw, over entries grouped by owner: ``most_frequent``, each owner's
     heaviest item (ties: the lowest item id); ``several``, its ``contributions`` candidates its items
     add up to most on (ties: the lowest candidate number)."""

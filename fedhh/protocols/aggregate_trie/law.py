@@ -49,8 +49,9 @@ def sampled(rng: np.random.Generator, users: np.ndarray | int, rate: float) -> n
     return users.copy() if rate >= 1 else np.asarray(rng.binomial(users, rate), dtype=np.int64)
 
 
-def type_counts(request: LevelRequest, types: UserTypes, users: np.ndarray, candidate: np.ndarray,
-                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
+def type_counts(
+    request: LevelRequest, types: UserTypes, users: np.ndarray, candidate: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, int]:
     """(candidate, count) pairs the sampled ``users`` of each type add, and how many of them count."""
     cand = candidate[types.item_ids]
     entry_type = types.type_of_entry
@@ -59,13 +60,20 @@ def type_counts(request: LevelRequest, types: UserTypes, users: np.ndarray, cand
         weight = np.where(may, 1.0 if request.data_selection == RANDOM else types.item_counts, 0.0)
         mass = np.bincount(entry_type, weights=weight, minlength=types.size)
         users = np.where(mass > 0, users, 0)
-        shares = np.where(mass[entry_type] > 0, weight / np.where(mass > 0, mass, 1.0)[entry_type],
-                          1.0 / types.lengths[entry_type])
+        shares = np.where(
+            mass[entry_type] > 0, weight / np.where(mass > 0, mass, 1.0)[entry_type], 1.0 / types.lengths[entry_type]
+        )
         picked = split_types(rng, users, types.offsets, shares)
         counted = cand >= 0
         return cand[counted], picked[counted], int(picked[counted].sum())
-    owners, cands = heaviest(request.data_selection, request.contributions, entry_type[may],
-                             types.item_ids[may], types.item_counts[may], cand[may])
+    owners, cands = heaviest(
+        request.data_selection,
+        request.contributions,
+        entry_type[may],
+        types.item_ids[may],
+        types.item_counts[may],
+        cand[may],
+    )
     kept = cands >= 0
     responding = int(users[np.unique(owners[kept])].sum())
     return cands[kept], users[owners[kept]], responding

@@ -83,12 +83,16 @@ def check_counts(request: LevelRequest, response: LevelCounts, symbols: int, sam
     if response.responding_users > sampled:
         raise InvalidReply(f"LevelCounts.responding_users: {response.responding_users} > {sampled} sampled users")
     if not request.depth < response.width <= request.depth + request.extension:
-        raise InvalidReply(f"LevelCounts.width: candidates of depth {request.depth} + at most {request.extension} "
-                           f"symbols, got {response.width}")
+        raise InvalidReply(
+            f"LevelCounts.width: candidates of depth {request.depth} + at most {request.extension} "
+            f"symbols, got {response.width}"
+        )
     total = int(response.counts.sum())
     if total > response.responding_users * request.contributions or total < response.responding_users:
-        raise InvalidReply(f"LevelCounts.counts: they add up to {total}, for {response.responding_users} responding "
-                           f"users adding 1 to at most {request.contributions} candidate(s) each")
+        raise InvalidReply(
+            f"LevelCounts.counts: they add up to {total}, for {response.responding_users} responding "
+            f"users adding 1 to at most {request.contributions} candidate(s) each"
+        )
     if response.counts.size and response.counts.max() > response.responding_users:
         raise InvalidReply("LevelCounts.counts: a count exceeds the responding users")
     rows = response.prefixes
@@ -98,12 +102,13 @@ def check_counts(request: LevelRequest, response: LevelCounts, symbols: int, sam
         return
     if request.depth and not rows_in(rows[:, : request.depth], request.parents).all():
         raise InvalidReply(f"LevelCounts.prefixes: a candidate does not extend the kept depth-{request.depth} prefixes")
-    tail = rows[:, request.depth:]
+    tail = rows[:, request.depth :]
     ended = (tail == EOS) | (tail == PAD)
     after_end = np.cumsum(ended, axis=1) > 1
     if (tail >= symbols).any() or (tail[:, 0] == PAD).any() or (tail[after_end] != PAD).any():
-        raise InvalidReply(f"LevelCounts.prefixes: extensions must be symbol ids below {symbols}, the end symbol, "
-                           "then padding")
+        raise InvalidReply(
+            f"LevelCounts.prefixes: extensions must be symbol ids below {symbols}, the end symbol, then padding"
+        )
 
 
 class AggregateTrieDense:
@@ -138,7 +143,7 @@ class AggregateTrieDense:
         if response.counts.size:
             rows = response.prefixes
             parent = parent_index(request, rows[:, : request.depth])
-            np.add.at(vector, 2 + parent * domain.size + domain.codes(rows[:, request.depth:]), response.counts)
+            np.add.at(vector, 2 + parent * domain.size + domain.codes(rows[:, request.depth :]), response.counts)
         return vector
 
     def decode(self, request: LevelRequest, vector: np.ndarray, contributors: list[LevelRequest]) -> LevelCounts:
@@ -154,7 +159,9 @@ class AggregateTrieDense:
         parent, code = np.divmod(slots, domain.size)
         parents = request.parents if request.depth else np.zeros((1, 0), dtype=np.int64)
         total = LevelCounts(
-            round=request.round, sampled_users=int(vector[0]), responding_users=int(vector[1]),
+            round=request.round,
+            sampled_users=int(vector[0]),
+            responding_users=int(vector[1]),
             width=request.depth + domain.length,
             prefixes=np.concatenate([parents[parent], domain.rows(code)], axis=1).astype(np.int64),
             counts=counts[slots].astype(np.int64),

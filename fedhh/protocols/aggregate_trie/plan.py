@@ -29,9 +29,18 @@ def pass_probability(params: AggregateTrieParameters, holders: float, threshold:
 
 
 def plan_aggregate_trie(
-    n_users: int, epsilon: float, delta: float, max_length: int = 10, noise: str = GAUSSIAN,
-    users_per_level: int = 0, extension: int = 2, contributions: int = 1, max_prefixes: int = 64,
-    unit_size: int = 1, alphabet: str = "lowercase", frequencies: Sequence[float] = PLAN_FREQUENCIES,
+    n_users: int,
+    epsilon: float,
+    delta: float,
+    max_length: int = 10,
+    noise: str = GAUSSIAN,
+    users_per_level: int = 0,
+    extension: int = 2,
+    contributions: int = 1,
+    max_prefixes: int = 64,
+    unit_size: int = 1,
+    alphabet: str = "lowercase",
+    frequencies: Sequence[float] = PLAN_FREQUENCIES,
 ) -> dict[str, Any]:
     """The noise scale solved for the target over the tree's levels, the guarantee, the largest
     level's threshold, and per population share the chance that an item of the longest length held
@@ -43,19 +52,26 @@ def plan_aggregate_trie(
     check_positive_int(contributions, "--contributions")
     codec = ItemCodec(get_alphabet(alphabet), unit_size, max_length)
     levels = levels_for(codec.max_rounds, extension)
-    params = solve_aggregate_trie(n_users, epsilon, delta, noise, contributions,
-                                  sampling_rate(users_per_level, n_users), levels)
+    params = solve_aggregate_trie(
+        n_users, epsilon, delta, noise, contributions, sampling_rate(users_per_level, n_users), levels
+    )
     threshold = check_findable(params, 0.0, max_prefixes, extension, codec)
     candidates = max_prefixes * ExtensionDomain(codec.radix**codec.unit_size, extension).size
     report = params.report()
     return {
-        "protocol": "aggregate-trie", "n_users": n_users, "epsilon": report.epsilon, "delta": report.delta,
-        "noise": noise, "scale": params.scale, "levels": levels, "sampling_rate": params.sampling_rate,
-        "users_per_level": params.expected_users, "contributions": contributions,
-        "candidates_per_level": candidates, "threshold": threshold,
-        "discovery_rate": {
-            f"{f:g}": pass_probability(params, f * n_users, threshold) ** levels for f in frequencies
-        },
+        "protocol": "aggregate-trie",
+        "n_users": n_users,
+        "epsilon": report.epsilon,
+        "delta": report.delta,
+        "noise": noise,
+        "scale": params.scale,
+        "levels": levels,
+        "sampling_rate": params.sampling_rate,
+        "users_per_level": params.expected_users,
+        "contributions": contributions,
+        "candidates_per_level": candidates,
+        "threshold": threshold,
+        "discovery_rate": {f"{f:g}": pass_probability(params, f * n_users, threshold) ** levels for f in frequencies},
         "model": report.model,
         "privacy": report.to_dict(),
     }
@@ -63,15 +79,24 @@ def plan_aggregate_trie(
 
 def _plan(args: Options) -> dict[str, Any]:
     return plan_aggregate_trie(
-        args.users, args.epsilon, args.delta, args.max_length, args.noise, args.users_per_level, args.extension,
-        args.contributions, args.max_prefixes,
+        args.users,
+        args.epsilon,
+        args.delta,
+        args.max_length,
+        args.noise,
+        args.users_per_level,
+        args.extension,
+        args.contributions,
+        args.max_prefixes,
     )
 
 
 def _table(args: Options, planned: dict[str, Any]) -> PlanTable:
     return PlanTable(
         f"aggregate-trie plan: n = {args.users:,}, ε = {args.epsilon:g}, δ = {args.delta:g}, "
-        f"{planned['levels']} levels", ldp_plan_rows(planned), [f"privacy: {planned['model']}"],
+        f"{planned['levels']} levels",
+        ldp_plan_rows(planned),
+        [f"privacy: {planned['model']}"],
     )
 
 

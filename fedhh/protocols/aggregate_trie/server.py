@@ -137,10 +137,16 @@ class AggregateTrieServer(ServerProtocol):
                 generator = self._randomness.generator(SAMPLE_PURPOSE, round_)
                 sampled = poisson_sample(generator, self.params.n_users, self.params.sampling_rate)
             self._pending = LevelRequest(
-                round=round_, depth=self.depth, extension=self.extension_for(max(self._parents.shape[0], 1)),
-                data_selection=self.keys.data_selection, choose_from=self.keys.choose_from,
-                contributions=self.keys.contributions, sampling_rate=self.params.sampling_rate,
-                sampled_by_law=self._by_law, sampled=sampled, parents=self._parents,
+                round=round_,
+                depth=self.depth,
+                extension=self.extension_for(max(self._parents.shape[0], 1)),
+                data_selection=self.keys.data_selection,
+                choose_from=self.keys.choose_from,
+                contributions=self.keys.contributions,
+                sampling_rate=self.params.sampling_rate,
+                sampled_by_law=self._by_law,
+                sampled=sampled,
+                parents=self._parents,
             )
         return self._pending
 
@@ -151,14 +157,17 @@ class AggregateTrieServer(ServerProtocol):
         if request is None or response.round != request.round:
             raise ValueError(f"response for level {response.round}, but no request for it is pending")
         if response.width != request.depth + request.extension:
-            raise ValueError(f"level {request.round}: candidates of {request.depth + request.extension} symbols "
-                             f"expected, got {response.width}")
+            raise ValueError(
+                f"level {request.round}: candidates of {request.depth + request.extension} symbols "
+                f"expected, got {response.width}"
+            )
         domain = ExtensionDomain(self.symbols, request.extension)
         parents = max(request.parents.shape[0], 1)
         candidates = parents * domain.size
         counts = self.dense_counts(request, response, domain)
-        noisy = counts + level_noise(self.params.noise, self.params.scale, candidates,
-                                     self._randomness.generator(NOISE_PURPOSE, request.round))
+        noisy = counts + level_noise(
+            self.params.noise, self.params.scale, candidates, self._randomness.generator(NOISE_PURPOSE, request.round)
+        )
         threshold = self.threshold(candidates)
         passed = np.flatnonzero(noisy > threshold)
         ranked = passed[np.lexsort((passed, -noisy[passed]))]
@@ -180,18 +189,26 @@ class AggregateTrieServer(ServerProtocol):
         kept_rows = np.concatenate([rows[complete][: kept_complete.size], rows[~complete][: kept_open.size]])
         self._kept.append((kept_rows, noisy[kept]))
         self._parents = rows[~complete][: kept_open.size]
-        self._trace.append(RoundRecord(
-            request.round,
-            {
-                "depth": int(response.width), "extension": int(domain.length), "candidates": int(candidates),
-                "threshold": float(threshold), "passed": int(passed.size), "kept": int(kept.size),
-                "completed": int(kept_complete.size),
-            },
-            server_view={
-                "sampled_users": int(response.sampled_users), "responding_users": int(response.responding_users),
-                "candidates_counted": int(response.counts.size), "count_total": int(response.counts.sum()),
-            },
-        ))
+        self._trace.append(
+            RoundRecord(
+                request.round,
+                {
+                    "depth": int(response.width),
+                    "extension": int(domain.length),
+                    "candidates": int(candidates),
+                    "threshold": float(threshold),
+                    "passed": int(passed.size),
+                    "kept": int(kept.size),
+                    "completed": int(kept_complete.size),
+                },
+                server_view={
+                    "sampled_users": int(response.sampled_users),
+                    "responding_users": int(response.responding_users),
+                    "candidates_counted": int(response.counts.size),
+                    "count_total": int(response.counts.sum()),
+                },
+            )
+        )
         if self._parents.shape[0] == 0:
             self._stopped_because = f"level {request.round} kept no prefix to extend"
         elif response.width >= self.codec.max_rounds:
@@ -206,7 +223,7 @@ class AggregateTrieServer(ServerProtocol):
         if response.counts.size:
             rows = response.prefixes
             parent = parent_index(request, rows[:, : request.depth])
-            np.add.at(counts, parent * domain.size + domain.codes(rows[:, request.depth:]), response.counts)
+            np.add.at(counts, parent * domain.size + domain.codes(rows[:, request.depth :]), response.counts)
         return counts
 
     def discovered(self) -> list[Discovery]:
@@ -232,12 +249,20 @@ class AggregateTrieServer(ServerProtocol):
             trace=self.trace,
             privacy=self.privacy_report(),
             params={
-                "level_noise": self.params.noise, "scale": self.params.scale,
-                "sampling_rate": self.params.sampling_rate, "levels": self.params.levels,
-                "extension": keys.extension, "adaptive": keys.adaptive, "max_prefixes": keys.max_prefixes,
-                "max_vector": keys.max_vector, "data_selection": keys.data_selection, "choose_from": keys.choose_from,
-                "contributions": keys.contributions, "count_threshold": keys.count_threshold,
-                "max_length": self.codec.max_length, "unit_size": self.codec.unit_size,
+                "level_noise": self.params.noise,
+                "scale": self.params.scale,
+                "sampling_rate": self.params.sampling_rate,
+                "levels": self.params.levels,
+                "extension": keys.extension,
+                "adaptive": keys.adaptive,
+                "max_prefixes": keys.max_prefixes,
+                "max_vector": keys.max_vector,
+                "data_selection": keys.data_selection,
+                "choose_from": keys.choose_from,
+                "contributions": keys.contributions,
+                "count_threshold": keys.count_threshold,
+                "max_length": self.codec.max_length,
+                "unit_size": self.codec.unit_size,
                 "alphabet": self.codec.alphabet.name,
             },
             stopped_because=self._stopped_because or "not finished",
@@ -264,14 +289,22 @@ def build_aggregate_trie(
     keys = AggregateTrieKeys.of(protocol)
     keys.check()
     levels = levels_for(codec.max_rounds, keys.extension)
-    params = solve_aggregate_trie(n_users, privacy.epsilon, privacy.delta, keys.level_noise, keys.contributions,
-                                  sampling_rate(keys.users_per_level, n_users), levels)
+    params = solve_aggregate_trie(
+        n_users,
+        privacy.epsilon,
+        privacy.delta,
+        keys.level_noise,
+        keys.contributions,
+        sampling_rate(keys.users_per_level, n_users),
+        levels,
+    )
     check_findable(params, keys.count_threshold, keys.max_prefixes, keys.extension, codec)
     return AggregateTrieServer(params, keys, codec, seed)
 
 
-def check_findable(params: AggregateTrieParameters, count_threshold: float, max_prefixes: int, extension: int,
-                   codec: ItemCodec) -> float:
+def check_findable(
+    params: AggregateTrieParameters, count_threshold: float, max_prefixes: int, extension: int, codec: ItemCodec
+) -> float:
     """The threshold of a level with ``max_prefixes`` parents; refuse a run where no count can pass it
     (above the users sampled per level)."""
     candidates = max_prefixes * ExtensionDomain(codec.radix**codec.unit_size, extension).size

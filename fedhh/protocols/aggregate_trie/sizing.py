@@ -50,8 +50,16 @@ def setting_thresholds(noise: str, scale: float, max_rounds: int, extension: int
 
 
 def size_aggregate_trie(
-    frequency: float, discovery: float, epsilon: float, delta: float, max_length: int = 10, noise: str = GAUSSIAN,
-    sampling_rate: float = 1.0, extension: int = 2, contributions: int = 1, on_step: OnStep | None = None,
+    frequency: float,
+    discovery: float,
+    epsilon: float,
+    delta: float,
+    max_length: int = 10,
+    noise: str = GAUSSIAN,
+    sampling_rate: float = 1.0,
+    extension: int = 2,
+    contributions: int = 1,
+    on_step: OnStep | None = None,
 ) -> SizeAnswer:
     """The smallest n for which the analysis finds an item of share ``frequency`` with probability
     ``discovery`` (see the module docstring)."""
@@ -67,8 +75,14 @@ def size_aggregate_trie(
 
     def rate(users: int) -> tuple[float, dict[str, Any]]:
         passed = math.prod(pass_probability(params, frequency * users, threshold) for threshold in thresholds)
-        return passed, {"scale": params.scale, "thresholds": thresholds, "levels": levels,
-                        "sampling_rate": sampling_rate, "epsilon": params.epsilon, "delta": delta}
+        return passed, {
+            "scale": params.scale,
+            "thresholds": thresholds,
+            "levels": levels,
+            "sampling_rate": sampling_rate,
+            "epsilon": params.epsilon,
+            "delta": delta,
+        }
 
     answer = size_by_analysis("aggregate-trie", frequency, discovery, rate, 1, int(10 / frequency), on_step)
     if delta * answer.users >= 1:
@@ -85,10 +99,15 @@ def verification_server(args: Options, answer: SizeAnswer) -> dict[str, Any]:
     (the default ``protocol.max_prefixes``)."""
     codec = ItemCodec(get_alphabet("lowercase"), 1, args.max_length)
     levels = levels_for(codec.max_rounds, args.extension)
-    params = solve_aggregate_trie(answer.users, args.epsilon, args.delta, args.noise, args.contributions,
-                                  _rate(args), levels)
-    keys = AggregateTrieKeys(level_noise=args.noise, extension=args.extension, contributions=args.contributions,
-                             data_selection="several" if args.contributions > 1 else "weighted")
+    params = solve_aggregate_trie(
+        answer.users, args.epsilon, args.delta, args.noise, args.contributions, _rate(args), levels
+    )
+    keys = AggregateTrieKeys(
+        level_noise=args.noise,
+        extension=args.extension,
+        contributions=args.contributions,
+        data_selection="several" if args.contributions > 1 else "weighted",
+    )
 
     def server(seed: int) -> AggregateTrieServer:
         return AggregateTrieServer(params, keys, codec, seed)
@@ -101,8 +120,18 @@ def _rate(args: Options) -> float:
 
 
 def _answer(args: Options, show: OnStep) -> SizeAnswer:
-    return size_aggregate_trie(args.frequency, args.discovery, args.epsilon, args.delta, args.max_length, args.noise,
-                               _rate(args), args.extension, args.contributions, show)
+    return size_aggregate_trie(
+        args.frequency,
+        args.discovery,
+        args.epsilon,
+        args.delta,
+        args.max_length,
+        args.noise,
+        _rate(args),
+        args.extension,
+        args.contributions,
+        show,
+    )
 
 
 def _check_analytic(args: Options, mode: str) -> None:
@@ -114,7 +143,8 @@ def _check_recall(args: Options, mode: str) -> None:
 
 
 AGGREGATE_TRIE_SIZING = Sizing(
-    "aggregate-trie", 50,
+    "aggregate-trie",
+    50,
     (
         Option("--delta", "target δ in (0, 1)", float),
         Option("--max-length", "letters of the item (default 10)", int, 10),
@@ -125,5 +155,6 @@ AGGREGATE_TRIE_SIZING = Sizing(
     ),
     _answer,
     verification_server,
-    check_analytic=_check_analytic, check_recall=_check_recall,
+    check_analytic=_check_analytic,
+    check_recall=_check_recall,
 )

@@ -28,8 +28,11 @@ def aggregate_trie_bits(server: AggregateTrieServer) -> Communication:
     symbol_bits = index_bits(symbol_count(codec))
     depths = [min(level * keys.extension, codec.max_rounds) for level in range(1, params.levels + 1)]
     reports = tuple(
-        SentReport(f"level {level} candidates: {keys.contributions} prefix(es) of {depth} symbols",
-                   keys.contributions * depth * symbol_bits, params.sampling_rate)
+        SentReport(
+            f"level {level} candidates: {keys.contributions} prefix(es) of {depth} symbols",
+            keys.contributions * depth * symbol_bits,
+            params.sampling_rate,
+        )
         for level, depth in enumerate(depths, start=1)
     )
     return Communication(

@@ -47,8 +47,7 @@ SPEC = register_protocol(
     ProtocolSpec(
         name=NAME,
         summary=(
-            "Bitstogram (Bassily et al.): values hashed into channels, each channel's heavy hitter recovered "
-            "bit by bit"
+            "Bitstogram (Bassily et al.): values hashed into channels, each channel's heavy hitter recovered bit by bit"
         ),
         build=build_bitstogram,
         respond=respond,

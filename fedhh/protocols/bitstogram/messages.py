@@ -30,8 +30,9 @@ class BitstogramRequest(Request):
 
     def final_oracle(self) -> Hashtogram:
         """The oracle of whole values: ``R`` hashed rows of ``T`` buckets, median over rows ([Bassily17])."""
-        return Hashtogram(self.final_epsilon, 1 << 64, rows=self.rows, width=self.buckets, seed=self.oracle_seed,
-                          estimator="median")
+        return Hashtogram(
+            self.final_epsilon, 1 << 64, rows=self.rows, width=self.buckets, seed=self.oracle_seed, estimator="median"
+        )
 
 
 @message

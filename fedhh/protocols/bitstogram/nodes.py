@@ -29,8 +29,13 @@ def check_reply(
     for field, (got, expected) in shapes.items():
         if got != expected:
             raise InvalidReply(f"{tag}.{field}: shape {got}, expected {expected}")
-    positions = users_per_index(server, node, response.bit_users, request.value_bits,
-                                lambda ids: bit_positions(request.partition_seed, request.value_bits, ids))
+    positions = users_per_index(
+        server,
+        node,
+        response.bit_users,
+        request.value_bits,
+        lambda ids: bit_positions(request.partition_seed, request.value_bits, ids),
+    )
     if not np.array_equal(response.bit_users, positions):
         raise InvalidReply(
             f"{tag}.bit_users: {response.bit_users.tolist()}, its users per bit position {positions.tolist()}"

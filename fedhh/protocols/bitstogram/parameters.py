@@ -22,6 +22,7 @@ ITEM_PURPOSE = "bitstogram.item"
 BIT_PURPOSE = "bitstogram.bit-report"
 FINAL_PURPOSE = "bitstogram.final-report"
 
+
 def _power_of_two_or_auto(value: int) -> bool:
     return value == 0 or (value >= 2 and value & (value - 1) == 0)
 

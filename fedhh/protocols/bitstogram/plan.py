@@ -38,7 +38,12 @@ def discovery_probability(params: BitstogramParameters, frequency: float) -> flo
 
 
 def plan_bitstogram(
-    n_users: int, epsilon: float, value_bits: int = 64, buckets: int = 0, rows: int = 0, top_k: int = 32,
+    n_users: int,
+    epsilon: float,
+    value_bits: int = 64,
+    buckets: int = 0,
+    rows: int = 0,
+    top_k: int = 32,
     frequencies: Sequence[float] = PLAN_FREQUENCIES,
 ) -> dict[str, Any]:
     """Bitstogram's parameters for ``n`` users at ε, the guarantee, and the chance of each frequency."""

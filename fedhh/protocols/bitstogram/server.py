@@ -64,8 +64,14 @@ class BitstogramServer(ValueReportingServer):
         estimates = self.estimate(response, candidates)
         passed = np.flatnonzero(estimates >= self.threshold)
         reported = self._report(candidates, estimates, eligible=passed)
-        self._record(users=response.responding_users, channels=self.params.buckets, candidates=int(candidates.shape[0]),
-                     above_threshold=int(passed.size), reported=reported, threshold=self.threshold)
+        self._record(
+            users=response.responding_users,
+            channels=self.params.buckets,
+            candidates=int(candidates.shape[0]),
+            above_threshold=int(passed.size),
+            reported=reported,
+            threshold=self.threshold,
+        )
 
     def recover_channels(self, response: BitstogramResponse) -> np.ndarray:
         """Each channel's candidate ``[T, m]``: per position, the bit whose (channel, bit) pair is estimated higher."""
@@ -113,6 +119,4 @@ def build_bitstogram(
     privacy: PrivacySection, protocol: Mapping[str, Any], n_users: int, codec: ItemCodec, seed: int
 ) -> BitstogramServer:
     value_bits = PrefixEncoding("bits", codec).length
-    return BitstogramServer(
-        bitstogram_parameters(protocol, privacy.epsilon, n_users, value_bits), codec, seed
-    )
+    return BitstogramServer(bitstogram_parameters(protocol, privacy.epsilon, n_users, value_bits), codec, seed)

@@ -19,6 +19,8 @@ def bitstogram_bits(server: BitstogramServer) -> Communication:
     request = server.request
     bits = index_bits(request.value_bits) + request.bit_oracle().report_bits()
     final = request.final_oracle().report_bits()
-    reports = (SentReport("(channel, bit) pair with its bit position (hashtogram)", bits, 1.0),
-               SentReport("full value (hashtogram)", final, 1.0))
+    reports = (
+        SentReport("(channel, bit) pair with its bit position (hashtogram)", bits, 1.0),
+        SentReport("full value (hashtogram)", final, 1.0),
+    )
     return Communication(reports, bits + final)

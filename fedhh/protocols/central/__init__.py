@@ -27,11 +27,13 @@ from .plan import CENTRAL_PLAN, plan_central
 from .server import NAME, CentralKeys, CentralServer, build_central
 from .wire import central_bits
 
-CONTRACT = ContractText(definitions=(
-    "The curator baseline (central): a user holding several items sends one of them, each with probability its "
-    "share of the user's items; a user holding none sends nothing (the curator sees who takes part, and every "
-    "item in the clear).",
-))
+CONTRACT = ContractText(
+    definitions=(
+        "The curator baseline (central): a user holding several items sends one of them, each with probability its "
+        "share of the user's items; a user holding none sends nothing (the curator sees who takes part, and every "
+        "item in the clear).",
+    )
+)
 
 SPEC = register_protocol(
     ProtocolSpec(

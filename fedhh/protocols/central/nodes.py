@@ -35,8 +35,10 @@ def check_histogram(response: ItemHistogram, users: int, symbols: int) -> None:
         )
     total = int(response.counts.sum())
     if total != response.responding_users or total > users:
-        raise InvalidReply(f"ItemHistogram.counts: they add up to {total}, responding_users says "
-                           f"{response.responding_users}, of {users} users")
+        raise InvalidReply(
+            f"ItemHistogram.counts: they add up to {total}, responding_users says "
+            f"{response.responding_users}, of {users} users"
+        )
     rows = response.items
     if np.unique(row_keys(rows)).size != rows.shape[0]:
         raise InvalidReply("ItemHistogram.items: an item is listed twice")
@@ -49,5 +51,7 @@ def check_histogram(response: ItemHistogram, users: int, symbols: int) -> None:
 def describe_round(record: RoundRecord) -> str:
     """The curator's log line: what it counted (its own view) next to what it released."""
     values, seen = record.values, record.server_view
-    return (f"{seen['users_counted']:,} users sent {seen['items_present']:,} distinct items; "
-            f"{values['above_threshold']:,} passed the threshold, {values['released']:,} released")
+    return (
+        f"{seen['users_counted']:,} users sent {seen['items_present']:,} distinct items; "
+        f"{values['above_threshold']:,} passed the threshold, {values['released']:,} released"
+    )

@@ -29,7 +29,11 @@ def count_released_with(params: CentralParameters, probability: float) -> float:
 
 
 def plan_central(
-    n_users: int, epsilon: float, delta: float, noise: str = LAPLACE, frequencies: Sequence[float] = PLAN_FREQUENCIES,
+    n_users: int,
+    epsilon: float,
+    delta: float,
+    noise: str = LAPLACE,
+    frequencies: Sequence[float] = PLAN_FREQUENCIES,
 ) -> dict[str, Any]:
     """The curator's noise scale and threshold, its guarantee, the counts released with probability
     ½ and 0.9, and the chance that an item of each population share is released (every holder sending it)."""
@@ -37,8 +41,13 @@ def plan_central(
     params = solve_central(n_users, epsilon, delta, noise)
     report = params.report()
     return {
-        "protocol": "central", "n_users": n_users, "epsilon": report.epsilon, "delta": report.delta,
-        "noise": params.noise, "scale": params.scale, "threshold": params.threshold,
+        "protocol": "central",
+        "n_users": n_users,
+        "epsilon": report.epsilon,
+        "delta": report.delta,
+        "noise": params.noise,
+        "scale": params.scale,
+        "threshold": params.threshold,
         "count_released_half": count_released_with(params, 0.5),
         "count_released_0.9": count_released_with(params, 0.9),
         "discovery_rate": {f"{f:g}": release_probability(params, f * n_users) for f in frequencies},
@@ -52,8 +61,11 @@ def _plan(args: Options) -> dict[str, Any]:
 
 
 def _table(args: Options, planned: dict[str, Any]) -> PlanTable:
-    return PlanTable(f"central plan: n = {args.users:,}, ε = {args.epsilon:g}, δ = {args.delta:g}",
-                     ldp_plan_rows(planned), [f"privacy: {planned['model']}"])
+    return PlanTable(
+        f"central plan: n = {args.users:,}, ε = {args.epsilon:g}, δ = {args.delta:g}",
+        ldp_plan_rows(planned),
+        [f"privacy: {planned['model']}"],
+    )
 
 
 CENTRAL_PLAN = PlanCommand(

@@ -75,11 +75,16 @@ class CentralServer(ServerProtocol):
             Discovery(item, tuple(row), estimated_count=float(count))
             for item, row, count in zip(self.codec.decode_rows(rows), rows.tolist(), noisy[shown].tolist())
         ]
-        self._trace.append(RoundRecord(
-            1,
-            {"above_threshold": int(passed.size), "released": len(self._found)},
-            server_view={"users_counted": int(response.responding_users), "items_present": int(response.counts.size)},
-        ))
+        self._trace.append(
+            RoundRecord(
+                1,
+                {"above_threshold": int(passed.size), "released": len(self._found)},
+                server_view={
+                    "users_counted": int(response.responding_users),
+                    "items_present": int(response.counts.size),
+                },
+            )
+        )
 
     def result(self) -> ProtocolResult:
         return ProtocolResult(

@@ -66,8 +66,10 @@ def fragment_crowds(split: BudgetSplit, parameters: Mapping[str, Any]) -> tuple[
     sent) among everyone."""
     fragment, *word = _names(split)
     positions = equal_groups(int(parameters["positions"]))
-    return (Crowd((fragment,), "the users of the smallest fragment position", positions),
-            *(Crowd((name,), EVERYONE) for name in word))
+    return (
+        Crowd((fragment,), "the users of the smallest fragment position", positions),
+        *(Crowd((name,), EVERYONE) for name in word),
+    )
 
 
 def party_level_crowds(split: BudgetSplit, parameters: Mapping[str, Any]) -> tuple[Crowd, ...]:

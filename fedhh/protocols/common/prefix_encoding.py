@@ -273,4 +273,3 @@ class PrefixEncoding:
 
     def describe(self) -> dict[str, object]:
         return {"encoding": self.kind, "value_length": self.length, "unit": self.unit_name, "unit_values": self.base}
-

@@ -22,7 +22,8 @@ SIGNIFICANT, TOP_K = "significant", "top_k"
 REPORT_MODES: tuple[str, ...] = (SIGNIFICANT, TOP_K)
 
 REPORT_KEY = Key(
-    str, SIGNIFICANT,
+    str,
+    SIGNIFICANT,
     "RAPPOR/SFP: what is reported. significant: only what clears the protocol's noise threshold (RAPPOR: "
     "Bonferroni-significant candidates; SFP: fragments above the noise level, words with a positive estimate); "
     "top_k: the K best estimates whatever their noise, as pure-ldp reports (RAPPOR: K = protocol.top_k; SFP: "

@@ -25,10 +25,12 @@ from .nodes import DROPOUT_PRIVACY, NO_DENSE_LAYOUT, check_reply, describe_round
 from .server import NAME, ExactKeys, ExactServer, build_exact
 from .wire import exact_bits
 
-CONTRACT = ContractText(definitions=(
-    "The exact baseline (exact) has no privacy: a user sends every item it holds, in the clear, with its share "
-    "of the user's items in units of 2^-32.",
-))
+CONTRACT = ContractText(
+    definitions=(
+        "The exact baseline (exact) has no privacy: a user sends every item it holds, in the clear, with its share "
+        "of the user's items in units of 2^-32.",
+    )
+)
 
 SPEC = register_protocol(
     ProtocolSpec(

@@ -24,8 +24,10 @@ def check_reply(request: ItemsRequest, response: ItemWeights, node: HeldUsers, s
     """Shares that a node's users can hold (at most one whole user per user, to rounding), each item once."""
     symbols = server.codec.radix**server.codec.unit_size
     if response.sampled_users != node.users or response.responding_users > node.users:
-        raise InvalidReply(f"ItemWeights.sampled_users: the node holds {node.users} users, it says "
-                           f"{response.sampled_users} ({response.responding_users} responding)")
+        raise InvalidReply(
+            f"ItemWeights.sampled_users: the node holds {node.users} users, it says "
+            f"{response.sampled_users} ({response.responding_users} responding)"
+        )
     rows = response.items
     # each user's shares add up to 2**32 within half a unit per item it holds
     if int(response.weights.sum()) > response.responding_users * SHARE_UNIT + rows.shape[0] * response.responding_users:

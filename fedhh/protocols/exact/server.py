@@ -82,9 +82,16 @@ class ExactServer(ServerProtocol):
             Discovery(item, tuple(row), estimated_count=weight / SHARE_UNIT)
             for item, row, weight in zip(self.codec.decode_rows(rows), rows.tolist(), response.weights[order].tolist())
         ]
-        self._trace.append(RoundRecord(1, {"users": int(response.responding_users),
-                                           "items_present": int(response.weights.size),
-                                           "released": len(self._found)}))
+        self._trace.append(
+            RoundRecord(
+                1,
+                {
+                    "users": int(response.responding_users),
+                    "items_present": int(response.weights.size),
+                    "released": len(self._found),
+                },
+            )
+        )
 
     def _tie_order(self, rows: np.ndarray) -> np.ndarray:
         """Each row's place among equal counts: its vocabulary id (as the truth orders ties), or,
@@ -104,8 +111,12 @@ class ExactServer(ServerProtocol):
             frequent_prefixes=[],
             trace=self.trace,
             privacy=self.guarantee(),
-            params={"top_k": self.top_k, "max_length": self.codec.max_length, "unit_size": self.codec.unit_size,
-                    "alphabet": self.codec.alphabet.name},
+            params={
+                "top_k": self.top_k,
+                "max_length": self.codec.max_length,
+                "unit_size": self.codec.unit_size,
+                "alphabet": self.codec.alphabet.name,
+            },
             stopped_because="one round" if self._found is not None else "not finished",
         )
 

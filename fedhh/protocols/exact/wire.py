@@ -13,5 +13,8 @@ def exact_bits(server: ExactServer) -> Communication:
     (``S`` the symbol ids) and its share in 32 bits; counted here for a user holding one item."""
     codec = server.codec
     bits = codec.max_rounds * index_bits(codec.radix**codec.unit_size) + SHARE_BITS
-    return Communication((SentReport("each item held, in the clear, with its share", bits, 1.0),), bits,
-                         note="per item the user holds: one item counted")
+    return Communication(
+        (SentReport("each item held, in the clear, with its share", bits, 1.0),),
+        bits,
+        note="per item the user holds: one item counted",
+    )

@@ -43,8 +43,7 @@ SPEC = register_protocol(
     ProtocolSpec(
         name=NAME,
         summary=(
-            "MCM (Bassily and Smith, as Wang et al. §VI-A run it): k^1.5 channels decoded bit by bit with OLH, "
-            "top k"
+            "MCM (Bassily and Smith, as Wang et al. §VI-A run it): k^1.5 channels decoded bit by bit with OLH, top k"
         ),
         build=build_mcm,
         respond=respond,

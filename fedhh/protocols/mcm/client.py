@@ -64,6 +64,9 @@ def respond(request: MCMRequest, shard: Shard, randomness: RandomnessSource) -> 
             rows.append(oracle.support(reports, pairs).counts)
         counts, reporters = np.concatenate(rows), np.bincount(positions, minlength=request.value_bits)
     return MCMResponse(
-        round=request.round, sampled_users=shard.n_users, responding_users=shard.n_users,
-        counts=np.asarray(counts, dtype=np.int64), reporters=np.asarray(reporters, dtype=np.int64),
+        round=request.round,
+        sampled_users=shard.n_users,
+        responding_users=shard.n_users,
+        counts=np.asarray(counts, dtype=np.int64),
+        reporters=np.asarray(reporters, dtype=np.int64),
     )

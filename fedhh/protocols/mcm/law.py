@@ -66,6 +66,9 @@ def law(request: MCMRequest, counts: CountedShard, randomness: KeyedRandomness) 
             rows.append(support_law(oracle, values, by_position[:, position], pairs, rng).counts)
         cells, senders = np.concatenate(rows), by_position.sum(axis=0)
     return MCMResponse(
-        round=request.round, sampled_users=counts.n_users, responding_users=counts.n_users,
-        counts=np.asarray(cells, dtype=np.int64), reporters=np.asarray(senders, dtype=np.int64),
+        round=request.round,
+        sampled_users=counts.n_users,
+        responding_users=counts.n_users,
+        counts=np.asarray(cells, dtype=np.int64),
+        reporters=np.asarray(senders, dtype=np.int64),
     )

@@ -23,11 +23,18 @@ def check_reply(request: MCMRequest, response: MCMResponse, node: HeldUsers, ser
         expected_counts, expected = request.candidates.size, np.array([node.users])
     else:
         expected_counts = request.value_bits * 2 * request.channels
-        expected = users_per_index(server, node, response.reporters, request.value_bits,
-                                   lambda ids: bit_positions(request.partition_seed, request.value_bits, ids))
+        expected = users_per_index(
+            server,
+            node,
+            response.reporters,
+            request.value_bits,
+            lambda ids: bit_positions(request.partition_seed, request.value_bits, ids),
+        )
     if response.counts.size != expected_counts or not np.array_equal(response.reporters, expected):
-        raise InvalidReply(f"{tag}: {response.counts.size} counts from reporters {response.reporters.tolist()}, "
-                           f"expected {expected_counts} from {expected.tolist()}")
+        raise InvalidReply(
+            f"{tag}: {response.counts.size} counts from reporters {response.reporters.tolist()}, "
+            f"expected {expected_counts} from {expected.tolist()}"
+        )
     limits = expected if request.mode == FINAL else np.repeat(expected, 2 * request.channels)
     if np.any(response.counts > limits):
         raise InvalidReply(f"{tag}.counts: a count exceeds the reports that can support it")

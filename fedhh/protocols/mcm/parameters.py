@@ -21,6 +21,7 @@ ITEM_PURPOSE = "mcm.item"
 BIT_PURPOSE = "mcm.bit-report"
 FULL_PURPOSE = "mcm.full-report"
 
+
 @dataclass(frozen=True)
 class MCMKeys(ConfigSection):
     """MCM's own ``[protocol]`` keys."""

@@ -35,7 +35,11 @@ def discovery_probability(params: MCMParameters, frequency: float) -> float:
 
 
 def plan_mcm(
-    n_users: int, epsilon: float, value_bits: int = 64, channels: int = 0, top_k: int = 32,
+    n_users: int,
+    epsilon: float,
+    value_bits: int = 64,
+    channels: int = 0,
+    top_k: int = 32,
     frequencies: Sequence[float] = PLAN_FREQUENCIES,
 ) -> dict[str, Any]:
     """MCM's parameters for ``n`` users at ε, the guarantee, and the worst-case chance of each frequency."""
@@ -44,7 +48,11 @@ def plan_mcm(
     split = BUDGET.split(NAME, epsilon)
     parameters = {"value_bits": value_bits, "channels": params.channels, "top_k": top_k}
     return {
-        "protocol": NAME, "n_users": n_users, "epsilon": epsilon, "delta": 0.0, **parameters,
+        "protocol": NAME,
+        "n_users": n_users,
+        "epsilon": epsilon,
+        "delta": 0.0,
+        **parameters,
         "users_per_bit_position": n_users / value_bits,
         "budget_split": {name: part for name, part in split.parts},
         "discovery_rate": {f"{f:g}": discovery_probability(params, f) for f in frequencies},

@@ -49,9 +49,14 @@ class MCMServer(ValueReportingServer):
             return None
         candidates = self._candidates  # set once the channels are decoded: the final round
         return MCMRequest(
-            round=len(self._trace) + 1, mode=FINAL if candidates is not None else BITS,
-            value_bits=self.params.value_bits, channels=self.params.channels, bit_epsilon=self.split.parts[0][1],
-            final_epsilon=self.split.parts[1][1], channel_seed=self.channel_seed, partition_seed=self.partition_seed,
+            round=len(self._trace) + 1,
+            mode=FINAL if candidates is not None else BITS,
+            value_bits=self.params.value_bits,
+            channels=self.params.channels,
+            bit_epsilon=self.split.parts[0][1],
+            final_epsilon=self.split.parts[1][1],
+            channel_seed=self.channel_seed,
+            partition_seed=self.partition_seed,
             candidates=self.encoding.keys(candidates) if candidates is not None else np.zeros(0, dtype=np.uint64),
         )
 

@@ -16,6 +16,8 @@ def mcm_bits(server: MCMServer) -> Communication:
     """
     bits = index_bits(server.params.value_bits) + server.bit_oracle.report_bits()
     final = server.final_oracle.report_bits()
-    reports = (SentReport("(channel, bit) pair with its bit position (olh)", bits, 1.0),
-               SentReport("full value (olh)", final, 1.0))
+    reports = (
+        SentReport("(channel, bit) pair with its bit position (olh)", bits, 1.0),
+        SentReport("full value (olh)", final, 1.0),
+    )
     return Communication(reports, bits + final)

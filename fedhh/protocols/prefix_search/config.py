@@ -139,8 +139,14 @@ def search_parameters(
         shares = level_shares(len(segments))
     else:
         start, segments, shares = optimized_design(
-            encoding.space, n_users, epsilon, keys.top_k, oracle, public_seed(seed, ORACLE_PURPOSE),
-            keys.query_limit, keys.candidates_per_step,
+            encoding.space,
+            n_users,
+            epsilon,
+            keys.top_k,
+            oracle,
+            public_seed(seed, ORACLE_PURPOSE),
+            keys.query_limit,
+            keys.candidates_per_step,
         )
     return SearchParameters(
         protocol=variant.name,
@@ -164,8 +170,14 @@ def search_parameters(
 
 @functools.lru_cache(maxsize=8)
 def optimized_design(
-    space: ValueSpace, n_users: int, epsilon: float, top_k: int, oracle: str, oracle_seed: int,
-    query_limit: int, candidates: int,
+    space: ValueSpace,
+    n_users: int,
+    epsilon: float,
+    top_k: int,
+    oracle: str,
+    oracle_seed: int,
+    query_limit: int,
+    candidates: int,
 ) -> tuple[int, tuple[int, ...], tuple[float, ...]]:
     """PEM's optimizer ([Wang19] §IV-C): (γ, segment lengths, group shares).
 
@@ -177,7 +189,11 @@ def optimized_design(
     from .pem_analysis import UtilityModel, optimize_pem, zipf_frequencies
 
     model = UtilityModel(
-        space, n_users, epsilon, top_k, oracle,
+        space,
+        n_users,
+        epsilon,
+        top_k,
+        oracle,
         zipf_frequencies(DEFAULT_ZIPF_EXPONENT, max(DEFAULT_DISTINCT_VALUES, top_k)),
         oracle_seed=oracle_seed,
     )

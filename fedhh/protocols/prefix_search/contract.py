@@ -61,6 +61,6 @@ CONTRACT = ContractText(
     sections=sections,
     oracle_notes=(
         f"a PEM or TreeHist round with `cms` also sends the support counts when they are fewer than the flat "
-        f"cells (see \"{LEVEL_ROUND}\")",
+        f'cells (see "{LEVEL_ROUND}")',
     ),
 )

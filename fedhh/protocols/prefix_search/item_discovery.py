@@ -98,8 +98,9 @@ def item_discovery(
     steps = []
     for level, length in enumerate(lengths.tolist()):
         share = float(params.shares[level])
-        means, sds, zero_sd = _estimates(params, split.parts[0][1], space.domain(length), holders, rest, share,
-                                         oracle_seed)
+        means, sds, zero_sd = _estimates(
+            params, split.parts[0][1], space.domain(length), holders, rest, share, oracle_seed
+        )
         last = level == params.levels - 1
         kept = params.top_k if last and not final_pass else params.candidates_per_step
         threshold = None
@@ -109,26 +110,36 @@ def item_discovery(
         level_candidates = LevelCandidates(means, sds, np.ones(2), np.array([presence, 1.0]), zeros, zero_sd)
         survived, zero_survival = survival(level_candidates, kept, threshold)
         expected_survivors = presence * survived[0] + survived[1] + zeros * zero_survival
-        steps.append({
-            "level": level + 1,
-            "prefix_length": length,
-            "reporters": share * n,
-            "candidates": candidates,
-            "threshold": None if threshold is None else threshold / share,  # in population counts, as the server
-            "survival": float(survived[0]),
-        })
+        steps.append(
+            {
+                "level": level + 1,
+                "prefix_length": length,
+                "reporters": share * n,
+                "candidates": candidates,
+                "threshold": None if threshold is None else threshold / share,  # in population counts, as the server
+                "survival": float(survived[0]),
+            }
+        )
         presence *= float(survived[0])
         if not last:
             survivors = min(kept, candidates) if threshold is None else min(kept, expected_survivors)
             candidates = survivors * space.segment_count(int(lengths[level + 1] - length))
         elif final_pass:
-            means, sds, zero_sd = _estimates(params, split.parts[1][1], space.domain(space.length), holders, rest,
-                                             1.0, oracle_seed)
+            means, sds, zero_sd = _estimates(
+                params, split.parts[1][1], space.domain(space.length), holders, rest, 1.0, oracle_seed
+            )
             zeros = max(min(kept, expected_survivors) - presence - 1.0, 0.0)
             final = LevelCandidates(means, sds, np.ones(2), np.array([presence, 1.0]), zeros, zero_sd)
             reported, _ = survival(final, params.top_k)
-            steps.append({"level": "final", "prefix_length": space.length, "reporters": float(n),
-                          "candidates": min(kept, expected_survivors), "threshold": None,
-                          "survival": float(reported[0])})
+            steps.append(
+                {
+                    "level": "final",
+                    "prefix_length": space.length,
+                    "reporters": float(n),
+                    "candidates": min(kept, expected_survivors),
+                    "threshold": None,
+                    "survival": float(reported[0]),
+                }
+            )
             presence *= float(reported[0])
     return ItemDiscovery(frequency, presence, steps)

@@ -102,7 +102,10 @@ def law(request: PrefixRequest, counts: CountedShard, randomness: KeyedRandomnes
 
 
 def _collect(
-    request: PrefixRequest, counts: CountedShard, randomness: KeyedRandomness, encoding: PrefixEncoding,
+    request: PrefixRequest,
+    counts: CountedShard,
+    randomness: KeyedRandomness,
+    encoding: PrefixEncoding,
     rng: np.random.Generator,
 ) -> PrefixResponse:
     """Every user's reports as one table ``[level, level report..., full-value report...]``, the

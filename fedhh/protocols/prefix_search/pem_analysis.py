@@ -102,8 +102,10 @@ def value_entries(frequencies: np.ndarray, individual: int, bins: int = TAIL_BIN
     edges = np.unique(np.rint(np.geomspace(individual, frequencies.size, bins + 1)).astype(np.int64))
     starts, stops = edges[:-1], edges[1:]
     bin_means = np.add.reduceat(frequencies, starts)[: starts.size] / (stops - starts) if starts.size else np.zeros(0)
-    nearest = [start + int(np.argmin(np.abs(frequencies[start:stop] - mean)))
-               for start, stop, mean in zip(starts, stops, bin_means, strict=True)]
+    nearest = [
+        start + int(np.argmin(np.abs(frequencies[start:stop] - mean)))
+        for start, stop, mean in zip(starts, stops, bin_means, strict=True)
+    ]
     return ValueEntries(
         np.concatenate([frequencies[:individual], bin_means]),
         np.concatenate([np.ones(individual), (stops - starts).astype(np.float64)]),
@@ -322,8 +324,12 @@ def refine_shares(model: UtilityModel, prediction: PEMPrediction) -> PEMPredicti
                 moved = shares[source] * step
                 shares[source] -= moved
                 shares[target] += moved
-                design = PEMDesign(best.design.start_length, best.design.segment_lengths, tuple(shares),
-                                   best.design.candidates_per_step)
+                design = PEMDesign(
+                    best.design.start_length,
+                    best.design.segment_lengths,
+                    tuple(shares),
+                    best.design.candidates_per_step,
+                )
                 candidate = model.predict(design)
                 if candidate.f1 > best.f1 + 1e-9:
                     best, improved = candidate, True

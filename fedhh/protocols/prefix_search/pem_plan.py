@@ -38,8 +38,17 @@ MAX_DISTINCT = 10_000_000  # the assumed frequencies are held (three times) in m
 def pem_search_parameters(plan: Mapping[str, Any]) -> SearchParameters:
     """A plan of :func:`plan_pem` as the parameters of a PEM run (bits encoding, top-k selection)."""
     return SearchParameters(
-        "pem", plan["n_users"], plan["epsilon"], "bits", plan["start_length"], tuple(plan["segment_lengths"]),
-        tuple(plan["group_shares"]), plan["oracle"], plan["candidates_per_step"], plan["top_k"], TOP_K,
+        "pem",
+        plan["n_users"],
+        plan["epsilon"],
+        "bits",
+        plan["start_length"],
+        tuple(plan["segment_lengths"]),
+        tuple(plan["group_shares"]),
+        plan["oracle"],
+        plan["candidates_per_step"],
+        plan["top_k"],
+        TOP_K,
     )
 
 
@@ -67,8 +76,13 @@ def plan_pem(
     if distinct < top_k:
         raise InputError(f"--distinct: the assumed {distinct:,} distinct values are fewer than --top-k = {top_k}")
     utility = UtilityModel(
-        ValueSpace(value_bits, 2), n_users, epsilon, top_k, oracle,
-        zipf_frequencies(zipf_exponent, distinct), model=model,
+        ValueSpace(value_bits, 2),
+        n_users,
+        epsilon,
+        top_k,
+        oracle,
+        zipf_frequencies(zipf_exponent, distinct),
+        model=model,
     )
     prediction = optimize_pem(utility, query_limit, candidates_per_step)
     design = prediction.design
@@ -110,8 +124,16 @@ def plan_pem(
 
 def _pem_plan(args: Options) -> dict[str, Any]:
     return plan_pem(
-        args.users, args.epsilon, args.bits, args.top_k, args.oracle, args.query_limit, args.candidates,
-        args.zipf, args.distinct, args.model,
+        args.users,
+        args.epsilon,
+        args.bits,
+        args.top_k,
+        args.oracle,
+        args.query_limit,
+        args.candidates,
+        args.zipf,
+        args.distinct,
+        args.model,
     )
 
 
@@ -133,8 +155,9 @@ def _pem_table(args: Options, plan: dict[str, Any]) -> PlanTable:
         f"oracle {args.oracle}; privacy: {plan['model']}, ε = {args.epsilon:g}, δ = 0",
         "run it with --set protocol.name=pem (protocol.segment_length = 0 asks this optimizer)",
     ]
-    return PlanTable(f"PEM plan: n = {args.users:,}, ε = {args.epsilon:g}, m = {args.bits} bits, k = {args.top_k}",
-                     rows, notes)
+    return PlanTable(
+        f"PEM plan: n = {args.users:,}, ε = {args.epsilon:g}, m = {args.bits} bits, k = {args.top_k}", rows, notes
+    )
 
 
 PEM_PLAN = PlanCommand(
@@ -145,15 +168,32 @@ PEM_PLAN = PlanCommand(
         Option("--bits", "value length m in bits (default 64)", int, 64),
         Option("--top-k", "k, values to find (default 32)", int, 32),
         Option("--oracle", "frequency oracle of every level (default olh)", default=DEFAULT_ORACLE),
-        Option("--query-limit", f"most oracle queries over all levels (default {DEFAULT_QUERY_LIMIT:,})", int,
-               DEFAULT_QUERY_LIMIT),
+        Option(
+            "--query-limit",
+            f"most oracle queries over all levels (default {DEFAULT_QUERY_LIMIT:,})",
+            int,
+            DEFAULT_QUERY_LIMIT,
+        ),
         Option("--candidates", "|C_i|, prefixes kept per level (default: k)", int),
-        Option("--zipf", f"assumed Zipf exponent s, f_j ∝ j^-s (default {DEFAULT_ZIPF_EXPONENT:g})", float,
-               DEFAULT_ZIPF_EXPONENT),
-        Option("--distinct", f"assumed number of distinct values (default {DEFAULT_DISTINCT_VALUES:,})", int,
-               DEFAULT_DISTINCT_VALUES),
-        Option("--model", "survival model of a level: order statistics over every candidate (default) or "
-               "[Wang19]'s eq. (5); the other is printed beside it", default=ORDER_STATISTICS, choices=MODELS),
+        Option(
+            "--zipf",
+            f"assumed Zipf exponent s, f_j ∝ j^-s (default {DEFAULT_ZIPF_EXPONENT:g})",
+            float,
+            DEFAULT_ZIPF_EXPONENT,
+        ),
+        Option(
+            "--distinct",
+            f"assumed number of distinct values (default {DEFAULT_DISTINCT_VALUES:,})",
+            int,
+            DEFAULT_DISTINCT_VALUES,
+        ),
+        Option(
+            "--model",
+            "survival model of a level: order statistics over every candidate (default) or "
+            "[Wang19]'s eq. (5); the other is printed beside it",
+            default=ORDER_STATISTICS,
+            choices=MODELS,
+        ),
         JSON_OPTION,
     ),
     _pem_plan,

@@ -268,8 +268,12 @@ class PrefixSearchServer(ServerProtocol):
     def _build_oracle(self, length: int, epsilon: float) -> FrequencyOracle:
         try:  # the process's shared oracle: shards simulated here answer the round with the same object
             return level_oracle(
-                self.params.oracle, epsilon, self.encoding.domain(length), self.oracle_seed,
-                self.params.sketch_rows, self.params.sketch_width,
+                self.params.oracle,
+                epsilon,
+                self.encoding.domain(length),
+                self.oracle_seed,
+                self.params.sketch_rows,
+                self.params.sketch_width,
             )
         except ValueError as error:
             if str(error).startswith("protocol."):
@@ -427,8 +431,14 @@ class PrefixSearchServer(ServerProtocol):
             order = order[estimates[order] >= threshold]
         kept = order[:limit]
         self._outcomes.append(LevelOutcome(self._candidates, estimates, kept))
-        values = self._record(level + 1, int(self.lengths[level]), share * self.params.n_users,
-                              self._candidates.shape[0], kept.size, threshold)
+        values = self._record(
+            level + 1,
+            int(self.lengths[level]),
+            share * self.params.n_users,
+            self._candidates.shape[0],
+            kept.size,
+            threshold,
+        )
         if kept.size == 0:
             self._candidates = self._candidates[:0]
             self._stopped_because = f"no prefix survived level {level + 1}"
@@ -440,8 +450,9 @@ class PrefixSearchServer(ServerProtocol):
         return values
 
     @staticmethod
-    def _record(level: int | str, length: int, users: float, candidates: int, kept: int,
-                threshold: float | None) -> dict[str, Any]:
+    def _record(
+        level: int | str, length: int, users: float, candidates: int, kept: int, threshold: float | None
+    ) -> dict[str, Any]:
         """One trace line; every round has the same keys (threshold: None under top-k)."""
         return {
             "level": level,
@@ -461,8 +472,9 @@ class PrefixSearchServer(ServerProtocol):
         self._final_estimates = self.final_oracle().estimate_support(support)
         self._stopped_because = f"all {self.params.levels} levels and the final estimation pass done"
         survivors = int(self._final_estimates.size)
-        return self._record("final", self.encoding.length, self.params.n_users, survivors,
-                            min(survivors, self.params.top_k), None)
+        return self._record(
+            "final", self.encoding.length, self.params.n_users, survivors, min(survivors, self.params.top_k), None
+        )
 
     def _finish_final(self, support: Support, reporting: int) -> None:
         values = self._final_record(support)

@@ -142,8 +142,9 @@ def _crowded_below(level: LevelCandidates, means: np.ndarray, sds: np.ndarray, k
     return low
 
 
-def _count_at_most(limit: int, mean: np.ndarray, variance: np.ndarray, third: np.ndarray,
-                   zero_mean: np.ndarray) -> np.ndarray:
+def _count_at_most(
+    limit: int, mean: np.ndarray, variance: np.ndarray, third: np.ndarray, zero_mean: np.ndarray
+) -> np.ndarray:
     """P(values + zeros <= limit): the value count by its refined normal approximation, the zero
     count Poisson(zero_mean), convolved where the Poisson part is neither negligible nor certain
     to exceed ``limit`` (elsewhere one of the two settles it)."""
@@ -155,8 +156,9 @@ def _count_at_most(limit: int, mean: np.ndarray, variance: np.ndarray, third: np
         rate = zero_mean[mixed][:, None]
         log_factorial = np.cumsum(np.log(np.maximum(places, 1)))
         poisson = np.exp(places * np.log(rate) - rate - log_factorial)
-        values = _refined_normal_cdf(limit - places, mean[mixed][:, None], variance[mixed][:, None],
-                                     third[mixed][:, None])
+        values = _refined_normal_cdf(
+            limit - places, mean[mixed][:, None], variance[mixed][:, None], third[mixed][:, None]
+        )
         result[mixed] = (poisson * values).sum(axis=1)
     return result
 

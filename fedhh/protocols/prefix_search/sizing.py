@@ -75,44 +75,90 @@ def size_pem(
     space = ValueSpace(value_bits, 2)
     designs = candidate_designs(space, kept, check_positive_int(options["query_limit"], "--query-limit"))
     if not designs:
-        raise InputError(f"--query-limit: {options['query_limit']:,} oracle queries are too few for any design over "
-                         f"{value_bits} bits with {kept} candidates per step")
+        raise InputError(
+            f"--query-limit: {options['query_limit']:,} oracle queries are too few for any design over "
+            f"{value_bits} bits with {kept} candidates per step"
+        )
     plan_pem(1 << 20, epsilon, **design)  # refuses the options plan_pem refuses (ε no oracle takes, ...)
 
     def search(users: int, chosen: PEMDesign) -> SearchParameters:
-        return SearchParameters("pem", users, epsilon, "bits", chosen.start_length, tuple(chosen.segment_lengths),
-                                tuple(chosen.shares), options["oracle"], kept, top_k, TOP_K)
+        return SearchParameters(
+            "pem",
+            users,
+            epsilon,
+            "bits",
+            chosen.start_length,
+            tuple(chosen.segment_lengths),
+            tuple(chosen.shares),
+            options["oracle"],
+            kept,
+            top_k,
+            TOP_K,
+        )
 
     def rate(users: int) -> tuple[float, dict[str, Any]]:
         found = [item_discovery(search(users, chosen), space, frequency).probability for chosen in designs]
         best = max(range(len(designs)), key=found.__getitem__)  # the first of equals, in the optimizer's order
         chosen = designs[best]
         return found[best], {
-            "start_length": chosen.start_length, "segment_lengths": list(chosen.segment_lengths),
-            "group_shares": list(chosen.shares), "candidates_per_step": kept, "top_k": top_k,
-            "oracle": options["oracle"], "value_bits": value_bits, "epsilon": epsilon, "designs_searched": len(designs),
+            "start_length": chosen.start_length,
+            "segment_lengths": list(chosen.segment_lengths),
+            "group_shares": list(chosen.shares),
+            "candidates_per_step": kept,
+            "top_k": top_k,
+            "oracle": options["oracle"],
+            "value_bits": value_bits,
+            "epsilon": epsilon,
+            "designs_searched": len(designs),
         }
 
     smallest = max(math.ceil(1 / frequency), value_bits)
-    answer = size_by_analysis("pem", frequency, discovery, rate, smallest, int(frequency**-2), on_step,
-                              _collision_hint(options["oracle"]), PEM_DEFINITION)
-    chosen = next(d for d in designs if d.start_length == answer.parameters["start_length"]
-                  and list(d.segment_lengths) == answer.parameters["segment_lengths"])
-    utility = UtilityModel(space, answer.users, epsilon, top_k, options["oracle"],
-                           zipf_frequencies(options["zipf_exponent"], options["distinct"]), model=options["model"])
+    answer = size_by_analysis(
+        "pem",
+        frequency,
+        discovery,
+        rate,
+        smallest,
+        int(frequency**-2),
+        on_step,
+        _collision_hint(options["oracle"]),
+        PEM_DEFINITION,
+    )
+    chosen = next(
+        d
+        for d in designs
+        if d.start_length == answer.parameters["start_length"]
+        and list(d.segment_lengths) == answer.parameters["segment_lengths"]
+    )
+    utility = UtilityModel(
+        space,
+        answer.users,
+        epsilon,
+        top_k,
+        options["oracle"],
+        zipf_frequencies(options["zipf_exponent"], options["distinct"]),
+        model=options["model"],
+    )
     optimizer = plan_pem(answer.users, epsilon, **design)
-    answer.parameters.update({
-        "utility_model": options["model"],
-        "predicted_f1": utility.predict(chosen).f1,  # of this design, on the optimizer's Zipf assumption
-        "optimizer_design": {key: optimizer[key] for key in ("start_length", "segment_lengths", "group_shares")},
-        "optimizer_discovery": item_discovery(pem_search_parameters(optimizer), space, frequency).probability,
-    })
+    answer.parameters.update(
+        {
+            "utility_model": options["model"],
+            "predicted_f1": utility.predict(chosen).f1,  # of this design, on the optimizer's Zipf assumption
+            "optimizer_design": {key: optimizer[key] for key in ("start_length", "segment_lengths", "group_shares")},
+            "optimizer_discovery": item_discovery(pem_search_parameters(optimizer), space, frequency).probability,
+        }
+    )
     return answer
 
 
 _PLAN_DEFAULTS: dict[str, Any] = {
-    "value_bits": 64, "top_k": 32, "oracle": PEM_ORACLE, "query_limit": DEFAULT_QUERY_LIMIT,
-    "candidates_per_step": None, "zipf_exponent": DEFAULT_ZIPF_EXPONENT, "distinct": DEFAULT_DISTINCT_VALUES,
+    "value_bits": 64,
+    "top_k": 32,
+    "oracle": PEM_ORACLE,
+    "query_limit": DEFAULT_QUERY_LIMIT,
+    "candidates_per_step": None,
+    "zipf_exponent": DEFAULT_ZIPF_EXPONENT,
+    "distinct": DEFAULT_DISTINCT_VALUES,
     "model": ORDER_STATISTICS,
 }  # plan_pem's defaults, for the options a caller leaves out
 
@@ -120,9 +166,19 @@ _PLAN_DEFAULTS: dict[str, Any] = {
 def answer_search(answer: SizeAnswer, users: int) -> SearchParameters:
     """The search parameters of a PEM answer's design at ``users`` (what ``--verify`` runs)."""
     shown = answer.parameters
-    return SearchParameters("pem", users, shown["epsilon"], "bits", shown["start_length"],
-                            tuple(shown["segment_lengths"]), tuple(shown["group_shares"]), shown["oracle"],
-                            shown["candidates_per_step"], shown["top_k"], TOP_K)
+    return SearchParameters(
+        "pem",
+        users,
+        shown["epsilon"],
+        "bits",
+        shown["start_length"],
+        tuple(shown["segment_lengths"]),
+        tuple(shown["group_shares"]),
+        shown["oracle"],
+        shown["candidates_per_step"],
+        shown["top_k"],
+        TOP_K,
+    )
 
 
 def size_treehist(
@@ -145,29 +201,49 @@ def size_treehist(
     def rate(users: int) -> tuple[float, dict[str, Any]]:
         params = treehist_parameters(users, epsilon, **design)
         return item_discovery(params, space, frequency).probability, {
-            "levels": params.levels, "segment_lengths": list(params.segment_lengths), "oracle": params.oracle,
-            "sketch": {"rows": params.sketch_rows, "width": params.sketch_width}, "top_k": params.top_k,
-            "candidates_per_step": params.candidates_per_step, "threshold": params.threshold,
-            "value_bits": space.length, "epsilon": epsilon,
+            "levels": params.levels,
+            "segment_lengths": list(params.segment_lengths),
+            "oracle": params.oracle,
+            "sketch": {"rows": params.sketch_rows, "width": params.sketch_width},
+            "top_k": params.top_k,
+            "candidates_per_step": params.candidates_per_step,
+            "threshold": params.threshold,
+            "value_bits": space.length,
+            "epsilon": epsilon,
         }
 
-    return size_by_analysis("treehist", frequency, discovery, rate, max(smallest, math.ceil(1 / frequency)),
-                            int(frequency**-2), on_step, _collision_hint(design.get("oracle", "")))
+    return size_by_analysis(
+        "treehist",
+        frequency,
+        discovery,
+        rate,
+        max(smallest, math.ceil(1 / frequency)),
+        int(frequency**-2),
+        on_step,
+        _collision_hint(design.get("oracle", "")),
+    )
 
 
 def _collision_hint(oracle: str) -> str:
     """Why an oracle with collision variance can fall short in the assumed population at any size."""
     if oracle not in COLLISION_ORACLES:
         return ""
-    return (f"; with {oracle}, the users without the item (one heavy empty value) add collision variance that "
-            "grows like the item's count, so no population is enough: try --oracle olh")
+    return (
+        f"; with {oracle}, the users without the item (one heavy empty value) add collision variance that "
+        "grows like the item's count, so no population is enough: try --oracle olh"
+    )
 
 
 def _pem_design(args: Options) -> dict[str, Any]:
     """The keyword arguments of :func:`plan_pem` from PEM's sizing options."""
     return {
-        "value_bits": args.bits, "top_k": args.top_k or 32, "oracle": args.oracle, "query_limit": args.query_limit,
-        "candidates_per_step": args.candidates, "zipf_exponent": args.zipf, "distinct": args.distinct,
+        "value_bits": args.bits,
+        "top_k": args.top_k or 32,
+        "oracle": args.oracle,
+        "query_limit": args.query_limit,
+        "candidates_per_step": args.candidates,
+        "zipf_exponent": args.zipf,
+        "distinct": args.distinct,
         "model": args.model,
     }
 
@@ -185,24 +261,40 @@ def _treehist_answer(args: Options, show: OnStep) -> SizeAnswer:
 
 
 PEM_SIZING = Sizing(
-    "PEM", 20,
+    "PEM",
+    20,
     (
         Option("--bits", "value length m in bits (default 64)", int, 64),
         Option("--top-k", "k, values PEM reports (default 32); with --recall: K of recall@K", int),
         Option("--oracle", f"frequency oracle (default {PEM_ORACLE})", default=PEM_ORACLE),
         Option("--candidates", "|C_i|, prefixes kept per level (default: k)", int),
-        Option("--query-limit", f"most oracle queries of the optimizer's design (default {DEFAULT_QUERY_LIMIT:,})",
-               int, DEFAULT_QUERY_LIMIT),
+        Option(
+            "--query-limit",
+            f"most oracle queries of the optimizer's design (default {DEFAULT_QUERY_LIMIT:,})",
+            int,
+            DEFAULT_QUERY_LIMIT,
+        ),
         Option("--zipf", "Zipf exponent the optimizer assumes (default 1)", float, DEFAULT_ZIPF_EXPONENT),
-        Option("--distinct", f"distinct values the optimizer assumes (default {DEFAULT_DISTINCT_VALUES:,})", int,
-               DEFAULT_DISTINCT_VALUES),
-        Option("--model", "survival model of the analysis (default order-statistics)", default=ORDER_STATISTICS,
-               choices=MODELS),
+        Option(
+            "--distinct",
+            f"distinct values the optimizer assumes (default {DEFAULT_DISTINCT_VALUES:,})",
+            int,
+            DEFAULT_DISTINCT_VALUES,
+        ),
+        Option(
+            "--model",
+            "survival model of the analysis (default order-statistics)",
+            default=ORDER_STATISTICS,
+            choices=MODELS,
+        ),
     ),
     _pem_answer,
     lambda args, answer: {"search": answer_search(answer, answer.users)},
 )
 TREEHIST_SIZING = Sizing(
-    "TreeHist", 20, treehist_options(top_k_default=None), _treehist_answer,
+    "TreeHist",
+    20,
+    treehist_options(top_k_default=None),
+    _treehist_answer,
     lambda args, answer: {"search": treehist_parameters(answer.users, args.epsilon, **_treehist_design(args))},
 )

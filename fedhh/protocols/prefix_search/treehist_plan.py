@@ -57,8 +57,13 @@ def treehist_parameters(
     sketch_width: int = 0,
 ) -> SearchParameters:
     """The parameters a TreeHist run over ``value_bits``-bit values uses (sketch shape automatic when 0)."""
-    for value, flag in ((n_users, "--users"), (value_bits, "--bits"), (segment_length, "--segment-length"),
-                        (top_k, "--top-k"), (candidates_per_step, "--candidates")):
+    for value, flag in (
+        (n_users, "--users"),
+        (value_bits, "--bits"),
+        (segment_length, "--segment-length"),
+        (top_k, "--top-k"),
+        (candidates_per_step, "--candidates"),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{flag}: must be an integer >= 1, got {value!r}")
     if segment_length > value_bits:
@@ -73,8 +78,20 @@ def treehist_parameters(
         sketch_rows, sketch_width = sketch_rows or auto_rows, sketch_width or auto_width
     segments = uniform_segments(value_bits, 0, segment_length)
     return SearchParameters(
-        "treehist", n_users, epsilon, "bits", 0, segments, level_shares(len(segments)), oracle,
-        candidates_per_step, top_k, THRESHOLD, float(threshold), sketch_rows=sketch_rows, sketch_width=sketch_width,
+        "treehist",
+        n_users,
+        epsilon,
+        "bits",
+        0,
+        segments,
+        level_shares(len(segments)),
+        oracle,
+        candidates_per_step,
+        top_k,
+        THRESHOLD,
+        float(threshold),
+        sketch_rows=sketch_rows,
+        sketch_width=sketch_width,
     )
 
 
@@ -118,8 +135,11 @@ def plan_treehist(
         "candidates_per_step": params.candidates_per_step,
         "top_k": params.top_k,
         "threshold": params.threshold,
-        **({"sketch": {"rows": params.sketch_rows, "width": params.sketch_width}}
-           if params.sketch_rows or params.sketch_width else {}),
+        **(
+            {"sketch": {"rows": params.sketch_rows, "width": params.sketch_width}}
+            if params.sketch_rows or params.sketch_width
+            else {}
+        ),
     }
     return {
         "protocol": "treehist",
@@ -146,8 +166,12 @@ def treehist_options(top_k_default: int | None = 32) -> tuple[Option, ...]:
     return (
         Option("--bits", "value length m in bits (default 64)", int, 64),
         Option("--segment-length", "η, bits each level adds (default 1)", int, 1),
-        Option("--top-k", "values reported at most (default 32)" + ("" if top_k_default else "; with --recall: K"), int,
-               top_k_default),
+        Option(
+            "--top-k",
+            "values reported at most (default 32)" + ("" if top_k_default else "; with --recall: K"),
+            int,
+            top_k_default,
+        ),
         Option("--oracle", f"frequency oracle (default {DEFAULT_ORACLE})", default=DEFAULT_ORACLE),
         Option("--candidates", "prefixes kept per level at most (default 32)", int, 32),
         Option("--threshold", "share of users a prefix needs (default 0: the noise level)", float, 0.0),
@@ -159,8 +183,13 @@ def treehist_options(top_k_default: int | None = 32) -> tuple[Option, ...]:
 def treehist_design(args: Options) -> dict[str, Any]:
     """The keyword arguments of :func:`treehist_parameters` from :func:`treehist_options`' options."""
     return {
-        "value_bits": args.bits, "segment_length": args.segment_length, "top_k": args.top_k, "oracle": args.oracle,
-        "candidates_per_step": args.candidates, "threshold": args.threshold, "sketch_rows": args.sketch_rows,
+        "value_bits": args.bits,
+        "segment_length": args.segment_length,
+        "top_k": args.top_k,
+        "oracle": args.oracle,
+        "candidates_per_step": args.candidates,
+        "threshold": args.threshold,
+        "sketch_rows": args.sketch_rows,
         "sketch_width": args.sketch_width,
     }
 
@@ -179,17 +208,23 @@ def _treehist_table(args: Options, plan: dict[str, Any]) -> PlanTable:
         ("users per level", f"{plan['users_per_level']:,.0f}"),
         ("budget split", ", ".join(f"{name}: ε = {part:g}" for name, part in plan["budget_split"].items())),
         ("oracle", oracle),
-        ("threshold, population counts (level 2)",
-         "—" if len(plan["level_thresholds"]) < 2 else f"{plan['level_thresholds'][1]:,.0f}"),
+        (
+            "threshold, population counts (level 2)",
+            "—" if len(plan["level_thresholds"]) < 2 else f"{plan['level_thresholds'][1]:,.0f}",
+        ),
         ("prefixes kept per level (at most)", str(plan["candidates_per_step"])),
     ]
-    rows += [(f"share found with probability {share}", "not reachable" if frequency is None else f"{frequency:.3g}")
-             for share, frequency in plan["detectable_share"].items()]
+    rows += [
+        (f"share found with probability {share}", "not reachable" if frequency is None else f"{frequency:.3g}")
+        for share, frequency in plan["detectable_share"].items()
+    ]
     rows += [
         (f"discovery, item of share {frequency}", f"{rate:.3f}") for frequency, rate in plan["discovery_rate"].items()
     ]
-    notes = [f"privacy: {plan['model']}, ε = {args.epsilon:g}, δ = 0; an item sharing no prefix, "
-             "no value competing for its places (see docs/sizing.md)"]
+    notes = [
+        f"privacy: {plan['model']}, ε = {args.epsilon:g}, δ = 0; an item sharing no prefix, "
+        "no value competing for its places (see docs/sizing.md)"
+    ]
     return PlanTable(f"TreeHist plan: n = {args.users:,}, ε = {args.epsilon:g}, m = {args.bits} bits", rows, notes)
 
 

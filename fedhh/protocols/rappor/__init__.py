@@ -44,8 +44,7 @@ SPEC = register_protocol(
     ProtocolSpec(
         name=NAME,
         summary=(
-            "RAPPOR: Bloom filters randomised bit by bit (SUE), decoded by regression against a candidate "
-            "dictionary"
+            "RAPPOR: Bloom filters randomised bit by bit (SUE), decoded by regression against a candidate dictionary"
         ),
         build=build_rappor,
         respond=respond,

@@ -109,8 +109,14 @@ class BloomEncoder:
         masks[:, ~np.asarray(holds, dtype=bool)] = 0
         return positions >> 6, masks
 
-    def randomize(self, bit_words: np.ndarray, bit_masks: np.ndarray, byte_draws: np.ndarray, hash_draws: np.ndarray,
-                  refine: Refine) -> np.ndarray:
+    def randomize(
+        self,
+        bit_words: np.ndarray,
+        bit_masks: np.ndarray,
+        byte_draws: np.ndarray,
+        hash_draws: np.ndarray,
+        refine: Refine,
+    ) -> np.ndarray:
         """Packed reports ``(n, report_words)`` of the filters that :meth:`filter_masks` describes
         (``bit_words``, ``bit_masks``; ``bit_words`` unread for a one-word report), from uniform
         uint64 words, ``(n, byte_draw_words)`` and ``(n, hash_draw_words)``, and ``refine``

@@ -16,10 +16,17 @@ def check_reply(request: RapporRequest, response: RapporResponse, node: HeldUser
     tag = type(response).__name__
     check_all_users_report(response, node)
     if response.ones.size != request.cohorts * request.bloom_bits or response.reporters.size != request.cohorts:
-        raise InvalidReply(f"{tag}.ones: {response.ones.size} counts for {response.reporters.size} cohorts, expected "
-                           f"{request.cohorts} x {request.bloom_bits}")
-    expected = users_per_index(server, node, response.reporters, request.cohorts,
-                               lambda ids: user_cohorts(request.cohort_seed, request.cohorts, ids))
+        raise InvalidReply(
+            f"{tag}.ones: {response.ones.size} counts for {response.reporters.size} cohorts, expected "
+            f"{request.cohorts} x {request.bloom_bits}"
+        )
+    expected = users_per_index(
+        server,
+        node,
+        response.reporters,
+        request.cohorts,
+        lambda ids: user_cohorts(request.cohort_seed, request.cohorts, ids),
+    )
     if not np.array_equal(response.reporters, expected):
         raise InvalidReply(f"{tag}.reporters: reports per cohort differ from the node's users per cohort")
     if np.any(response.ones.reshape(request.cohorts, -1) > expected[:, None]):
@@ -33,5 +40,7 @@ def reply_budget(request: RapporRequest, node: HeldUsers, server: ServerProtocol
 def describe_round(record: RoundRecord) -> str:
     values = record.values
     reported = f", {values['reported']} reported (the best estimates)" if "reported" in values else ""
-    return (f"Bloom filters of {values['users']:,} users decoded against {values['candidates']:,} candidates: "
-            f"{values['regressed']} regressed, {values['significant']} significant{reported}")
+    return (
+        f"Bloom filters of {values['users']:,} users decoded against {values['candidates']:,} candidates: "
+        f"{values['regressed']} regressed, {values['significant']} significant{reported}"
+    )

@@ -22,6 +22,7 @@ BITS_PER_BLOCK = 1 << 22  # report bits randomised together: 512 KiB packed, so 
 PACKED_WORD = np.dtype("<u8")  # a packed report's words: bit b is bit b % 64 of word b // 64
 CANDIDATES_PER_BLOCK = 4096  # candidates screened together
 
+
 @dataclass(frozen=True)
 class RapporKeys(ConfigSection):
     """RAPPOR's own ``[protocol]`` keys."""

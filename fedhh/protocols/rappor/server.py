@@ -78,7 +78,6 @@ class Regression:
 class RapporServer(ServerProtocol):
     """One round of Bloom filters, decoded by regression against the candidate dictionary."""
 
-
     def __init__(self, params: RapporParameters, codec: ItemCodec, seed: int) -> None:
         self.params = params
         self.codec = codec
@@ -132,8 +131,13 @@ class RapporServer(ServerProtocol):
         self.check_ready()
         p = self.params
         return RapporRequest(
-            round=1, epsilon=p.epsilon, bloom_bits=p.bloom_bits, bloom_hashes=p.bloom_hashes, cohorts=p.cohorts,
-            cohort_seed=self.cohort_seed, hash_seed=self.hash_seed,
+            round=1,
+            epsilon=p.epsilon,
+            bloom_bits=p.bloom_bits,
+            bloom_hashes=p.bloom_hashes,
+            cohorts=p.cohorts,
+            cohort_seed=self.cohort_seed,
+            hash_seed=self.hash_seed,
         )
 
     def absorb(self, response: Response) -> None:
@@ -172,11 +176,18 @@ class RapporServer(ServerProtocol):
     def privacy_report(self) -> PrivacyReport:
         p = self.params
         bit_p, bit_q = self.encoder.probabilities
-        report = ldp_report(self.split, "SUE on Bloom filter bits", {
-            "bloom_bits": p.bloom_bits, "bloom_hashes": p.bloom_hashes, "cohorts": p.cohorts,
-            "bit_keep_probability": bit_p, "bit_flip_on_probability": bit_q,
-            "candidate_dictionary": self.dictionary_source,
-        })
+        report = ldp_report(
+            self.split,
+            "SUE on Bloom filter bits",
+            {
+                "bloom_bits": p.bloom_bits,
+                "bloom_hashes": p.bloom_hashes,
+                "cohorts": p.cohorts,
+                "bit_keep_probability": bit_p,
+                "bit_flip_on_probability": bit_q,
+                "candidate_dictionary": self.dictionary_source,
+            },
+        )
         if p.candidates:
             return report
         assert report.coverage is not None  # an LDP report states what it covers
@@ -192,11 +203,13 @@ class RapporServer(ServerProtocol):
             assert self.dictionary is not None
             regression = self._regression
             order = self._reported()
-            for index, estimate in zip(regression.candidates[order].tolist(),
-                                       regression.estimates[order].tolist(), strict=True):
+            for index, estimate in zip(
+                regression.candidates[order].tolist(), regression.estimates[order].tolist(), strict=True
+            ):
                 row = self.dictionary.rows[index]
-                discoveries.append(Discovery(self.dictionary.items[index], tuple(int(s) for s in row),
-                                             estimated_count=float(estimate)))
+                discoveries.append(
+                    Discovery(self.dictionary.items[index], tuple(int(s) for s in row), estimated_count=float(estimate))
+                )
         p = self.params
         return ProtocolResult(
             protocol=NAME,
@@ -205,7 +218,9 @@ class RapporServer(ServerProtocol):
             trace=self.trace,
             privacy=self.guarantee(),
             params={
-                "bloom_bits": p.bloom_bits, "bloom_hashes": p.bloom_hashes, "cohorts": p.cohorts,
+                "bloom_bits": p.bloom_bits,
+                "bloom_hashes": p.bloom_hashes,
+                "cohorts": p.cohorts,
                 "candidate_dictionary": self.dictionary_source,
                 "candidates": self.dictionary.size if self.dictionary else 0,
                 "significance": SIGNIFICANCE,
@@ -277,9 +292,13 @@ def decode(
     column, cohort, _ = np.nonzero(first_time)
     rows = cohort * bits + positions[first_time]
     design = sparse.csr_matrix(
-        (np.concatenate([weights[cohort], np.repeat(weights, bits)]),
-         (np.concatenate([rows, np.arange(cohorts * bits)]),
-          np.concatenate([column, np.full(cohorts * bits, regressed)]))),
+        (
+            np.concatenate([weights[cohort], np.repeat(weights, bits)]),
+            (
+                np.concatenate([rows, np.arange(cohorts * bits)]),
+                np.concatenate([column, np.full(cohorts * bits, regressed)]),
+            ),
+        ),
         shape=(cohorts * bits, regressed + 1),
     )
     target = estimates.ravel()

@@ -43,8 +43,7 @@ SPEC = register_protocol(
     ProtocolSpec(
         name=NAME,
         summary=(
-            "Apple's Sequence Fragment Puzzle: hashed fragments through a sketch, reassembled, then a full-word "
-            "sketch"
+            "Apple's Sequence Fragment Puzzle: hashed fragments through a sketch, reassembled, then a full-word sketch"
         ),
         build=build_sfp,
         respond=respond,

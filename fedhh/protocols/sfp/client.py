@@ -65,8 +65,11 @@ def respond(request: SFPRequest, shard: Shard, randomness: RandomnessSource) -> 
         held, placed = items[first:stop], positions[first:stop]
         block_users = (shard.first_user + first, held.size)
         per_position = fragment_oracle.randomize_aggregate_groups(
-            reports[held, placed], placed, fragments.positions,
-            randomness.for_range(FRAGMENT_PURPOSE, request.round, *block_users))
+            reports[held, placed],
+            placed,
+            fragments.positions,
+            randomness.for_range(FRAGMENT_PURPOSE, request.round, *block_users),
+        )
         for position, stats in enumerate(per_position):
             cells, reporters = fragment_oracle.to_flat(stats)
             fragment_counts[position] += cells

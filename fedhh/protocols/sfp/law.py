@@ -54,7 +54,8 @@ def law(request: SFPRequest, counts: CountedShard, randomness: KeyedRandomness) 
     reporters = reported_holders(counts, randomness)  # [V + 1]: the last, the empty value
     positions = fragments.positions
     placed = shard_generator(randomness, POSITIONS_PURPOSE, request.round, counts).multinomial(
-        reporters, np.full(positions, 1.0 / positions))  # [V + 1, P]
+        reporters, np.full(positions, 1.0 / positions)
+    )  # [V + 1, P]
     rng = shard_generator(randomness, REPORTS_PURPOSE, request.round, counts)
     cells = fragment_oracle.flat_size()
     assert cells is not None  # the server refuses a fragment sketch too large to send flat

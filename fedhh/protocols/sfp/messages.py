@@ -69,6 +69,8 @@ class SFPResponse(Response):
             round=responses[0].round,
             sampled_users=sum(r.sampled_users for r in responses),
             responding_users=sum(r.responding_users for r in responses),
-            **{name: summed([getattr(r, name) for r in responses])
-               for name in ("fragment_counts", "fragment_reporters", "word_counts", "word_reporters")},
+            **{
+                name: summed([getattr(r, name) for r in responses])
+                for name in ("fragment_counts", "fragment_reporters", "word_counts", "word_reporters")
+            },
         )

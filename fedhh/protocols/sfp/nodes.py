@@ -19,11 +19,18 @@ def check_reply(request: SFPRequest, response: SFPResponse, node: HeldUsers, ser
     assert isinstance(server, SFPServer)
     oracle = request.fragment_oracle(server.codec)
     if response.fragment_counts.shape != (server.positions, oracle.flat_size()):
-        raise InvalidReply(f"{tag}.fragment_counts: shape {response.fragment_counts.shape}, expected "
-                           f"({server.positions}, {oracle.flat_size()})")
+        raise InvalidReply(
+            f"{tag}.fragment_counts: shape {response.fragment_counts.shape}, expected "
+            f"({server.positions}, {oracle.flat_size()})"
+        )
     reported = response.fragment_reporters.sum(axis=1)
-    placed = users_per_index(server, node, reported, server.positions,
-                             lambda ids: user_positions(request.position_seed, server.positions, ids))
+    placed = users_per_index(
+        server,
+        node,
+        reported,
+        server.positions,
+        lambda ids: user_positions(request.position_seed, server.positions, ids),
+    )
     if not np.array_equal(reported, placed):
         raise InvalidReply(f"{tag}.fragment_reporters: reports per position differ from the node's users per position")
     words = int(response.word_reporters.sum())
@@ -41,5 +48,7 @@ def reply_budget(request: SFPRequest, node: HeldUsers, server: ServerProtocol) -
 
 def describe_round(record: RoundRecord) -> str:
     values = record.values
-    return (f"fragments of {values['users']:,} users: {values['fragments_kept']} kept per position, "
-            f"{values['candidates']} words reassembled, {values['reported']} reported")
+    return (
+        f"fragments of {values['users']:,} users: {values['fragments_kept']} kept per position, "
+        f"{values['candidates']} words reassembled, {values['reported']} reported"
+    )

@@ -20,6 +20,7 @@ MAX_PUZZLE = 4096  # candidate words one hash value may assemble (the weakest fr
 USERS_PER_BLOCK = 1 << 17  # a multiple of fedhh.kernels.randomness.GRID_USERS
 SKETCH_ORACLES: tuple[str, ...] = ("cms", "hcms")
 
+
 @dataclass(frozen=True)
 class SFPKeys(ConfigSection):
     """SFP's own ``[protocol]`` keys."""

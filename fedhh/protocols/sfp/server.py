@@ -53,9 +53,7 @@ class SFPParameters:
     def __post_init__(self) -> None:
         check_users(self.n_users)
         if self.fragment_oracle not in SKETCH_ORACLES:
-            raise InputError(
-                f"protocol.fragment_oracle: got {self.fragment_oracle!r}; allowed: {list(SKETCH_ORACLES)}"
-            )
+            raise InputError(f"protocol.fragment_oracle: got {self.fragment_oracle!r}; allowed: {list(SKETCH_ORACLES)}")
         sfp_split(self.epsilon, fragment_share=self.fragment_share, word_pass=self.word_pass)
         check_report_mode(self.report)
 
@@ -73,7 +71,6 @@ class Puzzle:
 class SFPServer(ServerProtocol):
     """One round of fragment and word reports, the puzzle solved once."""
 
-
     def __init__(self, params: SFPParameters, codec: ItemCodec, seed: int) -> None:
         self.params = params
         self.codec = codec
@@ -81,8 +78,9 @@ class SFPServer(ServerProtocol):
         self.pairs = fragment_pairs(codec, params.fragment_length)
         self.split = sfp_split(params.epsilon, fragment_share=params.fragment_share, word_pass=params.word_pass)
         self.positions = positions
-        self.seeds = {purpose: public_seed(seed, purpose)
-                      for purpose in (POSITION_PURPOSE, ORACLE_PURPOSE, HASH_PURPOSE)}
+        self.seeds = {
+            purpose: public_seed(seed, purpose) for purpose in (POSITION_PURPOSE, ORACLE_PURPOSE, HASH_PURPOSE)
+        }
         self._request = SFPRequest(
             round=1,
             fragment_length=params.fragment_length,
@@ -121,12 +119,17 @@ class SFPServer(ServerProtocol):
         if self._trace or response.round != 1:
             raise ValueError(f"response for round {response.round}, but no request is pending")
         self._puzzle = self.solve(response)
-        self._trace.append(RoundRecord(1, {
-            "users": int(response.responding_users),
-            "fragments_kept": [int(kept.size) for kept in self._puzzle.kept],
-            "candidates": int(self._puzzle.rows.shape[0]),
-            "reported": int(self._reported().size),
-        }))
+        self._trace.append(
+            RoundRecord(
+                1,
+                {
+                    "users": int(response.responding_users),
+                    "fragments_kept": [int(kept.size) for kept in self._puzzle.kept],
+                    "candidates": int(self._puzzle.rows.shape[0]),
+                    "reported": int(self._reported().size),
+                },
+            )
+        )
 
     def _reported(self) -> np.ndarray:
         """Indices of the reported candidate words, best estimate first: at most
@@ -145,8 +148,10 @@ class SFPServer(ServerProtocol):
         kept: list[np.ndarray] = []
         kept_estimates: list[np.ndarray] = []
         thresholds: list[float] = []
-        statistics = [oracle.from_flat(counts, reporters)
-                      for counts, reporters in zip(response.fragment_counts, response.fragment_reporters, strict=True)]
+        statistics = [
+            oracle.from_flat(counts, reporters)
+            for counts, reporters in zip(response.fragment_counts, response.fragment_reporters, strict=True)
+        ]
         every_position = oracle.domain_estimates(statistics)  # every pair of every position, hashed once
         every_position *= self.positions  # the position's share is 1/P
         deviations = np.empty(self.pairs)
@@ -176,8 +181,10 @@ class SFPServer(ServerProtocol):
         means: list[np.ndarray] = []
         common = set.intersection(*(set((keys % HASH_VALUES).tolist()) for keys in kept)) if kept else set()
         for hash_value in sorted(common):
-            pieces = [(keys[keys % HASH_VALUES == hash_value], scores[keys % HASH_VALUES == hash_value])
-                      for keys, scores in zip(kept, estimates, strict=True)]
+            pieces = [
+                (keys[keys % HASH_VALUES == hash_value], scores[keys % HASH_VALUES == hash_value])
+                for keys, scores in zip(kept, estimates, strict=True)
+            ]
             while math.prod(keys.size for keys, _ in pieces) > MAX_PUZZLE:  # drop the weakest of the longest list
                 longest = max(range(len(pieces)), key=lambda i: pieces[i][0].size)
                 keys, scores = pieces[longest]
@@ -200,11 +207,18 @@ class SFPServer(ServerProtocol):
 
     def privacy_report(self) -> PrivacyReport:
         p = self.params
-        return ldp_report(self.split, p.fragment_oracle, {
-            "positions": self.positions, "fragment_length": p.fragment_length, "hash_bits": 8,
-            "sketch_rows": p.fragment_sketch_rows, "sketch_width": p.fragment_sketch_width,
-            "position": "sent in the clear: drawn by public randomness, independent of the user's value",
-        })
+        return ldp_report(
+            self.split,
+            p.fragment_oracle,
+            {
+                "positions": self.positions,
+                "fragment_length": p.fragment_length,
+                "hash_bits": 8,
+                "sketch_rows": p.fragment_sketch_rows,
+                "sketch_width": p.fragment_sketch_width,
+                "position": "sent in the clear: drawn by public randomness, independent of the user's value",
+            },
+        )
 
     def result(self) -> ProtocolResult:
         discoveries: list[Discovery] = []
@@ -212,8 +226,13 @@ class SFPServer(ServerProtocol):
             puzzle = self._puzzle
             for index in self._reported().tolist():
                 row = puzzle.rows[index]
-                discoveries.append(Discovery(self.fragments.encoding.decode(row), tuple(int(s) for s in row),
-                                             estimated_count=float(puzzle.estimates[index])))
+                discoveries.append(
+                    Discovery(
+                        self.fragments.encoding.decode(row),
+                        tuple(int(s) for s in row),
+                        estimated_count=float(puzzle.estimates[index]),
+                    )
+                )
         p = self.params
         return ProtocolResult(
             protocol=NAME,

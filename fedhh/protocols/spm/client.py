@@ -55,8 +55,14 @@ def users_values(request: SPMRequest, shard: Shard, randomness: RandomnessSource
     return bits, items
 
 
-def segment_reports(request: SPMRequest, shard: Shard, randomness: RandomnessSource, segment: int,
-                    reporters: np.ndarray, values: np.ndarray) -> tuple[LocalHashing, Any]:
+def segment_reports(
+    request: SPMRequest,
+    shard: Shard,
+    randomness: RandomnessSource,
+    segment: int,
+    reporters: np.ndarray,
+    values: np.ndarray,
+) -> tuple[LocalHashing, Any]:
     """The OLH reports of ``segment`` by its reporters (local ids), keyed by (segment, global id)."""
     width = int(request.bounds[segment + 1] - request.bounds[segment])
     oracle = typing.cast(LocalHashing, make_oracle(ORACLE, epsilon=request.epsilon, domain=1 << width))  # OLH

@@ -139,8 +139,9 @@ def segment_supports(
             width = int(request.bounds[segment + 1] - request.bounds[segment])
             oracle = make_oracle(ORACLE, epsilon=request.epsilon, domain=1 << width)
             assert isinstance(oracle, LocalHashing)
-            holders = np.bincount(values[:, segment].astype(np.intp), weights=by_pair[:, pair].astype(np.float64),
-                                  minlength=1 << width)
+            holders = np.bincount(
+                values[:, segment].astype(np.intp), weights=by_pair[:, pair].astype(np.float64), minlength=1 << width
+            )
             holders = np.rint(holders).astype(np.int64)  # exact: float64 sums of integers below 2**53
             sides_holding.append(rng.binomial(holders, oracle.p).astype(np.int64))
             sides_others.append(rng.binomial(users - holders, oracle.q).astype(np.int64))
@@ -170,9 +171,15 @@ def _pair_counts(
                 f"request.patterns: segment {segment} has {1 << width} patterns, got {int(patterns.max())}"
             )
         distinct, inverse = np.unique(patterns, return_inverse=True)
-        sides.append(_Side(distinct, inverse, supports.segment_values[held, segment],
-                           supports.holding[pair][position][distinct.astype(np.intp)],
-                           supports.others[pair][position][distinct.astype(np.intp)]))
+        sides.append(
+            _Side(
+                distinct,
+                inverse,
+                supports.segment_values[held, segment],
+                supports.holding[pair][position][distinct.astype(np.intp)],
+                supports.others[pair][position][distinct.astype(np.intp)],
+            )
+        )
 
     def block_values(start: int) -> list[np.ndarray]:
         owner = np.searchsorted(ends, np.arange(start, min(start + USERS_AT_ONCE, users)), side="right")
@@ -187,8 +194,10 @@ def _pair_counts(
     shares = [side.block_shares(rng, table, sizes) for side, table in zip(sides, holders)]
     joint = np.zeros((sides[0].distinct.size, sides[1].distinct.size), dtype=np.int64)
     for index, start in enumerate(blocks):
-        a, b = (_indicators(rng, values, side.distinct, held_share[index], other_share[index])
-                for side, values, (held_share, other_share) in zip(sides, block_values(int(start)), shares))
+        a, b = (
+            _indicators(rng, values, side.distinct, held_share[index], other_share[index])
+            for side, values, (held_share, other_share) in zip(sides, block_values(int(start)), shares)
+        )
         with single_blas_thread():
             joint += np.rint(a.T.astype(np.float32) @ b.astype(np.float32)).astype(np.int64)  # exact: sums below 2**24
     sums = [(side.holding + side.others)[side.inverse] for side in sides]

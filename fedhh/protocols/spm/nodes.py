@@ -40,8 +40,13 @@ def check_reply(request: SPMRequest, response: SPMResponse, node: HeldUsers, ser
     if request.mode == FINAL:
         expected = np.array([node.users])
     elif request.mode == PAIRS:
-        expected = users_per_index(server, node, response.reporters, reporters,
-                                   lambda ids: user_pairs(request.partition_seed, request.segments, ids))
+        expected = users_per_index(
+            server,
+            node,
+            response.reporters,
+            reporters,
+            lambda ids: user_pairs(request.partition_seed, request.segments, ids),
+        )
     elif server.by_law:  # a law simulation draws the pairs' split: any with two segments a user
         expected = response.reporters
         fits = int(expected.min(initial=0)) >= 0 and int(expected.max(initial=0)) <= node.users
@@ -50,8 +55,11 @@ def check_reply(request: SPMRequest, response: SPMResponse, node: HeldUsers, ser
                 f"{tag}.reporters: {expected.tolist()}, not two segments for each of the node's {node.users} users"
             )
     else:
-        chosen = segment_pairs(request.segments)[user_pairs(request.partition_seed, request.segments,
-                                                            np.arange(node.first_user, node.first_user + node.users))]
+        chosen = segment_pairs(request.segments)[
+            user_pairs(
+                request.partition_seed, request.segments, np.arange(node.first_user, node.first_user + node.users)
+            )
+        ]
         expected = np.array([(chosen == s).any(axis=1).sum() for s in range(request.segments)])
     if not np.array_equal(response.reporters, expected):
         raise InvalidReply(
@@ -72,8 +80,10 @@ def describe_round(record: RoundRecord) -> str:
     if values["stage"] == SEGMENTS:
         return f"segments from {values['users']:,} users: patterns kept {values['patterns_kept']}"
     if values["stage"] == PAIRS:
-        return (f"segment pairs from {values['users']:,} users: {values['value_pairs_kept']} value pairs kept "
-                f"per segment pair, {values['candidates']:,} candidates")
+        return (
+            f"segment pairs from {values['users']:,} users: {values['value_pairs_kept']} value pairs kept "
+            f"per segment pair, {values['candidates']:,} candidates"
+        )
     return (
         f"full values from {values['users']:,} users: {values['candidates']:,} candidates, "
         f"{values['reported']} reported"

@@ -25,6 +25,7 @@ ITEM_PURPOSE = "spm.item"
 SEGMENT_PURPOSE = "spm.segment-report"
 FULL_PURPOSE = "spm.full-report"
 
+
 @dataclass(frozen=True)
 class SPMKeys(ConfigSection):
     """SPM's own ``[protocol]`` keys."""

@@ -37,7 +37,11 @@ def stage_margins(params: SPMParameters, frequency: float) -> dict[str, float]:
 
 
 def plan_spm(
-    n_users: int, epsilon: float, value_bits: int = 64, segment_bits: int = 0, top_k: int = 32,
+    n_users: int,
+    epsilon: float,
+    value_bits: int = 64,
+    segment_bits: int = 0,
+    top_k: int = 32,
     frequencies: Sequence[float] = PLAN_FREQUENCIES,
 ) -> dict[str, Any]:
     """SPM's segments for ``n`` users at ε, the guarantee, and each frequency's margin at every stage."""
@@ -51,7 +55,11 @@ def plan_spm(
         "top_k": top_k,
     }
     return {
-        "protocol": NAME, "n_users": n_users, "epsilon": epsilon, "delta": 0.0, **parameters,
+        "protocol": NAME,
+        "n_users": n_users,
+        "epsilon": epsilon,
+        "delta": 0.0,
+        **parameters,
         "segment_bounds": [int(b) for b in params.bounds],
         "users_per_segment": 2 * n_users / params.segments,
         "users_per_pair": n_users / (params.segments * (params.segments - 1) / 2),

@@ -155,7 +155,7 @@ class SPMServer(ValueReportingServer):
             keep = np.ones(grown.shape[0], dtype=bool)
             for earlier in range(segment):
                 keep &= frequent[earlier, segment][grown[:, earlier], grown[:, segment]]
-            partial = grown[keep][: MAX_CANDIDATES]
+            partial = grown[keep][:MAX_CANDIDATES]
         return partial
 
     def _rows(self, chosen: np.ndarray) -> np.ndarray:

@@ -18,6 +18,8 @@ def spm_bits(server: SPMServer) -> Communication:
     """
     pairs = math.comb(server.params.segments, 2)
     report = server.oracle.report_bits()
-    reports = (SentReport("segment pair", index_bits(pairs), 1.0),
-               SentReport("segment or whole-value report (olh)", report, 3.0))
+    reports = (
+        SentReport("segment pair", index_bits(pairs), 1.0),
+        SentReport("segment or whole-value report (olh)", report, 3.0),
+    )
     return Communication(reports, index_bits(pairs) + 3 * report)

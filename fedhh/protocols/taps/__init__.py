@@ -25,10 +25,12 @@ from .nodes import DROPOUT_PRIVACY, NO_DENSE_LAYOUT, check_reply, describe_round
 from .server import BUDGET, NAME, TapsKeys, TapsServer, build_taps
 from .wire import taps_bits
 
-CONTRACT = ContractText(definitions=(
-    "TAPS parties: party p holds the global user ids [party_bounds[p], party_bounds[p+1]); a deployment maps "
-    "each party's users to those ids (a party is a silo: its users' node or nodes).",
-))
+CONTRACT = ContractText(
+    definitions=(
+        "TAPS parties: party p holds the global user ids [party_bounds[p], party_bounds[p+1]); a deployment maps "
+        "each party's users to those ids (a party is a silo: its users' node or nodes).",
+    )
+)
 
 SPEC = register_protocol(
     ProtocolSpec(

@@ -35,8 +35,9 @@ def check_reply(request: PartyLevelRequest, response: PartySupport, node: HeldUs
             f"{expected.tolist()}, it says {response.reporters.tolist()}"
         )
     if response.counts.shape != request.candidates.shape:
-        raise InvalidReply(f"PartySupport.counts: {request.candidates.size} candidates asked, "
-                           f"{response.counts.size} counts sent")
+        raise InvalidReply(
+            f"PartySupport.counts: {request.candidates.size} candidates asked, {response.counts.size} counts sent"
+        )
     bounds = request.candidate_bounds
     most = np.repeat(expected, np.diff(bounds))
     if np.any(response.counts < 0) or np.any(response.counts > most):
@@ -47,5 +48,6 @@ def describe_round(record: RoundRecord) -> str:
     """A level's log line: its prefix length and each party's candidates and kept prefixes."""
     values = record.values
     per_party = ", ".join(f"{c}→{k}" for c, k in zip(values["candidates"], values["kept"], strict=True))
-    return (f"level {values['level']}: prefixes of {values['prefix_length']} units; "
-            f"candidates→kept per party: {per_party}")
+    return (
+        f"level {values['level']}: prefixes of {values['prefix_length']} units; candidates→kept per party: {per_party}"
+    )

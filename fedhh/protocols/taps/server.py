@@ -81,27 +81,45 @@ class TapsKeys(ConfigSection):
     """TAPS's own ``[protocol]`` keys."""
 
     parties: int = Key(
-        int, 4, "TAPS: parties P; party p holds users [⌊p n/P⌋, ⌊(p+1) n/P⌋) (population.languages lays "
-        "its languages out so)", check=lambda v: 2 <= v <= 64, constraint="in 2..64",
+        int,
+        4,
+        "TAPS: parties P; party p holds users [⌊p n/P⌋, ⌊(p+1) n/P⌋) (population.languages lays its languages out so)",
+        check=lambda v: 2 <= v <= 64,
+        constraint="in 2..64",
     ).field()
     consensus: str = Key(
-        str, CONSENSUS, "TAPS: pruning by the parties' summed estimates (taps) or by each party's own "
-        "(none: independent per-party trees, merged)", (CONSENSUS, INDEPENDENT),
+        str,
+        CONSENSUS,
+        "TAPS: pruning by the parties' summed estimates (taps) or by each party's own "
+        "(none: independent per-party trees, merged)",
+        (CONSENSUS, INDEPENDENT),
     ).field()
     consensus_z: float = Key(
-        float, 2.0, "TAPS: a kept prefix needs a score of at least z standard deviations of its noise",
-        check=lambda v: 0 <= v < 100, constraint="in [0, 100)",
+        float,
+        2.0,
+        "TAPS: a kept prefix needs a score of at least z standard deviations of its noise",
+        check=lambda v: 0 <= v < 100,
+        constraint="in [0, 100)",
     ).field()
     tree_encoding: str = Key(
-        str, "bits", "TAPS: values as bit strings (character codes) or as the codec's symbols", ("bits", "symbols"),
+        str,
+        "bits",
+        "TAPS: values as bit strings (character codes) or as the codec's symbols",
+        ("bits", "symbols"),
     ).field()
     tree_oracle: str = Key(str, "olh", "TAPS: the ε-LDP frequency oracle of every report", ORACLES).field()
     levels: int = Key(
-        int, 0, "TAPS: levels (user groups) within every party; 0: the fewest that reach whole values within "
-        "candidate_cap", check=lambda v: v >= 0, constraint=">= 0 (0: automatic)",
+        int,
+        0,
+        "TAPS: levels (user groups) within every party; 0: the fewest that reach whole values within candidate_cap",
+        check=lambda v: v >= 0,
+        constraint=">= 0 (0: automatic)",
     ).field()
     candidate_cap: int = Key(
-        int, 1024, "TAPS: most candidates a party's level queries", check=lambda v: 2 <= v <= 1 << 20,
+        int,
+        1024,
+        "TAPS: most candidates a party's level queries",
+        check=lambda v: 2 <= v <= 1 << 20,
         constraint="in 2..2^20",
     ).field()
     kept_per_level: int = Key(
@@ -170,8 +188,10 @@ class TapsServer(ServerProtocol):
             domain = self.encoding.domain(length)
             return level_oracle(self.keys.tree_oracle, self.epsilon, domain, self.oracle_seed, 0, 0)
         except ValueError as error:
-            raise InputError(f"protocol.tree_oracle: {self.keys.tree_oracle!r} cannot serve prefixes of {length} "
-                             f"{self.encoding.unit_name}: {error}") from None
+            raise InputError(
+                f"protocol.tree_oracle: {self.keys.tree_oracle!r} cannot serve prefixes of {length} "
+                f"{self.encoding.unit_name}: {error}"
+            ) from None
 
     # -- ServerProtocol -------------------------------------------------------------------
 
@@ -227,12 +247,18 @@ class TapsServer(ServerProtocol):
         self._select(parties, pending.candidates, pending.candidate_bounds, limit, last)
         self._levels.append(parties)
         self._lengths.append(self.length)
-        self._trace.append(RoundRecord(level + 1, {
-            "level": level + 1,
-            "prefix_length": self.length,
-            "candidates": [int(p.rows.shape[0]) for p in parties],
-            "kept": [int(p.kept.size) for p in parties],
-        }, server_view={"reporters": response.reporters.tolist()}))
+        self._trace.append(
+            RoundRecord(
+                level + 1,
+                {
+                    "level": level + 1,
+                    "prefix_length": self.length,
+                    "candidates": [int(p.rows.shape[0]) for p in parties],
+                    "kept": [int(p.kept.size) for p in parties],
+                },
+                server_view={"reporters": response.reporters.tolist()},
+            )
+        )
         if last:
             self._stopped_because = f"all {self.levels} levels done"
             return
@@ -294,8 +320,10 @@ class TapsServer(ServerProtocol):
             return np.zeros((0, self.encoding.length), dtype=np.int64), np.zeros(0)
         parties = self._levels[-1]
         if self.keys.consensus == INDEPENDENT:
-            parties = [PartyLevel(p.rows[p.kept], p.estimates[p.kept], p.variances[p.kept], np.arange(p.kept.size))
-                       for p in parties]
+            parties = [
+                PartyLevel(p.rows[p.kept], p.estimates[p.kept], p.variances[p.kept], np.arange(p.kept.size))
+                for p in parties
+            ]
         keys = np.concatenate([self.encoding.keys(p.rows) for p in parties]).astype(np.uint64)
         summed, _, inverse = _consensus(parties, keys)
         rows = np.concatenate([p.rows for p in parties])
@@ -306,8 +334,10 @@ class TapsServer(ServerProtocol):
 
     def discovered(self) -> list[Discovery]:
         rows, scores = self._merged()
-        return [Discovery(self.encoding.decode(row), tuple(int(u) for u in row), estimated_count=float(score))
-                for row, score in zip(rows, scores, strict=True)]
+        return [
+            Discovery(self.encoding.decode(row), tuple(int(u) for u in row), estimated_count=float(score))
+            for row, score in zip(rows, scores, strict=True)
+        ]
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -332,8 +362,9 @@ class TapsServer(ServerProtocol):
             if self._levels and len(self._levels) == self.levels:
                 level = self._levels[-1][party]
                 best = level.kept[np.lexsort((level.kept, -level.estimates[level.kept]))][:PARTY_TOP]
-                top = [{"item": self.encoding.decode(level.rows[i]), "estimate": float(level.estimates[i])}
-                       for i in best]
+                top = [
+                    {"item": self.encoding.decode(level.rows[i]), "estimate": float(level.estimates[i])} for i in best
+                ]
             details.append({"party": party, "users": int(self.party_users[party]), "top": top})
         return details
 
@@ -356,8 +387,11 @@ def _consensus(parties: list[PartyLevel], keys: np.ndarray) -> tuple[np.ndarray,
     estimates = np.concatenate([p.estimates for p in parties])
     variances = np.concatenate([p.variances for p in parties])
     distinct = int(inverse.max()) + 1 if inverse.size else 0
-    return (np.bincount(inverse, weights=estimates, minlength=distinct),
-            np.bincount(inverse, weights=variances, minlength=distinct), inverse)
+    return (
+        np.bincount(inverse, weights=estimates, minlength=distinct),
+        np.bincount(inverse, weights=variances, minlength=distinct),
+        inverse,
+    )
 
 
 def _best(scores: np.ndarray, allowed: np.ndarray, count: int) -> np.ndarray:

@@ -18,5 +18,6 @@ def taps_bits(server: TapsServer) -> Communication:
     """
     level_field = index_bits(server.levels)
     bits = level_field + server.oracle(server.encoding.length).report_bits()
-    return Communication((SentReport(f"prefix of the user's level ({server.keys.tree_oracle}) with its level",
-                                     bits, 1.0),), bits)
+    return Communication(
+        (SentReport(f"prefix of the user's level ({server.keys.tree_oracle}) with its level", bits, 1.0),), bits
+    )

@@ -74,8 +74,9 @@ def law(request: TrieHHRequest, counts: CountedShard, randomness: KeyedRandomnes
     votes = drawn[:candidates].copy()
     if types.size:
         picked = split_types(rng, drawn[candidates + 1 :], types.offsets, types.shares())
-        votes += np.bincount(candidate_of_item[types.item_ids], weights=picked.astype(np.float64),
-                             minlength=candidates + 1)[:candidates].astype(np.int64)
+        votes += np.bincount(
+            candidate_of_item[types.item_ids], weights=picked.astype(np.float64), minlength=candidates + 1
+        )[:candidates].astype(np.int64)
     voted = np.flatnonzero(votes)
     return TrieHHResponse(
         round=depth,

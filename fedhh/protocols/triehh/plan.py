@@ -46,7 +46,6 @@ def plan_triehh(
     }
 
 
-
 def _triehh_plan(args: Options) -> dict[str, Any]:
     return plan_triehh(n_users=args.users, epsilon=args.epsilon, delta=args.delta, max_rounds=args.max_rounds)
 
@@ -59,10 +58,13 @@ def _triehh_table(args: Options, planned: dict[str, Any]) -> PlanTable:
         ("ε (guaranteed)", f"{planned['epsilon']:.6g}"),
         ("δ (guaranteed)", f"{planned['delta']:.3g}"),
     ]
-    rows += [(f"worst-case discovery, frequency {frequency}", f"{rate:.3f}")
-             for frequency, rate in planned["worst_case_discovery_rate"].items()]
-    return PlanTable(f"TrieHH plan: n = {args.users:,}, L = {args.max_rounds} rounds", rows,
-                     [f"model: {planned['model']}"])
+    rows += [
+        (f"worst-case discovery, frequency {frequency}", f"{rate:.3f}")
+        for frequency, rate in planned["worst_case_discovery_rate"].items()
+    ]
+    return PlanTable(
+        f"TrieHH plan: n = {args.users:,}, L = {args.max_rounds} rounds", rows, [f"model: {planned['model']}"]
+    )
 
 
 TRIEHH_PLAN = PlanCommand(
@@ -90,18 +92,29 @@ def triehh_table(
             try:
                 planned = plan_triehh(n_users, epsilon, delta, max_rounds, (frequency,))
             except PrivacyTargetError:
-                rows.append({"n_users": n_users, "target_epsilon": epsilon, "theta": None, "batch_size": None,
-                             "epsilon": None, "delta": None, "discovery": None})
+                rows.append(
+                    {
+                        "n_users": n_users,
+                        "target_epsilon": epsilon,
+                        "theta": None,
+                        "batch_size": None,
+                        "epsilon": None,
+                        "delta": None,
+                        "discovery": None,
+                    }
+                )
                 continue
-            rows.append({
-                "n_users": n_users,
-                "target_epsilon": epsilon,
-                "theta": planned["theta"],
-                "batch_size": planned["batch_size"],
-                "epsilon": planned["epsilon"],
-                "delta": planned["delta"],
-                "discovery": planned["worst_case_discovery_rate"][f"{frequency:g}"],
-            })
+            rows.append(
+                {
+                    "n_users": n_users,
+                    "target_epsilon": epsilon,
+                    "theta": planned["theta"],
+                    "batch_size": planned["batch_size"],
+                    "epsilon": planned["epsilon"],
+                    "delta": planned["delta"],
+                    "discovery": planned["worst_case_discovery_rate"][f"{frequency:g}"],
+                }
+            )
     return rows
 
 

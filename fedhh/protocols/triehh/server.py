@@ -97,9 +97,7 @@ class TrieHHServer(ServerProtocol):
         if self._pending is None:
             raise ValueError(f"response for round {response.round}, but no request is pending")
         if response.round != self._pending.round:
-            raise ValueError(
-                f"response for round {response.round}, but round {self._pending.round} is pending"
-            )
+            raise ValueError(f"response for round {response.round}, but round {self._pending.round} is pending")
         round_ = response.round
         accepted = response.votes >= self.params.theta
         rows, votes = response.prefixes[accepted], response.votes[accepted]
@@ -168,9 +166,7 @@ class TrieHHServer(ServerProtocol):
         )
 
 
-def build_triehh(
-    privacy: PrivacySection, protocol: Section, n_users: int, codec: ItemCodec, seed: int
-) -> TrieHHServer:
+def build_triehh(privacy: PrivacySection, protocol: Section, n_users: int, codec: ItemCodec, seed: int) -> TrieHHServer:
     """TrieHH from a config: θ and m solved from the (ε, δ) target for n users and L rounds."""
     params = solve_triehh(n_users, privacy.epsilon, privacy.delta, codec.max_rounds)
     return TrieHHServer(params, codec, seed)

@@ -41,9 +41,9 @@ SCAN_STEPS = 8  # TrieHH: holder and batch steps scanned each side of the first 
 _SCAN_CHUNK = 1 << 20
 
 TRIEHH_DEFINITION = (
-    "smallest n at which the worst-case bound (Proposition 1) meets the target, and keeps meeting it "
-    "at every larger n"
+    "smallest n at which the worst-case bound (Proposition 1) meets the target, and keeps meeting it at every larger n"
 )
+
 
 @dataclass(frozen=True)
 class _TrieHHFamily:
@@ -77,7 +77,7 @@ class _TrieHHFamily:
             hit = hypergeometric_survival(
                 self.theta - 1, users[feasible], self.holders(users[feasible]), batch[feasible]
             )
-            rate[feasible] = hit ** self.max_rounds
+            rate[feasible] = hit**self.max_rounds
         return rate
 
     def step(self) -> int:
@@ -137,8 +137,14 @@ def size_triehh(frequency: float, discovery: float, epsilon: float, delta: float
     below = int(users * (1 - PRECISION))
     parameters = plan_triehh(users, epsilon, delta, max_rounds, (frequency,))
     return SizeAnswer(
-        "triehh", users, frequency, discovery, float(family.rates(np.array([users]))[0]), below,
-        float(family.rates(np.array([below]))[0]), TRIEHH_DEFINITION,
+        "triehh",
+        users,
+        frequency,
+        discovery,
+        float(family.rates(np.array([users]))[0]),
+        below,
+        float(family.rates(np.array([below]))[0]),
+        TRIEHH_DEFINITION,
         {key: parameters[key] for key in ("theta", "batch_size", "sampling_rate", "epsilon", "delta", "max_rounds")},
     )
 
@@ -183,7 +189,8 @@ def _triehh_answer(args: Options, show: OnStep) -> SizeAnswer:
 
 
 TRIEHH_SIZING = Sizing(
-    "TrieHH", 200,  # --verify: TrieHH's runs cost a few ms each
+    "TrieHH",
+    200,  # --verify: TrieHH's runs cost a few ms each
     (
         Option("--delta", "target δ in (0, 1)", float),
         Option("--max-rounds", "L: rounds, i.e. symbols of the longest item plus the end symbol", int),
@@ -191,5 +198,6 @@ TRIEHH_SIZING = Sizing(
     ),
     _triehh_answer,
     lambda args, answer: {"privacy": (args.epsilon, args.delta, args.max_rounds)},
-    check_analytic=_check_triehh_analytic, check_recall=_check_triehh_recall,
+    check_analytic=_check_triehh_analytic,
+    check_recall=_check_triehh_recall,
 )
