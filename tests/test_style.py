@@ -1,10 +1,10 @@
-"""The code's style is checked by tools: ``ruff check`` and ``mypy`` find nothing.
+"""The code's style is checked by tools: ``ruff check`` and ``mypy`` find nothing, ``ruff format`` changes nothing.
 
-Both read their settings from ``pyproject.toml`` (``[tool.ruff]``,
+The tools read their settings from ``pyproject.toml`` (``[tool.ruff]``,
 ``[tool.mypy]``), which also names what they check (``fedhh/``,
 ``strategies/``, ``simulations/``), so the commands here are the ones a
 contributor runs by hand.  A finding fails the test with the tool's own
-report of it.  Both tools are in the test extra (``pip install -e ".[test]"``).
+report of it.  ruff and mypy are in the test extra (``pip install -e ".[test]"``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ def run_tool(command: list[str], timeout: float) -> subprocess.CompletedProcess[
 def test_ruff_finds_nothing() -> None:
     done = run_tool([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise"], timeout=120)
     assert done.returncode == 0, f"ruff check found:\n{done.stdout}{done.stderr}"
+
+
+def test_ruff_format_changes_nothing() -> None:
+    done = run_tool([sys.executable, "-m", "ruff", "format", "--check", "--no-cache"], timeout=120)
+    assert done.returncode == 0, f"ruff format would reformat (run `ruff format`):\n{done.stdout}{done.stderr}"
 
 
 @pytest.mark.timeout(900)
