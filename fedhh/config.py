@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .data.sources import party_languages
 from .schema import (
     AUTO_SHARDS,
     DEFAULT_PROTOCOL,
@@ -32,6 +31,7 @@ from .schema import (
     ProtocolSection,
     RunSection,
     Scalar,
+    party_languages,
 )
 from .schema import MAX_SHARDS as MAX_SHARDS  # the shards a run may have, re-exported here
 

@@ -323,3 +323,8 @@ class RunSection(ConfigSection):
         "file (one item a line) or a previous run's results folder (what it denied and discovered); a user left "
         "with nothing takes the protocol's no-item path; empty: none (docs/deny-lists.md)",
     ).field()
+
+
+def party_languages(text: str) -> list[str]:
+    """The languages of ``population.languages`` in party order (``"en, fr"`` -> ``["en", "fr"]``)."""
+    return [language.strip() for language in text.split(",")]

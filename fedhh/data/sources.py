@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import InputError
 from ..kernels.randomness import UserRandom, derive_key
 from ..kernels.sampling import InverseCdf
+from ..schema import party_languages
 from . import cache
 from .deny_list import DeniedItemsSource, DenyList
 from .items import ALPHABETS, EncodingReport, ItemCodec, ItemError
@@ -194,11 +195,6 @@ class WordfreqSource(SampledSource):
 
     def describe(self) -> dict[str, Any]:
         return {"source": "wordfreq", "language": self.language, **self._base_description()}
-
-
-def party_languages(text: str) -> list[str]:
-    """The languages of ``population.languages`` in party order (``"en, fr"`` -> ``["en", "fr"]``)."""
-    return [language.strip() for language in text.split(",")]
 
 
 def party_bounds(n_users: int, parties: int) -> np.ndarray:

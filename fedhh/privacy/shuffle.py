@@ -78,7 +78,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from scipy import special, stats
 
 from ..errors import InputError
 from ..oracles.base import MAX_EPSILON, MIN_EPSILON
@@ -119,6 +118,8 @@ def _check(epsilon0: float, n_users: int, delta: float) -> tuple[float, int, flo
 def _clone_counts(epsilon0: float, n_users: int, omitted: float) -> tuple[np.ndarray, np.ndarray, float]:
     """The values of ``C ~ Bin(n-1, e^-ε0)`` the bound evaluates, the mass each stands for, and the
     mass left out (charged in full).  Each cell ``[c_i, c_{i+1})`` is charged ``δ_{c_i}``."""
+    from scipy import stats  # here, not at import: registering a protocol must not load scipy.stats
+
     trials, p = n_users - 1, math.exp(-epsilon0)
     if trials == 0:
         return np.zeros(1, dtype=np.int64), np.ones(1), 0.0
@@ -139,6 +140,8 @@ def _clone_counts(epsilon0: float, n_users: int, omitted: float) -> tuple[np.nda
 
 def _tail(at_least: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``P(Bin(c, 1/2) >= at_least)``, element-wise."""
+    from scipy import special
+
     tail = special.bdtrc(np.maximum(at_least - 1, 0), c, 0.5)
     return np.where(at_least <= 0, 1.0, np.where(at_least > c, 0.0, tail))
 
@@ -264,6 +267,8 @@ class Crowd:
         at least ``Bin(n, share_g)`` in distribution."""
         if not self.partitioned:
             return n_users
+        from scipy import stats
+
         lowest = stats.binom.ppf(miss, n_users, np.asarray(self.groups)).min()
         return int(max(lowest - 1, 0))
 
