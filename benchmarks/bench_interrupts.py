@@ -210,7 +210,7 @@ def main() -> None:
             finally:
                 if args.cores is not None and (row is None or row.get("status") != EXPECTED[signum]):
                     keep(scratch, args.cores / f"trial-{index}")
-                shutil.rmtree(scratch, ignore_errors=True)
+                shutil.rmtree(scratch, ignore_errors=True)  # the trial's own mkdtemp folder, made above
             row["trial"] = index
             trials.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "tail"}), flush=True)

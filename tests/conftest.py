@@ -22,7 +22,8 @@ def _flower_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
 
 @pytest.fixture(autouse=True, scope="session")
 def _fedhh_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """fedhh's cache folder (``FEDHH_CACHE_DIR``, :mod:`fedhh.data.cache`) for this session: never the real one."""
+    """fedhh's cache folder (``FEDHH_CACHE_DIR``, :mod:`fedhh.data.cache`) for the whole test run: never the
+    real one."""
     previous = os.environ.get("FEDHH_CACHE_DIR")
     os.environ["FEDHH_CACHE_DIR"] = str(tmp_path_factory.mktemp("fedhh-cache"))
     yield
