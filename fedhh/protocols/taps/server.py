@@ -11,19 +11,31 @@ candidates (its tree's kept prefixes, extended).
 **Consensus pruning.**  Party ``p``'s estimate ``f̂_p(c)`` of a candidate's
 count among its users is the oracle's estimate scaled from the level's
 reporters to the party, with variance ``Var f̂_p`` (the oracle's, scaled).
-The consensus score of a prefix is the sum of the estimates of the parties
-whose tree holds it at this level, ``s(c) = Σ_q f̂_q(c) [c ∈ C_q]`` (a party
-that pruned an ancestor of ``c`` contributes 0: its tree says ``c`` is rare
-there), with variance ``v(c) = Σ_q Var f̂_q [c ∈ C_q]``.  The global target
-is the ``P x kept_per_level`` distinct prefixes of largest ``s`` among those
-with ``s(c) ≥ z √v(c)`` (``protocol.consensus_z``).  Each party keeps, of its
-own candidates, first those in the global target, best by its own estimate,
-up to ``kept_per_level``, and fills the places left with its own best
-estimates: the parties' trees stay their own, but their places go first to
-the prefixes the parties' pooled evidence says are globally heavy, rather
-than to prefixes heavy only locally.  With ``protocol.consensus = "none"``
-each party keeps its own best estimates: independent per-party trees, the
-baseline.
+Under ``protocol.consensus = "taps"`` two kinds of prior knowledge sharpen
+it before the parties prune, both free under LDP (post-processing of
+reports already sent, from other users):
+
+* *the party's earlier level*: a candidate that extends, by zeros, a parent
+  holding a whole "no character" code counts exactly the parent's users
+  (every item under the parent continues with zeros), so its estimate
+  becomes the inverse-variance mean of its own and the parent's (itself
+  pooled so), and its variance shrinks to match.  Short words, most of a
+  head, are then estimated from every level since they ended rather than
+  from one;
+* *the other parties*: with ``z_q(c) = f̂_q(c) / √Var f̂_q(c)`` for every
+  party ``q`` whose tree queried ``c`` at this level, party ``p``'s score
+  of ``c`` is its own ``z_p(c)``, raised, where ``z_p(c) ≥ z``
+  (``protocol.consensus_z``), to the largest Stouffer combination
+  ``(z_p + Σ z_q) / √(1 + m)`` over ``p`` and the ``m`` best z-scores of
+  the other parties (``m`` from 0 to ``P - 1``).  A prefix several parties
+  hold gains the evidence of those where it is frequent and ignores those
+  where it is rare (they would only add noise); a prefix only ``p``
+  queried, or one ``p`` has no evidence of its own for, keeps ``p``'s own
+  z-score, so a party never spends its places on another party's head.
+
+Each party keeps its ``kept_per_level`` candidates of best score.  With
+``protocol.consensus = "none"`` each party keeps its own best estimates of
+its level alone: independent per-party trees, the baseline.
 
 **Adaptive extension.**  Every party's level ``j`` has the same length (so
 the parties' estimates of a prefix can be summed).  The first level covers
@@ -34,7 +46,7 @@ units left over the levels left, and never so far that a later level would
 have nothing to add: parties that keep fewer prefixes grow faster.
 
 **Output.**  The union of the parties' kept whole values, ranked by the sum
-of the estimates of every party whose last level queried the value (under
+of the estimates (pooled as above) of every party whose last level queried the value (under
 ``consensus = "none"``: of the parties that kept it, each party's own output
 merged), the ``top_k`` best that can be items.
 """
@@ -90,8 +102,8 @@ class TapsKeys(ConfigSection):
     consensus: str = Key(
         str,
         CONSENSUS,
-        "TAPS: pruning by the parties' summed estimates (taps) or by each party's own "
-        "(none: independent per-party trees, merged)",
+        "TAPS: pruning by each party's estimates pooled with its earlier level's and the other parties' (taps) "
+        "or by each party's own level alone (none: independent per-party trees, merged)",
         (CONSENSUS, INDEPENDENT),
     ).field()
     consensus_z: float = Key(
@@ -133,8 +145,8 @@ class PartyLevel:
     """One party's candidates at a level and what the server made of them."""
 
     rows: np.ndarray  # candidate prefixes, one row of units each
-    estimates: np.ndarray  # the party's own estimated counts among its users
-    variances: np.ndarray  # their variance (the oracle's noise, scaled to the party)
+    estimates: np.ndarray  # the party's estimated counts among its users (with its earlier level's, under taps)
+    variances: np.ndarray  # their variance (the oracle's noise, scaled to the party; pooled likewise)
     kept: np.ndarray  # indices of the kept candidates, best first
 
 
@@ -415,7 +427,9 @@ def _consensus_scores(parties: list[PartyLevel], keys: np.ndarray, bounds: np.nd
     count = len(parties)
     zscores = np.full((distinct, count), -np.inf)
     for party, level in enumerate(parties):
-        zscores[inverse[int(bounds[party]) : int(bounds[party + 1])], party] = level.estimates / np.sqrt(level.variances)
+        zscores[inverse[int(bounds[party]) : int(bounds[party + 1])], party] = level.estimates / np.sqrt(
+            level.variances
+        )
     groups = np.sqrt(np.arange(2, count + 1, dtype=np.float64))
     scores = []
     for party in range(count):
