@@ -61,6 +61,33 @@ def test_each_user_reports_once_with_the_whole_epsilon() -> None:
     assert "local" in report.model.lower()
 
 
+def test_an_ended_word_is_estimated_from_every_level_since_it_ended() -> None:
+    """Under consensus, "the" (3 characters of 5 bits, so ended from the level of 20 bits on) is
+    estimated in the English party from the 7 levels since it ended: its last-level variance is the
+    inverse of the sum of those levels' inverse variances (each the oracle's, scaled to the party),
+    and its estimate is within 4 of those standard deviations of its true count."""
+    from fedhh.driving import drive
+    from fedhh.kernels.randomness import KeyedRandomness
+    from fedhh.protocols.taps.client import respond
+
+    experiment = Experiment(load_config(None, [*PARTIES, "privacy.epsilon=4"]))
+    server = experiment.make_server()
+    shard = experiment.source.build_users(0, 100_000)
+    randomness = KeyedRandomness(0)
+    drive(server, lambda request: [respond(request, shard, randomness)])
+    lengths = server.describe()["prefix_lengths"]
+    assert lengths[2] == 20 and len(lengths) == 9
+    users = int(server.party_users[0])
+    variances = [server.oracle(length).linear_variance(record.server_view["reporters"][0]).zero_count
+                 * (users / record.server_view["reporters"][0]) ** 2 for length, record in zip(lengths, server.trace)]
+    last = server._levels[-1][0]
+    index = [server.encoding.decode(row) for row in last.rows].index("the")
+    assert last.variances[index] == pytest.approx(1 / sum(1 / v for v in variances[2:]), rel=1e-9)
+    items = np.asarray(shard.item_of_user)[:users]
+    true_count = int(np.sum(items == shard.vocabulary.items.index("the")))
+    assert abs(last.estimates[index] - true_count) <= 4 * np.sqrt(last.variances[index])
+
+
 def test_parties_draw_from_their_own_language() -> None:
     """Party p's users hold words of language p: each party's 5 most common words are in its language's
     top 10 (and the languages' top 10s differ, so a wrong layout fails)."""

@@ -314,10 +314,10 @@ class TapsServer(ServerProtocol):
         order = np.argsort(parent_keys, kind="stable")
         of = order[np.searchsorted(parent_keys[order], self.encoding.keys(rows[:, :before]))]
         same = _ended(self.encoding, parents)[of] & ~np.any(rows[:, before:] != 0, axis=1)
-        prior, prior_variance = parent.estimates[parent.kept][of], parent.variances[parent.kept][of]
-        weight = np.where(same, variances / (variances + prior_variance), 0.0)
-        pooled_variance = np.where(same, variances * prior_variance / (variances + prior_variance), variances)
-        return estimates + weight * (prior - estimates), pooled_variance
+        prior = parent.estimates[parent.kept][of]
+        prior_precision = np.where(same, 1.0 / parent.variances[parent.kept][of], 0.0)  # 0: no prior (or no reporters)
+        precision = 1.0 / variances + prior_precision
+        return (estimates / variances + prior * prior_precision) / precision, 1.0 / precision
 
     def _select(self, parties: list[PartyLevel], keys: np.ndarray, bounds: np.ndarray, limit: int, last: bool) -> None:
         """Set each party's kept candidates: its ``limit`` best by its consensus score (see the module
