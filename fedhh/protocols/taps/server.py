@@ -11,19 +11,31 @@ candidates (its tree's kept prefixes, extended).
 **Consensus pruning.**  Party ``p``'s estimate ``f̂_p(c)`` of a candidate's
 count among its users is the oracle's estimate scaled from the level's
 reporters to the party, with variance ``Var f̂_p`` (the oracle's, scaled).
-The consensus score of a prefix is the sum of the estimates of the parties
-whose tree holds it at this level, ``s(c) = Σ_q f̂_q(c) [c ∈ C_q]`` (a party
-that pruned an ancestor of ``c`` contributes 0: its tree says ``c`` is rare
-there), with variance ``v(c) = Σ_q Var f̂_q [c ∈ C_q]``.  The global target
-is the ``P x kept_per_level`` distinct prefixes of largest ``s`` among those
-with ``s(c) ≥ z √v(c)`` (``protocol.consensus_z``).  Each party keeps, of its
-own candidates, first those in the global target, best by its own estimate,
-up to ``kept_per_level``, and fills the places left with its own best
-estimates: the parties' trees stay their own, but their places go first to
-the prefixes the parties' pooled evidence says are globally heavy, rather
-than to prefixes heavy only locally.  With ``protocol.consensus = "none"``
-each party keeps its own best estimates: independent per-party trees, the
-baseline.
+Under ``protocol.consensus = "taps"`` two kinds of prior knowledge sharpen
+it before the parties prune, both free under LDP (post-processing of
+reports already sent, from other users):
+
+* *the party's earlier level*: a candidate that extends, by zeros, a parent
+  holding a whole "no character" code counts exactly the parent's users
+  (every item under the parent continues with zeros), so its estimate
+  becomes the inverse-variance mean of its own and the parent's (itself
+  pooled so), and its variance shrinks to match.  Short words, most of a
+  head, are then estimated from every level since they ended rather than
+  from one;
+* *the other parties*: with ``z_q(c) = f̂_q(c) / √Var f̂_q(c)`` for every
+  party ``q`` whose tree queried ``c`` at this level, party ``p``'s score
+  of ``c`` is its own ``z_p(c)``, raised, where ``z_p(c) ≥ z``
+  (``protocol.consensus_z``), to the largest Stouffer combination
+  ``(z_p + Σ z_q) / √(1 + m)`` over ``p`` and the ``m`` best z-scores of
+  the other parties (``m`` from 0 to ``P - 1``).  A prefix several parties
+  hold gains the evidence of those where it is frequent and ignores those
+  where it is rare (they would only add noise); a prefix only ``p``
+  queried, or one ``p`` has no evidence of its own for, keeps ``p``'s own
+  z-score, so a party never spends its places on another party's head.
+
+Each party keeps its ``kept_per_level`` candidates of best score.  With
+``protocol.consensus = "none"`` each party keeps its own best estimates of
+its level alone: independent per-party trees, the baseline.
 
 **Adaptive extension.**  Every party's level ``j`` has the same length (so
 the parties' estimates of a prefix can be summed).  The first level covers
@@ -34,7 +46,7 @@ units left over the levels left, and never so far that a later level would
 have nothing to add: parties that keep fewer prefixes grow faster.
 
 **Output.**  The union of the parties' kept whole values, ranked by the sum
-of the estimates of every party whose last level queried the value (under
+of the estimates (pooled as above) of every party whose last level queried the value (under
 ``consensus = "none"``: of the parties that kept it, each party's own output
 merged), the ``top_k`` best that can be items.
 """
@@ -90,14 +102,14 @@ class TapsKeys(ConfigSection):
     consensus: str = Key(
         str,
         CONSENSUS,
-        "TAPS: pruning by the parties' summed estimates (taps) or by each party's own "
-        "(none: independent per-party trees, merged)",
+        "TAPS: pruning by each party's estimates pooled with its earlier level's and the other parties' (taps) "
+        "or by each party's own level alone (none: independent per-party trees, merged)",
         (CONSENSUS, INDEPENDENT),
     ).field()
     consensus_z: float = Key(
         float,
-        2.0,
-        "TAPS: a kept prefix needs a score of at least z standard deviations of its noise",
+        1.0,
+        "TAPS: the z-score a party's own estimate of a prefix needs before the other parties' estimates count for it",
         check=lambda v: 0 <= v < 100,
         constraint="in [0, 100)",
     ).field()
@@ -133,8 +145,8 @@ class PartyLevel:
     """One party's candidates at a level and what the server made of them."""
 
     rows: np.ndarray  # candidate prefixes, one row of units each
-    estimates: np.ndarray  # the party's own estimated counts among its users
-    variances: np.ndarray  # their variance (the oracle's noise, scaled to the party)
+    estimates: np.ndarray  # the party's estimated counts among its users (with its earlier level's, under taps)
+    variances: np.ndarray  # their variance (the oracle's noise, scaled to the party; pooled likewise)
     kept: np.ndarray  # indices of the kept candidates, best first
 
 
@@ -283,26 +295,42 @@ class TapsServer(ServerProtocol):
             scale = float(self.party_users[party]) / reporters
             estimates = oracle.estimate_support(Support(response.counts[start:stop], reporters)) * scale
             variance = oracle.linear_variance(reporters).zero_count * scale**2
-            levels.append(PartyLevel(rows, estimates, np.full(stop - start, variance), np.zeros(0, dtype=np.int64)))
+            variances = np.full(stop - start, variance)
+            if self.keys.consensus == CONSENSUS and self._levels:
+                estimates, variances = self._with_prior(self._levels[-1][party], rows, estimates, variances)
+            levels.append(PartyLevel(rows, estimates, variances, np.zeros(0, dtype=np.int64)))
         return levels
 
+    def _with_prior(
+        self, parent: PartyLevel, rows: np.ndarray, estimates: np.ndarray, variances: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A party's estimates with its previous level's as a prior where they count the same users: a
+        candidate that extends an ended parent (one holding a "no character" code) by zeros has the
+        parent's count, so its estimate becomes the inverse-variance mean of the two (its variance
+        shrinks accordingly); the other candidates keep their own level's estimate."""
+        before = self._lengths[-1]
+        parents = parent.rows[parent.kept]
+        parent_keys = self.encoding.keys(parents)
+        order = np.argsort(parent_keys, kind="stable")
+        of = order[np.searchsorted(parent_keys[order], self.encoding.keys(rows[:, :before]))]
+        same = _ended(self.encoding, parents)[of] & ~np.any(rows[:, before:] != 0, axis=1)
+        prior = parent.estimates[parent.kept][of]
+        prior_precision = np.where(same, 1.0 / parent.variances[parent.kept][of], 0.0)  # 0: no prior (or no reporters)
+        precision = 1.0 / variances + prior_precision
+        return (estimates / variances + prior * prior_precision) / precision, 1.0 / precision
+
     def _select(self, parties: list[PartyLevel], keys: np.ndarray, bounds: np.ndarray, limit: int, last: bool) -> None:
-        """Set each party's kept candidates (see the module docstring): under consensus pruning, first
-        those of the parties' ``P x limit`` best distinct prefixes by consensus score it holds, best by
-        its own estimate, then its own best; independently, its own best."""
-        summed, variance, inverse = _consensus(parties, keys)
+        """Set each party's kept candidates: its ``limit`` best by its consensus score (see the module
+        docstring), or independently by its own estimate."""
         reportable = self.encoding.reportable if last else None
-        chosen = np.zeros(summed.size, dtype=bool)
-        if self.keys.consensus == CONSENSUS and summed.size:
-            plausible = np.flatnonzero(summed >= self.keys.consensus_z * np.sqrt(variance))
-            chosen[plausible[np.lexsort((plausible, -summed[plausible]))][: limit * len(parties)]] = True
-        for party, level in enumerate(parties):
+        scores = (
+            _consensus_scores(parties, keys, bounds, self.keys.consensus_z)
+            if self.keys.consensus == CONSENSUS
+            else [level.estimates for level in parties]
+        )
+        for level, score in zip(parties, scores, strict=True):
             allowed = reportable(level.rows) if reportable else np.ones(level.rows.shape[0], dtype=bool)
-            mine = inverse[int(bounds[party]) : int(bounds[party + 1])]
-            aligned = _best(level.estimates, allowed & chosen[mine], limit)
-            rest = allowed.copy()
-            rest[aligned] = False
-            level.kept = np.concatenate([aligned, _best(level.estimates, rest, limit - aligned.size)])
+            level.kept = _best(score, allowed, limit)
 
     def _next_step(self, kept: int, levels_left: int) -> int:
         """Units the next level adds (see the module docstring's adaptive extension)."""
@@ -325,7 +353,7 @@ class TapsServer(ServerProtocol):
                 for p in parties
             ]
         keys = np.concatenate([self.encoding.keys(p.rows) for p in parties]).astype(np.uint64)
-        summed, _, inverse = _consensus(parties, keys)
+        summed, inverse = _summed(parties, keys)
         rows = np.concatenate([p.rows for p in parties])
         kept = np.concatenate([int(sum(q.rows.shape[0] for q in parties[:i])) + p.kept for i, p in enumerate(parties)])
         distinct, first = np.unique(inverse[kept], return_index=True)
@@ -380,18 +408,45 @@ class TapsServer(ServerProtocol):
         )
 
 
-def _consensus(parties: list[PartyLevel], keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sum over parties of the estimates (and variances) of each distinct prefix among ``keys`` (every
-    party's candidates, party by party), and each candidate's index among the distinct prefixes."""
+def _summed(parties: list[PartyLevel], keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sum over parties of the estimates of each distinct prefix among ``keys`` (every party's
+    candidates, party by party), and each candidate's index among the distinct prefixes."""
     _, inverse = np.unique(keys, return_inverse=True)
     estimates = np.concatenate([p.estimates for p in parties])
-    variances = np.concatenate([p.variances for p in parties])
     distinct = int(inverse.max()) + 1 if inverse.size else 0
-    return (
-        np.bincount(inverse, weights=estimates, minlength=distinct),
-        np.bincount(inverse, weights=variances, minlength=distinct),
-        inverse,
-    )
+    return np.bincount(inverse, weights=estimates, minlength=distinct), inverse
+
+
+def _consensus_scores(parties: list[PartyLevel], keys: np.ndarray, bounds: np.ndarray, z: float) -> list[np.ndarray]:
+    """Each party's consensus score of each of its candidates (see the module docstring): its own
+    z-score ``f̂_p / √Var f̂_p``; where that is at least ``z``, the largest Stouffer combination
+    ``(z_p + Σ z_q) / √(1 + m)`` over it and the ``m`` (0 to P - 1) best z-scores of the other parties
+    that queried the prefix."""
+    _, inverse = np.unique(keys, return_inverse=True)
+    distinct = int(inverse.max()) + 1 if inverse.size else 0
+    count = len(parties)
+    zscores = np.full((distinct, count), -np.inf)
+    for party, level in enumerate(parties):
+        zscores[inverse[int(bounds[party]) : int(bounds[party + 1])], party] = level.estimates / np.sqrt(
+            level.variances
+        )
+    groups = np.sqrt(np.arange(2, count + 1, dtype=np.float64))
+    scores = []
+    for party in range(count):
+        mine = zscores[inverse[int(bounds[party]) : int(bounds[party + 1])]]
+        own = mine[:, party]
+        others = -np.sort(-np.delete(mine, party, axis=1), axis=1)  # best first; parties that did not query it last
+        combined = np.max((own[:, None] + np.cumsum(others, axis=1)) / groups, axis=1, initial=-np.inf)
+        scores.append(np.where(own >= z, np.maximum(own, combined), own))
+    return scores
+
+
+def _ended(encoding: PrefixEncoding, rows: np.ndarray) -> np.ndarray:
+    """Which prefixes hold a whole "no character" code: every item they start continues with zeros only."""
+    whole = rows[:, : (rows.shape[1] // encoding.char_bits) * encoding.char_bits] if encoding.kind == "bits" else rows
+    if whole.shape[1] == 0:
+        return np.zeros(rows.shape[0], dtype=bool)
+    return np.any(encoding.character_codes(whole) == 0, axis=1)
 
 
 def _best(scores: np.ndarray, allowed: np.ndarray, count: int) -> np.ndarray:
