@@ -244,7 +244,7 @@ def pyproject_text(name: str, path: Path, protocol: str) -> str:
     ).replace(
         "[tool.flwr.app.config.run]\n",
         '# run.shards = "auto": one shard per SuperNode that connects, each holding the users its node config\n'
-        "# names (Flower's local simulation starts 2; --federation-config \"num-supernodes=4\" starts 4).\n"
+        '# names (Flower\'s local simulation starts 2; --federation-config "num-supernodes=4" starts 4).\n'
         "[tool.flwr.app.config.run]\n",
     )
 
