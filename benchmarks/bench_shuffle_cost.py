@@ -151,6 +151,7 @@ def main() -> None:
                     )
                 reported = {json.dumps(sample["shuffle"]) for taken in samples.values() for sample in taken}
                 assert len(reported) == 1, f"{protocol} n={users}: the guarantee differs between processes"
+                write_output(args.output, rows)  # after every case: a stopped benchmark keeps what it measured
 
     print("\n| protocol | n | simulation | mode | run (s) | shuffle bound (s) | share | shuffled ε |")
     print("|---|---:|---|---|---:|---:|---:|---:|")
@@ -161,7 +162,10 @@ def main() -> None:
             f"{row['mode']} | {row['run_s']:.3f} | {row['shuffle_s']:.3f} | {row['share']:.1%} | "
             f"{'n/a' if epsilon is None else f'{epsilon:.6g}'} |"
         )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
+
+
+def write_output(output: Path, rows: list[dict[str, Any]]) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
     machine = {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -169,7 +173,7 @@ def main() -> None:
         "load": os.getloadavg(),
         "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
-    args.output.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n", encoding="utf-8")
+    output.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

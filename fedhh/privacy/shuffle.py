@@ -359,9 +359,9 @@ def shuffle_guarantee(
     PLD at the whole δ); the smaller ε is kept and named.
 
     With ``kept`` (a guarantee a run reports), it is read back from fedhh's cache folder when a
-    process computed it before, and kept there otherwise: computing it takes milliseconds, but first
-    imports scipy.stats and dp-accounting, about a second, most of what a small LDP run costs.  A
-    solver's trials are not kept.
+    process computed it before, and kept there otherwise: the computation itself is quick, but it
+    first imports scipy.stats and dp-accounting, which nothing else in an LDP run needs.  A solver's
+    trials are not kept.
     """
     n_users = check_users(n_users, "n_users")
     delta = check_delta(delta)
