@@ -231,7 +231,8 @@ def pyproject_text(name: str, path: Path, protocol: str) -> str:
         *_table("protocol", settings["protocol"]),
         *_table("privacy", settings["privacy"]),
         *_table(
-            "run", {"seed": 0, "shards": 2, "federation": "shards", "evaluation": True, "top_k": 10, "deny_list": ""}
+            "run",
+            {"seed": 0, "shards": "auto", "federation": "shards", "evaluation": True, "top_k": 10, "deny_list": ""},
         ),
     ]
     text = "\n".join(lines)
@@ -242,7 +243,8 @@ def pyproject_text(name: str, path: Path, protocol: str) -> str:
         "[tool.flwr.app.config.population]\n",
     ).replace(
         "[tool.flwr.app.config.run]\n",
-        "# run.shards: one shard per SuperNode, so the number of SuperNodes (Flower's local simulation starts 2).\n"
+        '# run.shards = "auto": one shard per SuperNode that connects, each holding the users its node config\n'
+        '# names (Flower\'s local simulation starts 2; --federation-config "num-supernodes=4" starts 4).\n'
         "[tool.flwr.app.config.run]\n",
     )
 
@@ -287,12 +289,13 @@ starts a local SuperLink in the background and leaves it running: stop it by its
 then `kill PID`), never by a name pattern.
 
 Change the run with `--run-config` (only the keys `pyproject.toml` lists; fedhh's
-defaults hold for the others), e.g. another population file, a privacy target, or as many
-shards as SuperNodes:
+defaults hold for the others), e.g. another population file or a privacy target; the
+users are split into one shard per SuperNode (`run.shards = "auto"`), however many the
+federation has:
 
 ```bash
 flwr run {path} --stream --federation-config "num-supernodes=4" \\
-  --run-config "population.path='/data/everyone.txt' privacy.epsilon=2.0 run.shards=4"
+  --run-config "population.path='/data/everyone.txt' privacy.epsilon=2.0"
 ```
 
 ## Your users' data
@@ -338,12 +341,12 @@ address = "127.0.0.1:9093"
 insecure = true
 ```
 
-and submit the run from this folder (`run.shards` = the number of SuperNodes; the server
+and submit the run from this folder (one shard per SuperNode that connects; the server
 reads `population.path` for n and the evaluation, `run.evaluation = false` keeps the truth
 out of the result):
 
 ```bash
-flwr run {path} my-deployment --stream --run-config "run.shards=2"
+flwr run {path} my-deployment --stream
 ```
 
 fedhh's deployment guide (`docs/deployment.md` in fedhh's repository) covers timeouts,

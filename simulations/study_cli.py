@@ -19,10 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C); 143 for SIGTERM: 128 + the signal's number
+EXIT_TERMINATED = 143
 EXIT_INCOMPLETE = 1
 EXIT_FAILED_TRIALS = 3
 SWEEP_EXITS = {  # --json: what each exit status of fedhh sweep means
@@ -31,6 +33,7 @@ SWEEP_EXITS = {  # --json: what each exit status of fedhh sweep means
     "again",
     EXIT_INCOMPLETE: "the sweep stopped before every trial ran; the same command resumes it",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C): the finished trials are kept; the same command resumes",
+    EXIT_TERMINATED: "stopped by SIGTERM: the finished trials are kept; the same command resumes",
 }
 
 
@@ -168,6 +171,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from fedhh.errors import InputError, one_line
     from fedhh.results import output_path
 
+    from .interrupts import exit_status
     from .sweep import run_sweep
     from .sweep_spec import DEFAULT_MAX_TRIALS, load_sweep
 
@@ -193,14 +197,16 @@ def _sweep(args: argparse.Namespace) -> int:
             show_progress=not args.quiet,
             retry_failed=args.retry_failed,
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
+        status = exit_status(interrupt)
         if args.json:
-            _print_json({"folder": str(output), "status": "interrupted", **_exit(EXIT_INTERRUPTED)})
+            _print_json({"folder": str(output), "status": "interrupted", **_exit(status)})
         else:
             console.print(
-                f"interrupted: the finished trials are in {escape(str(output))}; run the same command to resume"
+                f"interrupted ({signal.Signals(status - 128).name}): the finished trials are in "
+                f"{escape(str(output))}; run the same command to resume"
             )
-        return EXIT_INTERRUPTED
+        return status
     status = EXIT_INCOMPLETE if outcome.status != "complete" else EXIT_FAILED_TRIALS if outcome.failed_total else 0
     if args.json:
         _print_json(_sweep_summary(outcome, args.csv, status))

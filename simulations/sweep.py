@@ -111,20 +111,24 @@ class InProcessTrials:
 
 
 _RESULTS: Any = None  # a worker process's queue back to the sweep
+WATCH_INTERVAL = 0.5  # seconds between a worker's looks at its sweep (stopped, or gone)
 _WORKER_CACHE = PopulationCache()
 
 
 def _start_worker(results: Any, stop: Any, parent: int) -> None:
     """Worker set-up: the results queue, and a watchdog that ends the worker with its sweep
-    (Ctrl-C, or the sweep process killed: a pool's workers would otherwise live on)."""
+    (Ctrl-C, or the sweep process killed: a pool's workers would otherwise live on).
+
+    ``stop`` is a shared flag the watchdog polls, not an event it waits on: setting a
+    multiprocessing event waits for each of its waiters to wake, and a worker killed while
+    waiting (SIGTERM to the sweep's process group) never does."""
     global _RESULTS
     _RESULTS = results
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the sweep decides what Ctrl-C stops
 
     def watch() -> None:
-        while not stop.wait(0.5):
-            if os.getppid() != parent:
-                break
+        while not stop.value and os.getppid() == parent:
+            time.sleep(WATCH_INTERVAL)
         os._exit(1)
 
     threading.Thread(target=watch, name="sweep-watchdog", daemon=True).start()
@@ -147,7 +151,7 @@ class ProcessTrials:
         context = multiprocessing.get_context("spawn")  # no fork of a threaded process
         self.workers = workers
         self._results = context.SimpleQueue()
-        self._stop = context.Event()
+        self._stop = context.RawValue("b", 0)  # set: the workers end (_start_worker)
         self._pool = futures.ProcessPoolExecutor(
             workers,
             mp_context=context,
@@ -173,7 +177,7 @@ class ProcessTrials:
         """Nothing to place: every trial runs on this machine."""
 
     def close(self) -> None:
-        self._stop.set()
+        self._stop.value = 1
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 

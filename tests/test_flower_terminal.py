@@ -81,6 +81,7 @@ def test_a_status_line_at_once_and_the_logs_in_the_results_folder(tmp_path: Path
     assert all(len(line) <= 80 for line in text.splitlines()), "every line fits the terminal"
 
     log = (tmp_path / "out" / "run.log").read_text(encoding="utf-8")
+    assert "\x1b" not in log, "run.log is plain text: no colour codes"
     for line in ("WARNING flwr: DEPRECATED FEATURE", "INFO flwr.fedhh: SuperNodes building their shards: 2 of 2",
                  "INFO flwr.fedhh: [round 1/2]", "INFO flwr.fedhh: [round 2/2]", "result written to"):
         assert line in log, f"{line!r} not in run.log:\n{log}"
@@ -110,7 +111,13 @@ with captured_output(Path(sys.argv[1])) as terminal:
     print("python's stderr", file=sys.stderr)
     os.write(2, b"a write to descriptor 2\\n")
     subprocess.run(["sh", "-c", "echo a child on stdout; echo a child on stderr >&2"], check=True)
-    terminal.write("the status line\\n")
+    os.write(2, b"\\x1b[36m(pid=4242)\\x1b[0m a worker's line, coloured as Ray colours it\\n")
+    subprocess.run(["printf", "\\033[33m(raylet)\\033[0m \\033[1mbold\\033[0m from a child\\n"], check=True)
+    terminal.write("the \\x1b[1mstatus\\x1b[0m line\\n")
+    moved = Path(sys.argv[1]).parent / "committed"
+    moved.mkdir()
+    Path(sys.argv[1]).rename(moved / "run.log")  # a results folder committed during the run
+    print("\\x1b[32mafter the move\\x1b[0m")
 print("after the run")
 print("after the run, on stderr", file=sys.stderr)
 """
@@ -119,12 +126,14 @@ print("after the run, on stderr", file=sys.stderr)
 def test_what_the_process_and_its_children_print_goes_into_the_log(tmp_path: Path) -> None:
     """Descriptors 1 and 2 go to the log: Python's streams, a library's own writes, a child process
     (Ray's raylet, a worker); the stream handed back still reaches the terminal, and both
-    descriptors are put back afterwards."""
+    descriptors are put back afterwards.  The log is plain text, wherever the file has moved: its
+    colour codes are taken out once the run ends, the terminal keeps its own."""
     log = tmp_path / "run.log"
     completed = subprocess.run([sys.executable, "-c", CAPTURED, str(log)], cwd=ROOT, capture_output=True, text=True,
                                timeout=60, check=True)
-    assert log.read_text(encoding="utf-8").splitlines() == [
-        "python's stdout", "python's stderr", "a write to descriptor 2", "a child on stdout", "a child on stderr"
+    assert (tmp_path / "committed" / "run.log").read_text(encoding="utf-8").splitlines() == [
+        "python's stdout", "python's stderr", "a write to descriptor 2", "a child on stdout", "a child on stderr",
+        "(pid=4242) a worker's line, coloured as Ray colours it", "(raylet) bold from a child", "after the move",
     ]
     assert completed.stdout == "after the run\n"
-    assert completed.stderr == "the status line\nafter the run, on stderr\n"
+    assert completed.stderr == "the \x1b[1mstatus\x1b[0m line\nafter the run, on stderr\n"

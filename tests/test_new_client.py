@@ -120,6 +120,7 @@ def test_flwr_run_of_a_new_project_finds_the_top_words(
     found = [hit["item"] for hit in document["heavy_hitters"]]
     assert set(top_words(project)) <= set(found), (found, top_words(project))
     assert all(line["rejected_shards"] == [] and line["failed_shards"] == [] for line in document["rounds"])
+    assert document["config"]["run"]["shards"] == 2 and document["participation"]["nodes"] == 2  # "auto"
     assert len(document["rounds"]) >= 2
 
 
@@ -155,6 +156,7 @@ def test_the_project_declares_what_its_client_reads_and_is_a_valid_fedhh_config(
     config = config_from_flat({key: value for key, value in flat.items() if "." in key})
     assert config["protocol"]["name"] == protocol
     assert Path(flat["population.path"]) == project / POPULATION_FILE
+    assert flat["run.shards"] == "auto"  # one shard per SuperNode, however many the federation has
     assert len((project / POPULATION_FILE).read_text(encoding="utf-8").splitlines()) == 500
     with open(project / "pyproject.toml", "rb") as file:
         components = tomllib.load(file)["tool"]["flwr"]["app"]["components"]
@@ -218,12 +220,12 @@ def test_deployed_with_each_node_s_own_users_the_project_finds_what_fedhh_finds(
         own.write_text("\n".join(lines[start:stop]) + "\n", encoding="utf-8")
         deployment.add_supernode(f"node-{index}", {"partition-id": index, "num-partitions": 3,
                                                    "population": len(lines), "data-file": str(own)})
-    settings = {"run.shards": 3, "privacy.epsilon": 8.0}  # keys the project declares: --run-config may set them
-    outcome = deployment.run(settings, app_dir=project, timeout=300.0)
+    settings = {"privacy.epsilon": 8.0}  # a key the project declares: --run-config may set it
+    outcome = deployment.run(settings, app_dir=project, timeout=300.0)  # run.shards = "auto": the 3 nodes
     assert outcome.succeeded, f"{outcome.status}: {outcome.details}\n{outcome.output}\n{deployment.logs()}"
     document = json.loads((project / RESULTS_FOLDER / "result.json").read_text(encoding="utf-8"))
     flat = {key: value for key, value in run_config(project).items() if "." in key}
-    reference = fedhh.run(config_from_flat({**flat, **settings}))
+    reference = fedhh.run(config_from_flat({**flat, **settings, "run.shards": 3}))
     assert len(reference.heavy_hitters) >= 3 and document["heavy_hitters"] == reference.heavy_hitters
     rounds = [{k: v for k, v in line.items() if k not in PARTICIPATION_KEYS} for line in document["rounds"]]
     assert rounds == reference.document["rounds"]

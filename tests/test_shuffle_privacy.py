@@ -3,7 +3,12 @@ shuffled randomized response, and the shuffled guarantee of the LDP protocols' r
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import mpmath
 import numpy as np
@@ -281,3 +286,39 @@ def test_groups_that_change_with_the_local_epsilon_still_meet_the_target(monkeyp
     report = server.guarantee()
     assert calls, "the groups settled: this case no longer exercises the bisection"
     assert report.epsilon <= 2.0 < server.privacy_report().epsilon
+
+
+GUARANTEE_OF_A_RUN = """
+import json, sys
+import fedhh
+from fedhh.config import config_from_flat
+result = fedhh.run(config_from_flat({"protocol.name": sys.argv[1], "population.users": 3000,
+                                     "population.vocabulary": 500}))
+print(json.dumps({"shuffle": result.document["privacy"]["shuffle"],
+                  "imported": sorted(name for name in ("scipy.stats", "dp_accounting") if name in sys.modules)}))
+"""
+
+
+@pytest.mark.parametrize("protocol", ["pem", "treehist"])  # one message; several, composed by dp-accounting
+def test_a_guarantee_read_back_from_the_cache_folder_is_the_one_computed(tmp_path: Path, protocol: str) -> None:
+    """A later process reads the guarantee back (no scipy.stats, no dp-accounting imported), float for
+    float what a process without the cache computes."""
+
+    def run(cache_dir: str) -> dict:
+        completed = subprocess.run(
+            [sys.executable, "-c", GUARANTEE_OF_A_RUN, protocol],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "FEDHH_CACHE_DIR": cache_dir},
+        )
+        assert completed.returncode == 0, completed.stderr
+        return json.loads(completed.stdout.strip().splitlines()[-1])
+
+    computed = run("")  # caching off
+    first, second = run(str(tmp_path)), run(str(tmp_path))
+    assert computed["imported"] == first["imported"] and "scipy.stats" in computed["imported"]
+    assert [path.name.split("-")[0] for path in tmp_path.glob("shuffle-*")] == ["shuffle"]
+    assert second["imported"] == []
+    assert first["shuffle"] == computed["shuffle"] and second["shuffle"] == computed["shuffle"]
+    assert json.dumps(second["shuffle"]) == json.dumps(computed["shuffle"])  # every float, to its last digit

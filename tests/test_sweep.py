@@ -226,6 +226,56 @@ def test_resume_after_kill_recomputes_nothing_and_matches_an_uninterrupted_run(t
     assert results(output, "items") == results(reference, "items")
 
 
+STOP_WITHIN = 10.0  # seconds from the signal to the sweep's exit, its workers gone
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_the_whole_process_group_stops_the_sweep_at_once_resumably(
+    tmp_path: Path, signum: int, status: int
+) -> None:
+    """A service manager or a shell stops the sweep and its workers together (``kill -TERM -PGID``, Ctrl-C):
+    the workers die at once, mid-trial, and the sweep still ends within seconds, with the signal's exit
+    status and its folder ready to resume (a stop event waited on by a killed worker once hung it)."""
+    sweep = write(tmp_path, "slow.toml", SLOW)
+    output = tmp_path / "stopped"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "simulations.cli", "sweep", str(sweep), "--output", str(output), "--workers", "2", "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list((output / "trials").glob("*.json"))) < 2 and process.poll() is None:
+            assert time.monotonic() < deadline, "the sweep wrote no trials"
+            time.sleep(0.005)
+        workers = descendants(process.pid)
+        sent = time.monotonic()
+        os.killpg(process.pid, signum)
+        try:
+            process.wait(timeout=STOP_WITHIN)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the sweep did not stop within {STOP_WITHIN:.0f} s of {signal.Signals(signum).name}")
+        stopped_after = time.monotonic() - sent
+        error = process.stderr.read() if process.stderr else ""
+        assert process.returncode == status, error
+        assert f"interrupted ({signal.Signals(signum).name})" in error and "run the same command to resume" in error
+        gone_by = time.monotonic() + STOP_WITHIN
+        while any(map(running, workers)) and time.monotonic() < gone_by:
+            time.sleep(0.05)
+        assert not [pid for pid in workers if running(pid)], "orphaned workers"
+        assert stopped_after < STOP_WITHIN
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    kept = {p.name: p.stat().st_mtime_ns for p in (output / "trials").glob("*.json")}
+    assert 2 <= len(kept) < 60, "the signal must land part way"
+    assert json.loads((output / "sweep.json").read_text())["runs"][-1]["status"] == "interrupted"
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1", "--quiet"]) == 0
+    after = {p.name: p.stat().st_mtime_ns for p in (output / "trials").glob("*.json")}
+    assert len(after) == 60 and all(after[name] == stamp for name, stamp in kept.items())
+
+
 @pytest.mark.parametrize(
     ("case", "sweep", "message"),
     [

@@ -71,14 +71,19 @@ report from anyone who sees it before the shuffle.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..data import cache
 from ..errors import InputError
 from ..oracles.base import MAX_EPSILON, MIN_EPSILON
 from .ldp import ADJACENCY, BudgetRule, BudgetSplit  # the LDP protocols' adjacency: their runs compose in one ledger
@@ -98,6 +103,9 @@ SMALLEST_OMITTED = 1e-18  # the mass left out when no δ is given (shuffled_delt
 PARTITION_SHARE = 0.1  # share of δ spent on the chance that a public group is smaller than its bound
 MAX_CELLS = 4096  # values of c evaluated per δ; more are covered cell by cell (δ_c decreases in c)
 BISECTION_STEPS = 60
+CACHE_KIND = "shuffle"  # fedhh's cache folder keeps the guarantees computed (fedhh.data.cache)
+CACHE_LIBRARIES = ("numpy", "scipy", "dp-accounting")  # whose numbers a guarantee is made of
+CACHE_MODULES = ("shuffle.py", "composition.py", "ldp.py")  # the code that computes one, beside this module
 EPSILON_TOLERANCE = 1e-6  # relative width at which the bisection on ε stops (it returns the upper end)
 
 
@@ -337,7 +345,9 @@ def _message_epsilons(split: BudgetSplit, crowds: Sequence[Crowd]) -> list[float
     return [math.fsum(epsilons[part] for part in crowd.parts) for crowd in crowds]
 
 
-def shuffle_guarantee(split: BudgetSplit, crowds: Sequence[Crowd], n_users: int, delta: float) -> ShuffleGuarantee:
+def shuffle_guarantee(
+    split: BudgetSplit, crowds: Sequence[Crowd], n_users: int, delta: float, *, kept: bool = False
+) -> ShuffleGuarantee:
     """The central (ε, ``delta``) of ``split``'s messages, each shuffled among its crowd of ``n_users``.
 
     δ is spent in three places: :data:`PARTITION_SHARE` of it on the chance that a public group is
@@ -347,6 +357,11 @@ def shuffle_guarantee(split: BudgetSplit, crowds: Sequence[Crowd], n_users: int,
     with δ split evenly, ``(Σ ε_i, Σ δ_i)``, or dp-accounting's composition of the messages' (ε_i, δ_i)
     at half of δ each (:func:`fedhh.privacy.composition.compose`, the tightest of basic, advanced and
     PLD at the whole δ); the smaller ε is kept and named.
+
+    With ``kept`` (a guarantee a run reports), it is read back from fedhh's cache folder when a
+    process computed it before, and kept there otherwise: the computation itself is quick, but it
+    first imports scipy.stats and dp-accounting, which nothing else in an LDP run needs.  A solver's
+    trials are not kept.
     """
     n_users = check_users(n_users, "n_users")
     delta = check_delta(delta)
@@ -355,7 +370,77 @@ def shuffle_guarantee(split: BudgetSplit, crowds: Sequence[Crowd], n_users: int,
             f"privacy.delta: the shuffled guarantee is computed in double precision and vouches for δ >= "
             f"{MIN_DELTA:g}, got {delta!r}"
         )
-    return _guarantee(split, tuple(crowds), n_users, delta)
+    return (_kept_guarantee if kept else _guarantee)(split, tuple(crowds), n_users, delta)
+
+
+@functools.lru_cache(maxsize=256)
+def _kept_guarantee(split: BudgetSplit, crowds: tuple[Crowd, ...], n_users: int, delta: float) -> ShuffleGuarantee:
+    """:func:`_guarantee` through fedhh's cache folder (:mod:`fedhh.data.cache`).  An entry is named
+    by every input, the versions of the libraries the numbers come from and the text of the modules
+    that compute them, so it holds exactly what computing would give."""
+    key = _cache_key(split, crowds, n_users, delta)
+    stored = cache.load(CACHE_KIND, key) if key is not None else None
+    if stored is not None:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            return _from_stored(json.loads(stored["guarantee"].tobytes().decode("utf-8")), split, crowds, delta)
+    guarantee = _guarantee(split, crowds, n_users, delta)
+    if key is not None:
+        text = json.dumps(_to_stored(guarantee))
+        cache.store(CACHE_KIND, key, {"guarantee": np.frombuffer(text.encode("utf-8"), dtype=np.uint8)})
+    return guarantee
+
+
+def _cache_key(split: BudgetSplit, crowds: tuple[Crowd, ...], n_users: int, delta: float) -> dict[str, Any] | None:
+    """What a guarantee depends on (``None``: not cached)."""
+    computed_by = _computed_by()
+    return None if computed_by is None else {"inputs": repr((split, crowds, n_users, delta)), **computed_by}
+
+
+@functools.cache
+def _computed_by() -> dict[str, Any] | None:
+    """The versions of the libraries and a digest of the modules a guarantee's numbers come from
+    (``None``: one of them unknown)."""
+    from importlib import metadata
+
+    try:
+        versions = {name: metadata.version(name) for name in CACHE_LIBRARIES}
+        here = Path(__file__).resolve().parent
+        code = hashlib.sha256(b"".join((here / name).read_bytes() for name in CACHE_MODULES)).hexdigest()
+    except (metadata.PackageNotFoundError, OSError):
+        return None
+    return {"libraries": versions, "code": code}
+
+
+def _to_stored(guarantee: ShuffleGuarantee) -> dict[str, Any]:
+    """The numbers and words of a guarantee, its messages in the order of its crowds (JSON keeps every
+    float exactly)."""
+    return {
+        "epsilon": guarantee.epsilon,
+        "delta": guarantee.delta,
+        "local_epsilon": guarantee.local_epsilon,
+        "composition": guarantee.composition,
+        "partition_delta": guarantee.partition_delta,
+        "messages": [[m.epsilon0, m.users, m.epsilon, m.delta, m.analytic_epsilon] for m in guarantee.messages],
+    }
+
+
+def _from_stored(
+    stored: Mapping[str, Any], split: BudgetSplit, crowds: tuple[Crowd, ...], delta: float
+) -> ShuffleGuarantee:
+    messages = stored["messages"]
+    if len(messages) != len(crowds) or stored["delta"] != delta or stored["local_epsilon"] != split.epsilon:
+        raise ValueError("a cached shuffle guarantee of other inputs")
+    return ShuffleGuarantee(
+        float(stored["epsilon"]),
+        float(stored["delta"]),
+        float(stored["local_epsilon"]),
+        tuple(
+            ShuffledMessage(crowd, float(e0), int(users), float(e), float(d), None if a is None else float(a))
+            for crowd, (e0, users, e, d, a) in zip(crowds, messages, strict=True)
+        ),
+        str(stored["composition"]),
+        float(stored["partition_delta"]),
+    )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -445,7 +530,7 @@ class ShuffleSetting:
         if self.model == SHUFFLE:
             return shuffle_report(report, crowds, self.n_users, self.delta)
         try:
-            guarantee = shuffle_guarantee(split, crowds, self.n_users, self.delta)
+            guarantee = shuffle_guarantee(split, crowds, self.n_users, self.delta, kept=True)
         except InputError as error:
             return replace(report, shuffle={"epsilon": None, "delta": None, "reason": str(error)})
         return replace(report, shuffle=guarantee.to_dict())
@@ -455,7 +540,7 @@ def shuffle_report(local: PrivacyReport, crowds: Sequence[Crowd], n_users: int, 
     """The shuffle model's report of a run whose local report is ``local``: the central (ε, δ) of
     its users' reports shuffled as ``crowds`` says, with what it was derived from in ``parameters``."""
     split = split_of(local.parameters)
-    guarantee = shuffle_guarantee(split, crowds, n_users, delta)
+    guarantee = shuffle_guarantee(split, crowds, n_users, delta, kept=True)
     return PrivacyReport(
         model=MODEL,
         epsilon=guarantee.epsilon,

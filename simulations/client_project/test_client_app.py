@@ -22,6 +22,7 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 HERE = Path(__file__).resolve().parent
+SIMULATED_NODES = 2  # the SuperNodes of Flower's local simulation
 WORDS = ["the", "the", "to", "tea", "a", "of", "the", "ox", "moonlit", "of"]
 
 
@@ -157,16 +158,15 @@ def test_a_request_of_another_major_version_is_refused() -> None:
 
 def test_with_fedhh_s_server_the_client_finds_what_fedhh_s_own_client_finds() -> None:
     fedhh = pytest.importorskip("fedhh", reason="fedhh (the ServerApp's side) is not installed here")
-    from fedhh.config import config_from_flat, fixed_shards
+    from fedhh.config import config_from_flat, with_fixed_shards
     from fedhh.driving import drive
     from fedhh.experiment import Experiment
     from strategies.codec import codec_for
     from strategies.shards import SHARD_INFO_CODEC, SHARD_QUERY_CODEC, ShardQuery, admit
 
     flat = run_config()
-    config = config_from_flat(flat)
-    shards = fixed_shards(config)
-    assert shards is not None, "this project's run.shards is a number"
+    shards = SIMULATED_NODES  # run.shards = "auto": one shard per node, as the simulation's nodes hold them
+    config = with_fixed_shards(config_from_flat(flat), shards)
     nodes = [client.Users({"partition-id": i, "num-partitions": shards}, flat) for i in range(shards)]
     experiment = Experiment(config)
     infos = {
