@@ -17,7 +17,7 @@ DROPOUT_PRIVACY = (
 
 def check_reply(request: ItemRequest, response: ItemHistogram, node: HeldUsers, server: CentralServer) -> None:
     """Counts that add up to at most the node's users, each item listed once, rows of symbol ids."""
-    check_histogram(response, node.users, server.codec.radix**server.codec.unit_size)
+    check_histogram(response, node.users, server.codec.symbol_ids)
 
 
 def check_histogram(response: ItemHistogram, users: int, symbols: int) -> None:

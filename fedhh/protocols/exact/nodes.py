@@ -15,7 +15,7 @@ DROPOUT_PRIVACY = (
 
 def check_reply(request: ItemsRequest, response: ItemWeights, node: HeldUsers, server: ExactServer) -> None:
     """Shares that a node's users can hold (at most one whole user per user, to rounding), each item once."""
-    symbols = server.codec.radix**server.codec.unit_size
+    symbols = server.codec.symbol_ids
     if response.sampled_users != node.users or response.responding_users > node.users:
         raise InvalidReply(
             f"ItemWeights.sampled_users: the node holds {node.users} users, it says "
