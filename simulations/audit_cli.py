@@ -81,11 +81,7 @@ def add_audit_arguments(audit: argparse.ArgumentParser) -> None:
         default="trie",
         help="whole-run output audited: the trie (covered by the theorem) or the server's raw vote totals",
     )
-    triehh.add_argument(
-        "--confidence", type=float, default=DEFAULT_CONFIDENCE, help="confidence of the bounds (default 0.95)"
-    )
-    triehh.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    triehh.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    _add_closing_options(triehh, "print JSON instead of tables")
     triehh.set_defaults(func=run_triehh_audit)
 
     ldp = kinds.add_parser(
@@ -97,8 +93,7 @@ def add_audit_arguments(audit: argparse.ArgumentParser) -> None:
     ldp.add_argument("--epsilon", type=float, required=True, help="the oracle's ε > 0")
     ldp.add_argument("--domain", type=int, default=8, help="domain size d, 2..64 (default 8)")
     ldp.add_argument("--samples", type=int, default=2000, help="reports drawn per value (default 2000)")
-    ldp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    ldp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_closing_options(ldp, confidence=False)
     ldp.set_defaults(func=run_ldp_audit)
 
     central = kinds.add_parser(
@@ -108,17 +103,11 @@ def add_audit_arguments(audit: argparse.ArgumentParser) -> None:
         "drawn many times, events fixed in advance, Clopper-Pearson bounds (Bonferroni): lower bounds on ε at "
         "the claimed δ and on δ at the claimed ε.",
     )
-    central.add_argument("--users", type=int, required=True, help="population size n (δ must be below 1/n)")
-    central.add_argument("--epsilon", type=float, required=True, help="target ε > 0")
-    central.add_argument("--delta", type=float, required=True, help="target δ in (0, 1/n)")
+    _add_central_target(central, "target ε > 0")
     central.add_argument("--noise", choices=NOISES, default=LAPLACE, help="noise of the counts (default laplace)")
     central.add_argument("--trials", type=int, default=200_000, help="draws per population and c (default 200,000)")
     central.add_argument("--holders", type=_holder_list, help="c values, comma-separated (default: 0, 1 and near τ)")
-    central.add_argument(
-        "--confidence", type=float, default=DEFAULT_CONFIDENCE, help="confidence of the bounds (default 0.95)"
-    )
-    central.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    central.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_closing_options(central)
     central.set_defaults(func=run_central_audit)
 
     tree = kinds.add_parser(
@@ -129,20 +118,55 @@ def add_audit_arguments(audit: argparse.ArgumentParser) -> None:
         "the levels against thresholds fixed in advance, Clopper-Pearson bounds (Bonferroni): a lower bound on "
         "ε at the claimed δ.",
     )
-    tree.add_argument("--users", type=int, required=True, help="population size n (δ must be below 1/n)")
-    tree.add_argument("--epsilon", type=float, required=True, help="target ε > 0 over the whole run")
-    tree.add_argument("--delta", type=float, required=True, help="target δ in (0, 1/n)")
+    _add_central_target(tree, "target ε > 0 over the whole run")
     tree.add_argument("--noise", choices=NOISES, default=GAUSSIAN, help="noise of the counts (default gaussian)")
     tree.add_argument("--levels", type=int, default=6, help="levels of the run (default 6: 10 letters by 2)")
     tree.add_argument("--users-per-level", type=int, default=0, help="users sampled per level (default 0: all)")
     tree.add_argument("--contributions", type=int, default=1, help="counts a user moves per level (default 1)")
     tree.add_argument("--trials", type=int, default=1_000_000, help="draws per population (default 1,000,000)")
-    tree.add_argument(
-        "--confidence", type=float, default=DEFAULT_CONFIDENCE, help="confidence of the bounds (default 0.95)"
-    )
-    tree.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    tree.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_closing_options(tree)
     tree.set_defaults(func=run_aggregate_trie_audit)
+
+
+def _add_central_target(parser: argparse.ArgumentParser, epsilon_help: str) -> None:
+    """The central (ε, δ) target of a population of n users, which a curator's audit is run at."""
+    parser.add_argument("--users", type=int, required=True, help="population size n (δ must be below 1/n)")
+    parser.add_argument("--epsilon", type=float, required=True, help=epsilon_help)
+    parser.add_argument("--delta", type=float, required=True, help="target δ in (0, 1/n)")
+
+
+def _add_closing_options(
+    parser: argparse.ArgumentParser, json_help: str = "print JSON instead of a table", confidence: bool = True
+) -> None:
+    """The options every audit ends with: the bounds' confidence (where it has bounds of Monte Carlo
+    draws), the seed and JSON output."""
+    if confidence:
+        parser.add_argument(
+            "--confidence", type=float, default=DEFAULT_CONFIDENCE, help="confidence of the bounds (default 0.95)"
+        )
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--json", action="store_true", help=json_help)
+
+
+def _exit_status(violated: bool) -> int:
+    return EXIT_VIOLATION if violated else 0
+
+
+def _events_table(title: str, columns: tuple[str, ...]) -> Table:
+    """An audit's table of events: the event's column left, the figures right."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="left" if column == "event" else "right")
+    return table
+
+
+def _print_audit(table: Table, line: str, violated: bool) -> int:
+    """Print an audit's ``table`` and closing ``line``, marked when a lower bound is above the guarantee;
+    the exit status."""
+    console = Console()
+    console.print(table)
+    console.print(line + (" — [bold red]VIOLATION: a lower bound above the guarantee[/]" if violated else ""))
+    return _exit_status(violated)
 
 
 def _holder_list(text: str) -> list[int]:
@@ -210,7 +234,7 @@ def run_triehh_audit(args: argparse.Namespace) -> int:
             **{a.scope: a.to_dict() for a in audits},
         }
         print(to_json(document))
-        return EXIT_VIOLATION if violated else 0
+        return _exit_status(violated)
     console = Console()
     console.print(
         f"TrieHH n = {params.n_users:,}, L = {params.max_rounds}, θ = {params.theta}, m = {params.batch_size:,}: "
@@ -223,15 +247,16 @@ def run_triehh_audit(args: argparse.Namespace) -> int:
         f"exact one-round ε at δ = {delta:.3g} over every c: {worst:.4g} (at c = {worst_holders}) "
         f"against {one_round.claimed_epsilon:.4g} per round from the theorem"
     )
-    return EXIT_VIOLATION if violated else 0
+    return _exit_status(violated)
 
 
 def _audit_table(audit: TrieHHAudit) -> Table:
     title = "one round" if audit.scope == "round" else f"whole run, observing the {audit.observe}"
     unit = "vote counts" if audit.scope == "round" else "runs"
-    table = Table(title=f"{title}: {audit.events[0].trials:,} {unit} per population and c")
-    for column in ("c", "drawn with", "event", "P in D", "P in D'", "ε ≥ (MC)", "exact ε"):
-        table.add_column(column, justify="left" if column == "event" else "right")
+    table = _events_table(
+        f"{title}: {audit.events[0].trials:,} {unit} per population and c",
+        ("c", "drawn with", "event", "P in D", "P in D'", "ε ≥ (MC)", "exact ε"),
+    )
     for event in audit.events:
         table.add_row(
             str(event.holders),
@@ -280,7 +305,7 @@ def run_ldp_audit(args: argparse.Namespace) -> int:
     audit = audit_oracle(args.oracle, args.epsilon, args.domain, args.samples, args.seed)
     if args.json:
         print(to_json(audit.to_dict()))
-        return EXIT_VIOLATION if audit.violated else 0
+        return _exit_status(audit.violated)
     table = Table(title=f"LDP audit: {audit.oracle}, ε = {audit.claimed_epsilon:g}, d = {audit.domain}")
     table.add_column("quantity")
     table.add_column("value", justify="right")
@@ -312,7 +337,7 @@ def run_ldp_audit(args: argparse.Namespace) -> int:
             if audit.delta_upper > 0.5
             else "ε above is a lower bound: not every report was seen"
         )
-    return EXIT_VIOLATION if audit.violated else 0
+    return _exit_status(audit.violated)
 
 
 def run_central_audit(args: argparse.Namespace) -> int:
@@ -320,13 +345,12 @@ def run_central_audit(args: argparse.Namespace) -> int:
     audit = audit_central(params, args.holders, args.trials, args.seed, args.confidence)
     if args.json:
         print(to_json({"privacy": params.report().to_dict(), "audit": audit.to_dict()}))
-        return EXIT_VIOLATION if audit.violated else 0
-    table = Table(
-        title=f"central ({args.noise}), scale {params.scale:.4g}, τ = {params.threshold:.4g}: "
-        f"{audit.trials:,} draws per population and c"
+        return _exit_status(audit.violated)
+    table = _events_table(
+        f"central ({args.noise}), scale {params.scale:.4g}, τ = {params.threshold:.4g}: "
+        f"{audit.trials:,} draws per population and c",
+        ("c", "event", "P in D", "P in D'", "ε ≥", "δ ≥"),
     )
-    for column in ("c", "event", "P in D", "P in D'", "ε ≥", "δ ≥"):
-        table.add_column(column, justify="left" if column == "event" else "right")
     for pair in audit.pairs:
         table.add_row(
             str(pair.holders),
@@ -336,15 +360,12 @@ def run_central_audit(args: argparse.Namespace) -> int:
             f"{max(pair.epsilon_lower, 0.0):.4g}",
             f"{max(pair.delta_lower, 0.0):.3g}",
         )
-    console = Console()
-    console.print(table)
     line = (
         f"measured ε ≥ {max(audit.epsilon_lower, 0.0):.4g} and δ ≥ {max(audit.delta_lower, 0.0):.3g} "
         f"({audit.confidence:.0%} confidence) against the guarantee (ε = {audit.claimed_epsilon:.4g}, "
         f"δ = {audit.claimed_delta:.3g})"
     )
-    console.print(line + (" — [bold red]VIOLATION: a lower bound above the guarantee[/]" if audit.violated else ""))
-    return EXIT_VIOLATION if audit.violated else 0
+    return _print_audit(table, line, audit.violated)
 
 
 def run_aggregate_trie_audit(args: argparse.Namespace) -> int:
@@ -357,22 +378,18 @@ def run_aggregate_trie_audit(args: argparse.Namespace) -> int:
     audit = audit_aggregate_trie(params, args.trials, args.seed, args.confidence)
     if args.json:
         print(to_json({"privacy": params.report().to_dict(), "audit": audit.to_dict()}))
-        return EXIT_VIOLATION if audit.violated else 0
-    table = Table(
-        title=f"aggregate-trie ({args.noise}), scale {params.scale:.4g}, {params.levels} levels, "
-        f"q = {rate:.3g}: {audit.trials:,} draws per population"
+        return _exit_status(audit.violated)
+    table = _events_table(
+        f"aggregate-trie ({args.noise}), scale {params.scale:.4g}, {params.levels} levels, "
+        f"q = {rate:.3g}: {audit.trials:,} draws per population",
+        ("event", "P in D", "P in D'"),
     )
-    for column in ("event", "P in D", "P in D'"):
-        table.add_column(column, justify="left" if column == "event" else "right")
     for threshold, without, with_user in zip(
         audit.thresholds, audit.probabilities_without, audit.probabilities_with, strict=True
     ):
         table.add_row(f"sum of the target's counts above {threshold:.4g}", f"{without:.3g}", f"{with_user:.3g}")
-    console = Console()
-    console.print(table)
     line = (
         f"measured ε ≥ {max(audit.epsilon_lower, 0.0):.4g} at δ = {audit.claimed_delta:.3g} "
         f"({audit.confidence:.0%} confidence) against the guarantee ε = {audit.claimed_epsilon:.4g}"
     )
-    console.print(line + (" — [bold red]VIOLATION: a lower bound above the guarantee[/]" if audit.violated else ""))
-    return EXIT_VIOLATION if audit.violated else 0
+    return _print_audit(table, line, audit.violated)

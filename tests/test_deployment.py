@@ -32,7 +32,8 @@ from fedhh.experiment import Experiment, item_codec
 from fedhh.kernels.randomness import KeyedRandomness
 from fedhh.protocols import ProtocolResult
 from fedhh.protocols.registry import protocol_names
-from fedhh.protocols.triehh.nodes import TrieHHDense, sampled_of
+from fedhh.protocols.common.sampled_rounds import sampled_in_node
+from fedhh.protocols.triehh.nodes import TrieHHDense
 from fedhh.protocols.triehh.server import round_sample
 from simulations.deployment import LocalDeployment
 from simulations.fast import run_fast
@@ -409,7 +410,10 @@ def plaintext_vectors(experiment: Experiment, rounds: int) -> list[list[np.ndarr
         assert request is not None
         responses = [experiment.respond(request, shard, experiment.randomness) for shard in shards]
         asked = [
-            replace(request, sampled=sampled_of(request, ShardInfo(i, SUPERNODES, s.first_user, s.n_users, s.n_users)))
+            replace(
+                request,
+                sampled=sampled_in_node(request.sampled, ShardInfo(i, SUPERNODES, s.first_user, s.n_users, s.n_users)),
+            )
             for i, s in enumerate(shards)
         ]
         vectors.append([dense.encode(*pair) for pair in zip(asked, responses)])

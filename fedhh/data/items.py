@@ -160,6 +160,11 @@ class ItemCodec:
     def radix(self) -> int:
         return self.alphabet.size + 1
 
+    @property
+    def symbol_ids(self) -> int:
+        """Distinct symbol ids of one position, end-of-sequence included: ``radix ** unit_size``."""
+        return self.radix**self.unit_size
+
     def _units(self, items: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(code units of all items one after the other, units per item), with C-level loops only.
 

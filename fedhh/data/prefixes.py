@@ -37,19 +37,21 @@ def rows_in(rows: np.ndarray, members: np.ndarray) -> np.ndarray:
 
 
 def sum_histograms(parts: list[tuple[np.ndarray, np.ndarray]], width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Add sparse histograms given as (rows, counts) pairs.
+    """Add sparse histograms given as (rows, int64 counts) pairs.
 
-    Returns the distinct rows in lexicographic-key order with summed counts;
-    the result does not depend on how the rows were split into parts.
+    Returns the distinct rows in the order of their keys with summed counts,
+    added in integers (counts beyond 2**53 stay exact); the result does not
+    depend on how the rows were split into parts.
     """
-    rows = [r for r, _ in parts if r.shape[0]]
-    if not rows:
+    kept = [(rows, counts) for rows, counts in parts if rows.shape[0]]
+    if not kept:
         return np.zeros((0, width), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    all_rows = np.concatenate(rows).astype(np.int64)
-    all_counts = np.concatenate([c for r, c in parts if r.shape[0]]).astype(np.int64)
-    unique_keys, first, inverse = np.unique(row_keys(all_rows), return_index=True, return_inverse=True)
-    totals = np.bincount(inverse, weights=all_counts, minlength=unique_keys.size)
-    return all_rows[first], np.rint(totals).astype(np.int64)
+    rows = np.concatenate([r for r, _ in kept]).astype(np.int64)
+    counts = np.concatenate([c for _, c in kept]).astype(np.int64)
+    keys = row_keys(rows)
+    order = np.argsort(keys, kind="stable")
+    starts = np.flatnonzero(np.r_[True, keys[order][1:] != keys[order][:-1]])
+    return rows[order[starts]], np.add.reduceat(counts[order], starts)
 
 
 class PrefixIndex:

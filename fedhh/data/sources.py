@@ -20,7 +20,7 @@ import functools
 import itertools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -403,25 +403,26 @@ def _spelled_with(words: list[str], ascii_allowed: np.ndarray) -> np.ndarray:
     return bad_before[ends] == bad_before[ends - lengths]
 
 
-def zipf_weights(vocabulary_size: int, exponent: float) -> np.ndarray:
-    """Zipf(s) popularity of ranks ``1..V``, unnormalised: ``r^-s``."""
-    return np.arange(1, vocabulary_size + 1, dtype=np.float64) ** -exponent
+class RandomStringSource(SampledSource):
+    """Random strings of ``item_length`` characters (:func:`random_strings`) whose popularity by rank is
+    a law of one parameter: a subclass names the law (``name``, its ``population.source``), its
+    parameter (``parameter``, as :meth:`describe` names it, and ``key``, its ``[population]`` key) and
+    the law's weights (``weights``)."""
 
+    name: ClassVar[str]
+    parameter: ClassVar[str]
+    key: ClassVar[str]
 
-def exponential_weights(vocabulary_size: int, rate: float) -> np.ndarray:
-    """Exponential (geometric) popularity of ranks ``1..V``, unnormalised: ``e^(-λ (r - 1))``
-    (ranks past ``745 / λ`` weigh 0 in float64: they are never drawn)."""
-    return np.exp(-rate * np.arange(vocabulary_size, dtype=np.float64))
-
-
-class ZipfSource(SampledSource):
-    """Random strings with Zipf(s) popularity: ``P(rank r) ∝ r^-s``."""
+    @staticmethod
+    def weights(vocabulary_size: int, law_parameter: float) -> np.ndarray:
+        """The law's popularity of ranks ``1..V``, unnormalised."""
+        raise NotImplementedError
 
     def __init__(
         self,
         n_users: int,
         vocabulary_size: int,
-        exponent: float,
+        law_parameter: float,
         item_length: int,
         words_per_user: int,
         codec: ItemCodec,
@@ -429,51 +430,53 @@ class ZipfSource(SampledSource):
         before_encoding: BeforeEncoding | None = None,
         concentration: float = 0.0,
     ) -> None:
-        self.exponent = exponent
+        self.law_parameter = law_parameter
         self.item_length = item_length
         strings = random_strings(vocabulary_size, item_length, codec, seed)
-        weights = zipf_weights(vocabulary_size, exponent)
+        weights = self.weights(vocabulary_size, law_parameter)
         super().__init__(strings, weights, n_users, words_per_user, codec, seed, before_encoding, concentration)
 
     def describe(self) -> dict[str, Any]:
         return {
-            "source": "zipf",
-            "exponent": self.exponent,
+            "source": self.name,
+            self.parameter: self.law_parameter,
             "item_length": self.item_length,
             **self._base_description(),
         }
 
 
-class ExponentialSource(SampledSource):
+class ZipfSource(RandomStringSource):
+    """Random strings with Zipf(s) popularity: ``P(rank r) ∝ r^-s``."""
+
+    name = "zipf"
+    parameter = "exponent"
+    key = "zipf_exponent"
+
+    @staticmethod
+    def weights(vocabulary_size: int, law_parameter: float) -> np.ndarray:
+        """``r^-s`` for ranks ``1..V``."""
+        return np.arange(1, vocabulary_size + 1, dtype=np.float64) ** -law_parameter
+
+
+class ExponentialSource(RandomStringSource):
     """Random strings with exponential popularity, [Wang19] §VI's synthetic dataset:
     ``P(rank r) ∝ e^(-λ (r - 1))``, the geometric law of ratio ``e^-λ`` (a geometric law of
     success probability ``g`` is ``λ = -ln(1 - g)``), cut at the vocabulary's size."""
 
-    def __init__(
-        self,
-        n_users: int,
-        vocabulary_size: int,
-        rate: float,
-        item_length: int,
-        words_per_user: int,
-        codec: ItemCodec,
-        seed: int,
-        before_encoding: BeforeEncoding | None = None,
-        concentration: float = 0.0,
-    ) -> None:
-        self.rate = rate
-        self.item_length = item_length
-        strings = random_strings(vocabulary_size, item_length, codec, seed)
-        weights = exponential_weights(vocabulary_size, rate)
-        super().__init__(strings, weights, n_users, words_per_user, codec, seed, before_encoding, concentration)
+    name = "exponential"
+    parameter = "rate"
+    key = "exponential_rate"
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "source": "exponential",
-            "rate": self.rate,
-            "item_length": self.item_length,
-            **self._base_description(),
-        }
+    @staticmethod
+    def weights(vocabulary_size: int, law_parameter: float) -> np.ndarray:
+        """``e^(-λ (r - 1))`` for ranks ``1..V`` (ranks past ``745 / λ`` weigh 0 in float64: they are
+        never drawn)."""
+        return np.exp(-law_parameter * np.arange(vocabulary_size, dtype=np.float64))
+
+
+RANDOM_STRING_SOURCES: dict[str, type[RandomStringSource]] = {
+    source.name: source for source in (ZipfSource, ExponentialSource)
+}
 
 
 def random_strings(count: int, length: int, codec: ItemCodec, seed: int) -> list[str]:
@@ -757,10 +760,9 @@ def sampled_law(population: dict[str, Any], codec: ItemCodec) -> np.ndarray:
             weights[[place[word] for word in words]] += np.asarray(frequencies) / float(np.sum(frequencies))
     elif source == "wordfreq":
         weights = wordfreq_candidates(population["language"], population["vocabulary"], codec.alphabet.name)[1]
-    elif source == "zipf":
-        weights = zipf_weights(population["vocabulary"], population["zipf_exponent"])
-    elif source == "exponential":
-        weights = exponential_weights(population["vocabulary"], population["exponential_rate"])
+    elif source in RANDOM_STRING_SOURCES:
+        law = RANDOM_STRING_SOURCES[source]
+        weights = law.weights(population["vocabulary"], population[law.key])
     else:
         raise ValueError(f"population.source {source!r} is not a sampled source")
     return np.asarray(weights, dtype=np.float64) / float(np.sum(weights))
@@ -830,23 +832,12 @@ def _users_source(
             before_encoding,
             concentration,
         )
-    if source == "zipf":
-        return ZipfSource(
+    if source in RANDOM_STRING_SOURCES:
+        random_source = RANDOM_STRING_SOURCES[source]
+        return random_source(
             population["users"],
             population["vocabulary"],
-            population["zipf_exponent"],
-            population["item_length"],
-            population["words_per_user"],
-            codec,
-            seed,
-            before_encoding,
-            concentration,
-        )
-    if source == "exponential":
-        return ExponentialSource(
-            population["users"],
-            population["vocabulary"],
-            population["exponential_rate"],
+            population[random_source.key],
             population["item_length"],
             population["words_per_user"],
             codec,

@@ -73,40 +73,31 @@ def _sketch(
     return SketchOracle(inner_oracle, domain, rows, width, estimator=estimator, signed=signed, seed=seed)
 
 
-def count_mean(
-    epsilon: float,
-    domain: int,
-    rows: int = 16,
-    width: int = 1024,
-    inner: str = "flh",
-    inner_options: Mapping[str, Any] | None = None,
-    seed: int = 0,
-) -> SketchOracle:
-    return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, "mean", signed=False)
+def _sketch_over_any_rows(estimator: SketchEstimator) -> Callable[..., SketchOracle]:
+    """The builder of an unsigned sketch whose server takes ``estimator`` over rows of any base oracle
+    (``inner``, FLH by default)."""
+
+    def build(
+        epsilon: float,
+        domain: int,
+        rows: int = 16,
+        width: int = 1024,
+        inner: str = "flh",
+        inner_options: Mapping[str, Any] | None = None,
+        seed: int = 0,
+    ) -> SketchOracle:
+        return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, estimator, signed=False)
+
+    return build
 
 
-def count_median(
-    epsilon: float,
-    domain: int,
-    rows: int = 16,
-    width: int = 1024,
-    inner: str = "flh",
-    inner_options: Mapping[str, Any] | None = None,
-    seed: int = 0,
-) -> SketchOracle:
-    return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, "median", signed=False)
+def _count_mean_over(inner: str) -> Callable[..., SketchOracle]:
+    """The builder of Apple's count-mean sketch over rows of the base oracle ``inner``."""
 
+    def build(epsilon: float, domain: int, rows: int = 16, width: int = 1024, seed: int = 0) -> SketchOracle:
+        return _sketch(epsilon, domain, rows, width, inner, None, seed, "mean", signed=False)
 
-def count_min(
-    epsilon: float,
-    domain: int,
-    rows: int = 16,
-    width: int = 1024,
-    inner: str = "flh",
-    inner_options: Mapping[str, Any] | None = None,
-    seed: int = 0,
-) -> SketchOracle:
-    return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, "min", signed=False)
+    return build
 
 
 def count_sketch(
@@ -119,17 +110,8 @@ def count_sketch(
     seed: int = 0,
     estimator: SketchEstimator = "median",
 ) -> SketchOracle:
+    """The count sketch: signed rows of any base oracle, the server's estimator an option."""
     return _sketch(epsilon, domain, rows, width, inner, inner_options, seed, estimator, signed=True)
-
-
-def apple_cms(epsilon: float, domain: int, rows: int = 16, width: int = 1024, seed: int = 0) -> SketchOracle:
-    """Apple's Count-Mean Sketch, with OUE rows as in the survey."""
-    return _sketch(epsilon, domain, rows, width, "oue", None, seed, "mean", signed=False)
-
-
-def apple_hcms(epsilon: float, domain: int, rows: int = 16, width: int = 1024, seed: int = 0) -> SketchOracle:
-    """Apple's Hadamard Count-Mean Sketch: count-mean over HM(1) rows."""
-    return _sketch(epsilon, domain, rows, width, "hm", None, seed, "mean", signed=False)
 
 
 def count_sketch_hadamard(
@@ -140,12 +122,12 @@ def count_sketch_hadamard(
 
 
 SKETCHES: dict[str, Callable[..., FrequencyOracle]] = {
-    "count-mean": count_mean,
-    "count-median": count_median,
-    "count-min": count_min,
+    "count-mean": _sketch_over_any_rows("mean"),
+    "count-median": _sketch_over_any_rows("median"),
+    "count-min": _sketch_over_any_rows("min"),
     "count-sketch": count_sketch,
-    "cms": apple_cms,
-    "hcms": apple_hcms,
+    "cms": _count_mean_over("oue"),  # Apple's Count-Mean Sketch, with OUE rows as in the survey
+    "hcms": _count_mean_over("hm"),  # Apple's Hadamard Count-Mean Sketch: count-mean over HM(1) rows
     "count-sketch-hadamard": count_sketch_hadamard,
 }
 

@@ -21,6 +21,7 @@ and check them generically (see ``strategies/codec.py``).
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from ..data.population import Shard, Vocabulary
 from ..kernels.randomness import RandomnessSource
 from ..privacy.report import PrivacyReport
 from ..privacy.shuffle import ShuffleSetting
-from .messages import message, scalar_field
+from .messages import ARRAY, message, scalar_field, summed
 
 RequestT = TypeVar("RequestT", bound="Request")
 ResponseT = TypeVar("ResponseT", bound="Response")
@@ -57,6 +58,25 @@ class Response:
     @abstractmethod
     def combine(cls: type[ResponseT], responses: Sequence[ResponseT]) -> ResponseT:
         """The response of the union of the batches (order-independent)."""
+
+
+class SummedResponse(Response):
+    """A response whose fields beyond the users are arrays of counts of a shape the request fixes, which
+    the batches' responses add up element-wise."""
+
+    @classmethod
+    def combine(cls: type[ResponseT], responses: Sequence[ResponseT]) -> ResponseT:
+        if not responses:
+            raise ValueError("combine needs at least one response")
+        arrays = [spec.name for spec in dataclasses.fields(cls) if ARRAY in spec.metadata]
+        if len({(r.round, *(getattr(r, name).shape for name in arrays)) for r in responses}) != 1:
+            raise ValueError(f"cannot combine {cls.__name__}s of different rounds or shapes")
+        return cls(
+            round=responses[0].round,
+            sampled_users=sum(r.sampled_users for r in responses),
+            responding_users=sum(r.responding_users for r in responses),
+            **{name: summed([getattr(r, name) for r in responses]) for name in arrays},
+        )
 
 
 @dataclass

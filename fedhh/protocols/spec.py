@@ -123,6 +123,16 @@ def no_reply_budget(request: Request, node: HeldUsers, server: ServerProtocol) -
     return None
 
 
+NPY_HEADER_BYTES = 256  # what a reply budget allows for the header of each array a reply sends, generously
+
+
+# Why the privacy report of an ε-LDP protocol holds when nodes do not answer.
+LDP_DROPOUT_PRIVACY = (
+    "unchanged: every report is ε-LDP on the device that sends it, whatever else happens; "
+    "a node that does not answer only removes its users' reports, which lowers the counts of "
+    "their values but reveals nothing about anyone"
+)
+
 # The reason of a protocol whose replies could be laid out densely but are not yet.
 DENSE_NOT_DECLARED = (
     "not declared: its replies are sums of a length fixed by the request, which a dense layout could carry"

@@ -178,7 +178,7 @@ def respond(request: LevelRequest, shard: Shard, randomness: RandomnessSource) -
     """
     local = sampled_in_shard(request.sampled, shard)
     vocabulary = shard.vocabulary
-    domain = ExtensionDomain(vocabulary.codec.radix**vocabulary.codec.unit_size, extension_length(request, vocabulary))
+    domain = ExtensionDomain(vocabulary.codec.symbol_ids, extension_length(request, vocabulary))
     candidate = cached_candidates(request, vocabulary, domain)
     owner, cand = select(request, shard, local, candidate, randomness)
     counted, counts = np.unique(cand, return_counts=True)

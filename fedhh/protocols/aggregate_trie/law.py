@@ -82,7 +82,7 @@ def type_counts(
 def law(request: LevelRequest, counts: CountedShard, randomness: KeyedRandomness) -> LevelCounts:
     """A shard's counts of the level's candidates, drawn from their law (module docstring)."""
     vocabulary = counts.vocabulary
-    domain = ExtensionDomain(vocabulary.codec.radix**vocabulary.codec.unit_size, extension_length(request, vocabulary))
+    domain = ExtensionDomain(vocabulary.codec.symbol_ids, extension_length(request, vocabulary))
     candidate = cached_candidates(request, vocabulary, domain)
     size = max(request.parents.shape[0], 1) * domain.size
     rng = shard_generator(randomness, LAW_PURPOSE, request.round, counts)

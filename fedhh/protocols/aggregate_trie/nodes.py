@@ -11,12 +11,11 @@ import numpy as np
 from ...data.items import EOS, PAD, ItemCodec
 from ...data.prefixes import row_keys, rows_in
 from ..base import RoundRecord, ServerProtocol
-from ..spec import HeldUsers, InvalidReply
+from ..common.sampled_rounds import check_sampled_users, check_secure_sum, sampled_in_node
+from ..spec import NPY_HEADER_BYTES, HeldUsers, InvalidReply
 from .extensions import ExtensionDomain
 from .messages import LevelCounts, LevelRequest
 from .server import AggregateTrieServer, parent_index
-
-NPY_HEADER_BYTES = 256  # np.save header of one array, generously
 
 DROPOUT_PRIVACY = (
     "unchanged: a sampled user whose counts are lost is a user outside the population, and the guarantee "
@@ -25,22 +24,12 @@ DROPOUT_PRIVACY = (
 )
 
 
-def symbol_count(codec: ItemCodec) -> int:
-    """Distinct symbol ids of one position, end-of-sequence included."""
-    return codec.radix**codec.unit_size
-
-
-def sampled_of(request: LevelRequest, node: HeldUsers) -> np.ndarray:
-    lo, hi = np.searchsorted(request.sampled, [node.first_user, node.first_user + node.users])
-    return request.sampled[lo:hi]
-
-
 def narrow(request: LevelRequest, node: HeldUsers) -> LevelRequest | None:
     """Only the node's own sampled users: a device learns whether it is sampled, not who else is.
     A law simulation's request goes to every node, whose law sampler draws its own sample."""
     if request.sampled_by_law:
         return request
-    sampled = sampled_of(request, node)
+    sampled = sampled_in_node(request.sampled, node)
     if sampled.size == 0:
         return None
     return replace(request, sampled=sampled)
@@ -59,7 +48,7 @@ def check_reply(request: LevelRequest, response: LevelCounts, node: HeldUsers, s
     if request.sampled_by_law and response.sampled_users > node.users:
         raise InvalidReply(f"LevelCounts.sampled_users: {response.sampled_users} > the node's {node.users} users")
     sampled = response.sampled_users if request.sampled_by_law else int(request.sampled.size)
-    check_counts(request, response, symbol_count(server.codec), sampled)
+    check_counts(request, response, server.codec.symbol_ids, sampled)
 
 
 def describe_round(record: RoundRecord) -> str:
@@ -76,12 +65,7 @@ def describe_round(record: RoundRecord) -> str:
 def check_counts(request: LevelRequest, response: LevelCounts, symbols: int, sampled: int) -> None:
     """Raise :class:`InvalidReply` unless ``response`` is a possible answer to ``request`` from
     ``sampled`` sampled users."""
-    if response.sampled_users != sampled:
-        raise InvalidReply(
-            f"LevelCounts.sampled_users: {sampled} of its users were sampled, it says {response.sampled_users}"
-        )
-    if response.responding_users > sampled:
-        raise InvalidReply(f"LevelCounts.responding_users: {response.responding_users} > {sampled} sampled users")
+    check_sampled_users(response, sampled)
     if not request.depth < response.width <= request.depth + request.extension:
         raise InvalidReply(
             f"LevelCounts.width: candidates of depth {request.depth} + at most {request.extension} "
@@ -121,7 +105,7 @@ class AggregateTrieDense:
     """
 
     def __init__(self, codec: ItemCodec) -> None:
-        self.symbols = symbol_count(codec)
+        self.symbols = codec.symbol_ids
         self.width = codec.max_rounds
 
     def domain(self, request: LevelRequest) -> ExtensionDomain:
@@ -148,11 +132,7 @@ class AggregateTrieDense:
 
     def decode(self, request: LevelRequest, vector: np.ndarray, contributors: list[LevelRequest]) -> LevelCounts:
         """The summed response of the nodes that were asked ``contributors``, checked."""
-        sampled_users = sum(int(asked.sampled.size) for asked in contributors)
-        if vector.shape != (self.length(request),):
-            raise InvalidReply(f"secure sum: expected {self.length(request)} entries, got shape {vector.shape}")
-        if vector.min() < 0 or vector.max() > sampled_users:
-            raise InvalidReply(f"secure sum: entries must be in 0..{sampled_users} (the contributors' sampled users)")
+        sampled_users = check_secure_sum(vector, self.length(request), contributors)
         domain = self.domain(request)
         counts = vector[2:]
         slots = np.flatnonzero(counts)

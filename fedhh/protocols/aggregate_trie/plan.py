@@ -56,7 +56,7 @@ def plan_aggregate_trie(
         n_users, epsilon, delta, noise, contributions, sampling_rate(users_per_level, n_users), levels
     )
     threshold = check_findable(params, 0.0, max_prefixes, extension, codec)
-    candidates = max_prefixes * ExtensionDomain(codec.radix**codec.unit_size, extension).size
+    candidates = max_prefixes * ExtensionDomain(codec.symbol_ids, extension).size
     report = params.report()
     return {
         "protocol": "aggregate-trie",

@@ -71,7 +71,7 @@ class AggregateTrieServer(ServerProtocol):
         self.keys = keys
         self.codec = codec
         self.seed = seed
-        self.symbols = codec.radix**codec.unit_size
+        self.symbols = codec.symbol_ids
         self._randomness = KeyedRandomness(seed)
         self._kept: list[tuple[np.ndarray, np.ndarray]] = []  # (prefix rows, noisy counts) per level
         self._parents = np.zeros((0, 0), dtype=np.int64)
@@ -307,7 +307,7 @@ def check_findable(
 ) -> float:
     """The threshold of a level with ``max_prefixes`` parents; refuse a run where no count can pass it
     (above the users sampled per level)."""
-    candidates = max_prefixes * ExtensionDomain(codec.radix**codec.unit_size, extension).size
+    candidates = max_prefixes * ExtensionDomain(codec.symbol_ids, extension).size
     threshold = threshold_for(params.noise, params.scale, count_threshold, candidates)
     if threshold >= params.expected_users:
         raise InputError(

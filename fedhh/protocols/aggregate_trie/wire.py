@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ...oracles.base import index_bits
 from ..communication import Communication, SentReport
-from .nodes import symbol_count
 from .server import AggregateTrieServer
 
 
@@ -25,7 +24,7 @@ def aggregate_trie_bits(server: AggregateTrieServer) -> Communication:
     or an adaptive one (longer extensions, fewer levels), sends less.
     """
     params, keys, codec = server.params, server.keys, server.codec
-    symbol_bits = index_bits(symbol_count(codec))
+    symbol_bits = index_bits(codec.symbol_ids)
     depths = [min(level * keys.extension, codec.max_rounds) for level in range(1, params.levels + 1)]
     reports = tuple(
         SentReport(

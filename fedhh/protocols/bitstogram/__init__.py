@@ -31,9 +31,8 @@ from __future__ import annotations
 
 from ..common.crowds import bit_position_crowds
 from ..common.item_choice import ITEM_CHOICE_CONTRACT
-from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
-from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
+from ..spec import DENSE_NOT_DECLARED, LDP_DROPOUT_PRIVACY, ProtocolSpec
 from .client import respond
 from .law import law
 from .messages import BitstogramRequest, BitstogramResponse
@@ -53,7 +52,7 @@ SPEC = register_protocol(
         respond=respond,
         request_type=BitstogramRequest,
         response_type=BitstogramResponse,
-        dropout_privacy=DROPOUT_PRIVACY,
+        dropout_privacy=LDP_DROPOUT_PRIVACY,
         keys=KEYS,
         reply_budget=reply_budget,
         check_reply=check_reply,

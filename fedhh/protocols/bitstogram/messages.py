@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from ...oracles.hashtogram import Hashtogram
-from ..base import Request, Response
-from ..messages import array_field, message, scalar_field, summed
+from ..base import Request, SummedResponse
+from ..messages import array_field, message, scalar_field
 
 
 @message
@@ -36,26 +34,10 @@ class BitstogramRequest(Request):
 
 
 @message
-class BitstogramResponse(Response):
+class BitstogramResponse(SummedResponse):
     """A shard's summed oracle statistics: per bit position, and of the whole values; additive."""
 
     bit_sums: np.ndarray = array_field("int64", ("B", "P"), minimum=None)  # [position, 2T] signed sums
     bit_users: np.ndarray = array_field("int64", ("B",))  # reports per position
     final_sums: np.ndarray = array_field("int64", ("F",), minimum=None)  # [R x T] signed sums, flat
     final_users: np.ndarray = array_field("int64", ("R",))  # reports per row
-
-    @classmethod
-    def combine(cls, responses: Sequence[BitstogramResponse]) -> BitstogramResponse:
-        if not responses:
-            raise ValueError("combine needs at least one response")
-        if len({(r.round, r.bit_sums.shape, r.final_sums.shape) for r in responses}) != 1:
-            raise ValueError("cannot combine responses of different rounds or shapes")
-        return cls(
-            round=responses[0].round,
-            sampled_users=sum(r.sampled_users for r in responses),
-            responding_users=sum(r.responding_users for r in responses),
-            bit_sums=summed([r.bit_sums for r in responses]),
-            bit_users=summed([r.bit_users for r in responses]),
-            final_sums=summed([r.final_sums for r in responses]),
-            final_users=summed([r.final_users for r in responses]),
-        )

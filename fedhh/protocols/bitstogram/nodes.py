@@ -6,12 +6,11 @@ import numpy as np
 
 from ..base import RoundRecord, ServerProtocol
 from ..common.value_reports import (
-    NPY_HEADER_BYTES,
     bit_positions,
     check_all_users_report,
     users_per_index,
 )
-from ..spec import HeldUsers, InvalidReply
+from ..spec import NPY_HEADER_BYTES, HeldUsers, InvalidReply
 from .messages import BitstogramRequest, BitstogramResponse
 
 

@@ -17,12 +17,13 @@ server checks (``nodes``), its planner (``plan``), the bits a user sends
 
 from __future__ import annotations
 
+from ..common.item_baselines import NO_DENSE_LAYOUT
 from ..registry import register_protocol
 from ..spec import ContractText, ProtocolSpec
 from .client import respond
 from .law import law
 from .messages import ItemHistogram, ItemRequest
-from .nodes import DROPOUT_PRIVACY, NO_DENSE_LAYOUT, check_reply, describe_round
+from .nodes import DROPOUT_PRIVACY, check_reply, describe_round
 from .plan import CENTRAL_PLAN, plan_central
 from .server import NAME, CentralKeys, CentralServer, build_central
 from .wire import central_bits

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from ...data.items import EOS, PAD
-from ...data.prefixes import row_keys
 from ..base import RoundRecord
+from ..common.item_baselines import check_item_rows
 from ..spec import HeldUsers, InvalidReply
 from .messages import ItemHistogram, ItemRequest
 from .server import CentralServer
 
-NO_DENSE_LAYOUT = (
-    "its replies are histograms of the items users hold, whose set is not public: no list of fixed length "
-    "holds them (every string of up to max_length symbols would)"
-)
 DROPOUT_PRIVACY = (
     "unchanged: a user whose item is lost is a user outside the population, and the guarantee "
     "(add/remove one user) holds for every population; the noise is added once, by the server, after "
@@ -24,7 +17,7 @@ DROPOUT_PRIVACY = (
 
 def check_reply(request: ItemRequest, response: ItemHistogram, node: HeldUsers, server: CentralServer) -> None:
     """Counts that add up to at most the node's users, each item listed once, rows of symbol ids."""
-    check_histogram(response, node.users, server.codec.radix**server.codec.unit_size)
+    check_histogram(response, node.users, server.codec.symbol_ids)
 
 
 def check_histogram(response: ItemHistogram, users: int, symbols: int) -> None:
@@ -39,13 +32,7 @@ def check_histogram(response: ItemHistogram, users: int, symbols: int) -> None:
             f"ItemHistogram.counts: they add up to {total}, responding_users says "
             f"{response.responding_users}, of {users} users"
         )
-    rows = response.items
-    if np.unique(row_keys(rows)).size != rows.shape[0]:
-        raise InvalidReply("ItemHistogram.items: an item is listed twice")
-    if rows.size and (rows.max() >= symbols or not np.all((rows == EOS).any(axis=1))):
-        raise InvalidReply(f"ItemHistogram.items: a row must be symbol ids below {symbols} ending in the end symbol")
-    if rows.size and np.any((rows == PAD)[:, :-1] & (rows[:, 1:] != PAD)):
-        raise InvalidReply("ItemHistogram.items: a symbol after the padding")
+    check_item_rows(response.items, symbols, "ItemHistogram.items")
 
 
 def describe_round(record: RoundRecord) -> str:

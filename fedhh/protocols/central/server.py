@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -11,7 +12,8 @@ from ...kernels.randomness import KeyedRandomness
 from ...privacy.central import LAPLACE, NOISES, CentralParameters, solve_central
 from ...privacy.report import PrivacyReport
 from ...schema import ConfigSection, Key, PrivacySection
-from ..base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
+from ..base import Response
+from ..common.item_baselines import ItemHistogramServer
 from ..common.keys import TOP_K_KEY
 from ..spec import Section
 from .messages import ItemHistogram, ItemRequest
@@ -34,76 +36,48 @@ def released(noisy: np.ndarray, params: CentralParameters) -> np.ndarray:
     return noisy > params.threshold
 
 
-class CentralServer(ServerProtocol):
+class CentralServer(ItemHistogramServer):
     """One round: sum the users' items, add noise to each item's count, release the ``top_k`` largest
     noisy counts above τ (the full released set when fewer pass)."""
 
+    name = NAME
+    request_type = ItemRequest
+
     def __init__(self, params: CentralParameters, top_k: int, codec: ItemCodec, seed: int) -> None:
+        super().__init__(codec)
         self.params = params
         self.top_k = top_k
-        self.codec = codec
         self.seed = seed
         self._randomness = KeyedRandomness(seed)
-        self._found: list[Discovery] | None = None
-        self._trace: list[RoundRecord] = []
-
-    @property
-    def trace(self) -> list[RoundRecord]:
-        return list(self._trace)
-
-    @property
-    def max_rounds(self) -> int:
-        return 1
 
     def privacy_report(self) -> PrivacyReport:
         return self.params.report()
 
-    def next_request(self) -> ItemRequest | None:
-        return ItemRequest(round=1) if self._found is None else None
-
     def absorb(self, response: Response) -> None:
         if not isinstance(response, ItemHistogram):
             raise TypeError(f"central expects an ItemHistogram, got {type(response).__name__}")
-        if self._found is not None or response.round != 1:
-            raise ValueError(f"response for round {response.round}, but no request is pending")
+        self.check_pending(response)
         # the histogram's rows come in one canonical order whatever the sharding, so the noise is too
         noisy = noisy_counts(response.counts, self.params, self._randomness.generator(NOISE_PURPOSE, 1))
         passed = np.flatnonzero(released(noisy, self.params))
         shown = passed[np.lexsort((passed, -noisy[passed]))][: self.top_k]
-        rows = response.items[shown]
-        self._found = [
-            Discovery(item, tuple(row), estimated_count=float(count))
-            for item, row, count in zip(self.codec.decode_rows(rows), rows.tolist(), noisy[shown].tolist())
-        ]
-        self._trace.append(
-            RoundRecord(
-                1,
-                {"above_threshold": int(passed.size), "released": len(self._found)},
-                server_view={
-                    "users_counted": int(response.responding_users),
-                    "items_present": int(response.counts.size),
-                },
-            )
+        self.publish(
+            response.items[shown],
+            noisy[shown],
+            {"above_threshold": int(passed.size)},
+            server_view={
+                "users_counted": int(response.responding_users),
+                "items_present": int(response.counts.size),
+            },
         )
 
-    def result(self) -> ProtocolResult:
-        return ProtocolResult(
-            protocol=NAME,
-            discoveries=list(self._found or []),
-            frequent_prefixes=[],
-            trace=self.trace,
-            privacy=self.guarantee(),
-            params={
-                "noise": self.params.noise,
-                "scale": self.params.scale,
-                "threshold": self.params.threshold,
-                "top_k": self.top_k,
-                "max_length": self.codec.max_length,
-                "unit_size": self.codec.unit_size,
-                "alphabet": self.codec.alphabet.name,
-            },
-            stopped_because="one round" if self._found is not None else "not finished",
-        )
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "noise": self.params.noise,
+            "scale": self.params.scale,
+            "threshold": self.params.threshold,
+            "top_k": self.top_k,
+        }
 
 
 @dataclass(frozen=True)

@@ -11,5 +11,5 @@ def central_bits(server: CentralServer) -> Communication:
     """One item, in the clear: its row of ``L`` symbols (end symbol included) of ``ceil(log2 S)``
     bits each, ``S`` the symbol ids; every user sends it once."""
     codec = server.codec
-    bits = codec.max_rounds * index_bits(codec.radix**codec.unit_size)
+    bits = codec.max_rounds * index_bits(codec.symbol_ids)
     return Communication((SentReport("its item, in the clear", bits, 1.0),), bits)

@@ -84,7 +84,7 @@ class PrefixEncoding:
     @property
     def base(self) -> int:
         """Distinct values of one unit."""
-        return 2 if self.kind == "bits" else self.codec.radix**self.codec.unit_size
+        return 2 if self.kind == "bits" else self.codec.symbol_ids
 
     @property
     def length(self) -> int:

@@ -31,14 +31,7 @@ from ..base import Discovery, ProtocolResult, Response, RoundRecord, ServerProto
 from ..spec import HeldUsers, InvalidReply
 from .prefix_encoding import PrefixEncoding
 
-NPY_HEADER_BYTES = 256  # np.save header of one array, generously
 _POSITIVE_63 = (1 << 63) - 1
-
-DROPOUT_PRIVACY = (
-    "unchanged: every report is ε-LDP on the device that sends it, whatever else happens; "
-    "a node that does not answer only removes its users' reports, which lowers the counts of "
-    "their values but reveals nothing about anyone"
-)
 
 
 def public_seed(seed: int, purpose: str) -> int:

@@ -16,12 +16,13 @@ spec, registered here.  It has no planner: there is nothing to solve.
 
 from __future__ import annotations
 
+from ..common.item_baselines import NO_DENSE_LAYOUT
 from ..registry import register_protocol
 from ..spec import ContractText, ProtocolSpec
 from .client import respond
 from .law import law
 from .messages import ItemsRequest, ItemWeights
-from .nodes import DROPOUT_PRIVACY, NO_DENSE_LAYOUT, check_reply, describe_round
+from .nodes import DROPOUT_PRIVACY, check_reply, describe_round
 from .server import NAME, ExactKeys, ExactServer, build_exact
 from .wire import exact_bits
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...data.population import SHARE_BITS
-from ...data.prefixes import row_keys
+from ...data.prefixes import sum_histograms
 from ..base import Request, Response
 from ..messages import array_field, message
 
@@ -31,7 +31,7 @@ class ItemWeights(Response):
     def combine(cls, responses: Sequence[ItemWeights]) -> ItemWeights:
         if not responses:
             raise ValueError("combine needs at least one response")
-        items, weights = sum_exactly([(r.items, r.weights) for r in responses], responses[0].items.shape[1])
+        items, weights = sum_histograms([(r.items, r.weights) for r in responses], responses[0].items.shape[1])
         return cls(
             round=responses[0].round,
             sampled_users=sum(r.sampled_users for r in responses),
@@ -39,17 +39,3 @@ class ItemWeights(Response):
             items=items,
             weights=weights,
         )
-
-
-def sum_exactly(parts: list[tuple[np.ndarray, np.ndarray]], width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Add sparse histograms of int64 weights in integers (weights beyond 2**53 stay exact), the
-    distinct rows in the order of their keys whatever the parts."""
-    kept = [(rows, weights) for rows, weights in parts if rows.shape[0]]
-    if not kept:
-        return np.zeros((0, width), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    rows = np.concatenate([r for r, _ in kept]).astype(np.int64)
-    weights = np.concatenate([w for _, w in kept]).astype(np.int64)
-    keys = row_keys(rows)
-    order = np.argsort(keys, kind="stable")
-    starts = np.flatnonzero(np.r_[True, keys[order][1:] != keys[order][:-1]])
-    return rows[order[starts]], np.add.reduceat(weights[order], starts)

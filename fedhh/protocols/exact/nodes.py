@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from ...data.items import EOS, PAD
-from ...data.prefixes import row_keys
 from ..base import RoundRecord
+from ..common.item_baselines import check_item_rows
 from ..spec import HeldUsers, InvalidReply
 from .messages import SHARE_UNIT, ItemsRequest, ItemWeights
 from .server import ExactServer
 
-NO_DENSE_LAYOUT = (
-    "its replies are histograms of the items users hold, whose set is not public: no list of fixed length "
-    "holds them (every string of up to max_length symbols would)"
-)
 DROPOUT_PRIVACY = (
     "none to keep: the exact baseline has no privacy guarantee; lost users' items are missing from the counts"
 )
@@ -22,7 +15,7 @@ DROPOUT_PRIVACY = (
 
 def check_reply(request: ItemsRequest, response: ItemWeights, node: HeldUsers, server: ExactServer) -> None:
     """Shares that a node's users can hold (at most one whole user per user, to rounding), each item once."""
-    symbols = server.codec.radix**server.codec.unit_size
+    symbols = server.codec.symbol_ids
     if response.sampled_users != node.users or response.responding_users > node.users:
         raise InvalidReply(
             f"ItemWeights.sampled_users: the node holds {node.users} users, it says "
@@ -32,12 +25,7 @@ def check_reply(request: ItemsRequest, response: ItemWeights, node: HeldUsers, s
     # each user's shares add up to 2**32 within half a unit per item it holds
     if int(response.weights.sum()) > response.responding_users * SHARE_UNIT + rows.shape[0] * response.responding_users:
         raise InvalidReply(f"ItemWeights.weights: more than the {response.responding_users} responding users' shares")
-    if np.unique(row_keys(rows)).size != rows.shape[0]:
-        raise InvalidReply("ItemWeights.items: an item is listed twice")
-    if rows.size and (rows.max() >= symbols or not np.all((rows == EOS).any(axis=1))):
-        raise InvalidReply(f"ItemWeights.items: a row must be symbol ids below {symbols} ending in the end symbol")
-    if rows.size and np.any((rows == PAD)[:, :-1] & (rows[:, 1:] != PAD)):
-        raise InvalidReply("ItemWeights.items: a symbol after the padding")
+    check_item_rows(rows, symbols, "ItemWeights.items")
 
 
 def describe_round(record: RoundRecord) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -12,7 +13,8 @@ from ...data.population import Vocabulary
 from ...data.prefixes import row_keys
 from ...privacy.report import EVALUATION_NOT_COVERED, NO_GUARANTEE, Coverage, PrivacyReport
 from ...schema import ConfigSection, PrivacySection
-from ..base import Discovery, ProtocolResult, Response, RoundRecord, ServerProtocol
+from ..base import Response
+from ..common.item_baselines import ItemHistogramServer
 from ..common.keys import TOP_K_KEY
 from ..spec import Section
 from .messages import SHARE_UNIT, ItemsRequest, ItemWeights
@@ -30,7 +32,7 @@ COVERAGE = Coverage(
 )
 
 
-class ExactServer(ServerProtocol):
+class ExactServer(ItemHistogramServer):
     """One round: sum every user's shares of its items and publish the ``top_k`` largest.
 
     The ranking is the evaluation's truth (:class:`fedhh.metrics.Truth`): by summed share, ties
@@ -38,20 +40,13 @@ class ExactServer(ServerProtocol):
     else by the items' symbol rows.
     """
 
+    name = NAME
+    request_type = ItemsRequest
+
     def __init__(self, top_k: int, codec: ItemCodec) -> None:
+        super().__init__(codec)
         self.top_k = top_k
-        self.codec = codec
         self._vocabulary: Vocabulary | None = None
-        self._found: list[Discovery] | None = None
-        self._trace: list[RoundRecord] = []
-
-    @property
-    def trace(self) -> list[RoundRecord]:
-        return list(self._trace)
-
-    @property
-    def max_rounds(self) -> int:
-        return 1
 
     def privacy_report(self) -> PrivacyReport:
         return PrivacyReport(
@@ -68,29 +63,15 @@ class ExactServer(ServerProtocol):
     def offer_vocabulary(self, vocabulary: Vocabulary) -> None:
         self._vocabulary = vocabulary
 
-    def next_request(self) -> ItemsRequest | None:
-        return ItemsRequest(round=1) if self._found is None else None
-
     def absorb(self, response: Response) -> None:
         if not isinstance(response, ItemWeights):
             raise TypeError(f"exact expects ItemWeights, got {type(response).__name__}")
-        if self._found is not None or response.round != 1:
-            raise ValueError(f"response for round {response.round}, but no request is pending")
+        self.check_pending(response)
         order = np.lexsort((self._tie_order(response.items), -response.weights))[: self.top_k]
-        rows = response.items[order]
-        self._found = [
-            Discovery(item, tuple(row), estimated_count=weight / SHARE_UNIT)
-            for item, row, weight in zip(self.codec.decode_rows(rows), rows.tolist(), response.weights[order].tolist())
-        ]
-        self._trace.append(
-            RoundRecord(
-                1,
-                {
-                    "users": int(response.responding_users),
-                    "items_present": int(response.weights.size),
-                    "released": len(self._found),
-                },
-            )
+        self.publish(
+            response.items[order],
+            response.weights[order] / SHARE_UNIT,
+            {"users": int(response.responding_users), "items_present": int(response.weights.size)},
         )
 
     def _tie_order(self, rows: np.ndarray) -> np.ndarray:
@@ -104,21 +85,8 @@ class ExactServer(ServerProtocol):
         ids = by_key[place]
         return np.where(known[ids] == row_keys(rows), ids, self._vocabulary.size + np.arange(rows.shape[0]))
 
-    def result(self) -> ProtocolResult:
-        return ProtocolResult(
-            protocol=NAME,
-            discoveries=list(self._found or []),
-            frequent_prefixes=[],
-            trace=self.trace,
-            privacy=self.guarantee(),
-            params={
-                "top_k": self.top_k,
-                "max_length": self.codec.max_length,
-                "unit_size": self.codec.unit_size,
-                "alphabet": self.codec.alphabet.name,
-            },
-            stopped_because="one round" if self._found is not None else "not finished",
-        )
+    def parameters(self) -> dict[str, Any]:
+        return {"top_k": self.top_k}
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ def exact_bits(server: ExactServer) -> Communication:
     """Every item a user holds, in the clear: its row of ``L`` symbols of ``ceil(log2 S)`` bits
     (``S`` the symbol ids) and its share in 32 bits; counted here for a user holding one item."""
     codec = server.codec
-    bits = codec.max_rounds * index_bits(codec.radix**codec.unit_size) + SHARE_BITS
+    bits = codec.max_rounds * index_bits(codec.symbol_ids) + SHARE_BITS
     return Communication(
         (SentReport("each item held, in the clear, with its share", bits, 1.0),),
         bits,

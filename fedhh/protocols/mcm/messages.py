@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from ..base import Request, Response
-from ..messages import array_field, message, scalar_field, summed
+from ..base import Request, SummedResponse
+from ..messages import array_field, message, scalar_field
 
 
 @message
@@ -25,23 +23,9 @@ class MCMRequest(Request):
 
 
 @message
-class MCMResponse(Response):
+class MCMResponse(SummedResponse):
     """OLH support counts: ``[position, 2h]`` pairs (bits) or one per candidate (final); additive."""
 
     # [position, 2h] support counts (bits), or one per candidate (final)
     counts: np.ndarray = array_field("int64", ("S",))
     reporters: np.ndarray = array_field("int64", ("U",))  # per position (bits), or all (final)
-
-    @classmethod
-    def combine(cls, responses: Sequence[MCMResponse]) -> MCMResponse:
-        if not responses:
-            raise ValueError("combine needs at least one response")
-        if len({(r.round, r.counts.shape, r.reporters.shape) for r in responses}) != 1:
-            raise ValueError("cannot combine responses of different rounds or shapes")
-        return cls(
-            round=responses[0].round,
-            sampled_users=sum(r.sampled_users for r in responses),
-            responding_users=sum(r.responding_users for r in responses),
-            counts=summed([r.counts for r in responses]),
-            reporters=summed([r.reporters for r in responses]),
-        )

@@ -21,11 +21,11 @@ from ...data.items import ItemCodec
 from ...errors import InputError
 from ...schema import PrivacySection
 from ..common.crowds import prefix_search_crowds
-from ..spec import ProtocolSpec
+from ..spec import LDP_DROPOUT_PRIVACY, ProtocolSpec
 from .config import PREFIX_KEYS, search_parameters
 from .contract import CONTRACT
 from .law import law
-from .nodes import DROPOUT_PRIVACY, check_reply, describe_round, narrow, reply_budget
+from .nodes import check_reply, describe_round, narrow, reply_budget
 from .reports import PrefixRequest, PrefixResponse, respond
 from .search import PrefixSearchServer, PrefixVariant
 from .wire import prefix_search_bits
@@ -52,7 +52,7 @@ def prefix_search_spec(server: type[PrefixSearchServer]) -> ProtocolSpec:
         respond=respond,
         request_type=PrefixRequest,
         response_type=PrefixResponse,
-        dropout_privacy=DROPOUT_PRIVACY,
+        dropout_privacy=LDP_DROPOUT_PRIVACY,
         keys=PREFIX_KEYS,
         narrow=narrow,
         reply_budget=reply_budget,

@@ -16,19 +16,11 @@ import numpy as np
 from ...oracles import FrequencyOracle
 from ..base import RoundRecord
 from ..common.prefix_encoding import PrefixEncoding
-from ..spec import HeldUsers, InvalidReply
+from ..spec import NPY_HEADER_BYTES, HeldUsers, InvalidReply
 from .oracles import counts_size
 from .report_table import to_table
 from .reports import COLLECT, LEVEL, PrefixRequest, PrefixResponse, level_sizes
 from .search import PrefixSearchServer
-
-NPY_HEADER_BYTES = 256  # np.save header of one array, generously
-
-DROPOUT_PRIVACY = (
-    "unchanged: every report is ε-LDP on the device that sends it, whatever else happens; "
-    "a node that does not answer only removes its users' reports, which lowers the counts of "
-    "their values but reveals nothing about anyone"
-)
 
 
 def asked_users(request: PrefixRequest, node: HeldUsers) -> int:

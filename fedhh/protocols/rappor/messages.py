@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 
 import numpy as np
 
-from ..base import Request, Response
-from ..messages import array_field, message, scalar_field, summed
+from ..base import Request, SummedResponse
+from ..messages import array_field, message, scalar_field
 from .encoding import BloomEncoder
 
 
@@ -34,22 +33,8 @@ def _encoder(epsilon: float, bloom_bits: int, bloom_hashes: int, cohorts: int, h
 
 
 @message
-class RapporResponse(Response):
+class RapporResponse(SummedResponse):
     """Per cohort, how many reports have each bit set (cohort-major), and how many reports there are."""
 
     ones: np.ndarray = array_field("int64", ("B",))  # [cohort, bit]: reports with the bit set, cohort-major
     reporters: np.ndarray = array_field("int64", ("C",))  # reports per cohort
-
-    @classmethod
-    def combine(cls, responses: Sequence[RapporResponse]) -> RapporResponse:
-        if not responses:
-            raise ValueError("combine needs at least one response")
-        if len({(r.round, r.ones.shape, r.reporters.shape) for r in responses}) != 1:
-            raise ValueError("cannot combine RAPPOR responses of different rounds or shapes")
-        return cls(
-            round=responses[0].round,
-            sampled_users=sum(r.sampled_users for r in responses),
-            responding_users=sum(r.responding_users for r in responses),
-            ones=summed([r.ones for r in responses]),
-            reporters=summed([r.reporters for r in responses]),
-        )

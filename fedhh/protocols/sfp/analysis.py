@@ -47,7 +47,7 @@ def fragment_positions(codec: ItemCodec, fragment_length: int) -> int:
 
 def fragment_pairs(codec: ItemCodec, fragment_length: int) -> int:
     """(fragment, hash) pairs a position can hold, refused when too many to enumerate."""
-    pairs = (codec.radix**codec.unit_size) ** fragment_length * HASH_VALUES
+    pairs = codec.symbol_ids**fragment_length * HASH_VALUES
     if pairs > MAX_PAIRS:
         raise InputError(
             f"protocol.fragment_length: fragments of {fragment_length} symbols give {pairs:,} (fragment, hash) "

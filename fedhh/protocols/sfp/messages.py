@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from ...data.items import ItemCodec
 from ...oracles.sketches import SketchOracle
-from ..base import Request, Response
-from ..messages import array_field, message, scalar_field, summed
+from ..base import Request, SummedResponse
+from ..messages import array_field, message, scalar_field
 from .encoding import FragmentCodec, sketch
 from .parameters import HASH_VALUES
 
@@ -48,7 +46,7 @@ def flat_cells(oracle: SketchOracle) -> int:
 
 
 @message
-class SFPResponse(Response):
+class SFPResponse(SummedResponse):
     """The two sketches' flat statistics, the fragments' per position; additive."""
 
     # [position, flat cells] of the fragment sketch (signed for hcms)
@@ -57,20 +55,3 @@ class SFPResponse(Response):
     # flat cells of the word sketch (empty: no word report)
     word_counts: np.ndarray = array_field("int64", ("W",), minimum=None)
     word_reporters: np.ndarray = array_field("int64", ("V",))  # reports per sketch row of the word sketch
-
-    @classmethod
-    def combine(cls, responses: Sequence[SFPResponse]) -> SFPResponse:
-        if not responses:
-            raise ValueError("combine needs at least one response")
-        shapes = {(r.round, r.fragment_counts.shape, r.word_counts.shape) for r in responses}
-        if len(shapes) != 1:
-            raise ValueError("cannot combine SFP responses of different rounds or shapes")
-        return cls(
-            round=responses[0].round,
-            sampled_users=sum(r.sampled_users for r in responses),
-            responding_users=sum(r.responding_users for r in responses),
-            **{
-                name: summed([getattr(r, name) for r in responses])
-                for name in ("fragment_counts", "fragment_reporters", "word_counts", "word_reporters")
-            },
-        )

@@ -39,9 +39,8 @@ from __future__ import annotations
 
 from ..common.crowds import segment_pair_crowds
 from ..common.item_choice import ITEM_CHOICE_CONTRACT
-from ..common.value_reports import DROPOUT_PRIVACY
 from ..registry import register_protocol
-from ..spec import DENSE_NOT_DECLARED, ProtocolSpec
+from ..spec import DENSE_NOT_DECLARED, LDP_DROPOUT_PRIVACY, ProtocolSpec
 from .client import respond
 from .law import law
 from .messages import SPMRequest, SPMResponse
@@ -62,7 +61,7 @@ SPEC = register_protocol(
         respond=respond,
         request_type=SPMRequest,
         response_type=SPMResponse,
-        dropout_privacy=DROPOUT_PRIVACY,
+        dropout_privacy=LDP_DROPOUT_PRIVACY,
         keys=KEYS,
         reply_budget=reply_budget,
         check_reply=check_reply,

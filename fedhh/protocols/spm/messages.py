@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from ..base import Request, Response
-from ..messages import array_field, message, scalar_field, summed
+from ..base import Request, SummedResponse
+from ..messages import array_field, message, scalar_field
 
 
 @message
@@ -27,23 +25,9 @@ class SPMRequest(Request):
 
 
 @message
-class SPMResponse(Response):
+class SPMResponse(SummedResponse):
     """Support counts (segments: every pattern; pairs: joint and single per pair; final: candidates); additive."""
 
     counts: np.ndarray = array_field("int64", ("S",))  # support counts, laid out per mode (see How users answer)
     # users per segment (segments), per pair (pairs), or all (final)
     reporters: np.ndarray = array_field("int64", ("U",))
-
-    @classmethod
-    def combine(cls, responses: Sequence[SPMResponse]) -> SPMResponse:
-        if not responses:
-            raise ValueError("combine needs at least one response")
-        if len({(r.round, r.counts.shape, r.reporters.shape) for r in responses}) != 1:
-            raise ValueError("cannot combine responses of different rounds or shapes")
-        return cls(
-            round=responses[0].round,
-            sampled_users=sum(r.sampled_users for r in responses),
-            responding_users=sum(r.responding_users for r in responses),
-            counts=summed([r.counts for r in responses]),
-            reporters=summed([r.reporters for r in responses]),
-        )

@@ -6,11 +6,10 @@ import numpy as np
 
 from ..base import RoundRecord, ServerProtocol
 from ..common.value_reports import (
-    NPY_HEADER_BYTES,
     check_all_users_report,
     users_per_index,
 )
-from ..spec import HeldUsers, InvalidReply
+from ..spec import NPY_HEADER_BYTES, HeldUsers, InvalidReply
 from .client import segment_pairs, user_pairs
 from .messages import SPMRequest, SPMResponse
 from .parameters import FINAL, PAIRS, SEGMENTS

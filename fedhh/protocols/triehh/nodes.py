@@ -9,29 +9,17 @@ import numpy as np
 from ...data.items import ItemCodec
 from ...data.prefixes import row_keys, rows_in
 from ..base import RoundRecord, ServerProtocol
-from ..spec import HeldUsers, InvalidReply
+from ..common.sampled_rounds import check_sampled_users, check_secure_sum, sampled_in_node
+from ..spec import NPY_HEADER_BYTES, HeldUsers, InvalidReply
 from .law import sampled_in_range
 from .messages import TrieHHRequest, TrieHHResponse
 from .server import TrieHHServer
-
-NPY_HEADER_BYTES = 256  # np.save header of one array, generously
 
 DROPOUT_PRIVACY = (
     "unchanged: a sampled user whose vote is lost counts as a sampled user holding no item, "
     "and TrieHH's guarantee (sampling m of n users, threshold θ) holds for every population, "
     "so for that one too; lost votes only lower counts, which can keep a prefix out of the trie"
 )
-
-
-def sampled_of(request: TrieHHRequest, node: HeldUsers) -> np.ndarray:
-    """The sampled users that a node holds."""
-    lo, hi = np.searchsorted(request.sampled, [node.first_user, node.first_user + node.users])
-    return request.sampled[lo:hi]
-
-
-def symbol_count(codec: ItemCodec) -> int:
-    """Distinct symbol ids of one trie level, end-of-sequence included."""
-    return codec.radix**codec.unit_size
 
 
 def by_law(request: TrieHHRequest) -> bool:
@@ -44,7 +32,7 @@ def narrow(request: TrieHHRequest, node: HeldUsers) -> TrieHHRequest | None:
     A law simulation's request goes to every node, whose law sampler finds its own share."""
     if by_law(request):
         return request
-    sampled = sampled_of(request, node)
+    sampled = sampled_in_node(request.sampled, node)
     if sampled.size == 0:
         return None
     return TrieHHRequest(round=request.round, sampled=sampled, parents=request.parents, sample_size=request.sample_size)
@@ -62,7 +50,7 @@ def check_reply(request: TrieHHRequest, response: TrieHHResponse, node: HeldUser
     sampled = int(request.sampled.size)
     if by_law(request):
         sampled = sampled_in_range(server.seed, request, node.first_user, node.users, server.params.n_users)
-    check_votes(request, response, symbol_count(server.codec), sampled)
+    check_votes(request, response, server.codec.symbol_ids, sampled)
 
 
 def describe_round(record: RoundRecord) -> str:
@@ -79,12 +67,7 @@ def describe_round(record: RoundRecord) -> str:
 def check_votes(request: TrieHHRequest, response: TrieHHResponse, symbols: int, sampled: int) -> None:
     """Raise :class:`InvalidReply` unless ``response`` is a possible answer to ``request`` from
     ``sampled`` sampled users."""
-    if response.sampled_users != sampled:
-        raise InvalidReply(
-            f"TrieHHResponse.sampled_users: {sampled} of its users were sampled, it says {response.sampled_users}"
-        )
-    if response.responding_users > sampled:
-        raise InvalidReply(f"TrieHHResponse.responding_users: {response.responding_users} > {sampled} sampled users")
+    check_sampled_users(response, sampled)
     total = int(response.votes.sum())
     if total != response.responding_users:
         raise InvalidReply(
@@ -116,7 +99,7 @@ class TrieHHDense:
     """
 
     def __init__(self, codec: ItemCodec) -> None:
-        self.symbols = symbol_count(codec)
+        self.symbols = codec.symbol_ids
 
     def length(self, request: TrieHHRequest) -> int:
         return 2 + max(request.parents.shape[0], 1) * self.symbols
@@ -138,11 +121,7 @@ class TrieHHDense:
 
     def decode(self, request: TrieHHRequest, vector: np.ndarray, contributors: list[TrieHHRequest]) -> TrieHHResponse:
         """The summed response of the nodes that were asked ``contributors``, checked."""
-        sampled_users = sum(int(asked.sampled.size) for asked in contributors)
-        if vector.shape != (self.length(request),):
-            raise InvalidReply(f"secure sum: expected {self.length(request)} entries, got shape {vector.shape}")
-        if vector.min() < 0 or vector.max() > sampled_users:
-            raise InvalidReply(f"secure sum: entries must be in 0..{sampled_users} (the contributors' sampled users)")
+        sampled_users = check_secure_sum(vector, self.length(request), contributors)
         votes = vector[2:]
         slots = np.flatnonzero(votes)
         parents = request.parents if request.round > 1 else np.zeros((1, 0), dtype=np.int64)

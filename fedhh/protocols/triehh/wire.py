@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ...oracles.base import index_bits
 from ..communication import Communication, SentReport
-from .nodes import symbol_count
 from .server import TrieHHServer
 
 
@@ -23,7 +22,7 @@ def triehh_bits(server: TrieHHServer) -> Communication:
     a full vote (an upper bound).
     """
     params = server.params
-    symbol_bits = index_bits(symbol_count(server.codec))
+    symbol_bits = index_bits(server.codec.symbol_ids)
     rate = params.batch_size / params.n_users
     reports = tuple(
         SentReport(f"round {round_} vote: a depth-{round_} prefix", round_ * symbol_bits, rate)
