@@ -9,9 +9,10 @@ every party's noisy estimates (:mod:`fedhh.protocols.taps.server`).  Each
 user sends one report, through an ε-LDP frequency oracle: every user's
 guarantee is ε-LDP.
 
-The package: its messages (``messages``), the device side (``client``), the
-server (``server``), what an untrusting server checks (``nodes``), the bits a
-user sends (``wire``), and its spec, registered here.
+The package: its messages (``messages``), the device side (``client``), its
+law sampler (``law``, for ``run.simulation = "law"``), the server
+(``server``), what an untrusting server checks (``nodes``), the bits a user
+sends (``wire``), and its spec, registered here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..common.crowds import party_level_crowds
 from ..registry import register_protocol
 from ..spec import ContractText, ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import PartyLevelRequest, PartySupport
 from .nodes import DROPOUT_PRIVACY, NO_DENSE_LAYOUT, check_reply, describe_round
 from .server import BUDGET, NAME, TapsKeys, TapsServer, build_taps
@@ -38,6 +40,7 @@ SPEC = register_protocol(
         summary="TAPS (Zhang et al.): parties' prefix trees pruned by their consensus; ε-LDP per user",
         build=build_taps,
         respond=respond,
+        law=law,
         request_type=PartyLevelRequest,
         response_type=PartySupport,
         dropout_privacy=DROPOUT_PRIVACY,
