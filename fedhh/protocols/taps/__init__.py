@@ -11,8 +11,9 @@ guarantee is ε-LDP.
 
 The package: its messages (``messages``), the device side (``client``), its
 law sampler (``law``, for ``run.simulation = "law"``), the server
-(``server``), what an untrusting server checks (``nodes``), the bits a user
-sends (``wire``), and its spec, registered here.
+(``server``), what an untrusting server checks (``nodes``), its planner
+(``plan``, ``fedhh plan taps``), the bits a user sends (``wire``), and its
+spec, registered here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .client import respond
 from .law import law
 from .messages import PartyLevelRequest, PartySupport
 from .nodes import DROPOUT_PRIVACY, NO_DENSE_LAYOUT, check_reply, describe_round
+from .plan import TAPS_PLAN, plan_taps
 from .server import BUDGET, NAME, TapsKeys, TapsServer, build_taps
 from .wire import taps_bits
 
@@ -41,6 +43,8 @@ SPEC = register_protocol(
         build=build_taps,
         respond=respond,
         law=law,
+        planner=plan_taps,
+        plan_command=TAPS_PLAN,
         request_type=PartyLevelRequest,
         response_type=PartySupport,
         dropout_privacy=DROPOUT_PRIVACY,
