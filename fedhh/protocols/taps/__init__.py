@@ -12,7 +12,7 @@ guarantee is ε-LDP.
 The package: its messages (``messages``), the device side (``client``), its
 law sampler (``law``, for ``run.simulation = "law"``), the server
 (``server``), what an untrusting server checks (``nodes``), its planner
-(``plan``, ``fedhh plan taps``), the bits a user sends (``wire``), and its
+(``plan``, ``fedhh plan taps``) and sizing (``sizing``, ``fedhh size taps``), the bits a user sends (``wire``), and its
 spec, registered here.
 """
 
@@ -27,6 +27,7 @@ from .messages import PartyLevelRequest, PartySupport
 from .nodes import DROPOUT_PRIVACY, NO_DENSE_LAYOUT, check_reply, describe_round
 from .plan import TAPS_PLAN, plan_taps
 from .server import BUDGET, NAME, TapsKeys, TapsServer, build_taps
+from .sizing import TAPS_SIZING
 from .wire import taps_bits
 
 CONTRACT = ContractText(
@@ -45,6 +46,7 @@ SPEC = register_protocol(
         law=law,
         planner=plan_taps,
         plan_command=TAPS_PLAN,
+        sizing=TAPS_SIZING,
         request_type=PartyLevelRequest,
         response_type=PartySupport,
         dropout_privacy=DROPOUT_PRIVACY,

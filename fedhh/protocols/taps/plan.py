@@ -13,19 +13,24 @@ for the oracle's per-report variance ``V`` at ε (the noise of a count no
 one holds, which the consensus threshold is set against).
 
 A prefix passes the consensus threshold when its score is at least ``z``
-standard deviations of its noise (``protocol.consensus_z``): held in one
-party alone (the others' trees without it), its count there must be about
-``z sd_p`` (passing half the time; ``(z + 1.645) sd_p`` passes 95 % of the
-time); held by every party's tree, the summed estimates have standard
+standard deviations of its noise (``protocol.consensus_z``).  By one
+party's estimate alone, a count of ``z sd_p`` among its users passes half
+the time; held by every party's tree, the summed estimates have standard
 deviation ``√(Σ_p sd_p²)``, so a global count of ``z`` times that passes
 half the time: pooling P parties lowers the share that gets through by
-``√P`` against one party's.  The guarantee does not depend on any of it:
-every user sends one ε-LDP report.
+``√P`` against one party's.  The count that passes 95 % of the time also
+counts the holders' own noise: each holder adds ``(V_1 - V + 1 - s) / s``
+to the variance (``V_1``: the oracle's per-report variance of a holder;
+``1 - s``: whether it is among the level's ``s`` share of the users, which
+the server scales up by ``1 / s``; :func:`holder_variance`).  The guarantee
+does not depend on any of it: every user sends one ε-LDP report.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from statistics import NormalDist
 from typing import Any
 
@@ -33,6 +38,7 @@ import numpy as np
 
 from ...data.items import ItemCodec, get_alphabet
 from ...errors import InputError
+from ...oracles import FrequencyOracle
 from ...planning.commands import JSON_OPTION, Option, Options, PlanCommand, PlanTable
 from ...privacy.ldp import ldp_report
 from ...privacy.validation import check_users
@@ -61,46 +67,69 @@ def plan_taps(
 ) -> dict[str, Any]:
     """The server's design for ``n_users`` users at ε (module docstring), per level its noise and the
     counts and shares that pass the consensus threshold, and the guarantee."""
-    check_users(n_users, "--users")
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
-        raise InputError(f"--epsilon: must be a number > 0, got {epsilon!r}")
-    given = {
-        "parties": parties,
-        "levels": levels,
-        "tree_oracle": tree_oracle,
-        "tree_encoding": tree_encoding,
-        "candidate_cap": candidate_cap,
-        "kept_per_level": kept_per_level,
-        "consensus_z": consensus_z,
-    }
-    declared = TapsKeys.keys()
-    keys = {name: declared[name].validate(_flag(name), value) for name, value in given.items()}
-    codec_keys = ProtocolSection.keys()
-    codec_values = {"max_length": max_length, "unit_size": unit_size, "alphabet": alphabet}
-    codec_values = {name: codec_keys[name].validate(_flag(name), value) for name, value in codec_values.items()}
+    with flags_named():
+        server = planned_server(
+            n_users,
+            epsilon,
+            parties=parties,
+            levels=levels,
+            tree_oracle=tree_oracle,
+            tree_encoding=tree_encoding,
+            candidate_cap=candidate_cap,
+            kept_per_level=kept_per_level,
+            consensus_z=consensus_z,
+            max_length=max_length,
+            unit_size=unit_size,
+            alphabet=alphabet,
+        )
+        return _plan_server(server)
+
+
+@contextmanager
+def flags_named() -> Iterator[None]:
+    """The server's refusals, which name config keys, naming the command's flags instead."""
     try:
-        return _plan_server(_server(n_users, float(epsilon), keys, codec_values), keys)
-    except InputError as error:  # the server's refusals name config keys: name the command's flags
+        yield
+    except InputError as error:
         message = str(error).replace("population.users", "--users")
-        for name in (*keys, *CODEC_KEYS):
+        for name in (*TapsKeys.keys(), *CODEC_KEYS):
             message = message.replace(f"protocol.{name}", _flag(name))
         raise InputError(message) from None
 
 
-def _plan_server(server: TapsServer, keys: dict[str, Any]) -> dict[str, Any]:
+def planned_server(n_users: int, epsilon: float, **design: Any) -> TapsServer:
+    """The server a run of ``design`` (:func:`plan_taps`'s options; the others at their defaults)
+    builds for ``n_users`` users at ε, every option checked first (naming its flag)."""
+    check_users(n_users, "--users")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
+        raise InputError(f"--epsilon: must be a number > 0, got {epsilon!r}")
+    declared = {**TapsKeys.keys(), **{name: ProtocolSection.keys()[name] for name in CODEC_KEYS}}
+    unknown = sorted(set(design) - set(declared))
+    if unknown:
+        raise TypeError(f"planned_server: unknown options {unknown}")
+    values = {name: declared[name].default for name in declared} | design
+    checked: dict[str, Any] = {name: declared[name].validate(_flag(name), values[name]) for name in declared}
+    codec = ItemCodec(get_alphabet(checked["alphabet"]), checked["unit_size"], checked["max_length"])
+    keys = TapsKeys.of({name: checked[name] for name in TapsKeys.keys()})
+    return TapsServer(keys, BUDGET.split(NAME, float(epsilon)), n_users, codec, 0)
+
+
+def _plan_server(server: TapsServer) -> dict[str, Any]:
     """:func:`plan_taps` of a built server."""
     n_users, epsilon = server.n_users, server.epsilon
     party_users = [int(users) for users in server.party_users]
     share = float(level_probabilities(level_bounds(server.levels))[0])
-    z = float(keys["consensus_z"])
-    sure = z + NormalDist().inv_cdf(SURE)
-    planned_levels = []
-    for level, (length, candidates) in enumerate(_lengths(server)):
-        per_report = float(server.oracle(length).per_user_variance()[0])
+    keys = server.keys.values()
+    z = float(server.keys.consensus_z)
+    by_level = []
+    for level, (length, candidates) in enumerate(planned_levels(server)):
+        oracle = server.oracle(length)
+        per_report = float(oracle.per_user_variance()[0])
+        per_holder = holder_variance(oracle, share)
         party_sd = [math.sqrt(users * per_report / share) for users in party_users]
         pooled_sd = math.sqrt(sum(sd**2 for sd in party_sd))
         smallest = int(np.argmin(party_users))
-        planned_levels.append(
+        by_level.append(
             {
                 "level": level + 1,
                 "prefix_length": length,
@@ -109,11 +138,11 @@ def _plan_server(server: TapsServer, keys: dict[str, Any]) -> dict[str, Any]:
                 "party_sd": party_sd,
                 "party_threshold_count": [z * sd for sd in party_sd],
                 "party_threshold_share": [z * sd / users for sd, users in zip(party_sd, party_users, strict=True)],
-                "party_share_95": sure * party_sd[smallest] / party_users[smallest],
+                "party_share_95": passing_count(party_sd[smallest], per_holder, z) / party_users[smallest],
                 "global_sd": pooled_sd,
                 "global_threshold_count": z * pooled_sd,
                 "global_threshold_share": z * pooled_sd / n_users,
-                "global_share_95": sure * pooled_sd / n_users,
+                "global_share_95": passing_count(pooled_sd, per_holder, z) / n_users,
             }
         )
     parameters = {**keys, "levels": server.levels}
@@ -127,7 +156,7 @@ def _plan_server(server: TapsServer, keys: dict[str, Any]) -> dict[str, Any]:
         "unit": server.encoding.unit_name,
         "party_users": party_users,
         "users_per_level_group": [users * share for users in party_users],
-        "levels_planned": planned_levels,
+        "levels_planned": by_level,
         "model": "local, per-user ε-LDP (one report a user)",
         "privacy": ldp_report(server.split, server.keys.tree_oracle, server.describe()).to_dict(),
     }
@@ -138,14 +167,24 @@ def _flag(name: str) -> str:
     return "--" + {"tree_oracle": "oracle", "tree_encoding": "encoding"}.get(name, name).replace("_", "-")
 
 
-def _server(n_users: int, epsilon: float, keys: dict[str, Any], codec_values: dict[str, Any]) -> TapsServer:
-    """The server a run of these parameters builds."""
-    codec = ItemCodec(get_alphabet(codec_values["alphabet"]), codec_values["unit_size"], codec_values["max_length"])
-    protocol = {name: key.default for name, key in TapsKeys.keys().items()} | keys
-    return TapsServer(TapsKeys.of(protocol), BUDGET.split(NAME, epsilon), n_users, codec, 0)
+def holder_variance(oracle: FrequencyOracle, share: float) -> float:
+    """What one holder of a value adds to the variance of a party's scaled estimate of its count: the
+    oracle's per-report variance of a holder less a non-holder's, and whether it is among the level's
+    ``share`` of the party's users (the server scales the level's count by ``1 / share``)."""
+    other, holder = oracle.per_user_variance()
+    return (holder - other + 1 - share) / share
 
 
-def _lengths(server: TapsServer) -> list[tuple[int, int]]:
+def passing_count(sd: float, per_holder: float, z: float, probability: float = SURE) -> float:
+    """The count ``c`` whose estimate (normal, variance ``sd² + per_holder c``) is at least ``z sd`` with
+    ``probability``: ``c - z sd = u √(sd² + per_holder c)`` for the normal quantile ``u``."""
+    u = NormalDist().inv_cdf(probability)
+    linear = u * u * per_holder
+    above = (linear + math.sqrt(linear * linear + 4 * u * u * (sd * sd + per_holder * z * sd))) / 2
+    return z * sd + max(above, 0.0)
+
+
+def planned_levels(server: TapsServer) -> list[tuple[int, int]]:
     """Each level's prefix length and candidates per party: the first exactly, the later ones when
     every party keeps ``kept_per_level`` prefixes (the server's adaptive extension)."""
     space, kept = server.encoding.space, server.keys.kept_per_level
