@@ -48,7 +48,7 @@ from ...data.counted import CountedShard, UserTypes
 from ...data.items import ItemCodec
 from ...data.population import SingleItemShard, Vocabulary
 from ...planning.commands import Option, Options
-from ...planning.sizing import OnStep, SizeAnswer, Sizing, check_share, size_by_analysis
+from ...planning.sizing import MAX_USERS, OnStep, SizeAnswer, Sizing, check_share, size_by_analysis
 from ...privacy.validation import check_epsilon
 from ..prefix_search.law import level_probabilities
 from .client import level_bounds
@@ -119,7 +119,8 @@ def size_taps(
 
     smallest = max(parties * levels, math.ceil(1 / frequency))
     hint = "" if reference.keys.tree_oracle != "grr" else "; GRR's variance grows with the prefixes' domain: try OLH"
-    return size_by_analysis("taps", frequency, discovery, rate, smallest, int(frequency**-2), on_step, hint, DEFINITION)
+    start = min(int(frequency**-2), MAX_USERS)
+    return size_by_analysis("taps", frequency, discovery, rate, smallest, start, on_step, hint, DEFINITION)
 
 
 def planted(
