@@ -142,6 +142,19 @@ def test_size_taps_verify_runs_the_protocol_by_users_and_by_law(capsys: pytest.C
         assert abs(verification["rate"] - answer["discovery"]) < 0.12, verification
 
 
+def test_noise_that_outnumbers_a_party_s_places_is_warned_of(capsys: pytest.CaptureFixture[str]) -> None:
+    """With 8 places a party and about 23 noise prefixes passing the threshold a level, the item loses its
+    places (the analysis leaves that out): the answer warns, and runs find the item far less often."""
+    assert size_taps(0.01, 0.9, 4.0).warnings == []
+    crowded = size_taps(0.01, 0.9, 4.0, kept_per_level=8)
+    assert len(crowded.warnings) == 1 and "about 23.3 prefixes no one holds" in crowded.warnings[0]
+    assert plan_taps(10**6, 4.0)["levels_planned"][0]["noise_passing"] == pytest.approx(1022 * 0.02275, rel=1e-3)
+    assert main(["size", "taps", "--frequency", "0.01", "--discovery", "0.9", "--epsilon", "4", "--kept-per-level",
+                 "8", "--verify", "--trials", "20", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["warnings"] == crowded.warnings and answer["verification"]["rate"] < 0.5
+
+
 @pytest.mark.parametrize(("arguments", "flag"), [
     (["--frequency", "0", "--discovery", "0.9", "--epsilon", "2"], "--frequency"),
     (["--frequency", "0.01", "--discovery", "1", "--epsilon", "2"], "--discovery"),

@@ -22,8 +22,12 @@ half the time: pooling P parties lowers the share that gets through by
 counts the holders' own noise: each holder adds ``(V_1 - V + 1 - s) / s``
 to the variance (``V_1``: the oracle's per-report variance of a holder;
 ``1 - s``: whether it is among the level's ``s`` share of the users, which
-the server scales up by ``1 / s``; :func:`holder_variance`).  The guarantee
-does not depend on any of it: every user sends one ε-LDP report.
+the server scales up by ``1 / s``; :func:`holder_variance`).  Noise passes
+too: of ``C`` candidates no one holds, about ``C Q(z)`` pass the threshold
+(:func:`noise_passing`), and a party keeps ``kept_per_level`` of what
+passes, by its own estimates, so more noise than places crowds real
+prefixes out.  The guarantee does not depend on any of it: every user sends
+one ε-LDP report.
 """
 
 from __future__ import annotations
@@ -134,6 +138,7 @@ def _plan_server(server: TapsServer) -> dict[str, Any]:
                 "level": level + 1,
                 "prefix_length": length,
                 "candidates_per_party": candidates,
+                "noise_passing": noise_passing(candidates, z),
                 "per_report_variance": per_report,
                 "party_sd": party_sd,
                 "party_threshold_count": [z * sd for sd in party_sd],
@@ -165,6 +170,13 @@ def _plan_server(server: TapsServer) -> dict[str, Any]:
 def _flag(name: str) -> str:
     """The command-line flag of a key (``tree_oracle`` -> ``--oracle``)."""
     return "--" + {"tree_oracle": "oracle", "tree_encoding": "encoding"}.get(name, name).replace("_", "-")
+
+
+def noise_passing(candidates: int, z: float) -> float:
+    """How many of a level's candidates that no one holds pass the consensus threshold, on average, when
+    every party queries the same ``candidates`` (all but the item's and the empty value's): each
+    one's summed estimate is noise, above ``z`` of its standard deviations with probability ``Q(z)``."""
+    return max(candidates - 2, 0) * (1 - NormalDist().cdf(z))
 
 
 def holder_variance(oracle: FrequencyOracle, share: float) -> float:
@@ -215,6 +227,12 @@ def _plan(args: Options) -> dict[str, Any]:
     )
 
 
+def _noise(planned: list[dict[str, Any]]) -> str:
+    """The levels' noise prefixes passing the threshold, as a range."""
+    counts = sorted({f"{level['noise_passing']:.3g}" for level in planned}, key=float)
+    return " to ".join(dict.fromkeys([counts[0], counts[-1]]))
+
+
 def _share(share: float) -> str:
     """A share in a table: above 1, no item reaches it."""
     return f"{share:.3g}" if share <= 1 else "none"
@@ -250,6 +268,8 @@ def _table(args: Options, plan: dict[str, Any]) -> PlanTable:
         f"in brackets {SURE:.0%} of the time (none: not even an item held by every user)",
         "levels after the first: when every party keeps --kept-per-level prefixes (a party keeping fewer grows "
         "faster, with fewer candidates)",
+        f"prefixes no one holds that pass the threshold, per level: about {_noise(planned)} (a party keeps "
+        f"{plan['kept_per_level']}: more than that, and they take the places of real prefixes)",
         f"oracle {plan['tree_oracle']}; privacy: {plan['model']}, ε = {plan['epsilon']:g}, δ = 0",
         "run it with --set protocol.name=taps (and the same protocol.* keys)",
     ]

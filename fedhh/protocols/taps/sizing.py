@@ -26,8 +26,13 @@ in one -- **does not change the analysis**; the consensus pools the parties
 (independent trees, ``consensus = "none"``, would not).  The item is found
 when it passes at every level, the levels' users being disjoint: the product
 of the levels' chances.  It has no competitor in this setting but the noise,
-so the threshold is what it must pass; on real data other prefixes compete
-for the ``P x kept_per_level`` places of the global target.  ``--verify``
+so the threshold is what it must pass; but prefixes no one holds pass it
+too (about ``C Q(z)`` of ``C`` candidates), and a party keeps
+``kept_per_level`` of those that pass, by its own estimates: where they
+outnumber its places, the item loses places the analysis gives it, and the
+answer says so (:func:`crowding`; at the defaults, about 23 against 32
+places, runs agree with the analysis; with ``kept_per_level = 8`` they find
+the item far less often).  On real data other prefixes compete too.  ``--verify``
 plants the holders evenly, each party's first users.
 
 The chance grows with ``n`` at every level (the item's count grows as ``n``,
@@ -38,6 +43,7 @@ it never needs more users.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from statistics import NormalDist
 from typing import Any
@@ -52,7 +58,7 @@ from ...planning.sizing import MAX_USERS, OnStep, SizeAnswer, Sizing, check_shar
 from ...privacy.validation import check_epsilon
 from ..prefix_search.law import level_probabilities
 from .client import level_bounds
-from .plan import flags_named, holder_variance, planned_levels, planned_server
+from .plan import flags_named, holder_variance, noise_passing, planned_levels, planned_server
 from .server import TapsServer
 
 DEFINITION = "the analysis meets the target at n and not at n less 1% (bisection over log n)"
@@ -120,7 +126,25 @@ def size_taps(
     smallest = max(parties * levels, math.ceil(1 / frequency))
     hint = "" if reference.keys.tree_oracle != "grr" else "; GRR's variance grows with the prefixes' domain: try OLH"
     start = min(int(frequency**-2), MAX_USERS)
-    return size_by_analysis("taps", frequency, discovery, rate, smallest, start, on_step, hint, DEFINITION)
+    answer = size_by_analysis("taps", frequency, discovery, rate, smallest, start, on_step, hint, DEFINITION)
+    with flags_named():
+        crowded = crowding(planned_server(answer.users, epsilon, **design))
+    return dataclasses.replace(answer, caveats=(crowded,) if crowded else ())
+
+
+def crowding(server: TapsServer) -> str:
+    """The caveat of a design whose noise prefixes passing the threshold outnumber a party's places
+    (the analysis leaves them out: the item then loses its places to them, and is found less often)."""
+    kept, z = server.keys.kept_per_level, server.keys.consensus_z
+    noise = max(noise_passing(candidates, z) for _, candidates in planned_levels(server))
+    if noise < kept - 2:
+        return ""
+    return (
+        f"about {noise:.3g} prefixes no one holds pass the consensus threshold at a level, more than the "
+        f"{kept - 2} places a party's kept_per_level = {kept} leaves besides the item and the empty value: they "
+        "take the item's places, which the analysis leaves out, so runs find it less often (check with --verify; "
+        "a larger --kept-per-level or --consensus-z leaves room)"
+    )
 
 
 def planted(
