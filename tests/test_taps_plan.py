@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,6 +164,7 @@ def test_noise_that_outnumbers_a_party_s_places_is_warned_of(capsys: pytest.Capt
     (["--frequency", "0.01", "--discovery", "0.9", "--epsilon", "2", "--oracle", "oue"], "--oracle"),
     (["--frequency", "0.01", "--discovery", "0.9", "--epsilon", "2", "--levels", "1"], "--levels"),
     (["--frequency", "1e-9", "--discovery", "0.9", "--epsilon", "0.01"], "--frequency / --discovery"),
+    (["--frequency", "0.01", "--discovery", "0.9", "--epsilon", "2", "--top-k", "5"], "--top-k"),
 ])
 def test_size_bad_input_exits_2_naming_the_flag(
     arguments: list[str], flag: str, capsys: pytest.CaptureFixture[str]
@@ -170,3 +172,14 @@ def test_size_bad_input_exits_2_naming_the_flag(
     assert main(["size", "taps", *arguments]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and flag in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
+
+
+def test_size_taps_by_recall_on_a_population_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "small.toml"
+    config.write_text('[population]\nsource = "zipf"\nusers = 20000\nvocabulary = 300\nitem_length = 4\n'
+                      'zipf_exponent = 1.3\n[protocol]\nmax_length = 4\n[privacy]\nepsilon = 4.0\n', encoding="utf-8")
+    assert main(["size", "taps", "--top-k", "5", "--recall", "0.8", "--population", str(config), "--trials", "2",
+                 "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["protocol"] == "taps" and answer["recall"] >= 0.8 and answer["top_k"] == 5
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["small.toml"]  # nothing written

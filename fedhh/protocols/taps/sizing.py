@@ -54,7 +54,7 @@ from ...data.counted import CountedShard, UserTypes
 from ...data.items import ItemCodec
 from ...data.population import SingleItemShard, Vocabulary
 from ...planning.commands import Option, Options
-from ...planning.sizing import MAX_USERS, OnStep, SizeAnswer, Sizing, check_share, size_by_analysis
+from ...planning.sizing import MAX_USERS, OnStep, SizeAnswer, Sizing, check_share, forbidden, size_by_analysis
 from ...privacy.validation import check_epsilon
 from ..prefix_search.law import level_probabilities
 from .client import level_bounds
@@ -201,10 +201,15 @@ def verification_setup(args: Options, answer: SizeAnswer) -> dict[str, Any]:
     return {"codec": codec, "make_server": server, "plant": plant}
 
 
+def _check_analytic(args: Options, mode: str) -> None:
+    forbidden(args, ("top_k",), mode + " (the item is found when it passes every level)")
+
+
 TAPS_SIZING = Sizing(
     "TAPS",
     20,
     (
+        Option("--top-k", "with --recall: K of recall@K", int),
         Option("--parties", "parties P, of n/P users each (default 4)", int, 4),
         Option("--levels", "levels in every party (default 0: the fewest that reach whole values)", int, 0),
         Option("--oracle", "frequency oracle of every report (default olh)", default="olh"),
@@ -216,4 +221,5 @@ TAPS_SIZING = Sizing(
     ),
     _answer,
     verification_setup,
+    check_analytic=_check_analytic,
 )
