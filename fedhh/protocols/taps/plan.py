@@ -255,16 +255,17 @@ def _table(args: Options, plan: dict[str, Any]) -> PlanTable:
             (
                 f"level {level['level']}: {level['prefix_length']} of {plan['value_length']} {plan['unit']}, "
                 f"{level['candidates_per_party']:,} candidates a party",
-                f"sd {level['party_sd'][worst]:,.0f}; party {_share(level['party_threshold_share'][worst])} "
-                f"({_share(level['party_share_95'])}); all {_share(level['global_threshold_share'])} "
+                f"sd {level['party_sd'][worst]:,.0f}; party {level['party_threshold_count'][worst]:,.0f} = "
+                f"{_share(level['party_threshold_share'][worst])} ({_share(level['party_share_95'])}); "
+                f"all {level['global_threshold_count']:,.0f} = {_share(level['global_threshold_share'])} "
                 f"({_share(level['global_share_95'])})",
             )
         )
     smallest = "" if len(set(users)) == 1 else " (of the smallest party)"
     notes = [
-        f"level rows: a party's estimate's standard deviation in counts{smallest}; the smallest share of a party's "
-        f"users that passes the consensus threshold (z = {plan['consensus_z']:g} sd) held in that party alone, "
-        "and of all users held in every party's tree (the P estimates summed): at z it passes half the time, "
+        f"level rows: a party's estimate's standard deviation in counts{smallest}; the smallest count and share "
+        f"of a party's users that pass the consensus threshold (z = {plan['consensus_z']:g} sd) by that party's "
+        "estimate, and of all users by the P parties' estimates summed: at z it passes half the time, "
         f"in brackets {SURE:.0%} of the time (none: not even an item held by every user)",
         "levels after the first: when every party keeps --kept-per-level prefixes (a party keeping fewer grows "
         "faster, with fewer candidates)",
