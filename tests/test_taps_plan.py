@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 from fedhh.config import load_config
+from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.planning.sizing import PRECISION
 from fedhh.protocols import PROTOCOLS
 from fedhh.protocols.taps.plan import plan_taps, planned_server
-from fedhh.protocols.taps.sizing import pass_probabilities, size_taps
+from fedhh.protocols.taps.sizing import discovery_probability, size_taps
 from simulations.cli import main
 from simulations.fast import run_fast
 
@@ -102,8 +103,8 @@ def test_plan_bad_input_exits_2_naming_the_flag(
 # -- fedhh size taps -------------------------------------------------------------------------------------
 
 
-def discovery_at(users: int, frequency: float, epsilon: float, **design: object) -> float:
-    return math.prod(pass_probabilities(planned_server(users, epsilon, **design), frequency))
+def discovery_at(users: int, frequency: float, epsilon: float, spread: str = "even", **design: object) -> float:
+    return discovery_probability(planned_server(users, epsilon, **design), frequency, spread)
 
 
 @pytest.mark.parametrize(("design", "frequency"), [
@@ -130,30 +131,26 @@ def test_size_taps_is_the_smallest_population_and_never_grows_with_epsilon(
 
 
 def test_size_taps_verify_runs_the_protocol_by_users_and_by_law(capsys: pytest.CaptureFixture[str]) -> None:
-    """At the answer, runs of the real protocol on the item planted in every party find it about as
-    often as the analysis says (the analysis leaves out the noise prefixes that compete for a party's
-    places and the places a party fills with its own best estimates): by users below 10^6, by law
-    above."""
-    for frequency, simulation in ((0.02, "users"), (0.002, "law")):
+    """At the answer, runs of the real protocol on the item planted in every party, or in one, find it
+    about as often as the analysis says: by users below 10^6, by law above."""
+    for frequency, spread, simulation in ((0.02, "even", "users"), (0.02, "one", "users"), (0.002, "even", "law")):
         assert main(["size", "taps", "--frequency", str(frequency), "--discovery", "0.9", "--epsilon", "4", "--verify",
-                     "--trials", "40", "--json"]) == 0
+                     "--spread", spread, "--trials", "40", "--json"]) == 0
         answer = json.loads(capsys.readouterr().out)
         verification = answer["verification"]
         assert verification["simulation"] == simulation and verification["users"] == answer["users"]
         assert abs(verification["rate"] - answer["discovery"]) < 0.12, verification
 
 
-def test_noise_that_outnumbers_a_party_s_places_is_warned_of(capsys: pytest.CaptureFixture[str]) -> None:
-    """With 8 places a party and about 23 noise prefixes passing the threshold a level, the item loses its
-    places (the analysis leaves that out): the answer warns, and runs find the item far less often."""
-    assert size_taps(0.01, 0.9, 4.0).warnings == []
-    crowded = size_taps(0.01, 0.9, 4.0, kept_per_level=8)
-    assert len(crowded.warnings) == 1 and "about 23.3 prefixes no one holds" in crowded.warnings[0]
-    assert plan_taps(10**6, 4.0)["levels_planned"][0]["noise_passing"] == pytest.approx(1022 * 0.02275, rel=1e-3)
-    assert main(["size", "taps", "--frequency", "0.01", "--discovery", "0.9", "--epsilon", "4", "--kept-per-level",
-                 "8", "--verify", "--trials", "20", "--json"]) == 0
-    answer = json.loads(capsys.readouterr().out)
-    assert answer["warnings"] == crowded.warnings and answer["verification"]["rate"] < 0.5
+def test_holders_in_one_party_need_fewer_users_than_holders_spread_evenly() -> None:
+    """A party must see the item by its own estimate (the others' evidence only raises its rank), so a
+    share held in one party is found in a smaller population than the same share spread over four;
+    a share above 1/P cannot be in one party."""
+    even, one = size_taps(0.02, 0.9, 4.0), size_taps(0.02, 0.9, 4.0, spread="one")
+    assert one.users < even.users / 3 and one.parameters["spread"] == "one"
+    assert max(one.parameters["party_keeps_to_the_end"][1:]) < 1e-6  # the others see noise only
+    with pytest.raises(InputError, match="--frequency: 0.3 of the users cannot all be in one of 4"):
+        size_taps(0.3, 0.9, 4.0, spread="one")
 
 
 @pytest.mark.parametrize(("arguments", "flag"), [
@@ -165,6 +162,8 @@ def test_noise_that_outnumbers_a_party_s_places_is_warned_of(capsys: pytest.Capt
     (["--frequency", "0.01", "--discovery", "0.9", "--epsilon", "2", "--levels", "1"], "--levels"),
     (["--frequency", "1e-9", "--discovery", "0.9", "--epsilon", "0.01"], "--frequency / --discovery"),
     (["--frequency", "0.01", "--discovery", "0.9", "--epsilon", "2", "--top-k", "5"], "--top-k"),
+    (["--frequency", "0.01", "--discovery", "0.9", "--epsilon", "2", "--spread", "half"], "--spread"),
+    (["--frequency", "0.5", "--discovery", "0.9", "--epsilon", "2", "--spread", "one"], "--frequency"),
 ])
 def test_size_bad_input_exits_2_naming_the_flag(
     arguments: list[str], flag: str, capsys: pytest.CaptureFixture[str]

@@ -43,23 +43,20 @@ class SizeAnswer:
     below_discovery: float
     definition: str
     parameters: dict[str, Any]
-    caveats: tuple[str, ...] = ()  # where the protocol's analysis is known not to hold at the answer
 
     @property
     def warnings(self) -> list[str]:
-        """What a reader of the answer must know: the analysis jumps at the answer, and the caveats."""
+        """What a reader of the answer must know: the analysis jumps at the answer."""
         if self.target - self.below_discovery <= FAR_BELOW:
-            return list(self.caveats)
+            return []
         return [
             f"the analysis gives {self.below_discovery:.3f} at {self.below_users:,} users (1% fewer), far below "
             f"the target {self.target:g}: the discovery rate jumps at this n, so a population slightly smaller "
-            "than the answer may fall well short of the target",
-            *self.caveats,
+            "than the answer may fall well short of the target"
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        shown = {key: value for key, value in asdict(self).items() if key != "caveats"}
-        return {**shown, "warnings": self.warnings}
+        return {**asdict(self), "warnings": self.warnings}
 
 
 def check_share(value: float, flag: str, upper_open: bool = True) -> float:

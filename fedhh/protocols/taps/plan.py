@@ -12,22 +12,22 @@ reporters, has standard deviation ``sd_p = n_p √(V / r) = √(n_p V levels)``
 for the oracle's per-report variance ``V`` at ε (the noise of a count no
 one holds, which the consensus threshold is set against).
 
-A prefix passes the consensus threshold when its score is at least ``z``
-standard deviations of its noise (``protocol.consensus_z``).  By one
-party's estimate alone, a count of ``z sd_p`` among its users passes half
-the time; held by every party's tree, the summed estimates have standard
-deviation ``√(Σ_p sd_p²)``, so a global count of ``z`` times that passes
-half the time: pooling P parties lowers the share that gets through by
-``√P`` against one party's.  The count that passes 95 % of the time also
-counts the holders' own noise: each holder adds ``(V_1 - V + 1 - s) / s``
-to the variance (``V_1``: the oracle's per-report variance of a holder;
-``1 - s``: whether it is among the level's ``s`` share of the users, which
-the server scales up by ``1 / s``; :func:`holder_variance`).  Noise passes
-too: of ``C`` candidates no one holds, about ``C Q(z)`` pass the threshold
-(:func:`noise_passing`), and a party keeps ``kept_per_level`` of what
-passes, by its own estimates, so more noise than places crowds real
-prefixes out.  The guarantee does not depend on any of it: every user sends
-one ε-LDP report.
+A party keeps its ``kept_per_level`` prefixes of best consensus score
+(:mod:`fedhh.protocols.taps.server`): its own estimate's z-score, raised by
+the other parties' evidence once it reaches ``z`` (``protocol.consensus_z``).
+So ``z sd_p`` is the smallest count among a party's users that its estimate
+lets through to the pooling half the time; the z-score of the P parties'
+estimates summed (their Stouffer combination, for parties of equal noise)
+reaches ``z`` at a global count of ``z √(Σ_p sd_p²)``, which pools P parties'
+evidence: a share ``√P`` times smaller than one party's.  The count that
+passes 95 % of the time also counts the holders' own noise: each holder adds
+``(V_1 - V + 1 - s) / s`` to the variance (``V_1``: the oracle's per-report
+variance of a holder; ``1 - s``: whether it is among the level's ``s``
+share of the users, which the server scales up by ``1 / s``;
+:func:`holder_variance`).  Noise passes too: of ``C`` candidates no one
+holds, about ``C Q(z)`` reach ``z`` (:func:`noise_passing`), and compete
+for a party's places.  The guarantee does not depend on any of it: every
+user sends one ε-LDP report.
 """
 
 from __future__ import annotations
@@ -173,9 +173,9 @@ def _flag(name: str) -> str:
 
 
 def noise_passing(candidates: int, z: float) -> float:
-    """How many of a level's candidates that no one holds pass the consensus threshold, on average, when
+    """How many of a level's candidates that no one holds reach the consensus threshold z, on average, when
     every party queries the same ``candidates`` (all but the item's and the empty value's): each
-    one's summed estimate is noise, above ``z`` of its standard deviations with probability ``Q(z)``."""
+    one's estimate is noise, above ``z`` of its standard deviations with probability ``Q(z)``."""
     return max(candidates - 2, 0) * (1 - NormalDist().cdf(z))
 
 
@@ -264,13 +264,13 @@ def _table(args: Options, plan: dict[str, Any]) -> PlanTable:
     smallest = "" if len(set(users)) == 1 else " (of the smallest party)"
     notes = [
         f"level rows: a party's estimate's standard deviation in counts{smallest}; the smallest count and share "
-        f"of a party's users that pass the consensus threshold (z = {plan['consensus_z']:g} sd) by that party's "
-        "estimate, and of all users by the P parties' estimates summed: at z it passes half the time, "
+        f"of a party's users whose estimate reaches z = {plan['consensus_z']:g} sd (where the other parties' "
+        "evidence starts to count), and of all users whose P estimates summed reach it: at z half the time, "
         f"in brackets {SURE:.0%} of the time (none: not even an item held by every user)",
         "levels after the first: when every party keeps --kept-per-level prefixes (a party keeping fewer grows "
         "faster, with fewer candidates)",
-        f"prefixes no one holds that pass the threshold, per level: about {_noise(planned)} (a party keeps "
-        f"{plan['kept_per_level']}: more than that, and they take the places of real prefixes)",
+        f"prefixes no one holds whose z-score reaches z, per level: about {_noise(planned)} (a party keeps "
+        f"{plan['kept_per_level']}: more than that, and they compete for the places of real prefixes)",
         f"oracle {plan['tree_oracle']}; privacy: {plan['model']}, ε = {plan['epsilon']:g}, δ = 0",
         "run it with --set protocol.name=taps (and the same protocol.* keys)",
     ]

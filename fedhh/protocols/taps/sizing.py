@@ -1,49 +1,45 @@
-"""``fedhh size taps``: the smallest population, in parties of equal size, in which an item passes the
-consensus threshold at every level.
+"""``fedhh size taps``: the smallest population, in parties of equal size, in which some party keeps an
+item's prefix at every level.
 
 The setting of the other protocols' sizing: an item of the longest length
 held by a share ``f`` of the ``n`` users, sharing no prefix with any other
 value, every other user holding nothing; the ``P`` parties hold ``n / P``
-users each.
+users each, and the item's holders are spread evenly over them
+(``--spread even``, the default) or all in party 0 (``--spread one``).
 
-At level ``j`` every party's level group (``n_p / levels`` users on
-average) reports the item's prefix of the level's length; party ``p``'s
-estimate of the item's count ``c_p`` among its users has variance
-``Var_p = n_p V / s + h c_p`` for the level's share ``s`` of a party's
-users, the oracle's per-report variance ``V`` of a user holding another
-value, and a holder's own share ``h = (V_1 - V + 1 - s) / s``
-(:func:`~fedhh.protocols.taps.plan.holder_variance`: its report's noise,
-``V_1``, and whether it is in the level, which the server scales by
-``1 / s``).  Once the item's prefix passes the consensus threshold every
-party's tree holds its extensions (the global target comes first in every
-party), so its score is the sum of every party's estimate: mean ``f n``,
-variance ``Σ_p Var_p = n V / s + h f n``,
-taken as normal (the Gaussian approximation of the oracle's noise), against
-the server's threshold ``z √(n V / s)`` (the noise of a count no one holds,
-``protocol.consensus_z``).  Both are sums over the parties, linear in the
-``c_p``: **where the holders are** -- spread evenly over the parties or all
-in one -- **does not change the analysis**; the consensus pools the parties
-(independent trees, ``consensus = "none"``, would not).  The item is found
-when it passes at every level, the levels' users being disjoint: the product
-of the levels' chances.  It has no competitor in this setting but the noise,
-so the threshold is what it must pass; but prefixes no one holds pass it
-too (about ``C Q(z)`` of ``C`` candidates), and a party keeps
-``kept_per_level`` of those that pass, by its own estimates: where they
-outnumber its places, the item loses places the analysis gives it, and the
-answer says so (:func:`crowding`; at the defaults, about 23 against 32
-places, runs agree with the analysis; with ``kept_per_level = 8`` they find
-the item far less often).  On real data other prefixes compete too.  ``--verify``
-plants the holders evenly, each party's first users.
+**A party's level.**  Party ``p``'s estimate of the item's count ``c_p``
+among its users has the noise of a count no one holds, ``sd_p² = n_p V /
+s`` (the oracle's per-report variance ``V``, the level's share ``s`` of the
+party's users), plus a holder's own ``h c_p``
+(:func:`~fedhh.protocols.taps.plan.holder_variance`); its z-score
+``f̂_p / sd_p`` is taken as normal, of mean ``c_p / sd_p`` and variance
+``1 + h c_p / sd_p²``.  The party keeps its ``kept_per_level`` prefixes
+of best consensus score (:mod:`fedhh.protocols.taps.server`): a prefix
+whose own z-score reaches ``z`` (``protocol.consensus_z``) is raised by
+the other parties' evidence, far above any prefix no one holds when the
+others hold it too; below ``z`` its score is its own z-score, which keeps
+it only above the ``kept_per_level - 1``-th best of the ``C - 2`` prefixes
+no one holds (about ``Φ⁻¹(1 - (kept - 1) / (C - 2))`` for ``C`` candidates;
+the empty value takes a place).  So the item stays in party ``p``'s tree
+when its own z-score reaches ``g = min(z, that order statistic)``.
 
-The chance grows with ``n`` at every level (the item's count grows as ``n``,
-the noise as ``√n``) and the levels do not depend on ``n``, so the answer
-is the smallest ``n`` (to 1%) meeting the target; more ε lowers ``V``, so
-it never needs more users.
+**The run.**  A party that drops the item's prefix never queries its
+extensions again, and the parties' users are disjoint: party ``p`` keeps
+the item to the end with ``S_p = Π_levels P(z-score ≥ g)``, and the item is
+reported when some party does, ``1 - Π_p (1 - S_p)`` (the output is the
+union of the parties' kept whole values; here nothing else competes for
+``top_k``).  The consensus raises the item's rank, not its own evidence: a
+party must see it on its own, so where the holders are matters (``one``
+needs fewer users than ``even`` for the same share: one party holds them
+all).
+
+The chance grows with ``n`` (each z-score's mean grows as ``√n``) and with
+ε (``V`` falls); the levels do not depend on either, so the answer is the
+smallest ``n`` (to 1%) meeting the target, and more ε never needs more users.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from statistics import NormalDist
 from typing import Any
@@ -53,107 +49,119 @@ import numpy as np
 from ...data.counted import CountedShard, UserTypes
 from ...data.items import ItemCodec
 from ...data.population import SingleItemShard, Vocabulary
+from ...errors import InputError
 from ...planning.commands import Option, Options
 from ...planning.sizing import MAX_USERS, OnStep, SizeAnswer, Sizing, check_share, forbidden, size_by_analysis
 from ...privacy.validation import check_epsilon
 from ..prefix_search.law import level_probabilities
 from .client import level_bounds
-from .plan import flags_named, holder_variance, noise_passing, planned_levels, planned_server
+from .plan import flags_named, holder_variance, planned_levels, planned_server
 from .server import TapsServer
 
 DEFINITION = "the analysis meets the target at n and not at n less 1% (bisection over log n)"
+EVEN, ONE = "even", "one"
+SPREADS = (EVEN, ONE)
 
 
-def item_counts(party_users: np.ndarray, holders: int) -> np.ndarray:
+def item_counts(party_users: np.ndarray, holders: int, spread: str = EVEN) -> np.ndarray:
     """``holders`` spread over the parties in proportion to their users (whole users: the remainder one
-    to each of the first parties)."""
+    to each of the first parties), or all in party 0."""
     users = np.asarray(party_users, dtype=np.int64)
+    if spread == ONE:
+        return np.concatenate(([holders], np.zeros(users.size - 1, dtype=np.int64)))
     counts = holders * users // int(users.sum())
     counts[: holders - int(counts.sum())] += 1
     return counts
 
 
-def pass_probabilities(server: TapsServer, frequency: float) -> list[float]:
-    """Each level's chance that the item's summed estimate passes the consensus threshold (module
-    docstring), for the server's parties and levels."""
+def keep_probabilities(server: TapsServer, frequency: float, spread: str) -> np.ndarray:
+    """``[parties, levels]``: each party's chance to keep the item's prefix at each level, given it
+    queried it (module docstring)."""
     share = float(level_probabilities(level_bounds(server.levels))[0])
-    users = float(server.n_users)
-    holders = frequency * users
-    z = server.keys.consensus_z
-    chances = []
-    for length, _ in planned_levels(server):
+    users = server.party_users.astype(np.float64)
+    counts = frequency * users.sum() * (users / users.sum() if spread == EVEN else np.eye(users.size)[0])
+    kept = server.keys.kept_per_level
+    chances = np.zeros((users.size, server.levels))
+    for level, (length, candidates) in enumerate(planned_levels(server)):
         oracle = server.oracle(length)
-        noise = users * oracle.per_user_variance()[0] / share
-        threshold = z * math.sqrt(noise)
-        sd = math.sqrt(max(noise + holder_variance(oracle, share) * holders, 1e-300))
-        chances.append(NormalDist().cdf((holders - threshold) / sd))
+        noise = np.sqrt(users * oracle.per_user_variance()[0] / share)
+        gate = min(server.keys.consensus_z, _rank_score(candidates, kept))
+        spread_sd = np.sqrt(1 + holder_variance(oracle, share) * counts / noise**2)
+        chances[:, level] = [NormalDist().cdf(x) for x in (counts / noise - gate) / spread_sd]
     return chances
+
+
+def _rank_score(candidates: int, kept: int) -> float:
+    """The z-score above which a prefix outranks all but ``kept - 2`` of ``candidates - 2`` prefixes no one
+    holds (one place is the empty value's): their ``kept - 1``-th best, about."""
+    noise = candidates - 2
+    if noise < kept:
+        return -math.inf  # places for every candidate
+    return NormalDist().inv_cdf(1 - (kept - 1) / noise)
+
+
+def discovery_probability(server: TapsServer, frequency: float, spread: str) -> float:
+    """The chance that some party keeps the item's prefix at every level (module docstring)."""
+    kept_to_end = np.prod(keep_probabilities(server, frequency, spread), axis=1)
+    return float(1 - np.prod(1 - kept_to_end))
 
 
 def size_taps(
     frequency: float,
     discovery: float,
     epsilon: float,
+    spread: str = EVEN,
     on_step: OnStep | None = None,
     **design: Any,
 ) -> SizeAnswer:
-    """The smallest population (parties of equal size) in which an item of share ``frequency`` passes
-    the consensus threshold at every level with probability ``discovery`` (``design``: the options of
+    """The smallest population (parties of equal size) in which some party keeps the prefix of an item of
+    share ``frequency`` at every level with probability ``discovery`` (``design``: the options of
     :func:`~fedhh.protocols.taps.plan.plan_taps`)."""
     check_share(frequency, "--frequency", upper_open=False)
     check_share(discovery, "--discovery")
     check_epsilon(epsilon, "--epsilon")
+    if spread not in SPREADS:
+        raise InputError(f"--spread: got {spread!r}; allowed values: {list(SPREADS)}")
     with flags_named():
         reference = planned_server(1 << 20, epsilon, **design)
     parties, levels = reference.keys.parties, reference.levels
+    if spread == ONE and frequency > 1 / parties:
+        raise InputError(
+            f"--frequency: {frequency:g} of the users cannot all be in one of {parties} equal parties "
+            f"(at most 1/{parties}); use --spread even"
+        )
 
     def rate(users: int) -> tuple[float, dict[str, Any]]:
         with flags_named():
             server = planned_server(users, epsilon, **design)
-        chances = pass_probabilities(server, frequency)
-        return math.prod(chances), {
+        chances = keep_probabilities(server, frequency, spread)
+        return discovery_probability(server, frequency, spread), {
             "parties": parties,
             "party_users": [int(u) for u in server.party_users],
+            "spread": spread,
             "levels": levels,
             "prefix_lengths": [length for length, _ in planned_levels(server)],
             "oracle": server.keys.tree_oracle,
             "encoding": server.keys.tree_encoding,
             "consensus_z": server.keys.consensus_z,
-            "level_pass_probability": chances,
+            "kept_per_level": server.keys.kept_per_level,
+            "party_keeps_to_the_end": np.prod(chances, axis=1).tolist(),
             "epsilon": epsilon,
         }
 
     smallest = max(parties * levels, math.ceil(1 / frequency))
     hint = "" if reference.keys.tree_oracle != "grr" else "; GRR's variance grows with the prefixes' domain: try OLH"
     start = min(int(frequency**-2), MAX_USERS)
-    answer = size_by_analysis("taps", frequency, discovery, rate, smallest, start, on_step, hint, DEFINITION)
-    with flags_named():
-        crowded = crowding(planned_server(answer.users, epsilon, **design))
-    return dataclasses.replace(answer, caveats=(crowded,) if crowded else ())
-
-
-def crowding(server: TapsServer) -> str:
-    """The caveat of a design whose noise prefixes passing the threshold outnumber a party's places
-    (the analysis leaves them out: the item then loses its places to them, and is found less often)."""
-    kept, z = server.keys.kept_per_level, server.keys.consensus_z
-    noise = max(noise_passing(candidates, z) for _, candidates in planned_levels(server))
-    if noise < kept - 2:
-        return ""
-    return (
-        f"about {noise:.3g} prefixes no one holds pass the consensus threshold at a level, more than the "
-        f"{kept - 2} places a party's kept_per_level = {kept} leaves besides the item and the empty value: they "
-        "take the item's places, which the analysis leaves out, so runs find it less often (check with --verify; "
-        "a larger --kept-per-level or --consensus-z leaves room)"
-    )
+    return size_by_analysis("taps", frequency, discovery, rate, smallest, start, on_step, hint, DEFINITION)
 
 
 def planted(
-    server: TapsServer, holders: int, codec: ItemCodec, item: str, by_law: bool
+    server: TapsServer, holders: int, spread: str, codec: ItemCodec, item: str, by_law: bool
 ) -> list[SingleItemShard] | list[CountedShard]:
-    """The verification population: ``holders`` users holding ``item``, spread evenly over the parties
-    (each party's first users), the others nothing; as one shard of users, or a shard of counts a party."""
+    """The verification population: ``holders`` users holding ``item`` laid out by ``spread`` (each
+    party's first users), the others nothing; as one shard of users, or a shard of counts a party."""
     bounds = server.party_bounds
-    counts = item_counts(np.diff(bounds), holders)
+    counts = item_counts(np.diff(bounds), holders, spread)
     vocabulary, ids = Vocabulary.encode([item], codec)
     n_users = int(bounds[-1])
     if by_law:
@@ -182,12 +190,12 @@ def _design(args: Options) -> dict[str, Any]:
 
 
 def _answer(args: Options, show: OnStep) -> SizeAnswer:
-    return size_taps(args.frequency, args.discovery, args.epsilon, show, **_design(args))
+    return size_taps(args.frequency, args.discovery, args.epsilon, args.spread, show, **_design(args))
 
 
 def verification_setup(args: Options, answer: SizeAnswer) -> dict[str, Any]:
     """What ``--verify`` runs: the server at the answer's population (its seed the run's) on the planted
-    item, spread evenly over the parties."""
+    item laid out by ``--spread``."""
     design = _design(args)
     codec = planned_server(answer.users, args.epsilon, **design).codec
 
@@ -196,13 +204,13 @@ def verification_setup(args: Options, answer: SizeAnswer) -> dict[str, Any]:
         return TapsServer(built.keys, built.split, answer.users, codec, seed)
 
     def plant(holders: int, item: str, by_law: bool) -> list[SingleItemShard] | list[CountedShard]:
-        return planted(server(0), holders, codec, item, by_law)
+        return planted(server(0), holders, args.spread, codec, item, by_law)
 
     return {"codec": codec, "make_server": server, "plant": plant}
 
 
 def _check_analytic(args: Options, mode: str) -> None:
-    forbidden(args, ("top_k",), mode + " (the item is found when it passes every level)")
+    forbidden(args, ("top_k",), mode + " (the item is found when a party keeps it at every level)")
 
 
 TAPS_SIZING = Sizing(
@@ -210,6 +218,11 @@ TAPS_SIZING = Sizing(
     20,
     (
         Option("--top-k", "with --recall: K of recall@K", int),
+        Option(
+            "--spread",
+            "where the item's holders are: even (every party, default) or one (party 0)",
+            default=EVEN,
+        ),
         Option("--parties", "parties P, of n/P users each (default 4)", int, 4),
         Option("--levels", "levels in every party (default 0: the fewest that reach whole values)", int, 0),
         Option("--oracle", "frequency oracle of every report (default olh)", default="olh"),
