@@ -1,4 +1,4 @@
-"""Law simulation of MCM, Bitstogram, SPM, RAPPOR and the baselines: whole runs from 10^6 to 10^9 users.
+"""Law simulation of MCM, Bitstogram, SPM, RAPPOR, TAPS and the baselines: whole runs from 10^6 to 10^9 users.
 
 Each protocol runs with its defaults on the default population (wordfreq), fast driver, one
 shard in process, ``run.simulation = "law"`` at each ``--users``, and once with
@@ -6,7 +6,8 @@ shard in process, ``run.simulation = "law"`` at each ``--users``, and once with
 point is run ``--repeats`` times (seeds 0, 1, ...) in a fresh process, the points in turn so
 that all see the same load: medians of wall seconds and of the peak resident memory.  A law
 run costs O(vocabulary) whatever the users, but for SPM's pairs round (O(users), see
-docs/simulation.md) and Bitstogram's channels (about √n).
+docs/simulation.md) and Bitstogram's channels (about √n).  TAPS's parties split the one shard
+(its users drawn from one law) by a multivariate hypergeometric draw.
 
 Usage::
 
@@ -23,7 +24,7 @@ import statistics
 import subprocess
 import sys
 
-PROTOCOLS = ("central", "exact", "mcm", "bitstogram", "rappor", "spm")
+PROTOCOLS = ("central", "exact", "mcm", "bitstogram", "rappor", "spm", "taps")
 SPM_MAX_USERS = 10**8  # SPM's pairs round grows with the users: larger points are left out
 
 ONE_RUN = """

@@ -173,6 +173,7 @@ def build_config(raw: Mapping[str, Any]) -> FedhhConfig:
             "have one; a file's or a dataset's users hold what they hold (use 0)"
         )
     _check_languages(sections)
+    _check_party_shards(sections)
     return FedhhConfig(sections)
 
 
@@ -201,6 +202,26 @@ def _check_languages(sections: dict[str, dict[str, Any]]) -> None:
             f"population.languages: {len(languages)} languages but protocol.parties = {parties}; "
             "each party is one language"
         )
+
+
+def _check_party_shards(sections: dict[str, dict[str, Any]]) -> None:
+    """A law run of a protocol with parties (``protocol.parties``) over a population whose users are
+    not drawn from one law (``population.languages``, a file, a dataset) needs shards within parties:
+    its law sampler splits a shard across parties as exchangeable users (:mod:`fedhh.protocols.taps.law`)."""
+    run, population = sections["run"], sections["population"]
+    if run["simulation"] != "law" or not (population["languages"] or population["source"] in ("file", "dataset")):
+        return
+    from .protocols.registry import PROTOCOLS
+
+    spec = PROTOCOLS.get(sections["protocol"]["name"])
+    parties = sections["protocol"].get("parties") if spec is not None and "parties" in spec.keys else None
+    if parties is None or (run["shards"] != AUTO_SHARDS and int(run["shards"]) % parties == 0):
+        return
+    what = "population.languages" if population["languages"] else f'population.source = "{population["source"]}"'
+    raise ConfigError(
+        f"run.shards: got {run['shards']!r}; a law simulation of {what} needs shards within parties: "
+        f"a multiple of protocol.parties = {parties} (its parties' users are not drawn from one law)"
+    )
 
 
 def parse_override(text: str) -> tuple[str, Scalar]:

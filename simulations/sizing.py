@@ -136,13 +136,17 @@ def verify_item(
     progress: Progress | None = None,
     codec: ItemCodec | None = None,
     make_server: Callable[[int], ServerProtocol] | None = None,
+    plant: Callable[[int, str, bool], Sequence[Shard] | Sequence[CountedShard]] | None = None,
 ) -> Verification:
     """How often ``trials`` runs report the planted item of share ``frequency`` among ``users``.
 
     ``search`` gives PEM's or TreeHist's parameters (bit values); ``privacy``
     TrieHH's (ε, δ, L), whose item has ``L - 1`` characters; any other
     protocol's sizing gives its item ``codec`` and ``make_server`` (its server
-    for a seed), and the registered protocol's ``respond`` answers.  Above
+    for a seed), and the registered protocol's ``respond`` answers; and
+    ``plant``, where the item's holders matter (TAPS's parties): ``plant(holders,
+    item, by_law)`` gives the population's shards (of users, or of counts by
+    law) in place of the holders being the first users.  Above
     :data:`LAW_FROM_USERS` users the runs are law simulations.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
@@ -180,20 +184,28 @@ def verify_item(
         codec, server, respond = bits, prefix_server, prefix_respond
     holders = int(round(frequency * users))
     by_law = users > LAW_FROM_USERS
-    if by_law:
+    if not by_law and users > MAX_SIMULATED_USERS:
+        raise InputError(f"--verify: {users:,} users is more than the {MAX_SIMULATED_USERS:,} simulated in memory")
+    shards: Sequence[Shard] | Sequence[CountedShard]
+    if plant is not None:
+        item = planted_item(codec)
+        shards = plant(holders, item, by_law)
+    elif by_law:
         counted, item = planted_counts(codec, users, holders)
+        shards = [counted]
+    else:
+        shard, item = planted_population(codec, users, holders)
+        shards = [shard]
+    if by_law:
         law = get_protocol(protocol).law
         if law is None:
             raise ValueError(f"verify_item: {protocol} has no law sampler")
-
-        def answer(request: Request, randomness: KeyedRandomness) -> list[Response]:
-            return [law(request, counted, randomness)]
+        reply: Callable[..., Response] = law
     else:
-        shard, item = planted_population(codec, users, holders)
-        reply: Callable[..., Response] = respond  # each protocol's respond takes its own request
+        reply = respond  # each protocol's respond takes its own request
 
-        def answer(request: Request, randomness: KeyedRandomness) -> list[Response]:
-            return [reply(request, shard, randomness)]
+    def answer(request: Request, randomness: KeyedRandomness) -> list[Response]:
+        return [reply(request, held, randomness) for held in shards]
 
     found = 0
     for trial in range(trials):

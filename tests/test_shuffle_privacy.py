@@ -225,7 +225,7 @@ def test_plans_report_the_shuffled_guarantee(capsys: pytest.CaptureFixture[str])
     assert json.loads(capsys.readouterr().out)["shuffle"]["epsilon"] is None
 
 
-@pytest.mark.parametrize("protocol", ["pem", "treehist", "bitstogram", "spm", "mcm", "rappor", "sfp"])
+@pytest.mark.parametrize("protocol", ["pem", "treehist", "bitstogram", "spm", "mcm", "rappor", "sfp", "taps"])
 def test_every_ldp_plan_shows_its_shuffled_guarantee_in_one_row(
     protocol: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,9 +9,11 @@ every party's noisy estimates (:mod:`fedhh.protocols.taps.server`).  Each
 user sends one report, through an ε-LDP frequency oracle: every user's
 guarantee is ε-LDP.
 
-The package: its messages (``messages``), the device side (``client``), the
-server (``server``), what an untrusting server checks (``nodes``), the bits a
-user sends (``wire``), and its spec, registered here.
+The package: its messages (``messages``), the device side (``client``), its
+law sampler (``law``, for ``run.simulation = "law"``), the server
+(``server``), what an untrusting server checks (``nodes``), its planner
+(``plan``, ``fedhh plan taps``) and sizing (``sizing``, ``fedhh size taps``), the bits a user sends (``wire``), and its
+spec, registered here.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from ..common.crowds import party_level_crowds
 from ..registry import register_protocol
 from ..spec import ContractText, ProtocolSpec
 from .client import respond
+from .law import law
 from .messages import PartyLevelRequest, PartySupport
 from .nodes import DROPOUT_PRIVACY, NO_DENSE_LAYOUT, check_reply, describe_round
+from .plan import TAPS_PLAN, plan_taps
 from .server import BUDGET, NAME, TapsKeys, TapsServer, build_taps
+from .sizing import TAPS_SIZING
 from .wire import taps_bits
 
 CONTRACT = ContractText(
@@ -38,6 +43,10 @@ SPEC = register_protocol(
         summary="TAPS (Zhang et al.): parties' prefix trees pruned by their consensus; ε-LDP per user",
         build=build_taps,
         respond=respond,
+        law=law,
+        planner=plan_taps,
+        plan_command=TAPS_PLAN,
+        sizing=TAPS_SIZING,
         request_type=PartyLevelRequest,
         response_type=PartySupport,
         dropout_privacy=DROPOUT_PRIVACY,

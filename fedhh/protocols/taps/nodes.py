@@ -23,25 +23,50 @@ NO_DENSE_LAYOUT = (
 
 def check_reply(request: PartyLevelRequest, response: PartySupport, node: HeldUsers, server: TapsServer) -> None:
     """Each party's reporters are the node's users of that party at the asked level (public
-    randomness), and no candidate's support exceeds its party's reporters."""
-    from ..prefix_search.reports import range_levels
+    randomness), and no candidate's support exceeds its party's reporters.
 
-    levels = range_levels(request.partition_seed, level_bounds(request.levels), node.first_user, node.users)
-    members = np.flatnonzero(levels == request.level) + node.first_user
-    expected = np.bincount(user_parties(request.party_bounds, members), minlength=request.party_bounds.size - 1)
-    if response.reporters.shape != expected.shape or np.any(response.reporters != expected):
-        raise InvalidReply(
-            f"PartySupport.reporters: the node's users of level {request.level} per party are "
-            f"{expected.tolist()}, it says {response.reporters.tolist()}"
-        )
+    A law simulation's node draws how its users split over the levels
+    (:mod:`fedhh.protocols.taps.law`) instead of computing each user's level
+    (:attr:`~fedhh.protocols.base.ServerProtocol.by_law`): then any number of
+    reporters up to the node's users in the party is honest."""
+    if server.by_law:
+        most = _party_users(request.party_bounds, node)
+        if response.reporters.shape != most.shape or np.any((response.reporters < 0) | (response.reporters > most)):
+            raise InvalidReply(
+                f"PartySupport.reporters: the node holds {most.tolist()} users per party, it says "
+                f"{response.reporters.tolist()} of them reported"
+            )
+    else:
+        expected = _level_members(request, node)
+        if response.reporters.shape != expected.shape or np.any(response.reporters != expected):
+            raise InvalidReply(
+                f"PartySupport.reporters: the node's users of level {request.level} per party are "
+                f"{expected.tolist()}, it says {response.reporters.tolist()}"
+            )
     if response.counts.shape != request.candidates.shape:
         raise InvalidReply(
             f"PartySupport.counts: {request.candidates.size} candidates asked, {response.counts.size} counts sent"
         )
     bounds = request.candidate_bounds
-    most = np.repeat(expected, np.diff(bounds))
+    most = np.repeat(response.reporters, np.diff(bounds))
     if np.any(response.counts < 0) or np.any(response.counts > most):
         raise InvalidReply("PartySupport.counts: a candidate's support exceeds its party's reporters")
+
+
+def _level_members(request: PartyLevelRequest, node: HeldUsers) -> np.ndarray:
+    """The node's users of each party at the asked level (public randomness)."""
+    from ..prefix_search.reports import range_levels
+
+    levels = range_levels(request.partition_seed, level_bounds(request.levels), node.first_user, node.users)
+    members = np.flatnonzero(levels == request.level) + node.first_user
+    return np.bincount(user_parties(request.party_bounds, members), minlength=request.party_bounds.size - 1)
+
+
+def _party_users(party_bounds: np.ndarray, node: HeldUsers) -> np.ndarray:
+    """The node's users in each party (its id range cut by the parties')."""
+    bounds = np.asarray(party_bounds, dtype=np.int64)
+    stop = node.first_user + node.users
+    return np.clip(bounds[1:], node.first_user, stop) - np.clip(bounds[:-1], node.first_user, stop)
 
 
 def describe_round(record: RoundRecord) -> str:
