@@ -328,3 +328,19 @@ def test_bad_input_exits_2_naming_the_field(
     error = capsys.readouterr().err
     assert field in error and len(error.strip().splitlines()) == 1, error
     assert not list(tmp_path.iterdir())
+
+
+def test_every_sizing_takes_the_documented_recall_form(capsys: pytest.CaptureFixture[str]) -> None:
+    """`fedhh size P --top-k K --recall R --population CONFIG` (docs/cli.md) is parsed for every protocol
+    that sizes: the missing config is what is refused, not an unknown --top-k."""
+    from simulations.size_cli import sizings
+
+    for protocol in sizings():
+        try:
+            status = main(["size", protocol, "--top-k", "5", "--recall", "0.8", "--population", "no-such-config.toml"])
+        except SystemExit as stopped:  # argparse: an unknown option
+            status = stopped.code
+        captured = capsys.readouterr()
+        assert status == 2, protocol
+        assert "no-such-config.toml" in captured.out + captured.err, protocol
+        assert "unrecognized" not in captured.err, protocol

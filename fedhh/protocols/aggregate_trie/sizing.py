@@ -136,6 +136,7 @@ def _answer(args: Options, show: OnStep) -> SizeAnswer:
 
 def _check_analytic(args: Options, mode: str) -> None:
     required(args, ("delta",), mode)
+    forbidden(args, ("top_k",), mode + " (the answer is for one item of share --frequency)")
 
 
 def _check_recall(args: Options, mode: str) -> None:
@@ -152,6 +153,7 @@ AGGREGATE_TRIE_SIZING = Sizing(
         Option("--sampling-rate", "q, each user's chance to be sampled per level (default 1)", float),
         Option("--extension", "symbols a level adds (default 2)", int, 2),
         Option("--contributions", "candidates a user adds 1 to per level (default 1)", int, 1),
+        Option("--top-k", "K of recall@K (with --recall and --population)", int),
     ),
     _answer,
     verification_server,
