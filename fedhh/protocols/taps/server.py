@@ -35,7 +35,10 @@ reports already sent, from other users):
 
 Each party keeps its ``kept_per_level`` candidates of best score.  With
 ``protocol.consensus = "none"`` each party keeps its own best estimates of
-its level alone: independent per-party trees, the baseline.
+its level alone: independent per-party trees, the baseline.  ``"prior"``
+and ``"parties"`` apply one half of the rule each (the earlier level only:
+independent trees that remember; the other parties only), so that a study
+can tell the halves' shares apart.
 
 **Adaptive extension.**  Every party's level ``j`` has the same length (so
 the parties' estimates of a prefix can be summed).  The first level covers
@@ -46,9 +49,9 @@ units left over the levels left, and never so far that a later level would
 have nothing to add: parties that keep fewer prefixes grow faster.
 
 **Output.**  The union of the parties' kept whole values, ranked by the sum
-of the estimates (pooled as above) of every party whose last level queried the value (under
-``consensus = "none"``: of the parties that kept it, each party's own output
-merged), the ``top_k`` best that can be items.
+of the estimates (pooled as above) of every party whose last level queried
+the value (under ``"none"`` and ``"prior"``: of the parties that kept it,
+each party's own output merged), the ``top_k`` best that can be items.
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ from .messages import PartyLevelRequest, PartySupport
 NAME = "taps"
 ORACLES = ("olh", "blh", "grr")
 CONSENSUS, INDEPENDENT = "taps", "none"
+PRIOR_ONLY, PARTIES_ONLY = "prior", "parties"  # each half of the consensus alone, to measure its share
+WITH_PRIOR = (CONSENSUS, PRIOR_ONLY)  # rules that pool a party's earlier level
+WITH_PARTIES = (CONSENSUS, PARTIES_ONLY)  # rules that combine the parties' evidence
 PARTITION_PURPOSE = "taps.partition"
 ORACLE_PURPOSE = "taps.oracle"
 PARTY_TOP = 10  # items listed per party in the result's parameters
@@ -102,9 +108,10 @@ class TapsKeys(ConfigSection):
     consensus: str = Key(
         str,
         CONSENSUS,
-        "TAPS: pruning by each party's estimates pooled with its earlier level's and the other parties' (taps) "
-        "or by each party's own level alone (none: independent per-party trees, merged)",
-        (CONSENSUS, INDEPENDENT),
+        "TAPS: pruning by each party's estimates pooled with its earlier level's and the other parties' (taps), "
+        "by each party's own level alone (none: independent per-party trees, merged), or by one half of taps: "
+        "the earlier level only (prior) or the other parties only (parties)",
+        (CONSENSUS, INDEPENDENT, PRIOR_ONLY, PARTIES_ONLY),
     ).field()
     consensus_z: float = Key(
         float,
@@ -296,7 +303,7 @@ class TapsServer(ServerProtocol):
             estimates = oracle.estimate_support(Support(response.counts[start:stop], reporters)) * scale
             variance = oracle.linear_variance(reporters).zero_count * scale**2
             variances = np.full(stop - start, variance)
-            if self.keys.consensus == CONSENSUS and self._levels:
+            if self.keys.consensus in WITH_PRIOR and self._levels:
                 estimates, variances = self._with_prior(self._levels[-1][party], rows, estimates, variances)
             levels.append(PartyLevel(rows, estimates, variances, np.zeros(0, dtype=np.int64)))
         return levels
@@ -325,7 +332,7 @@ class TapsServer(ServerProtocol):
         reportable = self.encoding.reportable if last else None
         scores = (
             _consensus_scores(parties, keys, bounds, self.keys.consensus_z)
-            if self.keys.consensus == CONSENSUS
+            if self.keys.consensus in WITH_PARTIES
             else [level.estimates for level in parties]
         )
         for level, score in zip(parties, scores, strict=True):
@@ -341,13 +348,13 @@ class TapsServer(ServerProtocol):
     # -- result ---------------------------------------------------------------------------
 
     def _merged(self) -> tuple[np.ndarray, np.ndarray]:
-        """The union of the parties' kept whole values, best first by their summed estimates: under
-        consensus, of every party whose last level queried the value; independently, of the parties
-        that kept it (each party's own output, merged)."""
+        """The union of the parties' kept whole values, best first by their summed estimates: where
+        the parties' evidence is combined, of every party whose last level queried the value;
+        otherwise, of the parties that kept it (each party's own output, merged)."""
         if self._stopped_because is None or len(self._levels) < self.levels:
             return np.zeros((0, self.encoding.length), dtype=np.int64), np.zeros(0)
         parties = self._levels[-1]
-        if self.keys.consensus == INDEPENDENT:
+        if self.keys.consensus not in WITH_PARTIES:
             parties = [
                 PartyLevel(p.rows[p.kept], p.estimates[p.kept], p.variances[p.kept], np.arange(p.kept.size))
                 for p in parties
