@@ -87,6 +87,21 @@ def test_flower_supernodes_hold_a_billion_users_by_law(tmp_path: Path) -> None:
     assert TOP_WORDS <= {hit["item"] for hit in document["heavy_hitters"]}
 
 
+@pytest.mark.parametrize("protocol", ["pem", "treehist"])
+def test_flower_accepts_the_levels_a_law_node_draws(protocol: str, tmp_path: Path) -> None:
+    """A law node draws how its users split over the prefix search's levels, so a level round's
+    reporters differ from the public partition's count; the server accepts any split (three nodes of
+    10^6 users in all), and finds what the fast driver finds over the same three shards."""
+    from simulations.flower import run_flower_simulation
+
+    config = load_config(None, ["run.simulation=law", f'protocol.name="{protocol}"', "population.users=1000000",
+                                "run.shards=3"])
+    document = run_flower_simulation(config, 3, output_dir=tmp_path / "out")
+    reference = run_fast(Experiment(config), 3, "inprocess").result
+    found = [(hit["item"], hit["estimated_count"]) for hit in document["heavy_hitters"]]
+    assert found and found == [(d.item, d.estimated_count) for d in reference.discoveries]
+
+
 def test_simulation_is_a_sweep_axis_and_a_column(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 

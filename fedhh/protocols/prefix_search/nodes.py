@@ -41,9 +41,17 @@ def report_width(request: PrefixRequest, server: PrefixSearchServer) -> int:
 
 
 def check_reply(request: PrefixRequest, response: PrefixResponse, node: HeldUsers, server: PrefixSearchServer) -> None:
-    """Raise :class:`InvalidReply` unless ``response`` is a possible answer of the node."""
+    """Raise :class:`InvalidReply` unless ``response`` is a possible answer of the node.
+
+    A law simulation's node draws how its users split over the levels
+    (:mod:`fedhh.protocols.prefix_search.law`) instead of computing each user's level
+    (:attr:`~fedhh.protocols.base.ServerProtocol.by_law`): then a level round's reporters may be
+    any number up to the node's users, and a collection's rows any split of them over the levels."""
     tag = type(response).__name__
-    asked = asked_users(request, node)
+    drawn_level = server.by_law and request.mode == LEVEL
+    asked = response.sampled_users if drawn_level else asked_users(request, node)
+    if drawn_level and not 0 <= asked <= node.users:
+        raise InvalidReply(f"{tag}.sampled_users: {asked} of the node's {node.users} users")
     if response.sampled_users != asked or response.responding_users != asked:
         raise InvalidReply(
             f"{tag}.sampled_users/responding_users: the node holds {asked} asked users, it says "
@@ -91,6 +99,10 @@ def _check_collection(
     if levels.size and int(levels.max()) >= request.levels:
         raise InvalidReply(f"{tag}.report_rows: a level beyond the {request.levels} levels")
     sent = np.bincount(levels.astype(np.int64), weights=response.report_counts, minlength=request.levels)
+    if server.by_law:  # the node drew its users' levels: any split of all of them
+        if int(np.rint(sent).sum()) != node.users:
+            raise InvalidReply(f"{tag}.report_rows: {int(np.rint(sent).sum())} reports from {node.users} users")
+        return
     expected = level_sizes(request.partition_seed, request.level_bounds, node.first_user, node.users)
     if not np.array_equal(np.rint(sent).astype(np.int64), expected):
         raise InvalidReply(
