@@ -230,3 +230,32 @@ def test_parties_of_their_own_laws_refuse_shards_across_parties(shards: str) -> 
     load_config(None, [*LANGUAGES, "run.shards=8"])
     load_config(None, [*LANGUAGES, "run.shards=3", "run.simulation=users"])
     load_config(None, ['protocol.name="taps"', "run.simulation=law", "run.shards=3"])
+
+
+def test_language_parties_draw_their_counts_from_each_language() -> None:
+    """A law shard of language parties is drawn party by party from each language's law, without
+    building a user: a shard across two parties holds, item by item, the two parties' expected
+    counts (its users times each language's probability) within 5 standard deviations of the
+    multinomial, and a party's law is what its built users draw (English users' counts of
+    English-only and French-only words). Counting built users instead, as before, would take
+    minutes at this size; a wrong party layout (one law for both) fails the per-item check."""
+    config = load_config(None, [*LANGUAGES, "population.users=400000000", "run.shards=4"])
+    source = Experiment(config).source
+    start, stop = 50_000_000, 150_000_000  # half in party 0 (en), half in party 1 (fr)
+    ranges = source.range_laws(start, stop)
+    assert [(first, last) for first, last, _ in ranges] == [(start, 100_000_000), (100_000_000, stop)]
+    english, french = ranges[0][2], ranges[1][2]
+    counts = counted_users(source, start, stop, 7)
+    expected = 50_000_000 * (english[1:] + french[1:])
+    spread = np.sqrt(50_000_000 * (english[1:] * (1 - english[1:]) + french[1:] * (1 - french[1:])))
+    assert counts.n_users == stop - start and counts.types.users.size == 0  # no user holds several items
+    assert np.all(np.abs(counts.holders - expected) <= 5 * spread + 1e-9)
+    assert np.abs(counts.holders - 100_000_000 * english[1:]).max() > 100 * spread.max()  # one law is far off
+    built = source.build_users(0, 200_000)  # English users
+    items = np.asarray(built.item_of_user)
+    drawn = np.bincount(items[items >= 0], minlength=source.vocabulary.size)
+    words = source.vocabulary.items
+    for word in ("the", "de"):
+        index = words.index(word)
+        share = english[1 + index]
+        assert abs(drawn[index] - 200_000 * share) <= 5 * math.sqrt(200_000 * share * (1 - share)) + 1, word

@@ -14,9 +14,11 @@ first_user + n_users)``:
 * the rest hold nothing encodable.
 
 Where the counts come from (:func:`counted_users`): for a sampled
-population of one item a user (wordfreq, Zipf) they are drawn directly,
-``Multinomial(users, item law)`` (with a deny list, the law with the denied
-items' mass moved to holding nothing: :mod:`fedhh.data.deny_list`), so no user is built and memory is
+population of one item a user (wordfreq, Zipf, language parties) they are
+drawn directly, ``Multinomial(users, item law)`` for each range of users of
+one law (a language party's users have its language's; with a deny list,
+the law with the denied items' mass moved to holding nothing:
+:mod:`fedhh.data.deny_list`), so no user is built and memory is
 O(vocabulary) for any number of users; for a file, a dataset, or several
 items a user, the users are built a chunk at a time and counted (their own
 items, O(users) time once, O(vocabulary + types) memory).  Drawn counts are
@@ -226,14 +228,20 @@ class CountedShard:
 
 def counted_users(source: PopulationSource, start: int, stop: int, seed: int) -> CountedShard:
     """The users ``[start, stop)`` of ``source`` as counts (module docstring): drawn from the item
-    law for a sampled population of one item a user (keyed by the seed and the range, so every
-    process holding or checking the shard draws the same counts), else counted from the users,
-    built :data:`~fedhh.data.population.TRUTH_CHUNK_USERS` at a time."""
-    law = source.item_law() if isinstance(source, (SampledSource, DeniedItemsSource)) else None
-    if law is not None:
-        rng = KeyedRandomness(seed).generator(COUNTS_PURPOSE, start, stop)
-        drawn = rng.multinomial(stop - start, law).astype(np.int64)  # entry 0: users holding nothing
-        return CountedShard(source.vocabulary, start, stop - start, drawn[1:], UserTypes.none(), source.n_users)
+    law for a sampled population of one item a user (each range of one law, such as a language
+    party's, keyed by the seed and the range, so every process holding or checking the shard draws
+    the same counts), else counted from the users, built
+    :data:`~fedhh.data.population.TRUTH_CHUNK_USERS` at a time."""
+    ranges = source.range_laws(start, stop) if isinstance(source, (SampledSource, DeniedItemsSource)) else None
+    if ranges is not None and stop > start:
+        drawn = []
+        for first, last, law in ranges:
+            rng = KeyedRandomness(seed).generator(COUNTS_PURPOSE, first, last)
+            holders = rng.multinomial(last - first, law).astype(np.int64)[1:]  # entry 0: users holding nothing
+            drawn.append(
+                CountedShard(source.vocabulary, first, last - first, holders, UserTypes.none(), source.n_users)
+            )
+        return CountedShard.combine(drawn)
     return CountedShard.combine(
         [
             CountedShard.of_shard(source.build_users(first, min(first + TRUTH_CHUNK_USERS, stop)), source.n_users)

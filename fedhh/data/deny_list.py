@@ -238,8 +238,17 @@ class DeniedItemsSource(PopulationSource):
         nothing; ``None`` when ``source`` has none (a law simulation then counts built users)."""
         inner = getattr(self.source, "item_law", None)
         law = inner() if inner is not None else None
-        if law is None:
-            return None
+        return None if law is None else self._left(law)
+
+    def range_laws(self, start: int, stop: int) -> list[tuple[int, int, np.ndarray]] | None:
+        """``source``'s ranges of one item law each within ``[start, stop)``, each law as
+        :meth:`item_law` leaves it; ``None`` when ``source`` has none."""
+        inner = getattr(self.source, "range_laws", None)
+        ranges = inner(start, stop) if inner is not None else None
+        return None if ranges is None else [(first, last, self._left(law)) for first, last, law in ranges]
+
+    def _left(self, law: np.ndarray) -> np.ndarray:
+        """``law`` with the denied items' mass moved to holding nothing (entry 0)."""
         left = np.asarray(law, dtype=np.float64).copy()
         left[0] += left[1:][self.mask].sum()
         left[1:][self.mask] = 0.0

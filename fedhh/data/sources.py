@@ -101,7 +101,17 @@ class SampledSource(PopulationSource):
         ``None`` when users draw several items (a law simulation then counts built users)."""
         if self.words_per_user != 1:
             return None
-        cdf = np.minimum(self._pick.cdf, 1.0)
+        return self._law_of(self._pick)
+
+    def range_laws(self, start: int, stop: int) -> list[tuple[int, int, np.ndarray]] | None:
+        """The users ``[start, stop)`` as consecutive ranges of one item law each (entries as in
+        :meth:`item_law`), or ``None`` when users draw several items."""
+        law = self.item_law()
+        return None if law is None else [(start, stop, law)]
+
+    def _law_of(self, pick: InverseCdf) -> np.ndarray:
+        """The law of the item one draw through ``pick`` gives (entry 0: none, ``1 + i``: item ``i``)."""
+        cdf = np.minimum(pick.cdf, 1.0)
         cdf[-1] = 1.0
         candidate = np.diff(cdf, prepend=0.0)
         law = np.bincount(self._candidate_item + 1, weights=candidate, minlength=self.vocabulary.size + 1)
@@ -250,8 +260,19 @@ class LanguagePartiesSource(WordfreqSource):
         self._party_picks = [InverseCdf(np.cumsum(law) / np.sum(law)) for law in laws]
 
     def item_law(self) -> np.ndarray | None:
-        """``None``: the parties' users draw from different laws (a law simulation counts built users)."""
+        """``None``: the parties' users draw from different laws (:meth:`range_laws` has each one)."""
         return None
+
+    def range_laws(self, start: int, stop: int) -> list[tuple[int, int, np.ndarray]] | None:
+        """The parties' ranges within ``[start, stop)``, each with its language's item law."""
+        if self.words_per_user != 1:
+            return None
+        bounds = party_bounds(self.n_users, len(self.languages))
+        return [
+            (max(start, int(bounds[party])), min(stop, int(bounds[party + 1])), self._law_of(pick))
+            for party, pick in enumerate(self._party_picks)
+            if max(start, int(bounds[party])) < min(stop, int(bounds[party + 1]))
+        ]
 
     def _draw_items(self, start: int, stop: int) -> list[np.ndarray]:
         """:meth:`SampledSource._draw_items` with each user's words drawn from its party's law."""
