@@ -49,7 +49,7 @@ from ...privacy.validation import check_users
 from ...schema import ProtocolSection
 from ..prefix_search.law import level_probabilities
 from .client import level_bounds
-from .server import BUDGET, NAME, TapsKeys, TapsServer
+from .server import BUDGET, NAME, TapsKeys, TapsServer, extension_step
 
 SURE = 0.95  # the pass probability of the counts a plan gives beside the threshold's
 CODEC_KEYS = ("max_length", "unit_size", "alphabet")
@@ -203,8 +203,7 @@ def planned_levels(server: TapsServer) -> list[tuple[int, int]]:
     planned = [(server.first_length, int(space.segment_count(server.first_length)))]
     length = server.first_length
     for level in range(1, server.levels):
-        server.length = length  # a server of its own: its next step from this length
-        step = server._next_step(kept, server.levels - level)
+        step = extension_step(server.encoding, server.keys.candidate_cap, length, kept, server.levels - level)
         planned.append((length + step, kept * int(space.segment_count(step))))
         length += step
     return planned

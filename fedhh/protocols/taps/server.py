@@ -341,9 +341,7 @@ class TapsServer(ServerProtocol):
 
     def _next_step(self, kept: int, levels_left: int) -> int:
         """Units the next level adds (see the module docstring's adaptive extension)."""
-        left = self.encoding.length - self.length
-        fits = _longest_step(self.encoding.space, kept, self.keys.candidate_cap, left)
-        return max(min(fits, left - (levels_left - 1)), math.ceil(left / levels_left))
+        return extension_step(self.encoding, self.keys.candidate_cap, self.length, kept, levels_left)
 
     # -- result ---------------------------------------------------------------------------
 
@@ -460,6 +458,16 @@ def _best(scores: np.ndarray, allowed: np.ndarray, count: int) -> np.ndarray:
     """Indices of the ``count`` largest ``scores`` where ``allowed`` holds, best first (ties: lower index)."""
     candidates = np.flatnonzero(allowed)
     return candidates[np.lexsort((candidates, -scores[candidates]))][: max(count, 0)]
+
+
+def extension_step(encoding: PrefixEncoding, cap: int, length: int, kept: int, levels_left: int) -> int:
+    """Units the level after one of ``length`` units adds when the largest party keeps ``kept``
+    prefixes and ``levels_left`` levels remain (the module docstring's adaptive extension): the
+    longest step whose candidates fit ``cap``, but at least an equal share of the units left over
+    the levels left, and never so far that a later level would have nothing to add."""
+    left = encoding.length - length
+    fits = _longest_step(encoding.space, kept, cap, left)
+    return max(min(fits, left - (levels_left - 1)), math.ceil(left / levels_left))
 
 
 def _longest_step(space: Any, parents: int, cap: int, most: int) -> int:
