@@ -1,3 +1,3 @@
 """fedhh's version, in a module of its own so that every layer can read it without importing the API."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
