@@ -348,3 +348,23 @@ def test_every_sizing_takes_the_documented_recall_form(capsys: pytest.CaptureFix
         assert status == 2, protocol
         assert "no-such-config.toml" in captured.out + captured.err, protocol
         assert "unrecognized" not in captured.err, protocol
+
+
+def test_the_size_search_tries_no_population_above_its_limit() -> None:
+    """`bracket` stays within MAX_USERS: a target first met below the limit but past the last doubling
+    is found at the limit, and an unreachable one is described at the limit, not beyond it."""
+    from fedhh.errors import InputError
+    from fedhh.planning.sizing import MAX_USERS, bracket
+
+    tried: list[int] = []
+
+    def meets(n: int) -> bool:
+        tried.append(n)
+        return n >= 0.9 * MAX_USERS
+
+    assert bracket(meets, MAX_USERS // 4, 1, "--frequency") == (MAX_USERS // 2, MAX_USERS)
+    assert max(tried) == MAX_USERS
+    described: list[int] = []
+    with pytest.raises(InputError, match="not reached with up to 1,000,000,000,000 users"):
+        bracket(lambda n: False, 3 * MAX_USERS, 1, "--frequency", lambda n: described.append(n) or "")
+    assert described == [MAX_USERS]

@@ -112,21 +112,23 @@ def bracket(
 ) -> tuple[int, int]:
     """(a population that fails, a larger one that meets the target): halving from ``start`` while
     it meets, doubling while it does not.  Below ``smallest`` nothing meets (the protocol cannot run);
-    ``describe(n)`` says what the analysis gives at the largest ``n`` when the target is out of reach."""
+    ``describe(n)`` says what the analysis gives at the largest ``n`` when the target is out of reach;
+    no population above :data:`MAX_USERS` is tried."""
+    start = min(start, MAX_USERS)
     if meets(start):
         high, low = start, max(start // 2, smallest - 1)
         while low >= smallest and meets(low):
             high, low = low, max(low // 2, smallest - 1)
         return low, high
-    low, high = start, start * 2
-    while not meets(high):
-        low, high = high, high * 2
-        if high > MAX_USERS:
-            found = "" if describe is None else f" ({describe(low)})"
+    low, high = start, min(start * 2, MAX_USERS)
+    while low == MAX_USERS or not meets(high):
+        if high == MAX_USERS:
+            found = "" if describe is None else f" ({describe(high)})"
             raise InputError(
-                f"{flags}: not reached with up to {MAX_USERS:.0e} users{found}; ask for a larger share, "
+                f"{flags}: not reached with up to {MAX_USERS:,} users{found}; ask for a larger share, "
                 "a lower discovery probability or a looser privacy target"
             )
+        low, high = high, min(high * 2, MAX_USERS)
     return low, high
 
 
