@@ -201,16 +201,19 @@ def main() -> None:
     with burners(args.burn):
         for index in range(args.trials):
             phase = args.phases[index % len(args.phases)]
-            scratch = Path(tempfile.mkdtemp(prefix="fedhh-int-", dir="/tmp"))  # short: Ray's socket paths
-            row = None
-            try:
-                row = trial(JOBS[args.job], phase, signum, args.jitter, scratch, args.cores is not None, args.timeout)
-            except TimeoutError as error:
-                row = {"phase": phase, "signal": args.signal, "status": None, "error": str(error)}
-            finally:
-                if args.cores is not None and (row is None or row.get("status") != EXPECTED[signum]):
-                    keep(scratch, args.cores / f"trial-{index}")
-                shutil.rmtree(scratch, ignore_errors=True)  # the trial's own mkdtemp folder, made above
+            # The trial's own temporary folder (short: Ray's socket paths), removed with everything in it.
+            with tempfile.TemporaryDirectory(prefix="fedhh-int-", dir="/tmp", ignore_cleanup_errors=True) as folder:
+                scratch = Path(folder)
+                row = None
+                try:
+                    row = trial(
+                        JOBS[args.job], phase, signum, args.jitter, scratch, args.cores is not None, args.timeout
+                    )
+                except TimeoutError as error:
+                    row = {"phase": phase, "signal": args.signal, "status": None, "error": str(error)}
+                finally:
+                    if args.cores is not None and (row is None or row.get("status") != EXPECTED[signum]):
+                        keep(scratch, args.cores / f"trial-{index}")
             row["trial"] = index
             trials.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "tail"}), flush=True)
