@@ -262,6 +262,21 @@ def test_a_slow_start_up_slows_the_run_down_rather_than_failing_it(tmp_path: Pat
     assert sorted(hit["item"] for hit in document["heavy_hitters"]) == sorted(d.item for d in fast.result.discoveries)
 
 
+def wait_until_gone(pid: int, timeout_s: float = 60.0) -> None:
+    """Block until process ``pid`` has exited (gone, or a zombie awaiting its parent)."""
+    deadline = time.monotonic() + timeout_s
+    status = Path(f"/proc/{pid}/stat")
+    while time.monotonic() < deadline:
+        try:
+            state = status.read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} still runs {timeout_s:.0f} s after ray.kill")
+
+
 def test_killed_ray_shard_actor_is_restarted_and_the_result_unchanged() -> None:
     import ray
 
@@ -276,8 +291,12 @@ def test_killed_ray_shard_actor_is_restarted_and_the_result_unchanged() -> None:
             before = pid(victim)
 
             def kill_after_round_1(server: Any) -> None:
+                # ray.kill only asks the cluster to stop the actor; the remaining rounds
+                # could finish on the old process before it acts.  Waiting for that
+                # process to be gone makes round 2 meet the dead actor every time.
                 if len(server.trace) == 1:
                     ray.kill(victim, no_restart=False)
+                    wait_until_gone(before)
 
             result = drive(experiment.make_server(), holders.answer, kill_after_round_1)
             assert pid(victim) != before, "the killed actor must have been restarted in a new process"
