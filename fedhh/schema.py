@@ -187,7 +187,8 @@ class PopulationSection(ConfigSection):
     path: str = Key(
         str,
         "",
-        "file source: .txt (one item per line, one user per line), .csv or .parquet (columns user, item); "
+        "file source: .txt (one item per line, one user per line), .jsonl (the same, each line a JSON string), "
+        ".csv or .parquet (columns user, item); "
         "dataset source: the folder written by fedhh population build",
     ).field()
 

@@ -136,6 +136,27 @@ def test_text_file_one_user_per_line(tmp_path: Path) -> None:
     assert [source.vocabulary.items[i] for i in shard.item_ids] == ["moon", "sun", "moon", "star"]
 
 
+def test_json_lines_file_one_user_per_line_as_a_json_string(tmp_path: Path) -> None:
+    """The same users as the .txt above; JSON quoting carries what a text line cannot (a newline)."""
+    path = tmp_path / "users.jsonl"
+    path.write_text('"moon"\n"sun"\n "moon" \n"st\\u0061r"\n', encoding="utf-8")
+    source = FileSource(str(path), lowercase_codec())
+    assert source.n_users == 4
+    shard = source.build_all()
+    assert [source.vocabulary.items[i] for i in shard.item_ids] == ["moon", "sun", "moon", "star"]
+    path.write_text('"a\\nb"\n"c"\n', encoding="utf-8")
+    assert read_user_items(str(path)) == ([0, 1], ["a\nb", "c"])
+
+
+@pytest.mark.parametrize("line", ['moon', '""', '7', '["moon"]', '"moon", "sun"', '"moon'])
+def test_a_json_lines_line_that_is_not_one_json_string_is_refused_naming_it(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "users.jsonl"
+    path.write_text(f'"sun"\n{line}\n"star"\n', encoding="utf-8")
+    expected = rf"population.path '.*users.jsonl': line 2 \({re.escape(repr(line))}\) is not a non-empty JSON string"
+    with pytest.raises(ItemError, match=expected):
+        FileSource(str(path), lowercase_codec())
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_table_files_with_user_and_item_columns(tmp_path: Path, suffix: str) -> None:
     table = pa.table({"user": ["u1", "u2", "u1", "u1", "u3"], "item": ["moon", "sun", "moon", "star", "sun"]})
@@ -247,7 +268,8 @@ def test_csv_errors_name_the_file_line_header_counted(tmp_path: Path) -> None:
     assert users == ["007", "7"] and items == ["abc", "abc"]
 
 
-@pytest.mark.parametrize(("suffix", "place"), [(".txt", "line 10"), (".csv", "line 11"), (".parquet", "row 10")])
+@pytest.mark.parametrize(("suffix", "place"),
+                         [(".txt", "line 10"), (".jsonl", "line 10"), (".csv", "line 11"), (".parquet", "row 10")])
 @pytest.mark.parametrize(
     ("odd", "codec", "problem"),
     [
@@ -264,10 +286,14 @@ def test_a_bad_item_is_reported_at_its_first_occurrence_in_the_file(
     path = tmp_path / f"users{suffix}"
     if suffix == ".txt":
         path.write_text("\n".join(items) + "\n", encoding="utf-8")
+    elif suffix == ".jsonl":
+        path.write_text("".join(f'"{item}"\n' for item in items), encoding="utf-8")
     else:
         write_table(path, [f"u{i}" for i in range(len(items))], items)
     with pytest.raises(ItemError, match=rf"population.path '.*': {place}: item '{odd}' {re.escape(problem)}"):
         FileSource(str(path), codec)
+
+
 # -- the truth, from shards ---------------------------------------------------------------------
 
 

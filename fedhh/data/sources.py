@@ -18,6 +18,7 @@ import copy
 import csv
 import functools
 import itertools
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -525,6 +526,7 @@ class FileSource(PopulationSource):
     """Users and items read from a file.
 
     * ``.txt``: one user per line, the line is the user's item;
+    * ``.jsonl``: one user per line, the line a JSON string, the user's item;
     * ``.csv`` / ``.parquet``: columns ``user`` and ``item``, one row per
       occurrence (repeated rows become local counts).
 
@@ -573,11 +575,12 @@ def factorize(values: list[str]) -> tuple[np.ndarray, int]:
 
 
 TEXT_SUFFIXES = (".txt", ".text", "")
+JSON_LINES_SUFFIXES = (".jsonl",)
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 
 
 def read_user_items(path: str) -> tuple[list[Any], list[str]]:
-    """(user, item) occurrences from a text, CSV or Parquet file.
+    """(user, item) occurrences from a text, JSON Lines, CSV or Parquet file.
 
     Every refusal names the file's own line (text, CSV: header counted) or
     row (Parquet, 1-based).
@@ -589,9 +592,12 @@ def read_user_items(path: str) -> tuple[list[Any], list[str]]:
     if suffix in TEXT_SUFFIXES:
         lines = read_lines(file, path)
         return list(range(len(lines))), lines
+    if suffix in JSON_LINES_SUFFIXES:
+        items = read_json_lines(file, path)
+        return list(range(len(items))), items
     if suffix in TABLE_SUFFIXES:
         return read_table(file, path, suffix)
-    raise InputError(f"population.path: unsupported file type {suffix!r}; allowed: .txt, .csv, .parquet")
+    raise InputError(f"population.path: unsupported file type {suffix!r}; allowed: .txt, .jsonl, .csv, .parquet")
 
 
 def read_lines(file: Path, path: str) -> list[str]:
@@ -621,6 +627,34 @@ def read_lines(file: Path, path: str) -> list[str]:
     if "" in lines:
         raise ItemError(f"population.path {path!r}: line {lines.index('') + 1} is empty (one item per line)")
     return lines
+
+
+def read_json_lines(file: Path, path: str) -> list[str]:
+    """The items of a JSON Lines file: one user a line, the line a JSON string (the user's item).
+
+    JSON quoting lets an item hold any character, a newline included; the
+    lines are parsed as one JSON array (no Python loop per user), and only
+    a file that does not parse is scanned line by line, to name its first
+    bad line.
+    """
+    lines = read_lines(file, path)
+    try:
+        items = json.loads("[" + ",".join(lines) + "]")
+    except ValueError:
+        items = None
+    if items is None or len(items) != len(lines) or not all(type(item) is str and item for item in items):
+        for number, line in enumerate(lines, start=1):
+            try:
+                item = json.loads(line)
+            except ValueError:
+                item = None
+            if type(item) is not str or not item:
+                shown = line if len(line) <= 40 else line[:40] + "..."
+                raise ItemError(
+                    f"population.path {path!r}: line {number} ({shown!r}) is not a non-empty JSON string (a "
+                    '.jsonl population holds one user a line, the user\'s item as a JSON string: "word")'
+                )
+    return items
 
 
 def read_table(file: Path, path: str, suffix: str) -> tuple[list[Any], list[str]]:
@@ -716,7 +750,7 @@ def _first_row(*masks: Any) -> int | None:
 def occurrence_place(path: str, index: int) -> str:
     """Where occurrence ``index`` (0-based, as :func:`read_user_items` lists them) is in the file."""
     suffix = Path(path).suffix.lower()
-    if suffix in TEXT_SUFFIXES:
+    if suffix in TEXT_SUFFIXES or suffix in JSON_LINES_SUFFIXES:
         return f"line {index + 1}"
     if suffix == ".csv":
         return f"line {csv_line(Path(path), index)}"
