@@ -9,16 +9,27 @@ population) and is then the team's to change:
 * ``test_client_app.py``, its tests (``pytest DIR``): the contract's
   encodings and replies, and, where fedhh is installed, the client's
   answers driving fedhh's server to what fedhh's own client finds;
-* ``pyproject.toml``: fedhh's ServerApp and this ClientApp as the app's
+* ``server_app.py``: fedhh's ServerApp, named from a module of the bundle
+  so that it finds the bundle's files (:func:`simulations.flower_app.bundled_app`);
+* ``pyproject.toml``: that ServerApp and this ClientApp as the app's
   components, and the run config keys the run sets, the ClientApp reads,
   or ``flwr run --run-config`` may override (Flower refuses an override of
   a key the bundle does not declare, and a ClientApp sees declared keys
   only);
 * ``README.md``: how to run, test and deploy it;
-* ``population.txt``: a demo population (real English words with
-  wordfreq's frequencies, one user per line), which the server reads (n,
-  and the truth of the evaluation) and each simulated node its share of;
-* ``.gitignore``: the results folder, which ``flwr run`` must not pack.
+* ``population.jsonl``: a demo population (real English words with
+  wordfreq's frequencies, one user per line as a JSON string), which the
+  server reads (n, and the truth of the evaluation) and each simulated node
+  its share of;
+* ``.gitignore``: Python's caches, which ``flwr run`` must not pack.
+
+The run config names no folder of the machine it was written on: the
+population is a file of the app bundle (Flower installs the bundle where
+the ServerApp and each node run, and carries ``.jsonl`` files, not
+``.txt`` ones), and the results go to ``~/fedhh-results/<project name>``
+in the home folder of whoever runs the ServerApp (the folder ``flwr run``
+was given is not known where the ServerApp runs).  So the project runs as
+well after it is moved or copied, or handed to someone else.
 
 The folder is claimed as every output of fedhh is (:mod:`fedhh.results`): a
 new or empty folder, never one holding anything else, and never replaced
@@ -28,18 +39,19 @@ new or empty folder, never one holding anything else, and never replaced
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 
 from fedhh.errors import InputError
 
 TEMPLATE = Path(__file__).resolve().parent / "client_project"
-CLIENT_FILES = ("client_app.py", "test_client_app.py")  # copied as they are
+CLIENT_FILES = ("client_app.py", "server_app.py", "test_client_app.py")  # copied as they are
 KIND = "client project"  # what the folder's marker says it holds
-POPULATION_FILE = "population.txt"
-RESULTS_FOLDER = "results"
+POPULATION_FILE = "population.jsonl"
+RESULTS_HOME = "~/fedhh-results"  # the results folder is RESULTS_HOME/<project name> where the ServerApp runs
 DEMO_USERS = 100_000
-MAX_USERS = 10_000_000  # one line per user: about 80 MB of text
+MAX_USERS = 2_000_000  # about 2.5 bytes a user in the bundle: Flower refuses a bundle over 10 MB
 DEMO_VOCABULARY = 100_000  # the wordfreq words the demo users draw from
 DEMO_SEED = 0
 
@@ -103,9 +115,9 @@ def _new_client(args: argparse.Namespace) -> int:
     project = write_project(args.dir, args.protocol, args.users)
     Console().print(
         f"[bold]client project[/] {project} ({args.protocol}, {args.users:,} demo users): client_app.py, "
-        f"test_client_app.py, pyproject.toml, README.md, {POPULATION_FILE}.\nRun it with fedhh's ServerApp "
-        f"(a local simulation): FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 flwr run {project} --stream"
-        f"\nTest the client: pytest {project}",
+        f"server_app.py, test_client_app.py, pyproject.toml, README.md, {POPULATION_FILE}.\nRun it with fedhh's "
+        f"ServerApp (a local simulation): FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 flwr run {project} "
+        f"--stream\nResults: {results_folder(project_name(project))}\nTest the client: pytest {project}",
         highlight=False,
         soft_wrap=True,
     )
@@ -129,7 +141,10 @@ def write_project(folder: str | Path, protocol: str, users: int = DEMO_USERS) ->
             "protocol's device side is specified in docs/messages.md)"
         )
     if not 1 <= users <= MAX_USERS:
-        raise InputError(f"--users: got {users}; allowed: 1..{MAX_USERS:,}")
+        raise InputError(
+            f"--users: got {users}; allowed: 1..{MAX_USERS:,} (the demo population travels in the app bundle, "
+            "which Flower caps at 10 MB)"
+        )
     try:
         claim = ResultsFolder.claim(folder, field="DIR", kind=KIND)
     except OutputTakenError:
@@ -142,17 +157,18 @@ def write_project(folder: str | Path, protocol: str, users: int = DEMO_USERS) ->
         raise
     with claim:
         path = claim.path
+        name = project_name(path)
         texts = {
-            "pyproject.toml": pyproject_text(project_name(path), path, protocol),
-            "README.md": readme_text(path, protocol, users),
-            ".gitignore": f"/{RESULTS_FOLDER}/\n__pycache__/\n",
-            **{name: (TEMPLATE / name).read_text(encoding="utf-8") for name in CLIENT_FILES},
+            "pyproject.toml": pyproject_text(name, protocol),
+            "README.md": readme_text(name, protocol, users),
+            ".gitignore": "__pycache__/\n",
+            **{file: (TEMPLATE / file).read_text(encoding="utf-8") for file in CLIENT_FILES},
         }
-        lines = demo_items(users)
+        lines = [json.dumps(item, ensure_ascii=False) for item in demo_items(users)]
 
         def write_files(staging: Path) -> None:
-            for name, text in texts.items():
-                (staging / name).write_text(text, encoding="utf-8")
+            for file, text in texts.items():
+                (staging / file).write_text(text, encoding="utf-8")
             (staging / POPULATION_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
         claim.commit(None, [write_files])
@@ -169,6 +185,11 @@ def demo_items(users: int, seed: int = DEMO_SEED) -> list[str]:
     words, frequencies = wordfreq_candidates("en", DEMO_VOCABULARY, "lowercase")
     drawn = np.random.default_rng(seed).choice(len(words), size=users, p=frequencies / frequencies.sum())
     return [words[i] for i in drawn.tolist()]
+
+
+def results_folder(name: str) -> str:
+    """The results folder of project ``name``, where its ServerApp runs (``~``: that user's home)."""
+    return f"{RESULTS_HOME}/{name}"
 
 
 def project_name(path: Path) -> str:
@@ -193,7 +214,7 @@ def _table(name: str, values: dict[str, object]) -> list[str]:
     return [*lines, ""]
 
 
-def pyproject_text(name: str, path: Path, protocol: str) -> str:
+def pyproject_text(name: str, protocol: str) -> str:
     settings = SETTINGS[protocol]
     lines = [
         "# A Flower App: your own ClientApp (client_app.py, Flower and numpy only) with fedhh's ServerApp.",
@@ -216,18 +237,19 @@ def pyproject_text(name: str, path: Path, protocol: str) -> str:
         'publisher = "my-team"',
         "",
         "[tool.flwr.app.components]",
-        'serverapp = "simulations.flower_app:app"  # fedhh\'s: fedhh is installed where the SuperLink runs',
+        'serverapp = "server_app:app"  # fedhh\'s, in this bundle: fedhh is installed where the SuperLink runs',
         'clientapp = "client_app:app"  # yours, in this bundle: the nodes need flwr and numpy only',
         "",
         "# The run config: fedhh's config keys (docs/configuration.md in fedhh) that this run sets.  Flower",
         "# refuses `flwr run --run-config` overrides of keys not listed here, and a ClientApp sees only the",
         "# keys listed; fedhh's ServerApp takes its default for every other key.",
         "[tool.flwr.app.config]",
-        f"output-dir = {_toml_value(str(path / RESULTS_FOLDER))}  # the ServerApp's results folder (absolute)",
+        f"output-dir = {_toml_value(results_folder(name))}  # the results folder, where the ServerApp runs "
+        "(~: that user's home)",
         "overwrite = true  # replace the previous result there (fedhh replaces only files it wrote)",
         "progress = false",
         "",
-        *_table("population", {"source": "file", "path": str(path / POPULATION_FILE)}),
+        *_table("population", {"source": "file", "path": POPULATION_FILE}),
         *_table("protocol", settings["protocol"]),
         *_table("privacy", settings["privacy"]),
         *_table(
@@ -239,7 +261,8 @@ def pyproject_text(name: str, path: Path, protocol: str) -> str:
     return text.replace(
         "[tool.flwr.app.config.population]\n",
         "# Every user's item, one per line: the server reads n (and the truth, run.evaluation) from it, and a\n"
-        "# node without a data-file of its own (a simulated one) its share of the users (README.md).\n"
+        "# node without a data-file of its own (a simulated one) its share of the users (README.md).  A relative\n"
+        "# path is a file of the app bundle, which carries .jsonl files and not .txt ones; or an absolute path.\n"
         "[tool.flwr.app.config.population]\n",
     ).replace(
         "[tool.flwr.app.config.run]\n",
@@ -249,7 +272,7 @@ def pyproject_text(name: str, path: Path, protocol: str) -> str:
     )
 
 
-def readme_text(path: Path, protocol: str, users: int) -> str:
+def readme_text(name: str, protocol: str, users: int) -> str:
     settings = SETTINGS[protocol]
     privacy = settings["privacy"]
     target = f"ε = {privacy['epsilon']:g}" + (f", δ = {privacy['delta']:g}" if protocol == "triehh" else "")
@@ -264,26 +287,35 @@ demo users). The ClientApp follows fedhh's message contract, version 1.0
 | file | what it is |
 |---|---|
 | `client_app.py` | the ClientApp: which users a node holds (`read_items`, `Users`), their votes or reports |
+| `server_app.py` | fedhh's ServerApp, named from this bundle so that it finds the bundle's files |
 | `test_client_app.py` | its tests: the contract's encodings and replies; with fedhh installed, \
 the same discovery as fedhh's own client |
 | `pyproject.toml` | the Flower App: fedhh's ServerApp, this ClientApp, the run config |
-| `{POPULATION_FILE}` | the demo population: one user per line, real English words with wordfreq's frequencies |
+| `{POPULATION_FILE}` | the demo population: one user per line (a JSON string), real English words with \
+wordfreq's frequencies |
+
+Nothing here names the folder it was written in: move it, copy it or hand it on, and it
+runs as it is.
 
 ## Run it
 
 fedhh is installed where the ServerApp runs (`pip install fedhh`, or `pip install -e` of
 fedhh's repository); the nodes need only `flwr` and `numpy`. In a local simulation both run
-in this environment:
+in this environment. From this folder:
 
 ```bash
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1   # use this environment, no `uv sync` per run
-flwr run {path} --stream
-pytest {path}
+flwr run . --stream
+pytest .
 ```
 
 `flwr run` runs the rounds on Flower's local simulation (2 SuperNodes, each holding half
 of `{POPULATION_FILE}`), and fedhh's ServerApp writes `result.json`, `heavy_hitters.csv`
-and `rounds.csv` to `{path / RESULTS_FOLDER}`. With no federation named, `flwr run`
+and `rounds.csv` to `{results_folder(name)}`: `~` is the home folder of whoever runs the
+ServerApp (in a local simulation, you), since the folder `flwr run` was given is not known
+where the ServerApp runs. Each run replaces the files the previous one wrote there (and
+only those: a folder holding anything else is refused). Another folder, absolute or under
+`~`: `--run-config "output-dir='~/fedhh-results/{name}-eps2'"`. With no federation named, `flwr run`
 starts a local SuperLink in the background and leaves it running: stop it by its PID
 (`pgrep -u "$USER" -f -- "${{FLWR_HOME:-$HOME/.flwr}}/local-superlink/superlink.log"`,
 then `kill PID`), never by a name pattern.
@@ -294,9 +326,16 @@ users are split into one shard per SuperNode (`run.shards = "auto"`), however ma
 federation has:
 
 ```bash
-flwr run {path} --stream --federation-config "num-supernodes=4" \\
+flwr run . --stream --federation-config "num-supernodes=4" \\
   --run-config "population.path='/data/everyone.txt' privacy.epsilon=2.0"
 ```
+
+A relative `population.path` is a file of the app bundle: Flower installs the bundle where
+the ServerApp and each node run and reads it from there, and the bundle carries `.py`,
+`.toml`, `.md`, `.json`, `.jsonl`, `.yaml` and `.yml` files only. A population of your own
+either travels in this folder as a `.jsonl` (one JSON string a line, the user's item) or is
+named by an absolute path, as above (`.txt`, `.jsonl`, or fedhh's `.csv` and `.parquet` on
+the server; `client_app.py` reads `.txt` and `.jsonl`).
 
 ## Your users' data
 
@@ -305,7 +344,7 @@ A node's users are, in the order of their global ids:
 * its node config's `data-file` (its own users, one item per line, UTF-8), with
   `population`, the federation's number of users n; or, without a `data-file`,
 * its share of the run config's `population.path`, the whole population's file (what a
-  simulation's nodes do).
+  simulation's nodes do; a relative path is a file of the bundle).
 
 Node `partition-id` of `num-partitions` holds the global users `[p n / k, (p + 1) n / k)`
 (integer division, `shard_bounds` in the contract), and says so before round 1; the server
@@ -346,7 +385,7 @@ reads `population.path` for n and the evaluation, `run.evaluation = false` keeps
 out of the result):
 
 ```bash
-flwr run {path} my-deployment --stream
+flwr run . my-deployment --stream
 ```
 
 fedhh's deployment guide (`docs/deployment.md` in fedhh's repository) covers timeouts,

@@ -264,9 +264,15 @@ def render() -> str:
         "so list every key your client reads (the item codec's `protocol.alphabet`, `protocol.unit_size`, "
         "`protocol.max_length`, `protocol.overlong`, `protocol.unknown_chars`; `population.path` if your "
         "nodes read the population's file). The ServerApp takes fedhh's default for every key not "
-        "listed. `fedhh new-client DIR --protocol triehh` (or `pem`) writes such a project, with a "
-        "ClientApp written from this document (Flower and numpy only), its tests and a README: it runs as "
-        "it is with `flwr run DIR` and is then yours to change (`docs/deployment.md`).",
+        "listed. A file the run reads travels in the app bundle only as a `.py`, `.toml`, `.md`, `.json`, "
+        "`.jsonl`, `.yaml` or `.yml` file (Flower bundles no other), installed in a folder of Flower's "
+        "where the ServerApp and each node run: name fedhh's ServerApp from a module of the bundle, "
+        "`app = bundled_app(Path(__file__).resolve().parent)` (`simulations.flower_app`), and a relative "
+        "`population.path` is a file of the bundle, as your ClientApp finds it beside its own "
+        "`__file__`. `fedhh new-client DIR --protocol triehh` (or `pem`) writes such a project, with a "
+        "ClientApp written from this document (Flower and numpy only), its tests, a README and a demo "
+        "population in the bundle (`population.jsonl`): it runs as it is with `flwr run DIR`, from "
+        "wherever the folder is moved, and is then yours to change (`docs/deployment.md`).",
         "",
         "## Envelope",
         "",

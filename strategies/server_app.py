@@ -5,7 +5,8 @@ the tables of ``[tool.flwr.app.config]`` in ``pyproject.toml``) and the keys
 only the Flower app reads: ``output-dir`` (claimed before anything else,
 :mod:`fedhh.results`), ``overwrite``, ``progress``, ``run-id`` (the run's name
 in ``privacy.ledger``) and ``protocol-module`` (:mod:`strategies.plugins`);
-``docs/flower.md`` lists them.  What is drawn and written besides
+``docs/flower.md`` lists them; a ``~`` opening ``output-dir`` is the home
+folder of whoever runs the ServerApp.  What is drawn and written besides
 ``result.json`` is the caller's (:func:`make_server_app` composes a result
 writer and a progress display), so this layer never imports the one above
 it.  The ServerApp charges the run to ``privacy.ledger`` itself, once, after
@@ -62,6 +63,7 @@ OUTPUT_DIR = "output-dir"
 PROGRESS = "progress"
 OVERWRITE = "overwrite"
 RUN_ID = "run-id"
+POPULATION_PATH = "population.path"
 
 
 @dataclass
@@ -130,6 +132,7 @@ def run_on_grid(
     output_dir = run_config.get(OUTPUT_DIR)
     if not isinstance(output_dir, str) or not output_dir:
         raise ConfigError(f"{OUTPUT_DIR}: the run config must name the results folder, got {output_dir!r}")
+    output_dir = str(Path(output_dir).expanduser())
     show_progress = _app_setting(run_config, PROGRESS, bool, False)
     overwrite = _app_setting(run_config, OVERWRITE, bool, False)
     run_id = _app_setting(run_config, RUN_ID, str, "")
@@ -298,6 +301,21 @@ def dataless_document(
     return document
 
 
+def with_app_files(run_config: Mapping[str, Any], app_dir: Path) -> dict[str, Any]:
+    """``run_config`` with a relative ``population.path`` read as a file of the app folder ``app_dir``.
+
+    Flower installs an app bundle in a folder of its own on the server and on
+    every node, and runs the ServerApp in the SuperLink's working folder: a
+    file that travels in the bundle (a ``.jsonl`` population, say) is found
+    there, whatever folder ``flwr run`` was given.  An absolute path, or
+    none, is left as it is.
+    """
+    path = run_config.get(POPULATION_PATH)
+    if not isinstance(path, str) or not path or Path(path).expanduser().is_absolute():
+        return dict(run_config)
+    return {**run_config, POPULATION_PATH: str(app_dir / path)}
+
+
 def make_server_app(
     run_config: Mapping[str, Scalar] | None = None,
     stop: StopHandle | None = None,
@@ -306,6 +324,7 @@ def make_server_app(
     write_outputs: ResultWriter = write_result,
     progress: ProgressFactory | None = None,
     status: StatusCallback | None = None,
+    app_dir: Path | None = None,
 ) -> ServerApp:
     """The ServerApp; ``run_config``, if given, stands in for the context's run config.
 
@@ -320,7 +339,9 @@ def make_server_app(
     itself (default: ``result.json`` only) and ``progress`` draws its rounds
     when the run config's ``progress`` is true (default: nothing drawn);
     ``status`` is told what the server does while it waits for its nodes
-    (default: it is only logged).
+    (default: it is only logged).  With ``app_dir``, the folder of an app
+    bundle's own module that names this app as its ServerApp, a relative
+    ``population.path`` is a file of that bundle (:func:`with_app_files`).
     """
     bound = dict(run_config) if run_config is not None else None
     server_app = ServerApp()
@@ -330,6 +351,8 @@ def make_server_app(
         if stop is not None:
             stop.thread = threading.current_thread()
         run_config = context.run_config if bound is None else bound
+        if app_dir is not None:
+            run_config = with_app_files(run_config, app_dir)
         requested = stop.requested if stop is not None else None
         try:
             if prepared is None:

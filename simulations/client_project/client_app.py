@@ -26,7 +26,13 @@ One item per user.  A node's users, in the order of their global ids:
   federation (the server's n: for a file population, its number of lines);
 * otherwise the run config's ``population.path`` names the whole
   population's file (a Flower simulation, or a file every node reads), of
-  which the node takes its share.
+  which the node takes its share: a relative path is a file of this app
+  bundle (``population.jsonl``), found in the folder Flower installed the
+  bundle in, as fedhh's ServerApp finds it (``server_app.py``).
+
+A ``.jsonl`` file holds a JSON string a line, the user's item (Flower's app
+bundle carries ``.jsonl`` files, not ``.txt`` ones); any other file, one
+item a line as it is.
 
 Node ``partition-id`` of ``num-partitions`` holds users ``shard_bounds(n,
 partition-id, num-partitions)``.  A user whose item the run's deny list
@@ -111,14 +117,25 @@ def record(message_type: str, scalars: dict, arrays: dict[str, np.ndarray]) -> R
 
 
 def read_items(path: str) -> list[str]:
-    """Users' items, one per line of a UTF-8 text file (as fedhh reads a ``.txt`` population)."""
+    """Users' items, one per line of a UTF-8 file, as fedhh reads a population: in a ``.jsonl`` file
+    each line is a JSON string (the item), in any other the line is the item."""
     text = Path(path).read_text(encoding="utf-8-sig").replace("\r\n", "\n")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     if "" in lines:
         raise ValueError(f"{path}: line {lines.index('') + 1} is empty (one item per line)")
-    return lines
+    if Path(path).suffix.lower() != ".jsonl":
+        return lines
+    items = json.loads("[" + ",".join(lines) + "]")  # one parse for the file, not one per user
+    if len(items) != len(lines) or not all(isinstance(item, str) and item for item in items):
+        raise ValueError(f"{path}: every line must be a non-empty JSON string, the user's item")
+    return items
+
+
+def bundled(path: str) -> Path:
+    """``path``, relative to this app bundle's folder unless it is absolute."""
+    return Path(__file__).resolve().parent / path
 
 
 def read_deny_list(path: str) -> frozenset[str]:
@@ -215,7 +232,7 @@ class Users:
                     "give the node a data-file (node config), or the run a population.path with "
                     'population.source = "file" (run config)'
                 )
-            everyone = read_items(path)
+            everyone = read_items(str(bundled(path)))
             self.population = len(everyone)
             self.first, stop = shard_bounds(self.population, self.index, self.parts)
             items = everyone[self.first : stop]

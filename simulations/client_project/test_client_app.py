@@ -165,6 +165,7 @@ def test_with_fedhh_s_server_the_client_finds_what_fedhh_s_own_client_finds() ->
     from strategies.shards import SHARD_INFO_CODEC, SHARD_QUERY_CODEC, ShardQuery, admit
 
     flat = run_config()
+    flat["population.path"] = str(HERE / flat["population.path"])  # a file of this bundle, as the ServerApp reads it
     shards = SIMULATED_NODES  # run.shards = "auto": one shard per node, as the simulation's nodes hold them
     config = with_fixed_shards(config_from_flat(flat), shards)
     nodes = [client.Users({"partition-id": i, "num-partitions": shards}, flat) for i in range(shards)]
