@@ -51,7 +51,7 @@ KIND = "client project"  # what the folder's marker says it holds
 POPULATION_FILE = "population.jsonl"
 RESULTS_HOME = "~/fedhh-results"  # the results folder is RESULTS_HOME/<project name> where the ServerApp runs
 DEMO_USERS = 100_000
-MAX_USERS = 2_000_000  # about 2.5 bytes a user in the bundle: Flower refuses a bundle over 10 MB
+MAX_USERS = 1_000_000  # about 7.5 bytes a user: Flower stores the bundle uncompressed and refuses one over 10 MB
 DEMO_VOCABULARY = 100_000  # the wordfreq words the demo users draw from
 DEMO_SEED = 0
 
@@ -164,7 +164,9 @@ def write_project(folder: str | Path, protocol: str, users: int = DEMO_USERS) ->
             ".gitignore": "__pycache__/\n",
             **{file: (TEMPLATE / file).read_text(encoding="utf-8") for file in CLIENT_FILES},
         }
-        lines = [json.dumps(item, ensure_ascii=False) for item in demo_items(users)]
+        items = demo_items(users)
+        quoted = {item: json.dumps(item, ensure_ascii=False) for item in set(items)}  # a JSON string per word
+        lines = [quoted[item] for item in items]
 
         def write_files(staging: Path) -> None:
             for file, text in texts.items():
@@ -333,9 +335,9 @@ flwr run . --stream --federation-config "num-supernodes=4" \\
 A relative `population.path` is a file of the app bundle: Flower installs the bundle where
 the ServerApp and each node run and reads it from there, and the bundle carries `.py`,
 `.toml`, `.md`, `.json`, `.jsonl`, `.yaml` and `.yml` files only. A population of your own
-either travels in this folder as a `.jsonl` (one JSON string a line, the user's item) or is
-named by an absolute path, as above (`.txt`, `.jsonl`, or fedhh's `.csv` and `.parquet` on
-the server; `client_app.py` reads `.txt` and `.jsonl`).
+either travels in this folder as a `.jsonl` (one JSON string a line, the user's item; Flower
+refuses a bundle over 10 MB) or is named by an absolute path, as above (`.txt`, `.jsonl`, or
+fedhh's `.csv` and `.parquet` on the server; `client_app.py` reads `.txt` and `.jsonl`).
 
 ## Your users' data
 

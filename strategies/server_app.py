@@ -311,7 +311,7 @@ def with_app_files(run_config: Mapping[str, Any], app_dir: Path) -> dict[str, An
     none, is left as it is.
     """
     path = run_config.get(POPULATION_PATH)
-    if not isinstance(path, str) or not path or Path(path).expanduser().is_absolute():
+    if not isinstance(path, str) or not path or Path(path).is_absolute():
         return dict(run_config)
     return {**run_config, POPULATION_PATH: str(app_dir / path)}
 

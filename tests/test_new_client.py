@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import io
 import json
 import os
 import re
@@ -32,6 +33,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +45,7 @@ from fedhh.config import config_from_flat
 from fedhh.data.population import shard_bounds
 from simulations.cli import main
 from simulations.deployment import LocalDeployment, free_port
-from simulations.new_client import POPULATION_FILE, RESULTS_HOME
+from simulations.new_client import MAX_USERS, POPULATION_FILE, RESULTS_HOME
 from strategies.participation import PARTICIPATION_KEYS
 
 BIN = Path(sys.executable).parent
@@ -216,11 +218,23 @@ def test_the_project_declares_what_its_client_reads_and_is_a_valid_fedhh_config(
     assert "flwr run . --stream" in readme and "flower-supernode" in readme and str(tmp_path) not in readme
 
 
+def test_the_largest_demo_population_fits_in_flower_s_app_bundle(tmp_path: Path) -> None:
+    """Flower bundles the project as ``flwr run`` does: the population with it, under its 10 MB cap."""
+    from flwr.cli.build import build_fab_from_disk
+
+    project = tmp_path / "client"
+    assert main(["new-client", str(project), "--users", str(MAX_USERS)]) == 0
+    with zipfile.ZipFile(io.BytesIO(build_fab_from_disk(project))) as bundle:
+        names = set(bundle.namelist())
+        assert {"client_app.py", "server_app.py", POPULATION_FILE, "pyproject.toml"} <= names
+        assert len(bundle.read(POPULATION_FILE).splitlines()) == MAX_USERS
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--protocol", "nothing"], "--protocol: unknown protocol 'nothing'"),
     (["--protocol", "treehist"], "--protocol: treehist is a fedhh protocol without a client template"),
     (["--users", "0"], "--users: got 0; allowed: 1.."),
-    (["--users", "2000001"], "--users: got 2000001; allowed: 1..2,000,000 (the demo population travels in the app"),
+    (["--users", "1000001"], "--users: got 1000001; allowed: 1..1,000,000 (the demo population travels in the app"),
 ])
 def test_bad_arguments_exit_2_and_write_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
                                                 message: str) -> None:
