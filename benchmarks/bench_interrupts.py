@@ -18,10 +18,10 @@ Phases (what the run prints, or the time since it started):
   shows SIGTERM caught): imports, ``ray.init``.  Before that the
   interpreter itself is starting, and a signal is Python's own (a
   ``KeyboardInterrupt`` while ``site`` is imported is a fatal error, exit 1);
-* ``connecting``: the ServerApp's first line (Flower's engine starts its actors);
+* ``connecting``: the ServerApp waits for its SuperNodes (Flower's engine starts its actors);
 * ``admitted``: every node answered its shard query, round 1 starts;
 * ``rounds``: after the first round line;
-* ``writing``: the protocol finished, the results folder is being written.
+* ``writing``: the protocol finished, the results folder is being written while Flower's engine stops.
 
 ``--burn K`` runs K CPU burners (busy Python processes started here and
 stopped by PID afterwards, whatever happens) beside the trials.
@@ -66,10 +66,10 @@ SMALL = [
 ]
 JOBS = {"small": SMALL, "default": []}
 MARKERS = {
-    "connecting": "one shard of users each",
+    "connecting": "waiting for SuperNodes",
     "admitted": "node(s) admitted",
     "rounds": "[round 1/",
-    "writing": "finished after",
+    "writing": "writing the results",
 }
 PHASES = ["startup", *MARKERS]
 EXPECTED = {signal.SIGINT: 130, signal.SIGTERM: 143}

@@ -7,21 +7,37 @@ down when the run ends, however it ends (an error, Ctrl-C, SIGTERM), so a
 run leaves no Ray processes behind.  A Ray that was already running (a
 cluster named by ``RAY_ADDRESS``, a caller's own session) is left as it is.
 
-``ray.init`` replaces the process's SIGTERM handler with its own
-``sys.exit``; the handlers installed before (``simulations.interrupts``) are put
-back after it, so SIGTERM stops a run the same way as Ctrl-C.  Ray's C++
-failure-signal handler (its stack trace of a crash) is turned off, here and
-in the Ray processes started from here (``RAY_DISABLE_FAILURE_SIGNAL_HANDLER``,
-unless the environment sets it): ``ray.shutdown`` uninstalls it by setting
-SIGTERM to its default action underneath Python, so a SIGTERM after any
-shutdown (Flower's engine shuts Ray down itself, while the results are
-still being written) would kill the process on the spot, leaving its
-results folder's lock and staging behind.
+``ray.init`` connects this process to Ray as its driver (Ray's C++ core
+worker, constructed from Python) without being cut short by a stop
+signal (:func:`init_ray`): a SIGINT or SIGTERM arriving while the driver
+connects is held until it has connected
+(``simulations.interrupts.stop_deferred``), and then stops the run as
+anywhere else; one arriving while Ray's processes start stops it at once.
+Cut short, the construction leaves Ray's C++ core worker running, with
+its threads, and no Python object to shut it down (the signal's exception
+is raised in Python code that the core worker runs as it starts), so
+``ray.shutdown`` cannot; the process then crashes at exit (a segmentation
+fault, as C++ destroys that core worker under its own periodic tasks).
+Only the connection is held: Ray's processes take most of ``ray.init``'s
+time, many seconds on a loaded machine, and the shutdown stops them
+whenever they were cut short.  For the same reason ``ray.init`` is kept
+from installing its own SIGTERM handler (a ``sys.exit``, which would cut
+the connection short just the same) while it runs; the handlers installed
+before (``simulations.interrupts``) are also put back after it, so SIGTERM
+stops a run the same way as Ctrl-C.
+
+Ray's C++ failure-signal handler (its stack trace of a crash) is turned
+off, here and in the Ray processes started from here
+(``RAY_DISABLE_FAILURE_SIGNAL_HANDLER``, unless the environment sets it):
+``ray.shutdown`` uninstalls it by setting SIGTERM to its default action
+underneath Python, so a SIGTERM after any shutdown (Flower's engine shuts
+Ray down itself, while the results are still being written) would kill the
+process on the spot, leaving its results folder's lock and staging behind.
 
 The shutdown runs whenever Ray was started here, also after a ``ray.init``
-cut short by a signal (Ray may then have processes and a connected driver
-without calling itself initialised; ``ray.shutdown`` undoes both), and a
-stop signal arriving while it runs is held until it has finished
+that failed or was stopped (Ray may then have processes and a connected
+driver without calling itself initialised; ``ray.shutdown`` undoes both),
+and a stop signal arriving while it runs is held until it has finished
 (``simulations.interrupts.stop_deferred``): a shutdown stopped half-way leaves
 Ray's driver torn down underneath its Python objects, and Ray ends the
 process (exit status 1) at the next one released.
@@ -51,15 +67,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fedhh.errors import InputError
 
-from .interrupts import Interrupted, restore_stop_handlers, stop_deferred, stop_handlers
+from .interrupts import restore_stop_handlers, stop_deferred, stop_handlers
 from .processes import descendant_identities, stop_leftovers
 
 LEFTOVER_GRACE = 2.0  # seconds a Ray process left after shutdown gets between SIGTERM and SIGKILL
@@ -135,11 +150,7 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
             try:
                 with _worker_environment(address is None):
                     # "local": a Ray of our own; with no address Ray joins the last cluster `ray start` recorded
-                    ray.init(address=address or LOCAL, include_dashboard=False, **init_args)
-            except SystemExit as stopped:  # Ray's own SIGTERM handler, active while it starts
-                if stopped.code == signal.SIGTERM:
-                    raise Interrupted(signal.SIGTERM) from None
-                raise
+                    init_ray(address=address or LOCAL, include_dashboard=False, **init_args)
             finally:
                 restore_stop_handlers(handlers)
                 if address is None:
@@ -156,6 +167,34 @@ def ray_runtime(**init_args: Any) -> Iterator[None]:
                 restore_stop_handlers(handlers)
                 # A Ray stopped while starting up can orphan its agents: stop what is left, by PID.
                 stop_leftovers(started, LEFTOVER_GRACE)
+
+
+def init_ray(**init_args: Any) -> None:
+    """``ray.init(**init_args)``, with its driver's connection never cut short by a stop signal (see the
+    module's doc): a signal while the driver connects is raised as
+    :class:`~simulations.interrupts.Interrupted` once it is connected, anywhere else at once.
+
+    While ``ray.init`` runs, SIGTERM stays with the handler installed before, like SIGINT: ``ray.init``
+    would install its own, which exits at once, also while the driver connects.
+    """
+    import ray
+    from ray._private import utils, worker
+
+    connect, set_sigterm_handler = worker.connect, utils.set_sigterm_handler
+
+    def connect_whole(*args: Any, **kwargs: Any) -> Any:
+        with stop_deferred():
+            return connect(*args, **kwargs)
+
+    worker.connect, utils.set_sigterm_handler = connect_whole, _keep_sigterm_handler
+    try:
+        ray.init(**init_args)
+    finally:
+        worker.connect, utils.set_sigterm_handler = connect, set_sigterm_handler
+
+
+def _keep_sigterm_handler(handler: Callable[[int, Any], Any]) -> None:
+    """In place of Ray's ``set_sigterm_handler`` while ``ray.init`` runs: the SIGTERM handler stays as it is."""
 
 
 @contextlib.contextmanager

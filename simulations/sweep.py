@@ -52,7 +52,7 @@ from rich.progress import (
 from fedhh.errors import InputError
 
 from .placement import Placement, whole_population_holders
-from .ray_runtime import named_cluster
+from .ray_runtime import init_ray, named_cluster
 from .sweep_spec import SweepSpec, Trial
 from .sweep_store import FolderUnwritable, SweepFolder
 from .sweep_trial import PopulationCache, TrialRecord, run_chunk, run_chunk_in
@@ -194,7 +194,7 @@ class RayTrials:
         self._connected_here = not ray.is_initialized()
         if self._connected_here:
             try:
-                ray.init(
+                init_ray(
                     address=address,
                     include_dashboard=False,
                     log_to_driver=False,

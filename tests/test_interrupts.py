@@ -9,6 +9,13 @@ workers) must be gone, and it must leave no partial result, staging or lock
 file, and no temporary folder: either nothing, or (the signal came after the
 last round) the complete result, and its message says which.
 
+A signal that lands while ``ray.init`` constructs Ray's core worker (the
+driver's C++ side, which runs some Python as it starts) used to cut that
+construction short, leaving the C++ core worker running with nothing to
+shut it down; the process then crashed at exit (a segmentation fault a few
+seconds after the signal).  Here the run sends the signal to itself once
+its main thread is inside that construction.
+
 A signal that lands while Flower's engine shuts Ray down used to cut that
 shutdown short, leaving Ray's driver half torn down, and the process then
 died at its next Ray call (exit status 1, or a segmentation fault) instead
@@ -80,9 +87,12 @@ def wait_for_line(process: subprocess.Popen[bytes], marker: str, timeout: float)
     return output.decode(errors="replace"), seen
 
 
-def signalled_run(argv: list[str], scratch: Path, when: str, signum: int) -> tuple[int, float, str, dict[int, int]]:
-    """Start ``python argv`` in a session of its own, send ``signum`` to it once it prints ``when``; its exit
-    status, the seconds from the signal to its exit, its output, and every process seen below it."""
+def signalled_run(
+    argv: list[str], scratch: Path, when: str, signum: int, send: bool = True
+) -> tuple[int, float, str, dict[int, int]]:
+    """Start ``python argv`` in a session of its own, send ``signum`` to it once it prints ``when`` (unless
+    ``send`` is false: the run signals itself, then prints ``when``); its exit status, the seconds from
+    ``when`` to its exit, its output, and every process seen below it."""
     env = {**os.environ, "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen(
         [sys.executable, *argv], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -91,7 +101,8 @@ def signalled_run(argv: list[str], scratch: Path, when: str, signum: int) -> tup
     try:
         before, started = wait_for_line(process, when, timeout=240)
         assert started, "the run must have started Ray's processes"
-        os.kill(process.pid, signum)
+        if send:
+            os.kill(process.pid, signum)
         signalled = time.monotonic()
         rest, _ = process.communicate(timeout=DEADLINE + 5)
         exited = time.monotonic() - signalled
@@ -132,6 +143,58 @@ def test_one_signal_stops_a_flower_run_and_everything_it_started(
         assert "stopped; no results were written" in transcript
         assert not output.exists(), "no partial result"
         assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir()), "no staging or lock file"
+
+
+# `fedhh run` on Flower, which sends itself the signal once its main thread is inside the construction of
+# Ray's core worker (in ray.init's connect), and prints "signalled" on the terminal (its own output
+# goes to run.log by then).
+SIGNAL_IN_RAY_INIT = """
+import linecache, os, signal, sys, threading, time
+from simulations.cli import run
+
+signum = signal.Signals[sys.argv.pop(1)]
+terminal = os.dup(sys.stdout.fileno())
+main = threading.main_thread().ident
+
+def in_core_worker_construction():
+    frame = sys._current_frames().get(main)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "connect" and code.co_filename.endswith(os.path.join("ray", "_private", "worker.py")):
+            return "ray._raylet.CoreWorker(" in linecache.getline(code.co_filename, frame.f_lineno)
+        frame = frame.f_back
+    return False
+
+def signal_there():
+    deadline = time.monotonic() + 120
+    while not in_core_worker_construction():
+        if time.monotonic() > deadline:
+            os.write(terminal, b"the main thread never reached the construction of Ray's core worker\\n")
+            os._exit(3)
+        time.sleep(0.0002)
+    os.kill(os.getpid(), signum)
+    os.write(terminal, b"signalled\\n")
+
+threading.Thread(target=signal_there, daemon=True).start()
+run()
+"""
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_ray_init_constructs_its_core_worker_waits_for_it(
+    tmp_path: Path, short_tmpdir: Path, signum: int, status: int
+) -> None:
+    output = tmp_path / "results" / "run"
+    code, exited, transcript, started = signalled_run(
+        ["-c", SIGNAL_IN_RAY_INIT, signal.Signals(signum).name, *RUN, "--output", str(output)],
+        short_tmpdir, "signalled", signum, send=False,
+    )
+    assert code == status, transcript
+    assert exited <= DEADLINE, f"exited {exited:.1f} s after the signal"
+    assert f"interrupted ({signal.Signals(signum).name}): stopped; no results were written" in transcript
+    assert "Fatal Python error" not in transcript and "Traceback" not in transcript, transcript
+    assert not still_running(started), f"processes left running: {still_running(started)}"
+    assert not output.exists(), "no partial result"
 
 
 # A Flower run whose result writer sends the signal once the main thread is inside Ray's core-worker

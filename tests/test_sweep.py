@@ -351,6 +351,40 @@ def test_ray_tasks_give_the_same_tables(tiny: tuple[Path, Path], tmp_path: Path)
     assert np.isfinite([row["recall_at_10"] for row in results(one)]).all()
 
 
+def test_sigterm_stops_a_sweep_on_a_ray_cluster_like_ctrl_c(tmp_path: Path) -> None:
+    """``ray.init`` installs a SIGTERM handler of its own (an exit with status 15, none of the sweep's
+    clean-up); the sweep keeps fedhh's, so one SIGTERM stops it as Ctrl-C does: status 143, the folder
+    ready to resume."""
+    import ray
+
+    sweep = write(tmp_path, "slow.toml", SLOW)
+    output = tmp_path / "stopped"
+    context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                       logging_level="ERROR")
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "simulations.cli", "sweep", str(sweep), "--output", str(output),
+             "--ray-address", context.address_info["address"], "--quiet"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while len(list((output / "trials").glob("*.json"))) < 2 and process.poll() is None:
+                assert time.monotonic() < deadline, "the sweep wrote no trials"
+                time.sleep(0.01)
+            process.send_signal(signal.SIGTERM)
+            _, error = process.communicate(timeout=STOP_WITHIN)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    finally:
+        ray.shutdown()
+    assert process.returncode == 143, error
+    assert "interrupted (SIGTERM)" in error and "run the same command to resume" in error
+    assert json.loads((output / "sweep.json").read_text())["runs"][-1]["status"] == "interrupted"
+
+
 def test_a_resized_population_equals_a_fresh_one(tiny: tuple[Path, Path]) -> None:
     """The second population size reuses the first one's encoded vocabulary, and draws the same users."""
     from simulations.sweep_trial import PopulationCache
