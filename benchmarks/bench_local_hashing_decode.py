@@ -33,7 +33,8 @@ from collections.abc import Callable
 import numpy as np
 
 from fedhh.oracles.fast_local_hashing import FastLocalHashing, FastLocalHashStatistics
-from fedhh.oracles.hashing import NUMBA_VARIABLE, count_supports
+from fedhh.kernels.compilation import NUMBA_VARIABLE
+from fedhh.oracles.hashing import count_supports
 
 FIRST_DECODE = """
 import json, time

@@ -24,23 +24,13 @@ them once on first use instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numba
 import numpy as np
 
+from ..kernels.compilation import compile_cached
+
 REPORT_BLOCK = 2048  # reports (12 bytes each) held in cache while every candidate is tested against them
 _TILE = 4  # candidates tested per pass over a block: each report word loaded once for four pairs
-
-
-def _compiled(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` compiled without the GIL and with its machine code cached on disk, or
-    compiled per process where numba finds no folder it can write (it refuses ``cache=True``)."""
-    try:
-        return numba.njit(nogil=True, cache=True)(function)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return numba.njit(nogil=True)(function)
 
 
 @numba.njit(nogil=True, inline="always")
@@ -73,7 +63,7 @@ def _hits4(
     return hits0, hits1, hits2, hits3
 
 
-@_compiled
+@compile_cached
 def count_local_hash_supports(
     multipliers: np.ndarray, shifted: np.ndarray, widths: np.ndarray, keys: np.ndarray
 ) -> np.ndarray:
@@ -100,7 +90,7 @@ def count_local_hash_supports(
     return counts
 
 
-@_compiled
+@compile_cached
 def sum_table_at_buckets(
     cells: np.ndarray, multipliers: np.ndarray, offsets: np.ndarray, g: np.uint64, mixed_keys: np.ndarray
 ) -> np.ndarray:

@@ -49,6 +49,7 @@ from types import ModuleType
 import numpy as np
 
 from fedhh.errors import InputError
+from fedhh.kernels.compilation import wants_compiled
 from fedhh.kernels.randomness import splitmix64
 
 _OFFSET_STREAM = np.uint64(0xD1B54A32D192ED03)
@@ -58,8 +59,6 @@ _WIDE_TASK = 8192  # candidates per task of a wide decode
 _NARROW_TASK = 1 << 16  # reports per task of a narrow decode
 _THREADED_WORK = 1 << 24  # decodes this large are split over the cores
 MAX_RANGE = 1 << 31
-NUMBA_VARIABLE = "FEDHH_NUMBA"
-NUMBA_SETTINGS = ("auto", "1", "0")
 COMPILED_PAIRS = 1 << 28  # (report, candidate) pairs from which an OLH decode is compiled
 
 
@@ -166,13 +165,7 @@ def compiled_kernels(work: int, threshold: int) -> ModuleType | None:
     """:mod:`fedhh.oracles.compiled_hashing` for a decode of ``work`` evaluations, or ``None``
     for the numpy path, as ``FEDHH_NUMBA`` chooses (see the module docstring); ``auto``
     compiles from ``threshold`` evaluations on."""
-    value = os.environ.get(NUMBA_VARIABLE, "")
-    setting = value.strip().lower() or "auto"
-    if setting not in NUMBA_SETTINGS:
-        raise InputError(f"{NUMBA_VARIABLE} must be one of {', '.join(NUMBA_SETTINGS)} (or unset), got {value!r}")
-    if setting == "0" or (setting == "auto" and work < threshold):
-        return None
-    return _import_compiled()
+    return _import_compiled() if wants_compiled(work, threshold) else None
 
 
 @functools.cache
