@@ -42,9 +42,11 @@ from __future__ import annotations
 
 import functools
 import math
+from types import ModuleType
 
 import numpy as np
 
+from .compilation import wants_compiled
 from .randomness import derive_key
 
 NUMPY_TOTAL_LIMIT = 10**9  # numpy's hypergeometric samplers need totals below this
@@ -98,14 +100,19 @@ def _thinned(rng: np.random.Generator, colors: np.ndarray, total: int, draws: in
 _ALL_BITS = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
 _WORD_BITS = 64
 FAIR_WORDS_MAX = 64  # from 64 words (4,096 trials) a fair binomial is numpy's: its set-up then costs less
+# numpy's bit generators whose raw output is the 64-bit word Generator.integers takes (MT19937's is 32 bits)
+_RAW_IS_64_BITS = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
+COMPILED_CELLS = 1 << 15  # cells from which a law's per-cell loops run compiled (FEDHH_NUMBA=auto)
 
 
 def fair_binomial(rng: np.random.Generator, trials: np.ndarray) -> np.ndarray:
     """``Binomial(trials, 1/2)`` elementwise (int64, the shape of ``trials``), exactly: the ones among
     ``trials`` random bits, counted a 64-bit word at a time up to :data:`FAIR_WORDS_MAX` words,
-    numpy's sampler above (module docstring)."""
+    numpy's sampler above (module docstring).  The draws, in order: one word per cell, then ``w``
+    words per cell of ``w`` words (the cells of 2 words in cell order, then of 3, ...), then numpy's
+    binomials of the cells of more trials, in cell order."""
     trials = np.asarray(trials, dtype=np.int64)
-    words = rng.integers(0, _ALL_BITS, size=trials.shape, dtype=np.uint64, endpoint=True)
+    words = random_words(rng, trials.shape)
     few = trials <= _WORD_BITS
     shift = (_WORD_BITS - np.clip(trials, 1, _WORD_BITS)).astype(np.uint64)
     words &= np.where(few & (trials > 0), _ALL_BITS >> shift, np.uint64(0))
@@ -117,7 +124,7 @@ def fair_binomial(rng: np.random.Generator, trials: np.ndarray) -> np.ndarray:
         counted = np.zeros(more.size, dtype=np.int64)
         for width in np.unique(needed[needed <= FAIR_WORDS_MAX]).tolist():
             cells = np.flatnonzero(needed == width)
-            block = rng.integers(0, _ALL_BITS, size=(cells.size, width), dtype=np.uint64, endpoint=True)
+            block = random_words(rng, (cells.size, width))
             left = (many[cells] - (width - 1) * _WORD_BITS).astype(np.uint64)  # bits of the last word, 1..64
             block[:, -1] &= _ALL_BITS >> (np.uint64(_WORD_BITS) - left)
             counted[cells] = np.bitwise_count(block).sum(axis=1, dtype=np.int64)
@@ -125,6 +132,49 @@ def fair_binomial(rng: np.random.Generator, trials: np.ndarray) -> np.ndarray:
         counted[above] = rng.binomial(many[above], 0.5)
         ones.flat[more] = counted
     return ones
+
+
+def fair_draws(
+    rng: np.random.Generator, trials: np.ndarray, word_counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What :func:`fair_binomial` draws for ``trials`` (flat), in its order, left to count: a word per
+    cell; the words of the cells of 2 to :data:`FAIR_WORDS_MAX` words as one array (the cells of
+    ``w`` words from ``starts[w]``); the larger cells' binomials.  ``word_counts[w]``: how many
+    cells fill ``w`` words (``FAIR_WORDS_MAX + 2`` entries, the last: more than the others).
+    Returns ``(words, block, starts, above)``."""
+    words = random_words(rng, trials.size)
+    block_words = word_counts[: FAIR_WORDS_MAX + 1] * np.arange(FAIR_WORDS_MAX + 1)
+    starts = np.cumsum(block_words) - block_words
+    block = random_words(rng, int(block_words.sum()))
+    if word_counts[-1]:
+        above = rng.binomial(trials[trials > FAIR_WORDS_MAX * _WORD_BITS], 0.5).astype(np.int64)
+    else:
+        above = np.zeros(0, dtype=np.int64)
+    return words, block, starts, above
+
+
+def random_words(rng: np.random.Generator, shape: int | tuple[int, ...]) -> np.ndarray:
+    """Uniform 64-bit words, ``rng.integers(0, 2**64 - 1, shape, uint64, endpoint=True)``: the bit
+    generator's next 64-bit outputs, read raw where they are its raw outputs (twice as fast)."""
+    if isinstance(rng.bit_generator, _RAW_IS_64_BITS):
+        return rng.bit_generator.random_raw(shape)
+    return rng.integers(0, _ALL_BITS, size=shape, dtype=np.uint64, endpoint=True)
+
+
+def compiled_laws(cells: int) -> ModuleType | None:
+    """:mod:`fedhh.kernels.compiled_laws` for a law over ``cells`` cells, or ``None`` for the numpy
+    path, as ``FEDHH_NUMBA`` chooses (:mod:`fedhh.kernels.compilation`; ``auto``: from
+    :data:`COMPILED_CELLS` on)."""
+    return _import_compiled() if wants_compiled(cells, COMPILED_CELLS) else None
+
+
+@functools.cache
+def _import_compiled() -> ModuleType | None:
+    try:
+        from . import compiled_laws as module
+    except ImportError:  # numba missing, or refusing this numpy: the numpy path draws the same counts
+        return None
+    return module
 
 
 def hypergeometric(rng: np.random.Generator, good: int, bad: int, draws: int) -> int:

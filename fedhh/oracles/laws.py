@@ -64,7 +64,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..kernels.laws import fair_binomial
+from ..kernels.laws import FAIR_WORDS_MAX, compiled_laws, fair_binomial, fair_draws
 from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support
 from .count_sketch_hadamard import CountSketchHadamard, CountSketchHadamardStatistics
 from .direct import DirectEncoding, DirectStatistics
@@ -300,17 +300,27 @@ def hadamard_row_sums(
     takes the row's bits in its place one bit at a time (module docstring): at bit ``b``, the
     reporters of each cell draw ``Binomial(N, 1/2)`` ones, and those whose column bit ``b`` was
     set flip their sign if they drew a one."""
-    state = np.zeros((blocks, width, 2), dtype=np.int64)
-    np.add.at(state, (block.astype(np.intp), column.astype(np.intp), negative.astype(np.intp)), counts)
-    for bit in range(width.bit_length() - 2, -1, -1):
-        # [block, higher bits, bit b, lower bits, sign]
-        view = state.reshape(blocks, width >> (bit + 1), 2, 1 << bit, 2)
-        ones = fair_binomial(rng, view)
-        zeros = view - ones
-        zero_side = zeros[:, :, 0] + zeros[:, :, 1]
-        one_side = ones[:, :, 0] + ones[:, :, 1, ..., ::-1]  # a one under a set column bit flips the sign
-        view[:, :, 0] = zero_side
-        view[:, :, 1] = one_side
+    cells = blocks * width * 2
+    index = (block.astype(np.int64) * width + column.astype(np.int64)) * 2 + negative.astype(np.int64)
+    state = np.rint(np.bincount(index, weights=counts.astype(np.float64), minlength=cells)).astype(np.int64)
+    compiled = compiled_laws(cells)
+    if compiled is not None:  # the same draws, counted and split in one pass a bit
+        word_counts = np.zeros(FAIR_WORDS_MAX + 2, dtype=np.int64)
+        compiled.count_cell_words(state, word_counts)
+        scratch = np.empty(2 * width, dtype=np.int64)
+        for bit in range(width.bit_length() - 2, -1, -1):
+            compiled.split_row_bit(state, *fair_draws(rng, state, word_counts), 1 << bit, scratch, word_counts)
+    else:
+        for bit in range(width.bit_length() - 2, -1, -1):
+            shape = (blocks, width >> (bit + 1), 2, 1 << bit, 2)  # [block, higher bits, bit b, lower bits, sign]
+            view = state.reshape(shape)
+            ones = fair_binomial(rng, view)
+            zeros = view - ones
+            zero_side = zeros[:, :, 0] + zeros[:, :, 1]
+            one_side = ones[:, :, 0] + ones[:, :, 1, ..., ::-1]  # a one under a set column bit flips the sign
+            view[:, :, 0] = zero_side
+            view[:, :, 1] = one_side
+    state = state.reshape(blocks, width, 2)
     return state[..., 0] - state[..., 1]
 
 
