@@ -55,7 +55,8 @@ def one_run(protocol: str, users: int, simulation: str, seed: int, code: str | N
     environment = dict(os.environ)
     if code is not None:
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [code, environment.get("PYTHONPATH")]))
-    done = subprocess.run([sys.executable, "-c", ONE_RUN, protocol, str(users), simulation, str(seed)],
+    # -P: not the working folder first on the path, which may be a checkout of fedhh itself
+    done = subprocess.run([sys.executable, "-P", "-c", ONE_RUN, protocol, str(users), simulation, str(seed)],
                           capture_output=True, text=True, check=True, env=environment)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fedhh.oracles.fast_local_hashing import FastLocalHashing, FastLocalHashStatistics
-from fedhh.kernels.compilation import NUMBA_VARIABLE
+from fedhh.oracles.numba_setting import NUMBA_VARIABLE
 from fedhh.oracles.hashing import count_supports
 
 FIRST_DECODE = """

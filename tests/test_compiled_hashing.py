@@ -19,7 +19,7 @@ from fedhh.errors import InputError
 from fedhh.experiment import Experiment
 from fedhh.oracles.compiled_hashing import REPORT_BLOCK
 from fedhh.oracles.fast_local_hashing import FastLocalHashing, FastLocalHashStatistics
-from fedhh.kernels.compilation import NUMBA_VARIABLE
+from fedhh.oracles.numba_setting import NUMBA_VARIABLE
 from fedhh.oracles.hashing import MAX_RANGE, count_supports, local_hash, local_hash_parameters
 from simulations.fast import run_fast
 

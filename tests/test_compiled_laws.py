@@ -9,7 +9,7 @@ import pytest
 
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
-from fedhh.kernels.compilation import NUMBA_VARIABLE
+from fedhh.oracles.numba_setting import NUMBA_VARIABLE
 from fedhh.kernels.laws import FAIR_WORDS_MAX, random_words
 from fedhh.oracles.laws import hadamard_row_sums
 from simulations.fast import run_fast

@@ -6,17 +6,16 @@ one bit at a time, each cell's ones a fair binomial
 passes over the cells (masks, shifts, a where, index lists per word
 count, the split), each a trip through memory.  :func:`split_row_bit`
 counts every cell's ones and splits it in one pass, from the words
-:func:`fedhh.kernels.laws.fair_draws` drew in :func:`fair_binomial`'s
+:func:`fedhh.kernels.laws.fair_draws` drew in ``fair_binomial``'s
 order, and counts the next bit's words as it goes
 (:func:`count_cell_words` starts the count): the same integers, so every
 sum equals the numpy path's bit for bit (``FEDHH_NUMBA`` chooses,
-:mod:`fedhh.kernels.compilation`; the numpy path is the fallback and the
+:mod:`fedhh.oracles.numba_setting`; the numpy path is the fallback and the
 tests' reference).
 
-Importing this module imports numba; :func:`fedhh.kernels.laws.compiled_laws`
-does so only when a law needs it.  The loops start no threads and release
-the GIL; their machine code is cached on disk as
-:mod:`fedhh.oracles.compiled_hashing`'s is.
+Importing this module imports numba; :mod:`fedhh.oracles.laws` does so
+only when a law needs it.  The loops start no threads and release the GIL;
+their machine code is cached on disk (:func:`fedhh.kernels.compiled.compile_cached`).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .compilation import compile_cached
+from .compiled import compile_cached
 
 _WORD_BITS = 64
 _ALL_BITS = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
@@ -74,7 +73,7 @@ def split_row_bit(
     word_counts: np.ndarray,
 ) -> None:
     """One bit of :func:`fedhh.oracles.laws.hadamard_row_sums`, in place, on ``state`` laid out
-    ``[outer, bit, inner, sign]`` (flat): each cell's ones drawn as :func:`fair_binomial` draws
+    ``[outer, bit, inner, sign]`` (flat): each cell's ones drawn as :func:`fedhh.kernels.laws.fair_binomial` draws
     them (``words``: one per cell; ``block``: the cells of ``w`` words, ``w`` ascending, from
     ``starts[w]``; ``above``: the larger cells' binomials, in cell order); the reporters who
     drew a zero stay at bit 0, those who drew a one go to bit 1, their sign flipped where the

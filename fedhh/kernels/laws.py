@@ -42,11 +42,9 @@ from __future__ import annotations
 
 import functools
 import math
-from types import ModuleType
 
 import numpy as np
 
-from .compilation import wants_compiled
 from .randomness import derive_key
 
 NUMPY_TOTAL_LIMIT = 10**9  # numpy's hypergeometric samplers need totals below this
@@ -102,7 +100,6 @@ _WORD_BITS = 64
 FAIR_WORDS_MAX = 64  # from 64 words (4,096 trials) a fair binomial is numpy's: its set-up then costs less
 # numpy's bit generators whose raw output is the 64-bit word Generator.integers takes (MT19937's is 32 bits)
 _RAW_IS_64_BITS = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
-COMPILED_CELLS = 1 << 15  # cells from which a law's per-cell loops run compiled (FEDHH_NUMBA=auto)
 
 
 def fair_binomial(rng: np.random.Generator, trials: np.ndarray) -> np.ndarray:
@@ -159,22 +156,6 @@ def random_words(rng: np.random.Generator, shape: int | tuple[int, ...]) -> np.n
     if isinstance(rng.bit_generator, _RAW_IS_64_BITS):
         return rng.bit_generator.random_raw(shape)
     return rng.integers(0, _ALL_BITS, size=shape, dtype=np.uint64, endpoint=True)
-
-
-def compiled_laws(cells: int) -> ModuleType | None:
-    """:mod:`fedhh.kernels.compiled_laws` for a law over ``cells`` cells, or ``None`` for the numpy
-    path, as ``FEDHH_NUMBA`` chooses (:mod:`fedhh.kernels.compilation`; ``auto``: from
-    :data:`COMPILED_CELLS` on)."""
-    return _import_compiled() if wants_compiled(cells, COMPILED_CELLS) else None
-
-
-@functools.cache
-def _import_compiled() -> ModuleType | None:
-    try:
-        from . import compiled_laws as module
-    except ImportError:  # numba missing, or refusing this numpy: the numpy path draws the same counts
-        return None
-    return module
 
 
 def hypergeometric(rng: np.random.Generator, good: int, bad: int, draws: int) -> int:

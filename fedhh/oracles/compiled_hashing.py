@@ -27,7 +27,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..kernels.compilation import compile_cached
+from ..kernels.compiled import compile_cached
 
 REPORT_BLOCK = 2048  # reports (12 bytes each) held in cache while every candidate is tested against them
 _TILE = 4  # candidates tested per pass over a block: each report word loaded once for four pairs

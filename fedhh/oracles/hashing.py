@@ -49,8 +49,9 @@ from types import ModuleType
 import numpy as np
 
 from fedhh.errors import InputError
-from fedhh.kernels.compilation import wants_compiled
 from fedhh.kernels.randomness import splitmix64
+
+from .numba_setting import wants_compiled
 
 _OFFSET_STREAM = np.uint64(0xD1B54A32D192ED03)
 _BLOCK_PAIRS = 1 << 18  # (report, candidate) pairs per numpy pass: 1 MB of 32-bit words, about L2

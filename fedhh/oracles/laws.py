@@ -61,10 +61,11 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Iterator
+from types import ModuleType
 
 import numpy as np
 
-from ..kernels.laws import FAIR_WORDS_MAX, compiled_laws, fair_binomial, fair_draws
+from ..kernels.laws import FAIR_WORDS_MAX, fair_binomial, fair_draws
 from .base import FLAT_CELLS_LIMIT, FrequencyOracle, Support
 from .count_sketch_hadamard import CountSketchHadamard, CountSketchHadamardStatistics
 from .direct import DirectEncoding, DirectStatistics
@@ -75,10 +76,12 @@ from .hashing import hash_expanded, mix_keys
 from .hashtogram import Hashtogram, HashtogramStatistics
 from .histogram import Histogram
 from .local_hashing import LocalHashing
+from .numba_setting import wants_compiled
 from .sketches import SketchOracle, SketchStatistics
 from .unary import UnaryEncoding, UnaryStatistics
 
 DRAWN_BLOCK = 1 << 16  # reporters whose reports are drawn at once where no law is derived
+COMPILED_CELLS = 1 << 15  # (block, word, sign) cells from which Hadamard rows split compiled (FEDHH_NUMBA=auto)
 
 
 def distinct_values(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -303,7 +306,7 @@ def hadamard_row_sums(
     cells = blocks * width * 2
     index = (block.astype(np.int64) * width + column.astype(np.int64)) * 2 + negative.astype(np.int64)
     state = np.rint(np.bincount(index, weights=counts.astype(np.float64), minlength=cells)).astype(np.int64)
-    compiled = compiled_laws(cells)
+    compiled = _compiled_laws(cells)
     if compiled is not None:  # the same draws, counted and split in one pass a bit
         word_counts = np.zeros(FAIR_WORDS_MAX + 2, dtype=np.int64)
         compiled.count_cell_words(state, word_counts)
@@ -322,6 +325,21 @@ def hadamard_row_sums(
             view[:, :, 1] = one_side
     state = state.reshape(blocks, width, 2)
     return state[..., 0] - state[..., 1]
+
+
+def _compiled_laws(cells: int) -> ModuleType | None:
+    """:mod:`fedhh.kernels.compiled_laws` for Hadamard rows of ``cells`` cells, or ``None`` for the
+    numpy path, as ``FEDHH_NUMBA`` chooses (``auto``: from :data:`COMPILED_CELLS` on)."""
+    return _import_compiled_laws() if wants_compiled(cells, COMPILED_CELLS) else None
+
+
+@functools.cache
+def _import_compiled_laws() -> ModuleType | None:
+    try:
+        from ..kernels import compiled_laws
+    except ImportError:  # numba missing, or refusing this numpy: the numpy path draws the same sums
+        return None
+    return compiled_laws
 
 
 def _hashed_hadamard(
