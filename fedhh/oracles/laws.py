@@ -302,9 +302,11 @@ def hadamard_row_sums(
     The state counts reporters per ``(block, word, sign)``; the word starts as the column and
     takes the row's bits in its place one bit at a time (module docstring): at bit ``b``, the
     reporters of each cell draw ``Binomial(N, 1/2)`` ones, and those whose column bit ``b`` was
-    set flip their sign if they drew a one."""
+    set flip their sign if they drew a one.  From :data:`COMPILED_CELLS` cells each bit is one
+    compiled pass (:mod:`fedhh.kernels.compiled_laws`) over the same draws: the same sums."""
     cells = blocks * width * 2
     index = (block.astype(np.int64) * width + column.astype(np.int64)) * 2 + negative.astype(np.int64)
+    # float sums of integer counts, exact below 2^53 reporters
     state = np.rint(np.bincount(index, weights=counts.astype(np.float64), minlength=cells)).astype(np.int64)
     compiled = _compiled_laws(cells)
     if compiled is not None:  # the same draws, counted and split in one pass a bit
