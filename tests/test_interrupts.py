@@ -2,7 +2,7 @@
 
 A real ``fedhh run`` (Flower simulation on Ray, small population) runs as a
 subprocess in a session of its own; at a phase of the run (Flower's engine
-starting, the nodes admitted, the rounds over while the engine stops), one
+starting, round 2 starting, the rounds over while the engine stops), one
 signal goes to its PID alone.  Within 10 s it must exit with 130 (SIGINT)
 or 143 (SIGTERM), every process it started (Ray's GCS, raylet, agents and
 workers) must be gone, and it must leave no partial result, staging or lock
@@ -54,7 +54,6 @@ RUN = [
     "--set", "run.shards=2", "--set", 'run.driver="flower"',
 ]
 # The run's status lines (its log goes to run.log in the results folder)
-ADMITTED = "node(s) admitted"  # just before round 1
 STARTING = "SuperNodes"  # the server's first, while Flower's engine starts its actors
 FINISHED = "writing the results"  # the last round is over: the result is being written while Flower's engine stops
 
@@ -115,17 +114,49 @@ def signalled_run(
     return process.returncode, exited, before + rest.decode(errors="replace"), started
 
 
+# `fedhh run` on Flower, which sends itself the signal as round 2 starts and lets that round begin only
+# once its stop handler has run, so the signal always lands with rounds left (the rounds of RUN take
+# under a second in all: a signal sent from outside once the nodes are admitted may come after the
+# last of them on a loaded machine).  Prints "signalled" on the terminal (its own output goes to run.log by then).
+SIGNAL_IN_ROUND_2 = """
+import os, signal, sys
+from simulations.cli import run
+from strategies.base import PlainAggregation
+
+signum = signal.Signals[sys.argv.pop(1)]
+terminal = os.dup(sys.stdout.fileno())
+plain_round = PlainAggregation.run_round
+
+def run_round(self, strategy, server_round, grid):
+    if server_round == 2:
+        os.kill(os.getpid(), signum)
+        os.write(terminal, b"signalled\\n")
+        if not strategy.stop.wait(60):
+            os.write(terminal, b"the stop handler did not run within 60 s\\n")
+            os._exit(3)
+    return plain_round(self, strategy, server_round, grid)
+
+PlainAggregation.run_round = run_round
+run()
+"""
+IN_ROUND_2 = "signalled"
+
+
 @pytest.mark.parametrize(
     ("signum", "status", "when"),
-    [(signal.SIGINT, 130, ADMITTED), (signal.SIGTERM, 143, STARTING), (signal.SIGINT, 130, FINISHED)],
+    [(signal.SIGINT, 130, IN_ROUND_2), (signal.SIGTERM, 143, STARTING), (signal.SIGINT, 130, FINISHED)],
 )
 def test_one_signal_stops_a_flower_run_and_everything_it_started(
     tmp_path: Path, short_tmpdir: Path, signum: int, status: int, when: str
 ) -> None:
     scratch = short_tmpdir
     output = tmp_path / "results" / "run"
+    if when == IN_ROUND_2:
+        argv, send = ["-c", SIGNAL_IN_ROUND_2, signal.Signals(signum).name], False
+    else:
+        argv, send = ["-m", "simulations.cli"], True
     code, exited, transcript, started = signalled_run(
-        ["-m", "simulations.cli", *RUN, "--output", str(output)], scratch, when, signum
+        [*argv, *RUN, "--output", str(output)], scratch, when, signum, send=send
     )
     assert code == status, transcript
     assert exited <= DEADLINE, f"exited {exited:.1f} s after the signal"
