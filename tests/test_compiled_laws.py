@@ -9,7 +9,7 @@ import pytest
 
 from fedhh.config import load_config
 from fedhh.experiment import Experiment
-from fedhh.oracles.numba_setting import NUMBA_VARIABLE
+from fedhh.oracles.numba_setting import NUMBA_VARIABLE, compiled_module
 from fedhh.kernels.laws import FAIR_WORDS_MAX, random_words
 from fedhh.oracles.laws import hadamard_row_sums
 from simulations.fast import run_fast
@@ -23,6 +23,17 @@ def both_paths(monkeypatch: pytest.MonkeyPatch, draw):  # noqa: ANN001, ANN201
     compiled = draw()
     monkeypatch.setenv(NUMBA_VARIABLE, "0")
     return compiled, draw()
+
+
+def test_the_compared_paths_differ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba is a dependency: with ``FEDHH_NUMBA=1`` the compiled module loads, so the comparisons
+    below compare two paths, not numpy with itself; ``auto`` keeps numpy below its threshold."""
+    monkeypatch.setenv(NUMBA_VARIABLE, "1")
+    assert compiled_module("fedhh.kernels.compiled_laws", 1, 1 << 15) is not None
+    monkeypatch.setenv(NUMBA_VARIABLE, "auto")
+    assert compiled_module("fedhh.kernels.compiled_laws", 1, 1 << 15) is None
+    monkeypatch.setenv(NUMBA_VARIABLE, "0")
+    assert compiled_module("fedhh.kernels.compiled_laws", 1 << 20, 1 << 15) is None
 
 
 def reporters(generator: np.random.Generator, blocks: int, width: int, cells: int) -> tuple[np.ndarray, ...]:

@@ -39,7 +39,6 @@ decode takes the numpy path.
 
 from __future__ import annotations
 
-import functools
 import os
 import typing
 from collections.abc import Callable
@@ -51,7 +50,7 @@ import numpy as np
 from fedhh.errors import InputError
 from fedhh.kernels.randomness import splitmix64
 
-from .numba_setting import wants_compiled
+from .numba_setting import compiled_module
 
 _OFFSET_STREAM = np.uint64(0xD1B54A32D192ED03)
 _BLOCK_PAIRS = 1 << 18  # (report, candidate) pairs per numpy pass: 1 MB of 32-bit words, about L2
@@ -166,16 +165,7 @@ def compiled_kernels(work: int, threshold: int) -> ModuleType | None:
     """:mod:`fedhh.oracles.compiled_hashing` for a decode of ``work`` evaluations, or ``None``
     for the numpy path, as ``FEDHH_NUMBA`` chooses (see the module docstring); ``auto``
     compiles from ``threshold`` evaluations on."""
-    return _import_compiled() if wants_compiled(work, threshold) else None
-
-
-@functools.cache
-def _import_compiled() -> ModuleType | None:
-    try:
-        from . import compiled_hashing
-    except ImportError:  # numba missing, or refusing this numpy: the numpy path gives the same counts
-        return None
-    return compiled_hashing
+    return compiled_module("fedhh.oracles.compiled_hashing", work, threshold)
 
 
 def slices(size: int, step: int) -> list[slice]:

@@ -76,7 +76,7 @@ from .hashing import hash_expanded, mix_keys
 from .hashtogram import Hashtogram, HashtogramStatistics
 from .histogram import Histogram
 from .local_hashing import LocalHashing
-from .numba_setting import wants_compiled
+from .numba_setting import compiled_module
 from .sketches import SketchOracle, SketchStatistics
 from .unary import UnaryEncoding, UnaryStatistics
 
@@ -332,16 +332,7 @@ def hadamard_row_sums(
 def _compiled_laws(cells: int) -> ModuleType | None:
     """:mod:`fedhh.kernels.compiled_laws` for Hadamard rows of ``cells`` cells, or ``None`` for the
     numpy path, as ``FEDHH_NUMBA`` chooses (``auto``: from :data:`COMPILED_CELLS` on)."""
-    return _import_compiled_laws() if wants_compiled(cells, COMPILED_CELLS) else None
-
-
-@functools.cache
-def _import_compiled_laws() -> ModuleType | None:
-    try:
-        from ..kernels import compiled_laws
-    except ImportError:  # numba missing, or refusing this numpy: the numpy path draws the same sums
-        return None
-    return compiled_laws
+    return compiled_module("fedhh.kernels.compiled_laws", cells, COMPILED_CELLS)
 
 
 def _hashed_hadamard(

@@ -11,7 +11,10 @@ a law's Hadamard rows, :mod:`fedhh.kernels.compiled_laws`).
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
+from types import ModuleType
 
 from ..errors import InputError
 
@@ -26,3 +29,17 @@ def wants_compiled(work: int, threshold: int) -> bool:
     if setting not in NUMBA_SETTINGS:
         raise InputError(f"{NUMBA_VARIABLE} must be one of {', '.join(NUMBA_SETTINGS)} (or unset), got {value!r}")
     return setting == "1" or (setting == "auto" and work >= threshold)
+
+
+def compiled_module(name: str, work: int, threshold: int) -> ModuleType | None:
+    """The compiled loops of module ``name`` (absolute, importing numba) for ``work`` units, or ``None``
+    for the numpy path: as ``FEDHH_NUMBA`` chooses, or where the module cannot be imported."""
+    return _import_compiled(name) if wants_compiled(work, threshold) else None
+
+
+@functools.cache
+def _import_compiled(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except ImportError:  # numba missing, or refusing this numpy: the numpy path computes the same integers
+        return None
