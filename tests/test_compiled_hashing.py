@@ -20,7 +20,7 @@ from fedhh.experiment import Experiment
 from fedhh.oracles.compiled_hashing import REPORT_BLOCK
 from fedhh.oracles.fast_local_hashing import FastLocalHashing, FastLocalHashStatistics
 from fedhh.oracles.numba_setting import NUMBA_VARIABLE
-from fedhh.oracles.hashing import MAX_RANGE, count_supports, local_hash, local_hash_parameters
+from fedhh.oracles.hashing import MAX_RANGE, compiled_kernels, count_supports, local_hash, local_hash_parameters
 from simulations.fast import run_fast
 
 from .helpers import run_view
@@ -142,6 +142,15 @@ def test_compiled_flh_supports_equal_the_numpy_path(
     assert compiled.counts.dtype == numpy_support.counts.dtype
     np.testing.assert_array_equal(compiled.counts, numpy_support.counts)
     np.testing.assert_array_equal(compiled.n_users, numpy_support.n_users)
+
+
+def test_the_compared_decodes_differ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba is a dependency: with ``FEDHH_NUMBA=1`` the compiled decodes load, so the comparisons
+    here compare two paths, not numpy with itself."""
+    monkeypatch.setenv(NUMBA_VARIABLE, "1")
+    assert compiled_kernels(1, 1 << 20) is not None
+    monkeypatch.setenv(NUMBA_VARIABLE, "0")
+    assert compiled_kernels(1 << 30, 1) is None
 
 
 def test_a_setting_other_than_auto_1_or_0_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
