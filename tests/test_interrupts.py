@@ -2,8 +2,8 @@
 
 A real ``fedhh run`` (Flower simulation on Ray, small population) runs as a
 subprocess in a session of its own; at a phase of the run (Flower's engine
-starting, round 2 starting, the rounds over while the engine stops), one
-signal goes to its PID alone.  Within 10 s it must exit with 130 (SIGINT)
+starting, round 2 starting, the rounds over while the engine stops), it
+sends one signal to its own PID.  Within 10 s it must exit with 130 (SIGINT)
 or 143 (SIGTERM), every process it started (Ray's GCS, raylet, agents and
 workers) must be gone, and it must leave no partial result, staging or lock
 file, and no temporary folder: either nothing, or (the signal came after the
@@ -114,49 +114,64 @@ def signalled_run(
     return process.returncode, exited, before + rest.decode(errors="replace"), started
 
 
-# `fedhh run` on Flower, which sends itself the signal as round 2 starts and lets that round begin only
-# once its stop handler has run, so the signal always lands with rounds left (the rounds of RUN take
-# under a second in all: a signal sent from outside once the nodes are admitted may come after the
-# last of them on a loaded machine).  Prints "signalled" on the terminal (its own output goes to run.log by then).
-SIGNAL_IN_ROUND_2 = """
-import os, signal, sys
+# `fedhh run` on Flower, which sends itself the signal at a point of the run and goes on from there only
+# once its stop handler has run, so the signal always lands in that phase (the phases of RUN last a second
+# or two: a signal sent from outside once the run says where it is may come after the phase, or after
+# the run, on a loaded machine).  The point: the status line holding a text (argv[2]), or, for
+# ROUND_2, round 2 starting.  Prints "signalled" on the terminal (the run's own output goes to run.log).
+SIGNAL_AT = """
+import os, signal, sys, time
 from simulations.cli import run
+from simulations.interrupts import stop_requested
+from simulations.progress import StatusLine
 from strategies.base import PlainAggregation
 
-signum = signal.Signals[sys.argv.pop(1)]
+signum, point = signal.Signals[sys.argv.pop(1)], sys.argv.pop(1)
 terminal = os.dup(sys.stdout.fileno())
-plain_round = PlainAggregation.run_round
+show, plain_round = StatusLine.__call__, PlainAggregation.run_round
+sent = []
 
-def run_round(self, strategy, server_round, grid):
-    if server_round == 2:
-        os.kill(os.getpid(), signum)
-        os.write(terminal, b"signalled\\n")
-        if not strategy.stop.wait(60):
+def signal_here():
+    if sent:
+        return
+    sent.append(True)
+    os.kill(os.getpid(), signum)
+    os.write(terminal, b"signalled\\n")
+    deadline = time.monotonic() + 60
+    while not stop_requested():
+        if time.monotonic() > deadline:
             os.write(terminal, b"the stop handler did not run within 60 s\\n")
             os._exit(3)
+        time.sleep(0.001)
+
+def status(self, text):
+    show(self, text)
+    if point in text:
+        signal_here()
+
+def run_round(self, strategy, server_round, grid):
+    if point == "round 2" and server_round == 2:
+        signal_here()
     return plain_round(self, strategy, server_round, grid)
 
-PlainAggregation.run_round = run_round
+StatusLine.__call__, PlainAggregation.run_round = status, run_round
 run()
 """
-IN_ROUND_2 = "signalled"
+ROUND_2 = "round 2"  # as round 2 starts: rounds are left
 
 
 @pytest.mark.parametrize(
     ("signum", "status", "when"),
-    [(signal.SIGINT, 130, IN_ROUND_2), (signal.SIGTERM, 143, STARTING), (signal.SIGINT, 130, FINISHED)],
+    [(signal.SIGINT, 130, ROUND_2), (signal.SIGTERM, 143, STARTING), (signal.SIGINT, 130, FINISHED)],
 )
 def test_one_signal_stops_a_flower_run_and_everything_it_started(
     tmp_path: Path, short_tmpdir: Path, signum: int, status: int, when: str
 ) -> None:
     scratch = short_tmpdir
     output = tmp_path / "results" / "run"
-    if when == IN_ROUND_2:
-        argv, send = ["-c", SIGNAL_IN_ROUND_2, signal.Signals(signum).name], False
-    else:
-        argv, send = ["-m", "simulations.cli"], True
     code, exited, transcript, started = signalled_run(
-        [*argv, *RUN, "--output", str(output)], scratch, when, signum, send=send
+        ["-c", SIGNAL_AT, signal.Signals(signum).name, when, *RUN, "--output", str(output)],
+        scratch, "signalled", signum, send=False,
     )
     assert code == status, transcript
     assert exited <= DEADLINE, f"exited {exited:.1f} s after the signal"
